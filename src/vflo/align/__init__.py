@@ -1,0 +1,1 @@
+"""Sample alignment: which IDs the parties share."""

@@ -1,0 +1,189 @@
+"""The ``vflo`` command line.
+
+Exit codes (also printed by ``vflo --help``): 0 success; 1 unexpected internal error;
+2 invalid configuration, argument or scenario; 3 invalid input data or a data file
+missing or failing its checksum; 4 communication or protocol failure; 5 a method
+cannot run on this scenario; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from vflo import __version__
+from vflo.errors import EXIT_CODES, VfloError
+
+logger = logging.getLogger("vflo")
+
+
+def _exit_code_text() -> str:
+    return "exit codes:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_CODES.items())
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vflo", description="Vertical federated learning for parties whose records only partly overlap.",
+        epilog=_exit_code_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"vflo {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run an experiment config and write results, report and plots",
+                         epilog=_exit_code_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("config", type=Path, help="experiment TOML file")
+    run.add_argument("--out", type=Path, help="output folder (default runs/NAME-TIMESTAMP)")
+    run.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides (fewer repeats)")
+    run.add_argument("--data-dir", type=Path, help="folder with dataset files (else $VFLO_DATA_DIR, ~/.vflo/data)")
+    run.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    scen = sub.add_parser("scenario", help="print each party's columns, sample counts and the overlap matrix")
+    scen.add_argument("config", type=Path, help="experiment TOML file")
+    scen.add_argument("--data-dir", type=Path)
+    scen.add_argument("--seed", type=int, help="scenario seed (default: the config's)")
+
+    ds = sub.add_parser("datasets", help="list datasets and whether their files are in place")
+    ds.add_argument("--data-dir", type=Path)
+    sub.add_parser("methods", help="list methods")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "scenario":
+            return _scenario(args)
+        if args.command == "datasets":
+            return _datasets(args)
+        if args.command == "methods":
+            return _methods()
+    except VfloError as exc:
+        print(f"vflo: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("vflo: interrupted", file=sys.stderr)
+        return 130
+    return 2  # pragma: no cover - argparse requires a command
+
+
+def _configure_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    from rich.logging import RichHandler
+
+    handler = RichHandler(show_path=False, console=_console(stderr=True))
+    logging.basicConfig(level=level, format="%(message)s", handlers=[handler], force=True)
+
+
+def _console(*, stderr: bool = False):  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Pipes and logs get wide, unwrapped tables (a terminal keeps its own width).
+    width = None if stream.isatty() else 200
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from vflo.experiments.config import load_config
+    from vflo.experiments.output import check_out_dir, default_out_dir, write_results
+    from vflo.experiments.report import summarize
+    from vflo.experiments.runner import run_experiment
+
+    config = load_config(args.config, quick=args.quick)
+    out_dir = args.out if args.out is not None else default_out_dir(config.name)
+    check_out_dir(out_dir, overwrite=args.overwrite)
+    console = _console()
+    console.print(f"[bold]{config.name}[/bold]: {len(config.variants)} variant(s) x "
+                  f"{config.protocol.repetitions()} repeat(s) x {len(config.methods)} method(s)")
+    result = run_experiment(config, data_dir=args.data_dir, progress=not args.no_progress)
+    summary = summarize(result)
+    _print_summary(console, result, summary)
+    write_results(result, out_dir, overwrite=args.overwrite)
+    console.print(f"results written to {out_dir}/ (results.csv, results.json, report.md, plots) "
+                  f"in {result.seconds:.1f} s")
+    return 0
+
+
+def _print_summary(console, result, summary) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    metric = result.config.metric
+    title = result.dataset.label + (" [STAND-IN DATA]" if result.dataset.standin else "")
+    table = Table(title=f"{result.config.name}: {title}")
+    for col in ("variant", "method", metric, "± std", "comm", "rounds", "fit s"):
+        table.add_column(col, justify="left" if col in ("variant", "method") else "right")
+    for _, r in summary.iterrows():
+        name = r["method"] + (" (oracle)" if r["simulation_only"] else "")
+        table.add_row(
+            str(r["variant"]), name, f"{r[metric]:.4f}", f"{r[metric + '_std']:.4f}",
+            f"{r['comm_bytes'] / 1e6:.3f} MB", f"{r['comm_rounds']:.0f}", f"{r['fit_seconds']:.2f}",
+        )
+    console.print(table)
+
+
+def _scenario(args: argparse.Namespace) -> int:
+    from vflo.data.datasets import load_dataset
+    from vflo.experiments.config import load_config
+    from vflo.seeding import derive_seed
+
+    config = load_config(args.config)
+    dataset = load_dataset(config.dataset.name, args.data_dir or config.dataset.data_dir)
+    seed = derive_seed(config.seed, "layout", 0) if args.seed is None else args.seed
+    for variant in config.variants:
+        layout = variant.spec.build(dataset, seed=seed)
+        print(f"== variant: {variant.label}")
+        print(layout.describe())
+        print()
+    return 0
+
+
+def _datasets(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from vflo.data.datadir import locate, resolve_data_dir
+    from vflo.data.datasets import dataset_specs
+    from vflo.errors import DataFileError
+
+    table = Table(title=f"datasets (data directory: {resolve_data_dir(args.data_dir)})")
+    for col in ("name", "task", "classes", "rows x features", "kind", "available"):
+        table.add_column(col)
+    for spec in dataset_specs().values():
+        status = "yes"
+        for f in spec.files:
+            try:
+                locate(f, args.data_dir)
+            except DataFileError as exc:
+                status = f"no: {exc}"
+        kind = f"STAND-IN for {spec.standin_for}" if spec.standin else "real"
+        table.add_row(spec.name, spec.task, str(spec.n_classes or "-"), f"{spec.shape[0]} x {spec.shape[1]}",
+                      kind, status)
+    _console().print(table)
+    return 0
+
+
+def _methods() -> int:
+    from rich.table import Table
+
+    from vflo.methods.registry import get_method, method_names
+
+    table = Table(title="methods")
+    for col in ("name", "inference", "what it is", "from"):
+        table.add_column(col)
+    for name in method_names():
+        cls = get_method(name)
+        inference = cls.inference + (" (simulation only)" if cls.simulation_only else "")
+        table.add_row(name, inference, cls.summary, cls.paper)
+    _console().print(table)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""The one wire format: a small JSON header followed by raw, 8-byte aligned array buffers.
+
+Layout of a frame::
+
+    b"VFLO" | version (u8) | 3 zero bytes | header length (u32 LE) | header (UTF-8 JSON) | pad | buffers
+
+The header names sender, receiver, kind, round, an optional error, and each payload
+field: scalars inline; arrays as dtype, shape, offset and length into the buffer
+area; string arrays as UTF-8 bytes plus int64 lengths. Decoding checks everything
+against the frame (magic, version, allowed dtypes, shape x itemsize = length,
+bounds, size limit) and never evaluates anything: no pickle, so a frame from the
+network cannot run code.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import numpy as np
+
+from vflo.comm.message import Message, MessageError, Value
+from vflo.errors import CodecError
+
+MAGIC = b"VFLO"
+VERSION = 1
+_PREFIX = struct.Struct("<4sB3xI")
+ALIGN = 8
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+ALLOWED_DTYPES = frozenset({
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64",
+})
+
+
+def _pad(n: int) -> int:
+    return (-n) % ALIGN
+
+
+def _plan_array(arr: np.ndarray, name: str) -> tuple[dict[str, Any], list[bytes | memoryview]]:
+    if arr.dtype.kind in {"U", "O"}:
+        flat = [str(v) for v in arr.ravel().tolist()]
+        try:
+            encoded = [s.encode("utf-8") for s in flat]
+        except UnicodeEncodeError as exc:
+            raise CodecError(f"field {name!r}: a string is not valid Unicode text ({exc.reason})") from exc
+        lengths = np.fromiter((len(b) for b in encoded), dtype="<i8", count=len(encoded))
+        blob = b"".join(encoded)
+        return {"str": True, "shape": list(arr.shape)}, [lengths.tobytes(), blob]
+    dtype = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
+    if dtype.name not in ALLOWED_DTYPES:
+        raise CodecError(
+            f"field {name!r}: dtype {arr.dtype} cannot be sent; use one of {sorted(ALLOWED_DTYPES)} or strings"
+        )
+    data = np.ascontiguousarray(arr, dtype=dtype.newbyteorder("<"))
+    return {"dtype": dtype.name, "shape": list(arr.shape)}, [data.reshape(-1).view(np.uint8).data]
+
+
+def encoded_size_limit_error(size: int, limit: int, kind: str) -> CodecError:
+    return CodecError(
+        f"message {kind!r} is {size} bytes, over the limit of {limit} bytes; raise max_message_bytes "
+        "(config [transport]) or send the data in smaller pieces (e.g. block-diagonal masks, batches)"
+    )
+
+
+def encode(message: Message, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """Serialise ``message``; a :class:`CodecError` if a value cannot be sent or the frame is too big."""
+    fields: dict[str, Any] = {}
+    buffers: list[bytes | memoryview] = []
+    offset = 0
+    for name, value in message.payload.items():
+        if not isinstance(name, str):
+            raise CodecError(f"payload keys must be strings, got {name!r}")
+        if isinstance(value, bool | np.bool_):
+            fields[name] = {"bool": bool(value)}
+        elif isinstance(value, int | np.integer):
+            fields[name] = {"int": int(value)}
+        elif isinstance(value, float | np.floating):
+            # float.hex keeps every bit, NaN and infinities included, inside plain JSON.
+            fields[name] = {"float": float(value).hex()}
+        elif isinstance(value, str):
+            fields[name] = {"text": value}
+        elif isinstance(value, np.ndarray):
+            meta, parts = _plan_array(value, name)
+            spans = []
+            for part in parts:
+                nbytes = part.nbytes if isinstance(part, memoryview) else len(part)
+                spans.append([offset, nbytes])
+                buffers.append(part)
+                pad = _pad(nbytes)
+                if pad:
+                    buffers.append(b"\0" * pad)
+                offset += nbytes + pad
+            meta["spans"] = spans
+            fields[name] = meta
+        else:
+            raise CodecError(
+                f"field {name!r} of message {message.kind!r} has type {type(value).__name__}; payload values must "
+                "be numpy arrays, int, float, str or bool"
+            )
+    header: dict[str, Any] = {
+        "sender": message.sender, "receiver": message.receiver, "kind": message.kind,
+        "round": int(message.round), "fields": fields,
+    }
+    if message.error is not None:
+        header["error"] = [message.error.type, message.error.message]
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    head_pad = _pad(_PREFIX.size + len(head))
+    total = _PREFIX.size + len(head) + head_pad + offset
+    if total > max_bytes:
+        raise encoded_size_limit_error(total, max_bytes, message.kind)
+    out = bytearray(total)
+    _PREFIX.pack_into(out, 0, MAGIC, VERSION, len(head))
+    start = _PREFIX.size
+    out[start : start + len(head)] = head
+    pos = start + len(head) + head_pad
+    for part in buffers:
+        n = part.nbytes if isinstance(part, memoryview) else len(part)
+        out[pos : pos + n] = part
+        pos += n
+    return bytes(out)
+
+
+def decode(frame: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
+    """Parse and check a frame; every problem is a :class:`CodecError` that says what was wrong."""
+    size = len(frame)
+    if size > max_bytes:
+        raise encoded_size_limit_error(size, max_bytes, "<incoming>")
+    if size < _PREFIX.size:
+        raise CodecError(f"frame of {size} bytes is too short to be a vflo message")
+    magic, version, head_len = _PREFIX.unpack_from(frame, 0)
+    if magic != MAGIC:
+        raise CodecError("frame does not start with the vflo magic bytes; the peer is not speaking vflo")
+    if version != VERSION:
+        raise CodecError(f"frame has codec version {version}, this vflo reads version {VERSION}; upgrade both sides")
+    head_end = _PREFIX.size + head_len
+    if head_end > size:
+        raise CodecError("frame header runs past the end of the frame")
+    # One copy of the frame so decoded arrays are writable and share nothing with the sender.
+    body = bytearray(frame)
+    try:
+        header = json.loads(bytes(body[_PREFIX.size : head_end]).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CodecError(f"frame header is not valid JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise CodecError("frame header must be a JSON object")
+    base = head_end + _pad(head_end)
+    area = memoryview(body)[base:]
+    try:
+        sender, receiver, kind = str(header["sender"]), str(header["receiver"]), str(header["kind"])
+        rnd = header["round"]
+        fields = header["fields"]
+    except KeyError as exc:
+        raise CodecError(f"frame header lacks {exc}") from exc
+    if not isinstance(rnd, int) or not isinstance(fields, dict):
+        raise CodecError("frame header has a malformed round or fields entry")
+    payload: dict[str, Value] = {}
+    for name, meta in fields.items():
+        payload[name] = _decode_field(kind, name, meta, area)
+    error = None
+    if "error" in header:
+        err = header["error"]
+        if not (isinstance(err, list) and len(err) == 2):
+            raise CodecError("frame header has a malformed error entry")
+        error = MessageError(type=str(err[0]), message=str(err[1]))
+    return Message(sender=sender, receiver=receiver, kind=kind, round=rnd, payload=payload, error=error)
+
+
+def _span(kind: str, name: str, meta: dict[str, Any], i: int, area: memoryview) -> memoryview:
+    try:
+        start, length = meta["spans"][i]
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise CodecError(f"message {kind!r}: field {name!r} has a malformed buffer span") from exc
+    if not (isinstance(start, int) and isinstance(length, int)) or start < 0 or length < 0:
+        raise CodecError(f"message {kind!r}: field {name!r} has a malformed buffer span")
+    if start + length > len(area):
+        raise CodecError(f"message {kind!r}: field {name!r} points past the end of the frame")
+    return area[start : start + length]
+
+
+def _shape(kind: str, name: str, meta: dict[str, Any]) -> tuple[int, ...]:
+    shape = meta.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+        raise CodecError(f"message {kind!r}: field {name!r} has a malformed shape {shape!r}")
+    return tuple(shape)
+
+
+def _decode_field(kind: str, name: str, meta: Any, area: memoryview) -> Value:
+    if not isinstance(meta, dict) or not meta:
+        raise CodecError(f"message {kind!r}: field {name!r} is malformed")
+    if "bool" in meta:
+        return bool(meta["bool"])
+    if "int" in meta:
+        if not isinstance(meta["int"], int):
+            raise CodecError(f"message {kind!r}: field {name!r} is not an integer")
+        return int(meta["int"])
+    if "float" in meta:
+        try:
+            return float.fromhex(meta["float"])
+        except (TypeError, ValueError) as exc:
+            raise CodecError(f"message {kind!r}: field {name!r} is not a float") from exc
+    if "text" in meta:
+        return str(meta["text"])
+    shape = _shape(kind, name, meta)
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if meta.get("str"):
+        lengths_buf = _span(kind, name, meta, 0, area)
+        blob = bytes(_span(kind, name, meta, 1, area))
+        if len(lengths_buf) != 8 * count:
+            raise CodecError(f"message {kind!r}: field {name!r} has {len(lengths_buf) // 8} strings for shape {shape}")
+        lengths = np.frombuffer(lengths_buf, dtype="<i8")
+        if np.any(lengths < 0) or int(lengths.sum()) != len(blob):
+            raise CodecError(f"message {kind!r}: field {name!r} string lengths do not match its bytes")
+        ends = np.cumsum(lengths)
+        try:
+            strings = [blob[e - n : e].decode("utf-8") for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        except UnicodeDecodeError as exc:
+            raise CodecError(f"message {kind!r}: field {name!r} is not valid UTF-8") from exc
+        return np.asarray(strings, dtype=str).reshape(shape) if strings else np.empty(shape, dtype="<U1")
+    dtype_name = meta.get("dtype")
+    if dtype_name not in ALLOWED_DTYPES:
+        raise CodecError(f"message {kind!r}: field {name!r} has dtype {dtype_name!r}, which vflo never sends")
+    dtype = np.dtype(dtype_name).newbyteorder("<")
+    buf = _span(kind, name, meta, 0, area)
+    if len(buf) != count * dtype.itemsize:
+        raise CodecError(
+            f"message {kind!r}: field {name!r} has {len(buf)} bytes but shape {shape} of {dtype_name} needs "
+            f"{count * dtype.itemsize}"
+        )
+    arr = np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
+    return arr.astype(dtype.newbyteorder("="), copy=False)

@@ -1,0 +1,127 @@
+"""The typed envelope every exchange between parties travels in.
+
+A :class:`Message` carries a small payload of named numpy arrays and scalars, or an
+error. Handlers declare what they accept with :class:`ArraySpec` / :class:`ScalarSpec`
+so a wrong dtype or shape is refused before any protocol code runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vflo.errors import PayloadError, RemoteError
+
+Scalar = int | float | str | bool
+Value = np.ndarray | Scalar
+Payload = Mapping[str, Value]
+
+CONTROL_PREFIX = "control."
+
+
+@dataclass(frozen=True)
+class MessageError:
+    """What a party reports instead of a payload when its handler failed."""
+
+    type: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Message:
+    """One request or reply: who to whom, what kind, in which communication round."""
+
+    sender: str
+    receiver: str
+    kind: str
+    round: int
+    payload: Payload = field(default_factory=dict)
+    error: MessageError | None = None
+
+    @property
+    def is_control(self) -> bool:
+        """Control messages (setup, teardown) are counted apart from the method's own traffic."""
+        return self.kind.startswith(CONTROL_PREFIX)
+
+    def reply(self, payload: Payload) -> Message:
+        return Message(sender=self.receiver, receiver=self.sender, kind=self.kind, round=self.round, payload=payload)
+
+    def error_reply(self, exc: BaseException) -> Message:
+        return Message(
+            sender=self.receiver, receiver=self.sender, kind=self.kind, round=self.round,
+            error=MessageError(type=type(exc).__name__, message=str(exc)),
+        )
+
+    def unwrap(self) -> Payload:
+        """The payload, or a :class:`RemoteError` naming the party and message kind that failed."""
+        if self.error is not None:
+            raise RemoteError(self.sender, self.kind, self.error.type, self.error.message)
+        return self.payload
+
+
+# --- payload specifications ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """An expected array field: allowed dtypes and a shape pattern (``None`` = any length)."""
+
+    dtypes: tuple[str, ...]
+    shape: tuple[int | None, ...]
+
+    def check(self, kind: str, name: str, value: Value) -> None:
+        if not isinstance(value, np.ndarray):
+            raise PayloadError(f"message {kind!r}: field {name!r} must be an array, got {type(value).__name__}")
+        if value.dtype.name not in self.dtypes and not (value.dtype.kind == "U" and "str" in self.dtypes):
+            raise PayloadError(
+                f"message {kind!r}: field {name!r} has dtype {value.dtype.name}, expected {' or '.join(self.dtypes)}"
+            )
+        if value.ndim != len(self.shape) or any(
+            want is not None and got != want for got, want in zip(value.shape, self.shape, strict=True)
+        ):
+            pattern = "(" + ", ".join("n" if s is None else str(s) for s in self.shape) + ")"
+            raise PayloadError(
+                f"message {kind!r}: field {name!r} has shape {value.shape}, expected {pattern}"
+            )
+
+
+@dataclass(frozen=True)
+class ScalarSpec:
+    """An expected scalar field of one of the given Python types."""
+
+    types: tuple[type, ...]
+
+    def check(self, kind: str, name: str, value: Value) -> None:
+        if isinstance(value, np.ndarray) or not isinstance(value, self.types) or (
+            isinstance(value, bool) and bool not in self.types
+        ):
+            names = " or ".join(t.__name__ for t in self.types)
+            raise PayloadError(f"message {kind!r}: field {name!r} must be {names}, got {value!r}")
+
+
+FieldSpec = ArraySpec | ScalarSpec
+
+IDS = ArraySpec(("int64", "str"), (None,))
+INT = ScalarSpec((int,))
+FLOAT = ScalarSpec((float, int))
+STR = ScalarSpec((str,))
+BOOL = ScalarSpec((bool,))
+
+
+def floats(*shape: int | None) -> ArraySpec:
+    return ArraySpec(("float32", "float16"), tuple(shape))
+
+
+def check_payload(kind: str, payload: Payload, spec: Mapping[str, FieldSpec]) -> None:
+    """Raise :class:`PayloadError` unless ``payload`` has exactly the fields of ``spec``."""
+    missing = [k for k in spec if k not in payload]
+    extra = [k for k in payload if k not in spec]
+    if missing or extra:
+        raise PayloadError(
+            f"message {kind!r}: fields do not match (missing {missing}, unexpected {extra}); "
+            "the two parties run different vflo versions or methods"
+        )
+    for name, fs in spec.items():
+        fs.check(kind, name, payload[name])

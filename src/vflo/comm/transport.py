@@ -1,0 +1,35 @@
+"""The `Transport` interface: deliver a request to a party and return its reply.
+
+Protocol code talks only to this interface, so the same method runs in one
+process (:class:`~vflo.comm.local.LocalTransport`) or across hosts. Every
+implementation encodes every message with the one codec and records it in the
+:class:`~vflo.comm.ledger.Ledger`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from vflo.comm.codec import DEFAULT_MAX_BYTES
+from vflo.comm.ledger import Ledger
+from vflo.comm.message import Message
+
+
+class Transport(ABC):
+    """Request/reply delivery between named parties, with a ledger of what crossed."""
+
+    def __init__(self, *, ledger: Ledger | None = None, max_message_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.max_message_bytes = max_message_bytes
+
+    @abstractmethod
+    def request(self, message: Message) -> Message:
+        """Send ``message`` and return the receiver's reply (which may carry an error)."""
+
+    def request_many(self, messages: Sequence[Message]) -> list[Message]:
+        """Send several requests of one round; implementations may send them concurrently."""
+        return [self.request(m) for m in messages]
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the in-process transport has none."""

@@ -1,0 +1,233 @@
+"""Datasets by name, with the metadata results need: task, classes, real or stand-in.
+
+A stand-in is generated data shaped like a dataset that cannot be had offline
+(MIMIC-III needs credentials). Its name ends in ``_standin`` and every table,
+report and plot that shows its results says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from vflo.data.datadir import DataFile, locate
+from vflo.errors import ConfigError, DataError, unknown_name
+
+Task = Literal["binary", "multiclass", "regression"]
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A full table before it is split between parties (simulation only).
+
+    ``X`` holds float features with their names, ``y`` int class indices 0..C-1 or float
+    targets, ``ids`` one unique ID per row.
+    """
+
+    name: str
+    X: pd.DataFrame
+    y: np.ndarray
+    ids: np.ndarray
+    task: Task
+    n_classes: int | None
+    standin: bool
+    source: str
+    standin_for: str | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.X) != len(self.y) or len(self.X) != len(self.ids):
+            raise DataError(f"dataset {self.name!r}: X, y and ids have different lengths")
+        if len(np.unique(self.ids)) != len(self.ids):
+            raise DataError(f"dataset {self.name!r}: IDs are not unique")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(str(c) for c in self.X.columns)
+
+    @property
+    def label(self) -> str:
+        """Display name: stand-ins say so."""
+        return f"{self.name} (stand-in for {self.standin_for}, generated data)" if self.standin else self.name
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """How to load a dataset, and what it is without loading it."""
+
+    name: str
+    task: Task
+    n_classes: int | None
+    shape: tuple[int, int]
+    source: str
+    loader: Callable[[Path | str | None], Dataset] = field(repr=False)
+    standin_for: str | None = None
+    files: tuple[DataFile, ...] = ()
+
+    @property
+    def standin(self) -> bool:
+        return self.standin_for is not None
+
+
+_REGISTRY: dict[str, DatasetSpec] = {}
+
+
+def register_dataset(spec: DatasetSpec) -> DatasetSpec:
+    if spec.name in _REGISTRY:
+        raise ValueError(f"dataset {spec.name!r} registered twice")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def dataset_specs() -> dict[str, DatasetSpec]:
+    return dict(_REGISTRY)
+
+
+def get_spec(name: str) -> DatasetSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(unknown_name("dataset", name, _REGISTRY)) from None
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None) -> Dataset:
+    """Load a dataset by name; files are read from the data directory and checksum-verified."""
+    return get_spec(name).loader(data_dir)
+
+
+# --- scikit-learn datasets --------------------------------------------------------------------
+
+
+def _sklearn(name: str, fetch: Callable[..., object], task: Task, source: str) -> Callable[..., Dataset]:
+    def load(_data_dir: Path | str | None) -> Dataset:
+        bunch = fetch(as_frame=True)
+        frame: pd.DataFrame = bunch.data.astype(np.float64)  # type: ignore[attr-defined]
+        y = np.asarray(bunch.target, dtype=np.int64)  # type: ignore[attr-defined]
+        return Dataset(
+            name=name, X=frame.reset_index(drop=True), y=y, ids=np.arange(len(y), dtype=np.int64),
+            task=task, n_classes=int(y.max()) + 1, standin=False, source=source,
+        )
+
+    return load
+
+
+def _register_sklearn() -> None:
+    from sklearn import datasets as skd
+
+    register_dataset(DatasetSpec(
+        name="breast_cancer", task="binary", n_classes=2, shape=(569, 30),
+        source="Breast Cancer Wisconsin (Diagnostic), Wolberg et al. 1995, via scikit-learn",
+        loader=_sklearn("breast_cancer", skd.load_breast_cancer, "binary",
+                        "Breast Cancer Wisconsin (Diagnostic), via scikit-learn"),
+    ))
+    register_dataset(DatasetSpec(
+        name="wine", task="multiclass", n_classes=3, shape=(178, 13),
+        source="UCI Wine, via scikit-learn",
+        loader=_sklearn("wine", skd.load_wine, "multiclass", "UCI Wine, via scikit-learn"),
+    ))
+    register_dataset(DatasetSpec(
+        name="digits", task="multiclass", n_classes=10, shape=(1797, 64),
+        source="UCI optical digits 8x8, via scikit-learn",
+        loader=_sklearn("digits", skd.load_digits, "multiclass", "UCI optical digits 8x8, via scikit-learn"),
+    ))
+
+
+# --- files from the data directory ---------------------------------------------------------------
+
+CREDIT_FILE = DataFile(
+    name="UCI_Credit_Card.csv.gz",
+    sha256="1913d5f7d57f217b7e7c24d45a703d6ea3e023b4636e7cefce834b7896bbc380",
+    description="the UCI 'default of credit card clients' table (ID, X1..X23, Y; 30000 rows)",
+    alternatives=(("UCI_Credit_Card.csv", "023eb2c3ad9efd15e7869616fa50a0143f25223105c7069ba632431530afdb61"),),
+)
+PARKINSONS_FILE = DataFile(
+    name="parkinsons.data",
+    sha256="742c51c827d62e5d6b2dc8c092ce48fe275d932d8c651752436b681ab903341d",
+    description="the UCI Parkinsons voice table (name, 22 features, status; 195 rows)",
+)
+
+
+def _load_credit(data_dir: Path | str | None) -> Dataset:
+    path = locate(CREDIT_FILE, data_dir)
+    frame = pd.read_csv(path)
+    features = frame[[f"X{i}" for i in range(1, 24)]].astype(np.float64)
+    return Dataset(
+        name="credit_default", X=features, y=frame["Y"].to_numpy(np.int64),
+        ids=frame["ID"].to_numpy(np.int64), task="binary", n_classes=2, standin=False,
+        source="UCI default of credit card clients, Yeh & Lien 2009",
+    )
+
+
+def _load_parkinsons(data_dir: Path | str | None) -> Dataset:
+    path = locate(PARKINSONS_FILE, data_dir)
+    frame = pd.read_csv(path)
+    y = frame["status"].to_numpy(np.int64)
+    features = frame.drop(columns=["name", "status"]).astype(np.float64)
+    return Dataset(
+        name="parkinsons", X=features, y=y, ids=frame["name"].to_numpy().astype(str), task="binary",
+        n_classes=2, standin=False, source="UCI Parkinsons (195-row voice set), Little et al. 2008",
+    )
+
+
+register_dataset(DatasetSpec(
+    name="credit_default", task="binary", n_classes=2, shape=(30000, 23),
+    source="UCI default of credit card clients (Yeh & Lien 2009); file from the data directory",
+    loader=_load_credit, files=(CREDIT_FILE,),
+))
+register_dataset(DatasetSpec(
+    name="parkinsons", task="binary", n_classes=2, shape=(195, 22),
+    source="UCI Parkinsons (Little et al. 2008), 195 rows; file from the data directory",
+    loader=_load_parkinsons, files=(PARKINSONS_FILE,),
+))
+_register_sklearn()
+
+
+# --- generated stand-ins ----------------------------------------------------------------------------
+
+# The 15 MIMIC-III length-of-stay features after Huang et al.'s preprocessing, as named by APC-VFL.
+MIMIC3_COLUMNS = (
+    "Age", "NumCalouts", "NumDiagnosis", "NumProcs", "NumCPTevents", "NumInput", "NumLabs",
+    "NumMicroLabs", "NumNotes", "NumOutput", "NumRx", "NumProcEvents", "NumTransfers",
+    "NumChartEvents", "TotalNumInteract",
+)
+
+
+def classification_standin(
+    *, name: str, standin_for: str, n_samples: int, columns: tuple[str, ...], n_classes: int,
+    n_informative: int, weights: tuple[float, ...] | None, class_sep: float, flip_y: float, seed: int,
+) -> Callable[[Path | str | None], Dataset]:
+    """Loader for a generated classification stand-in; the data is fixed by ``seed``."""
+
+    def load(_data_dir: Path | str | None) -> Dataset:
+        from sklearn.datasets import make_classification
+
+        X, y = make_classification(
+            n_samples=n_samples, n_features=len(columns), n_informative=n_informative,
+            n_redundant=max(0, (len(columns) - n_informative) // 2), n_classes=n_classes,
+            n_clusters_per_class=2, weights=list(weights) if weights else None, class_sep=class_sep,
+            flip_y=flip_y, shuffle=True, random_state=seed,
+        )
+        return Dataset(
+            name=name, X=pd.DataFrame(X, columns=list(columns)), y=y.astype(np.int64),
+            ids=np.arange(n_samples, dtype=np.int64), task="binary" if n_classes == 2 else "multiclass",
+            n_classes=n_classes, standin=True, standin_for=standin_for,
+            source=f"generated stand-in for {standin_for} (make_classification, seed {seed}); NOT real data",
+        )
+
+    return load
+
+
+register_dataset(DatasetSpec(
+    name="mimic3_los_standin", task="multiclass", n_classes=4, shape=(58976, 15),
+    source="generated stand-in for MIMIC-III length of stay (58976 x 15, 4 classes); NOT real data",
+    standin_for="MIMIC-III length of stay",
+    loader=classification_standin(
+        name="mimic3_los_standin", standin_for="MIMIC-III length of stay", n_samples=58976,
+        columns=MIMIC3_COLUMNS, n_classes=4, n_informative=8, weights=(0.35, 0.3, 0.2, 0.15),
+        class_sep=0.8, flip_y=0.05, seed=20160524,
+    ),
+))

@@ -1,0 +1,276 @@
+"""`PartyData`: the one table a party ever sees.
+
+A party brings sample IDs, a float feature matrix with column names and, if it
+is the active party, labels. Everything is validated on construction so that
+later code can trust it: IDs unique, features finite floats, labels aligned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vflo.errors import DataError, DataFileError
+
+IdArray = np.ndarray
+
+
+def _as_id_array(ids: Sequence[Any] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(ids)
+    if arr.ndim != 1:
+        raise DataError(f"sample IDs must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind in "UO":
+        try:
+            return np.asarray([str(v) for v in arr], dtype=object).astype(str)
+        except (TypeError, ValueError) as exc:  # pragma: no cover - str() of numpy scalars does not fail
+            raise DataError(f"sample IDs must be integers or strings: {exc}") from exc
+    if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        return arr.astype(np.int64)
+    raise DataError(
+        f"sample IDs must be integers or strings, got dtype {arr.dtype}; "
+        "convert the ID column to int or str before building PartyData"
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class PartyData:
+    """One party's samples.
+
+    Attributes:
+        party: the owning party's name.
+        ids: unique sample IDs (int64 or str), one per row.
+        X: float32 feature matrix of shape (n, len(columns)); a label-only party has zero columns.
+        columns: feature names, unique, disjoint from every other party's.
+        y: labels (int64 class indices or float64 targets) or ``None`` for a passive party.
+    """
+
+    party: str
+    ids: np.ndarray
+    X: np.ndarray
+    columns: tuple[str, ...]
+    y: np.ndarray | None = None
+    _index: dict[Any, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ids = _as_id_array(self.ids)
+        X = np.asarray(self.X)
+        if X.ndim != 2:
+            raise DataError(f"party {self.party!r}: features must be a 2-D matrix, got shape {X.shape}")
+        if X.dtype.kind not in "fiub":
+            raise DataError(
+                f"party {self.party!r}: features must be numeric, got dtype {X.dtype}; "
+                "encode categorical columns as numbers first"
+            )
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        if X.shape[0] != ids.shape[0]:
+            raise DataError(
+                f"party {self.party!r}: {ids.shape[0]} IDs but {X.shape[0]} feature rows; "
+                "every row needs exactly one ID"
+            )
+        columns = tuple(str(c) for c in self.columns)
+        if len(columns) != X.shape[1]:
+            raise DataError(
+                f"party {self.party!r}: {len(columns)} column names for {X.shape[1]} feature columns"
+            )
+        if len(set(columns)) != len(columns):
+            dupes = sorted({c for c in columns if columns.count(c) > 1})
+            raise DataError(f"party {self.party!r}: column names repeated: {dupes}; rename them")
+        uniq, counts = np.unique(ids, return_counts=True)
+        if uniq.shape[0] != ids.shape[0]:
+            dupes = uniq[counts > 1][:5].tolist()
+            raise DataError(
+                f"party {self.party!r}: duplicate sample IDs {dupes} ({int((counts > 1).sum())} in all); "
+                "each sample must appear once: drop or merge the duplicates"
+            )
+        if not np.all(np.isfinite(X)):
+            bad_rows, bad_cols = np.nonzero(~np.isfinite(X))
+            where = sorted({columns[c] for c in bad_cols})[:5]
+            raise DataError(
+                f"party {self.party!r}: {bad_rows.size} NaN or infinite feature values "
+                f"(columns {where}); impute or drop them before federating"
+            )
+        y = self.y
+        if y is not None:
+            y = np.asarray(y)
+            if y.ndim != 1 or y.shape[0] != ids.shape[0]:
+                raise DataError(
+                    f"party {self.party!r}: labels must be one per row, got shape {y.shape} "
+                    f"for {ids.shape[0]} rows"
+                )
+            if y.dtype.kind in "iub":
+                y = y.astype(np.int64)
+            elif y.dtype.kind == "f":
+                if not np.all(np.isfinite(y)):
+                    raise DataError(f"party {self.party!r}: labels contain NaN or infinite values")
+                y = y.astype(np.float64)
+            else:
+                raise DataError(
+                    f"party {self.party!r}: labels must be numeric, got dtype {y.dtype}; "
+                    "encode class names as integers 0..C-1"
+                )
+            y.setflags(write=False)
+        ids.setflags(write=False)
+        X.setflags(write=False)
+        object.__setattr__(self, "ids", ids)
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "columns", columns)
+        object.__setattr__(self, "y", y)
+        object.__setattr__(self, "_index", {k: i for i, k in enumerate(ids.tolist())})
+
+    # -- basic facts -------------------------------------------------------------------------
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X.shape[1])
+
+    @property
+    def has_labels(self) -> bool:
+        return self.y is not None
+
+    def __len__(self) -> int:
+        return self.n_samples
+
+    def __repr__(self) -> str:
+        lab = ", labelled" if self.has_labels else ""
+        return f"PartyData({self.party!r}, {self.n_samples} samples x {self.n_features} features{lab})"
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def positions(self, ids: Sequence[Any] | np.ndarray) -> np.ndarray:
+        """Row positions of ``ids``; a :class:`DataError` names IDs this party does not hold."""
+        wanted = _as_id_array(ids)
+        index = self._index
+        missing = [v for v in wanted.tolist() if v not in index]
+        if missing:
+            raise DataError(
+                f"party {self.party!r} holds no sample with ID {missing[:5]!r} "
+                f"({len(missing)} of {wanted.shape[0]} requested IDs missing)"
+            )
+        return np.fromiter((index[v] for v in wanted.tolist()), dtype=np.int64, count=wanted.shape[0])
+
+    def contains(self, ids: Sequence[Any] | np.ndarray) -> np.ndarray:
+        """Boolean mask: which of ``ids`` this party holds."""
+        wanted = _as_id_array(ids)
+        index = self._index
+        return np.fromiter((v in index for v in wanted.tolist()), dtype=bool, count=wanted.shape[0])
+
+    def subset(self, ids: Sequence[Any] | np.ndarray) -> PartyData:
+        """The rows for ``ids``, in that order."""
+        pos = self.positions(ids)
+        return PartyData(
+            party=self.party,
+            ids=self.ids[pos],
+            X=self.X[pos],
+            columns=self.columns,
+            y=None if self.y is None else self.y[pos],
+        )
+
+    def require_labels(self) -> np.ndarray:
+        if self.y is None:
+            raise DataError(
+                f"party {self.party!r} has no labels, but this step needs the active party's labels; "
+                "give the active party a label column (label_column=...)"
+            )
+        return self.y
+
+    def to_frame(self, id_column: str = "id", label_column: str = "label") -> pd.DataFrame:
+        frame = pd.DataFrame(self.X, columns=list(self.columns))
+        frame.insert(0, id_column, self.ids)
+        if self.y is not None:
+            frame[label_column] = self.y
+        return frame
+
+    # -- constructors from what a real party brings ----------------------------------------------
+
+    @classmethod
+    def from_frame(
+        cls,
+        frame: pd.DataFrame,
+        *,
+        party: str,
+        id_column: str,
+        label_column: str | None = None,
+        feature_columns: Sequence[str] | None = None,
+    ) -> PartyData:
+        """Build from a table with an ID column, feature columns and optionally a label column."""
+        if id_column not in frame.columns:
+            raise DataError(
+                f"party {party!r}: ID column {id_column!r} not in the table (columns: {list(frame.columns)[:10]}); "
+                "set id_column to the column that holds the sample IDs"
+            )
+        if label_column is not None and label_column not in frame.columns:
+            raise DataError(
+                f"party {party!r}: label column {label_column!r} not in the table; the active party must "
+                "bring its labels: add the column or fix label_column"
+            )
+        reserved = {id_column} | ({label_column} if label_column else set())
+        if feature_columns is None:
+            feature_columns = [str(c) for c in frame.columns if c not in reserved]
+        else:
+            absent = [c for c in feature_columns if c not in frame.columns]
+            if absent:
+                raise DataError(f"party {party!r}: feature columns {absent} not in the table")
+        non_numeric = [c for c in feature_columns if not pd.api.types.is_numeric_dtype(frame[c])]
+        if non_numeric:
+            raise DataError(
+                f"party {party!r}: non-numeric feature columns {non_numeric}; "
+                "encode them as numbers (e.g. one-hot) or leave them out with feature_columns=..."
+            )
+        if frame[id_column].isna().any():
+            raise DataError(f"party {party!r}: ID column {id_column!r} has missing values")
+        y = None
+        if label_column is not None:
+            labels = frame[label_column]
+            if labels.isna().any():
+                raise DataError(f"party {party!r}: label column {label_column!r} has missing values")
+            y = labels.to_numpy()
+        return cls(
+            party=party,
+            ids=frame[id_column].to_numpy(),
+            X=frame[list(feature_columns)].to_numpy(dtype=np.float64),
+            columns=tuple(feature_columns),
+            y=y,
+        )
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | Path,
+        *,
+        party: str,
+        id_column: str,
+        label_column: str | None = None,
+        feature_columns: Sequence[str] | None = None,
+    ) -> PartyData:
+        """Read a CSV (optionally gzipped) or Parquet file."""
+        path = Path(path)
+        if not path.is_file():
+            raise DataFileError(f"party {party!r}: data file {path} does not exist")
+        suffixes = "".join(path.suffixes).lower()
+        try:
+            if suffixes.endswith(".parquet") or suffixes.endswith(".pq"):
+                frame = pd.read_parquet(path)
+            elif ".csv" in suffixes or ".tsv" in suffixes or suffixes.endswith(".txt"):
+                sep = "\t" if ".tsv" in suffixes else ","
+                frame = pd.read_csv(path, sep=sep)
+            else:
+                raise DataFileError(
+                    f"party {party!r}: cannot tell the format of {path.name}; use a .csv, .csv.gz, .tsv or "
+                    ".parquet file"
+                )
+        except (OSError, ValueError, pd.errors.ParserError) as exc:
+            raise DataFileError(f"party {party!r}: could not read {path}: {exc}") from exc
+        return cls.from_frame(
+            frame, party=party, id_column=id_column, label_column=label_column, feature_columns=feature_columns
+        )

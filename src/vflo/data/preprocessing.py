@@ -1,0 +1,35 @@
+"""Per-party preprocessing, fitted on that party's own training rows only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vflo.data.partydata import PartyData
+from vflo.errors import DataError
+
+
+@dataclass(frozen=True)
+class Standardizer:
+    """Zero mean, unit variance per column; constant columns are centred but not scaled."""
+
+    mean_: np.ndarray
+    scale_: np.ndarray
+
+    @classmethod
+    def fit(cls, X: np.ndarray) -> Standardizer:
+        if X.shape[0] == 0:
+            raise DataError("cannot standardise a party with no training rows")
+        X64 = np.asarray(X, dtype=np.float64)
+        mean = X64.mean(axis=0)
+        std = X64.std(axis=0)
+        scale = np.where(std > 1e-12, std, 1.0)
+        return cls(mean_=mean, scale_=scale)
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        out: np.ndarray = ((np.asarray(X, dtype=np.float64) - self.mean_) / self.scale_).astype(np.float32)
+        return out
+
+    def apply(self, data: PartyData) -> PartyData:
+        return PartyData(party=data.party, ids=data.ids, X=self.transform(data.X), columns=data.columns, y=data.y)

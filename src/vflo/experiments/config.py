@@ -1,0 +1,254 @@
+"""Experiment configs: one TOML file -> dataset, scenario variants, protocol, methods, report settings.
+
+Everything is validated when the file is read, before anything runs: unknown keys,
+unknown datasets, methods and protocols, and every sweep variant's scenario.
+
+Paths such as ``samples.aligned`` or ``parties.hospital.columns`` address a value inside
+a table; in a list of tables, a segment selects the entry by its ``name`` (``label`` for
+methods) or by its index. They are used by ``[scenario.sweep]`` (each path maps to a
+list of values; the variants are their cartesian product) and by ``[quick]``
+(overrides applied with ``--quick``; paths start at the top of the file).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vflo import schema
+from vflo.comm.codec import DEFAULT_MAX_BYTES
+from vflo.data.datasets import get_spec
+from vflo.data.scenario import ScenarioSpec
+from vflo.errors import ConfigError, did_you_mean
+from vflo.experiments.protocols import Protocol, parse_protocol
+from vflo.methods.base import Method
+from vflo.methods.registry import get_method
+from vflo.metrics import check_metric, default_metric
+
+TOP_LEVEL = ("name", "description", "seed", "dataset", "scenario", "protocol", "methods", "transport", "report",
+             "quick")
+DEFAULT_QUICK: dict[str, Any] = {"protocol.repeats": 1}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetConfig:
+    name: str
+    data_dir: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransportConfig:
+    max_message_bytes: int = DEFAULT_MAX_BYTES
+
+    def __post_init__(self) -> None:
+        if self.max_message_bytes < 1024:
+            raise ConfigError("transport.max_message_bytes must be at least 1024")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportConfig:
+    """``metric``: the headline metric (default: accuracy or rmse). ``x``: the sweep path on the plots' x axis."""
+
+    metric: str | None = None
+    x: str | None = None
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    """A method with its settings, and the label that names it in results."""
+
+    label: str
+    method_cls: type[Method]
+    config: Any
+
+    def instantiate(self) -> Method:
+        return self.method_cls(self.config)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One point of the scenario sweep."""
+
+    label: str
+    values: Mapping[str, Any]
+    spec: ScenarioSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+    name: str
+    description: str
+    seed: int
+    dataset: DatasetConfig
+    variants: tuple[Variant, ...]
+    sweep_paths: tuple[str, ...]
+    protocol: Protocol
+    methods: tuple[MethodEntry, ...]
+    transport: TransportConfig
+    report: ReportConfig
+    raw: Mapping[str, Any] = field(repr=False)
+    quick: bool = False
+
+    @property
+    def metric(self) -> str:
+        return self.report.metric or default_metric(get_spec(self.dataset.name).task)
+
+
+# -- paths ----------------------------------------------------------------------------------------
+
+
+def _select(container: Any, segment: str, path: str, create: bool) -> tuple[Any, Any]:
+    """The child of ``container`` named by ``segment``: (parent, key) for setting it."""
+    if isinstance(container, list):
+        for i, item in enumerate(container):
+            if isinstance(item, dict) and segment in (item.get("name"), item.get("label")):
+                return container, i
+        if segment.isdigit() and int(segment) < len(container):
+            return container, int(segment)
+        names = [str(it.get("label", it.get("name"))) for it in container if isinstance(it, dict)]
+        raise ConfigError(f"path {path!r}: no entry {segment!r}{did_you_mean(segment, names)}; entries: {names}")
+    if isinstance(container, dict):
+        if segment not in container and not create:
+            raise ConfigError(f"path {path!r}: no key {segment!r}{did_you_mean(segment, container)}")
+        return container, segment
+    raise ConfigError(f"path {path!r}: {segment!r} is inside a value, not a table")
+
+
+def set_path(root: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``path`` inside nested tables, creating the last key (the schema then checks it)."""
+    segments = path.split(".")
+    node: Any = root
+    for seg in segments[:-1]:
+        parent, key = _select(node, seg, path, create=True)
+        if isinstance(parent, dict) and key not in parent:
+            parent[key] = {}
+        node = parent[key]
+    parent, key = _select(node, segments[-1], path, create=True)
+    parent[key] = copy.deepcopy(value)
+
+
+def get_path(root: Mapping[str, Any], path: str) -> Any:
+    node: Any = root
+    for seg in path.split("."):
+        parent, key = _select(node, seg, path, create=False)
+        node = parent[key]
+    return node
+
+
+# -- parsing -----------------------------------------------------------------------------------------
+
+
+def load_config(path: str | Path, *, quick: bool = False) -> ExperimentConfig:
+    """Read and validate an experiment TOML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    return parse_config(raw, quick=quick, default_name=path.stem)
+
+
+def parse_config(
+    raw_in: Mapping[str, Any], *, quick: bool = False, default_name: str = "experiment"
+) -> ExperimentConfig:
+    raw = copy.deepcopy(dict(raw_in))
+    for key in raw:
+        if key not in TOP_LEVEL:
+            raise ConfigError(f"unknown key {key!r}{did_you_mean(key, TOP_LEVEL)}; valid keys: {', '.join(TOP_LEVEL)}")
+    quick_table = raw.pop("quick", None)
+    if quick_table is not None and not isinstance(quick_table, dict):
+        raise ConfigError("[quick] must be a table of path = value overrides")
+    if quick:
+        for qpath, value in (quick_table if quick_table is not None else DEFAULT_QUICK).items():
+            set_path(raw, qpath, value)
+
+    name = raw.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise ConfigError("name must be a non-empty string")
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigError("description must be a string")
+
+    dataset = schema.build(DatasetConfig, raw.get("dataset"), where="dataset")
+    spec = get_spec(dataset.name)
+    variants, sweep_paths = _variants(raw.get("scenario"))
+    protocol = parse_protocol(raw.get("protocol"))
+    methods = _methods(raw.get("methods"))
+    transport = schema.build(TransportConfig, raw.get("transport"), where="transport")
+    report = schema.build(ReportConfig, raw.get("report"), where="report")
+    if report.metric is not None:
+        check_metric(report.metric, spec.task)
+    if report.x is not None and report.x not in sweep_paths:
+        raise ConfigError(f"report.x = {report.x!r} is not a sweep path; sweep paths: {list(sweep_paths)}")
+    for entry in methods:
+        if spec.task not in entry.method_cls.tasks:
+            raise ConfigError(
+                f"method {entry.label!r} does not support {spec.task} tasks (dataset {dataset.name!r})"
+            )
+    return ExperimentConfig(
+        name=name, description=description, seed=seed, dataset=dataset, variants=variants,
+        sweep_paths=sweep_paths, protocol=protocol, methods=methods, transport=transport, report=report,
+        raw=raw, quick=quick,
+    )
+
+
+def _variants(table: Any) -> tuple[tuple[Variant, ...], tuple[str, ...]]:
+    if not isinstance(table, dict):
+        raise ConfigError("[scenario] is required: it names the parties and how rows are shared")
+    base = dict(table)
+    sweep = base.pop("sweep", {}) or {}
+    if not isinstance(sweep, dict):
+        raise ConfigError("[scenario.sweep] must map paths to lists of values")
+    paths = tuple(sweep)
+    for p, values in sweep.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"scenario.sweep.{p!r} must be a non-empty list of values")
+    variants = []
+    for combo in itertools.product(*(sweep[p] for p in paths)):
+        variant_raw = copy.deepcopy(base)
+        for p, value in zip(paths, combo, strict=True):
+            set_path(variant_raw, p, value)
+        values = dict(zip(paths, combo, strict=True))
+        label = ", ".join(f"{p.rsplit('.', 1)[-1]}={_short(v)}" for p, v in values.items()) or "default"
+        spec = schema.build(ScenarioSpec, variant_raw, where="scenario")
+        variants.append(Variant(label=label, values=values, spec=spec))
+    return tuple(variants), paths
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return f"[{len(value)} items]"
+    return str(value)
+
+
+def _methods(table: Any) -> tuple[MethodEntry, ...]:
+    if not isinstance(table, list) or not table:
+        raise ConfigError("at least one [[methods]] entry is required, e.g. [[methods]] name = 'local'")
+    entries = []
+    for i, item in enumerate(table):
+        if not isinstance(item, dict) or "name" not in item:
+            raise ConfigError(f"methods[{i}] needs a name")
+        settings = dict(item)
+        name = settings.pop("name")
+        label = settings.pop("label", name)
+        cls = get_method(name)
+        config = schema.build(cls.Config, settings, where=f"methods.{label}")
+        entries.append(MethodEntry(label=str(label), method_cls=cls, config=config))
+    labels = [e.label for e in entries]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"method labels must be unique, got {labels}; give repeated methods a label = '...'")
+    return tuple(entries)
+
+
+def sweep_value_text(values: Sequence[Any]) -> str:
+    return ", ".join(_short(v) for v in values)

@@ -1,0 +1,92 @@
+"""Plots of an experiment: the headline metric and the bytes exchanged against the sweep axis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vflo.experiments.runner import ExperimentResult
+
+
+def _x_axis(result: ExperimentResult, summary: pd.DataFrame) -> tuple[str, list[Any], list[str]]:
+    """The column to plot against, its ordered values and tick labels."""
+    cfg = result.config
+    path = cfg.report.x or (cfg.sweep_paths[0] if cfg.sweep_paths else None)
+    if path is None:
+        return "aligned", sorted(summary["aligned"].unique().tolist()), []
+    values = list(dict.fromkeys(summary[path].tolist()))
+    if all(isinstance(v, int | float | np.integer | np.floating) for v in values):
+        return path, values, []
+    labels = []
+    for v in values:
+        try:
+            parsed = json.loads(v) if isinstance(v, str) else v
+            labels.append(f"{len(parsed)} items" if isinstance(parsed, list) else str(v))
+        except (json.JSONDecodeError, TypeError):
+            labels.append(str(v))
+    return path, values, labels
+
+
+def write_plots(result: ExperimentResult, summary: pd.DataFrame, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if summary.empty:
+        return []
+    metric = result.config.metric
+    xcol, xvalues, xlabels = _x_axis(result, summary)
+    positions = {v: i for i, v in enumerate(xvalues)} if xlabels else {v: v for v in xvalues}
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = {m: cycle[i % len(cycle)] for i, m in enumerate(dict.fromkeys(summary["method"]))}
+    title = result.dataset.label
+    if result.dataset.standin:
+        title += "\nSTAND-IN DATA (generated)"
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for method, sub in summary.groupby("method", sort=False):
+        sub = sub.sort_values(xcol, key=lambda s: s.map(xvalues.index))
+        xs = [positions[v] for v in sub[xcol]]
+        ax.errorbar(xs, sub[metric], yerr=sub[f"{metric}_std"], marker="o", capsize=3, label=str(method),
+                    color=colours[method])
+    paths.append(_finish(fig, ax, out_dir / "metric_vs_x.png", xcol=xcol, ylabel=metric, title=title,
+                         xlabels=xlabels))
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    silent = []
+    for method, sub in summary.groupby("method", sort=False):
+        if (sub["comm_bytes"] <= 0).all():
+            silent.append(str(method))
+            continue
+        sub = sub.sort_values(xcol, key=lambda s: s.map(xvalues.index))
+        ax.plot([positions[v] for v in sub[xcol]], sub["comm_bytes"], marker="o", label=str(method),
+                color=colours[method])
+    ax.set_yscale("log")
+    note = f"\nno messages: {', '.join(silent)}" if silent else ""
+    paths.append(_finish(fig, ax, out_dir / "bytes_vs_x.png", xcol=xcol,
+                         ylabel="bytes exchanged (ledger, log scale)", title=title + note, xlabels=xlabels))
+    return paths
+
+
+def _finish(fig: Any, ax: Any, path: Path, *, xcol: str, ylabel: str, title: str, xlabels: list[str]) -> Path:
+    """Labels, ticks, grid and legend; save and close."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xcol)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    if xlabels:
+        ax.set_xticks(range(len(xlabels)), xlabels)
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,189 @@
+"""Evaluation protocols: which rows are held out for testing, and how often.
+
+Every protocol holds its test rows out of *every* party's training data: no encoder,
+teacher or classifier sees them before scoring. Test rows are chosen among the
+active party's rows (stratified by label for classification), either from all of
+them (``test_from = 'active'``) or from those aligned with the other parties
+(``test_from = 'aligned'``, needed by methods whose inference is collaborative).
+
+* ``aligned_holdout`` – classical VFL: train and test on aligned rows only (APC-VFL's
+  comparison with SplitNN: a fixed number of aligned test rows).
+* ``holdout`` – one train / test split (RAP: 70 / 10 / 20, the 10 being each
+  method's own validation split).
+* ``active_cv`` – k-fold cross-validation over the active party's rows, repeated.
+* ``repeated_runs`` – N seeded holdout runs, reported with a 95% t-interval (VFL-ASP).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from vflo import schema
+from vflo.data.scenario import Count, Layout
+from vflo.errors import ConfigError, ScenarioError, unknown_name
+
+TestFrom = Literal["active", "aligned"]
+TrainScope = Literal["all", "aligned"]
+
+
+@dataclass(frozen=True)
+class Split:
+    """One evaluation: the test IDs and which rows may be used for training."""
+
+    fold: int
+    test_ids: np.ndarray
+    train_scope: TrainScope
+
+
+@dataclass(frozen=True, kw_only=True)
+class Protocol(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def repetitions(self) -> int:
+        """How many times the whole evaluation is repeated with a fresh seed."""
+
+    @abstractmethod
+    def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
+        """The test splits of one repeat."""
+
+    def describe(self) -> str:
+        return f"{self.name}: " + ", ".join(f"{k} = {v}" for k, v in schema.to_plain(self).items())
+
+
+def _pool(layout: Layout, test_from: TestFrom) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate test IDs and their labels."""
+    active = layout.active
+    if test_from == "aligned":
+        ids = layout.aligned_ids()
+        if len(ids) == 0:
+            raise ScenarioError("test_from = 'aligned' but the active party shares no row with the others")
+    else:
+        ids = np.sort(layout.ids(active))
+    position = {v: i for i, v in enumerate(layout.dataset.ids.tolist())}
+    y = layout.dataset.y[np.fromiter((position[v] for v in ids.tolist()), dtype=np.int64, count=len(ids))]
+    return ids, y
+
+
+def _holdout(ids: np.ndarray, y: np.ndarray, n_test: Count, rng: np.random.Generator, stratify: bool,
+             what: str) -> np.ndarray:
+    from sklearn.model_selection import train_test_split
+
+    size = round(n_test * len(ids)) if isinstance(n_test, float) else int(n_test)
+    if size < 1 or size >= len(ids):
+        raise ScenarioError(
+            f"{what} = {n_test} leaves {size} test rows out of {len(ids)} candidates; it must leave at least one "
+            "row for testing and one for training"
+        )
+    strat = y if stratify and _can_stratify(y, size, len(ids)) else None
+    _, test = train_test_split(ids, test_size=size, random_state=int(rng.integers(2**31)), stratify=strat)
+    return np.sort(np.asarray(test))
+
+
+def _can_stratify(y: np.ndarray, n_test: int, n: int) -> bool:
+    if y.dtype.kind == "f":
+        return False
+    _, counts = np.unique(y, return_counts=True)
+    return bool(counts.min() >= 2 and n_test >= len(counts) and n - n_test >= len(counts))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlignedHoldout(Protocol):
+    name: ClassVar[str] = "aligned_holdout"
+    test_rows: Count = 50
+    train_scope: TrainScope = "aligned"
+    repeats: int = 5
+    stratify: bool = True
+
+    def repetitions(self) -> int:
+        return self.repeats
+
+    def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
+        ids, y = _pool(layout, "aligned")
+        return [Split(0, _holdout(ids, y, self.test_rows, rng, self.stratify, "test_rows"), self.train_scope)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SingleSplit(Protocol):
+    """One stratified test split per repeat."""
+
+    test_fraction: Count = 0.2
+    test_from: TestFrom = "active"
+    train_scope: TrainScope = "all"
+    stratify: bool = True
+
+    def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
+        ids, y = _pool(layout, self.test_from)
+        return [Split(0, _holdout(ids, y, self.test_fraction, rng, self.stratify, "test_fraction"), self.train_scope)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Holdout(_SingleSplit):
+    name: ClassVar[str] = "holdout"
+    repeats: int = 1
+
+    def repetitions(self) -> int:
+        return self.repeats
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepeatedRuns(_SingleSplit):
+    name: ClassVar[str] = "repeated_runs"
+    runs: int = 20
+
+    def repetitions(self) -> int:
+        return self.runs
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActiveCV(Protocol):
+    name: ClassVar[str] = "active_cv"
+    folds: int = 10
+    repeats: int = 5
+    test_from: TestFrom = "active"
+    train_scope: TrainScope = "all"
+    stratify: bool = True
+
+    def __post_init__(self) -> None:
+        if self.folds < 2:
+            raise ConfigError(f"protocol.folds must be at least 2, got {self.folds}")
+
+    def repetitions(self) -> int:
+        return self.repeats
+
+    def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
+        from sklearn.model_selection import KFold, StratifiedKFold
+
+        ids, y = _pool(layout, self.test_from)
+        if len(ids) < self.folds:
+            raise ScenarioError(f"{self.folds} folds need at least {self.folds} rows, the pool has {len(ids)}")
+        seed = int(rng.integers(2**31))
+        if self.stratify and y.dtype.kind != "f" and np.unique(y, return_counts=True)[1].min() >= self.folds:
+            folds = StratifiedKFold(self.folds, shuffle=True, random_state=seed).split(ids, y)
+        else:
+            folds = KFold(self.folds, shuffle=True, random_state=seed).split(ids)
+        return [Split(i, np.sort(ids[test]), self.train_scope) for i, (_, test) in enumerate(folds)]
+
+
+PROTOCOLS: dict[str, type[Protocol]] = {
+    p.name: p for p in (AlignedHoldout, Holdout, ActiveCV, RepeatedRuns)
+}
+
+
+def parse_protocol(raw: Mapping[str, Any] | None) -> Protocol:
+    """A protocol from its config table: ``name`` plus that protocol's settings."""
+    table = dict(raw or {"name": "aligned_holdout"})
+    name = table.pop("name", None)
+    if not isinstance(name, str):
+        raise ConfigError(f"protocol.name is required; choose one of {sorted(PROTOCOLS)}")
+    if name not in PROTOCOLS:
+        raise ConfigError(unknown_name("protocol", name, PROTOCOLS))
+    protocol = schema.build(PROTOCOLS[name], table, where="protocol")
+    if protocol.repetitions() < 1:
+        raise ConfigError(f"protocol {name}: the number of repeats (or runs) must be at least 1")
+    return protocol

@@ -1,0 +1,165 @@
+"""Summaries and the Markdown report of an experiment.
+
+Numbers are aggregated in two steps, as APC-VFL reports them: folds are averaged
+within a repeat, then mean, standard deviation and a 95% t-interval are taken over
+repeats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vflo.experiments.runner import ExperimentResult
+from vflo.metrics import higher_is_better
+
+COMM_COLUMNS = ("comm_bytes", "comm_mb", "comm_messages", "comm_rounds", "align_bytes", "control_bytes",
+                "fit_seconds", "wall_seconds")
+
+
+def t_halfwidth(values: Sequence[float], confidence: float = 0.95) -> float:
+    """Half-width of the t-interval for the mean; NaN for fewer than two values."""
+    from scipy import stats
+
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    sd = float(np.std(values, ddof=1))
+    return float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
+
+
+def summarize(result: ExperimentResult) -> pd.DataFrame:
+    """One row per variant x method: mean, std and 95% CI half-width of every metric, means of the rest."""
+    frame = pd.DataFrame(result.rows)
+    if frame.empty:
+        return frame
+    metrics = [m for m in result.metrics if m in frame.columns]
+    numeric = metrics + [c for c in COMM_COLUMNS if c in frame.columns]
+    per_repeat = frame.groupby(["variant", "method", "repeat"], sort=False)[numeric].mean().reset_index()
+    out = []
+    order = list(dict.fromkeys(frame["variant"]))
+    methods = list(dict.fromkeys(frame["method"]))
+    for variant in order:
+        for method in methods:
+            sub = per_repeat[(per_repeat["variant"] == variant) & (per_repeat["method"] == method)]
+            if sub.empty:
+                continue
+            first = frame[(frame["variant"] == variant) & (frame["method"] == method)].iloc[0]
+            row: dict[str, Any] = {
+                "variant": variant, "method": method, "repeats": len(sub),
+                "aligned": int(first["aligned"]), "active_features": int(first["active_features"]),
+                "inference": first["inference"], "simulation_only": bool(first["simulation_only"]),
+            }
+            for path in result.config.sweep_paths:
+                row[path] = first[path]
+            for m in metrics:
+                values = sub[m].to_numpy(dtype=float)
+                row[m] = float(np.mean(values))
+                row[f"{m}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+                row[f"{m}_ci95"] = t_halfwidth(values.tolist())
+            for c in COMM_COLUMNS:
+                if c in sub:
+                    row[c] = float(sub[c].mean())
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _fmt(value: float, digits: int = 4) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _bytes(n: float) -> str:
+    if n == 0:
+        return "0"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
+    cfg = result.config
+    ds = result.dataset
+    metric = cfg.metric
+    direction = "higher is better" if higher_is_better(metric) else "lower is better"
+    lines = [f"# {cfg.name}", ""]
+    if cfg.description:
+        lines += [cfg.description, ""]
+    if ds.standin:
+        lines += [
+            f"> **Stand-in data.** `{ds.name}` is generated data shaped like {ds.standin_for}, which is not "
+            "available here. Its numbers say nothing about the real dataset.", "",
+        ]
+    lines += [
+        f"- Dataset: {ds.label} ({len(ds.ids)} rows x {len(ds.columns)} features, {ds.task}); {ds.source}",
+        f"- Protocol: {cfg.protocol.describe()}",
+        f"- Parties: {', '.join(f'{p.name} ({p.role})' for p in cfg.variants[0].spec.parties)}",
+        f"- Sweep: {', '.join(cfg.sweep_paths) or 'none'} ({len(cfg.variants)} variant(s))",
+        f"- Seed: {cfg.seed}; repeats: {cfg.protocol.repetitions()}{' (quick mode)' if cfg.quick else ''}",
+        f"- vflo {result.environment()['vflo']}, torch {result.environment()['torch']}; started {result.started}; "
+        f"took {result.seconds:.1f} s",
+        "",
+        f"## {metric} ({direction})",
+        "",
+        "Mean ± standard deviation over repeats, and the half-width of the 95% t-interval. Communication is read "
+        "from the ledger of messages that crossed the transport (method traffic; alignment included, setup "
+        "excluded).",
+        "",
+    ]
+    header = ["variant", "method", metric, "± std", "95% CI ±", "comm", "rounds", "messages", "fit s", "inference"]
+    body = []
+    for _, r in summary.iterrows():
+        name = r["method"] + (" (oracle)" if r["simulation_only"] else "")
+        body.append([
+            r["variant"], name, _fmt(r[metric]), _fmt(r[f"{metric}_std"]), _fmt(r[f"{metric}_ci95"]),
+            _bytes(r["comm_bytes"]), f"{r['comm_rounds']:.0f}", f"{r['comm_messages']:.0f}",
+            f"{r['fit_seconds']:.2f}", r["inference"],
+        ])
+    lines += [markdown_table(header, body), ""]
+    others = [m for m in result.metrics if m != metric and m in summary.columns]
+    if others:
+        lines += ["## All metrics (means)", ""]
+        lines += [markdown_table(
+            ["variant", "method", *others],
+            [[r["variant"], r["method"], *(_fmt(r[m]) for m in others)] for _, r in summary.iterrows()],
+        ), ""]
+    lines += _communication_section(result)
+    if any(summary["simulation_only"]):
+        lines += [
+            "Methods marked *(oracle)* pool every party's raw features in one place. They run only in "
+            "simulation and bound what any federated method could reach; they are not deployable.", "",
+        ]
+    lines += [
+        "Files: `results.csv` (one row per variant x repeat x fold x method), `results.json` (config, rows, "
+        "ledger detail, environment), plots `metric_vs_x.png` and `bytes_vs_x.png`.", "",
+    ]
+    return "\n".join(lines)
+
+
+def _communication_section(result: ExperimentResult) -> list[str]:
+    """Ledger detail by message kind for the first repeat and fold of the first variant."""
+    if not result.communication:
+        return []
+    first_variant = result.communication[0]["variant"]
+    picked = [c for c in result.communication if c["variant"] == first_variant and c["repeat"] == 0 and c["fold"] == 0]
+    rows = []
+    for c in picked:
+        for kind, v in sorted(c["by_kind"].items()):
+            rows.append([c["method"], f"`{kind}`", v["messages"], _bytes(v["request_bytes"]), _bytes(v["reply_bytes"])])
+    if not rows:
+        return []
+    return [
+        f"## Communication by message kind ({first_variant}, repeat 0)", "",
+        markdown_table(["method", "kind", "messages", "request bytes", "reply bytes"], rows), "",
+        "`control.*` messages install and remove the method at each party; they are counted apart.", "",
+    ]

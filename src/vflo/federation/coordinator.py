@@ -1,0 +1,153 @@
+"""The coordinator's view of a federation: its own party, the others' names, and the transport.
+
+A method's :meth:`~vflo.methods.base.Method.fit` and ``predict`` receive a
+:class:`Federation`. It exposes the coordinating (active) party's data and
+nothing else; everything about other parties arrives in replies to requests.
+Each :meth:`Federation.exchange` is one communication round.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from vflo.comm.message import Message, Payload
+from vflo.comm.transport import Transport
+from vflo.data.partydata import PartyData
+from vflo.errors import MethodError, PartyBoundaryError
+from vflo.federation.node import SETUP, TEARDOWN, Node, NodeContext
+from vflo.methods.base import Method
+from vflo.roles import PartyInfo, active_party
+
+if TYPE_CHECKING:
+    from vflo.data.datasets import Task
+    from vflo.data.scenario import Oracle
+
+
+class Federation:
+    """Drives a method's exchanges from the coordinating party."""
+
+    def __init__(
+        self, *, node: Node, transport: Transport, parties: tuple[PartyInfo, ...], seed: int,
+        task: Task, n_classes: int | None, oracle: Oracle | None = None,
+    ) -> None:
+        if task != "regression" and (n_classes is None or n_classes < 2):
+            raise MethodError(f"a {task} task needs n_classes >= 2, got {n_classes}")
+        self._node = node
+        self.task: Task = task
+        self.n_classes = n_classes
+        self.transport = transport
+        self.parties = parties
+        self.seed = seed
+        self._oracle = oracle
+        self._round = 0
+        self._method: Method | None = None
+        if node.info not in parties:
+            raise PartyBoundaryError(f"coordinator {node.name!r} is not one of the parties")
+
+    # -- who is who ----------------------------------------------------------------------------
+
+    @property
+    def party(self) -> str:
+        return self._node.name
+
+    @property
+    def active(self) -> str:
+        return active_party(self.parties).name
+
+    def names(self, *roles: str) -> list[str]:
+        """Names of the parties with any of ``roles`` (all if none given), the coordinator excluded."""
+        return [p.name for p in self.parties if p.name != self.party and (not roles or p.role in roles)]
+
+    def role_of(self, name: str) -> str:
+        for p in self.parties:
+            if p.name == name:
+                return p.role
+        raise PartyBoundaryError(f"no party named {name!r}")
+
+    @property
+    def ctx(self) -> NodeContext:
+        if self._node.context is None:
+            raise MethodError("the federation has not been set up with a method yet")
+        return self._node.context
+
+    @property
+    def data(self) -> PartyData:
+        """The coordinating party's own training data."""
+        return self.ctx.require_data()
+
+    @property
+    def serving(self) -> PartyData:
+        return self.ctx.rows("serve")
+
+    @property
+    def oracle(self) -> Oracle:
+        """Pooled features: simulation-only, and only for methods marked ``simulation_only``."""
+        if self._oracle is None or self._method is None or not self._method.simulation_only:
+            raise PartyBoundaryError(
+                "the pooled-data oracle exists only in simulation and only for simulation-only baselines"
+            )
+        return self._oracle
+
+    @property
+    def n_outputs(self) -> int:
+        """Width of a model's output layer: one per class, or one for regression."""
+        return 1 if self.task == "regression" or self.n_classes is None else self.n_classes
+
+    @property
+    def rounds(self) -> int:
+        return self._round
+
+    def rng(self, *purpose: int | str) -> np.random.Generator:
+        return self.ctx.rng(*purpose)
+
+    def torch_generator(self, *purpose: int | str) -> torch.Generator:
+        return self.ctx.torch_generator(*purpose)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def setup(self, method: Method) -> None:
+        """Install ``method`` at every party (a control message each) and at the coordinator."""
+        self._method = method
+        self._node.install(method, seed=self.seed, parties=self.parties)
+        payload: Payload = {
+            "method": method.name,
+            "config": method.config_json(),
+            "seed": self.seed,
+            "parties": json.dumps([[p.name, p.role] for p in self.parties]),
+        }
+        others = self.names()
+        if others:
+            self._send_all(SETUP, {n: payload for n in others}, round_no=0)
+
+    def teardown(self) -> None:
+        others = self.names()
+        if others:
+            self._send_all(TEARDOWN, {n: {} for n in others}, round_no=self._round)
+
+    # -- exchanges ---------------------------------------------------------------------------------
+
+    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Payload]:
+        """One communication round: send each party its payload, return each reply's payload."""
+        self._round += 1
+        return self._send_all(kind, payloads, round_no=self._round)
+
+    def request(self, receiver: str, kind: str, payload: Payload) -> Payload:
+        return self.exchange(kind, {receiver: payload})[receiver]
+
+    def broadcast(self, kind: str, payload: Payload, to: Sequence[str]) -> dict[str, Payload]:
+        return self.exchange(kind, {name: payload for name in to})
+
+    def _send_all(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> dict[str, Payload]:
+        if self.party in payloads:
+            raise PartyBoundaryError(f"the coordinator {self.party!r} cannot send {kind!r} to itself")
+        messages = [
+            Message(sender=self.party, receiver=name, kind=kind, round=round_no, payload=payload)
+            for name, payload in payloads.items()
+        ]
+        replies = self.transport.request_many(messages)
+        return {m.receiver: r.unwrap() for m, r in zip(messages, replies, strict=True)}

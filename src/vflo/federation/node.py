@@ -1,0 +1,172 @@
+"""A party's endpoint: its own data, its private state, and a handler per message kind.
+
+A :class:`Node` is built from one party's :class:`~vflo.data.partydata.PartyData`
+only. When a ``control.setup`` message names a method, the node creates its own
+instance of that method from the config in the message and serves the method's
+handlers. Each handler receives a :class:`NodeContext`: this party's data, state,
+seeded random streams and a way to send onward messages, and nothing of any other
+party.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from vflo.align import plain as plain_align
+from vflo.comm.message import INT, STR, FieldSpec, Message, Payload, check_payload
+from vflo.comm.transport import Transport
+from vflo.data.partydata import PartyData
+from vflo.errors import PartyBoundaryError, ProtocolError, VfloError
+from vflo.methods.base import HandlerInfo, Method
+from vflo.roles import PartyInfo
+from vflo.seeding import numpy_rng, torch_generator
+
+logger = logging.getLogger(__name__)
+
+SETUP = "control.setup"
+TEARDOWN = "control.teardown"
+SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR}
+
+
+class NodeContext:
+    """What a handler may touch: its own party's data and state, and an outbox."""
+
+    __slots__ = ("_current_round", "_transport", "data", "info", "parties", "seed", "serving", "state")
+
+    def __init__(
+        self, *, info: PartyInfo, data: PartyData | None, serving: PartyData | None,
+        parties: tuple[PartyInfo, ...], seed: int, transport: Transport | None,
+    ) -> None:
+        self.info = info
+        self.data = data
+        self.serving = serving
+        self.parties = parties
+        self.seed = seed
+        self.state: dict[str, Any] = {}
+        self._transport = transport
+        self._current_round = 0
+
+    @property
+    def party(self) -> str:
+        return self.info.name
+
+    def require_data(self) -> PartyData:
+        if self.data is None:
+            raise PartyBoundaryError(f"party {self.party!r} ({self.info.role}) holds no data for this step")
+        return self.data
+
+    def rows(self, split: str) -> PartyData:
+        """This party's training rows (``"train"``) or the rows it holds for scoring (``"serve"``)."""
+        if split == "train":
+            return self.require_data()
+        if split == "serve":
+            if self.serving is None:
+                raise PartyBoundaryError(f"party {self.party!r} holds no rows to score")
+            return self.serving
+        raise ProtocolError(f"unknown row split {split!r}; expected 'train' or 'serve'")
+
+    def rng(self, *purpose: int | str) -> np.random.Generator:
+        """A numpy generator for this party and purpose, fixed by the run seed."""
+        return numpy_rng(self.seed, self.party, *purpose)
+
+    def torch_generator(self, *purpose: int | str) -> torch.Generator:
+        return torch_generator(self.seed, self.party, *purpose)
+
+    def send(self, receiver: str, kind: str, payload: Payload) -> Payload:
+        """Send an onward request in the current round and return the reply's payload."""
+        if self._transport is None:
+            raise ProtocolError(f"party {self.party!r} has no transport to reach {receiver!r}")
+        message = Message(sender=self.party, receiver=receiver, kind=kind, round=self._current_round, payload=payload)
+        return self._transport.request(message).unwrap()
+
+
+class Node:
+    """Serves one party's handlers; knows nothing of other parties but their names and roles."""
+
+    def __init__(self, info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None) -> None:
+        if data is not None and data.party != info.name:
+            raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
+        if serving is not None and serving.party != info.name:
+            raise PartyBoundaryError(f"node {info.name!r} was handed serving rows of party {serving.party!r}")
+        self.info = info
+        self._data = data
+        self._serving = serving
+        self._transport: Transport | None = None
+        self.context: NodeContext | None = None
+        self.method: Method | None = None
+        self._handlers: dict[str, tuple[HandlerInfo, str]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def attach(self, transport: Transport) -> None:
+        """The transport this node uses for onward messages."""
+        self._transport = transport
+
+    def install(self, method: Method, *, seed: int, parties: tuple[PartyInfo, ...]) -> NodeContext:
+        """Serve ``method``'s handlers with a fresh private state."""
+        self.method = method
+        self._handlers = method.handler_table()
+        self.context = NodeContext(
+            info=self.info, data=self._data, serving=self._serving, parties=parties, seed=seed,
+            transport=self._transport,
+        )
+        return self.context
+
+    def handle(self, message: Message) -> Message:
+        """Run the handler for ``message`` and return the reply; failures become error replies."""
+        try:
+            if message.receiver != self.name:
+                raise ProtocolError(f"message for {message.receiver!r} delivered to {self.name!r}")
+            return message.reply(self._dispatch(message))
+        except VfloError as exc:
+            logger.info("party %s: %s failed: %s", self.name, message.kind, exc)
+            return message.error_reply(exc)
+        except Exception as exc:
+            logger.exception("party %s: unexpected error in %s", self.name, message.kind)
+            return message.error_reply(exc)
+
+    def _dispatch(self, message: Message) -> Payload:
+        kind = message.kind
+        if kind == SETUP:
+            self._setup(message.payload)
+            return {}
+        if kind == TEARDOWN:
+            self.context, self.method, self._handlers = None, None, {}
+            return {}
+        if self.context is None or self.method is None:
+            raise ProtocolError(f"party {self.name!r} got {kind!r} before any method was set up")
+        if kind == plain_align.KIND:
+            check_payload(kind, message.payload, plain_align.REQUEST)
+            return plain_align.handle(self.context, message.payload)
+        entry = self._handlers.get(kind)
+        if entry is None:
+            raise ProtocolError(
+                f"party {self.name!r} running {self.method.name} has no handler for {kind!r}"
+            )
+        info, attr = entry
+        check_payload(kind, message.payload, info.accepts)
+        self.context._current_round = message.round
+        result: Payload = getattr(self.method, attr)(self.context, message.payload)
+        return result
+
+    def _setup(self, payload: Payload) -> None:
+        from vflo.methods.registry import get_method
+
+        check_payload(SETUP, payload, SETUP_SPEC)
+        method_cls = get_method(str(payload["method"]))
+        method = method_cls.from_config_json(str(payload["config"]))
+        try:
+            raw = json.loads(str(payload["parties"]))
+            parties = tuple(PartyInfo(str(n), r) for n, r in raw)
+        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"setup message has a malformed party list: {exc}") from exc
+        seed = payload["seed"]
+        assert isinstance(seed, int)
+        self.install(method, seed=seed, parties=parties)

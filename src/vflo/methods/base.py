@@ -1,0 +1,130 @@
+"""What a method is: a config dataclass, party-side handlers, a coordinator, a predictor.
+
+A method subclass declares
+
+* ``Config``: a frozen, keyword-only dataclass of hyperparameters (defaults from its paper);
+* handlers: functions decorated with :func:`handles` that a party runs when a message of
+  that kind arrives; each sees only its own :class:`~vflo.federation.node.NodeContext`;
+* :meth:`Method.fit`: the coordinator's side, run at the active party through a
+  :class:`~vflo.federation.coordinator.Federation` (which exposes only that party's data);
+* :meth:`Method.predict`: scores for IDs the active party holds; ``inference`` says
+  whether that needs the other parties (``collaborative``) or not (``active_only``).
+
+Coordinator-side learned state lives on the instance with a trailing underscore,
+as in scikit-learn; party-side state lives in each party's ``ctx.state``.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+
+import numpy as np
+
+from vflo import schema
+from vflo.comm.message import FieldSpec, Payload
+from vflo.data.datasets import Task
+from vflo.errors import ConfigError, MethodError
+from vflo.roles import PartyInfo
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
+
+Inference = Literal["active_only", "collaborative"]
+HandlerFn = Callable[[Any, "NodeContext", Payload], Payload]
+ALL_TASKS: frozenset[Task] = frozenset({"binary", "multiclass", "regression"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodConfig:
+    """Base of every method's hyperparameters."""
+
+
+@dataclass(frozen=True)
+class HandlerInfo:
+    kind: str
+    accepts: Mapping[str, FieldSpec]
+
+
+F = TypeVar("F", bound=Callable[..., Payload])
+
+
+def handles(kind: str, **accepts: FieldSpec) -> Callable[[F], F]:
+    """Mark a method function as the handler of message ``kind`` with payload fields ``accepts``."""
+
+    def mark(fn: F) -> F:
+        fn._vflo_handler = HandlerInfo(kind=kind, accepts=accepts)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+C = TypeVar("C", bound=MethodConfig)
+
+
+class Method(ABC):
+    """Base class of every federated algorithm and baseline."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[MethodConfig]] = MethodConfig
+    summary: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    inference: ClassVar[Inference] = "active_only"
+    simulation_only: ClassVar[bool] = False
+    tasks: ClassVar[frozenset[Task]] = ALL_TASKS
+
+    def __init__(self, config: MethodConfig | None = None, **overrides: Any) -> None:
+        if config is None:
+            config = schema.build(self.Config, overrides, where=f"methods.{self.name}")
+        elif overrides:
+            raise ConfigError("pass either a config object or keyword overrides, not both")
+        if not isinstance(config, self.Config):
+            raise ConfigError(f"{self.name} needs a {self.Config.__name__}, got {type(config).__name__}")
+        self.config = config
+
+    # -- what a party runs -----------------------------------------------------------------------
+
+    @classmethod
+    def handler_table(cls) -> dict[str, tuple[HandlerInfo, str]]:
+        table: dict[str, tuple[HandlerInfo, str]] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                info = getattr(value, "_vflo_handler", None)
+                if isinstance(info, HandlerInfo):
+                    table[info.kind] = (info, attr)
+        return table
+
+    def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
+        """Data-less parties (server, dealer) this method needs beside the data holders."""
+        return ()
+
+    def config_json(self) -> str:
+        return schema.to_json(self.config)
+
+    @classmethod
+    def from_config_json(cls, text: str) -> Method:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{cls.name}: config is not valid JSON: {exc}") from exc
+        return cls(schema.build(cls.Config, raw, where=f"methods.{cls.name}"))
+
+    # -- the coordinator -------------------------------------------------------------------------
+
+    def check_task(self, task: Task) -> None:
+        if task not in self.tasks:
+            raise MethodError(
+                f"{self.name} supports {sorted(self.tasks)} tasks, not {task!r}; pick another method or dataset"
+            )
+
+    @abstractmethod
+    def fit(self, fed: Federation) -> None:
+        """Train, driving every exchange through ``fed``."""
+
+    @abstractmethod
+    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        """Class probabilities (n, C) or regression values (n,) for ``ids`` held by the active party."""

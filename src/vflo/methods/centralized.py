@@ -1,0 +1,63 @@
+"""Centralized: every party's features pooled in one place (the oracle upper bound)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from vflo.data.preprocessing import Standardizer
+from vflo.errors import MethodError
+from vflo.federation.coordinator import Federation
+from vflo.methods.base import Method, MethodConfig
+from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
+from vflo.seeding import derive_seed
+
+
+@dataclass(frozen=True, kw_only=True)
+class CentralizedConfig(EstimatorConfig, MethodConfig):
+    """``rows = 'active'``: all of the active party's training rows, with every party's features for
+    them (the true upper bound). ``rows = 'aligned'``: only rows every party holds."""
+
+    rows: Literal["active", "aligned"] = "active"
+    standardize: bool = True
+
+
+class Centralized(Method):
+    """Every party's features pooled in one place: the upper bound of APC-VFL, RAP and VFL-ASP.
+
+    Simulation only: no deployment can run it, since it needs raw features from every party.
+    Loss: min_θ Σ_i ℓ(f_θ([x_i^1, ..., x_i^K]), y_i) over the chosen rows.
+    """
+
+    name = "centralized"
+    Config = CentralizedConfig
+    summary = "all features pooled in one place (oracle upper bound; simulation only)"
+    paper = "upper bound in APC-VFL, RAP and VFL-ASP"
+    inference = "active_only"
+    simulation_only = True
+
+    config: CentralizedConfig
+
+    def fit(self, fed: Federation) -> None:
+        oracle = fed.oracle
+        data = fed.data
+        y = data.require_labels()
+        ids = data.ids
+        if self.config.rows == "aligned":
+            keep = oracle.held_by_all(ids)
+            if not keep.any():
+                raise MethodError("centralized with rows = 'aligned' found no row that every party holds")
+            ids, y = ids[keep], y[keep]
+        X = oracle.features(ids)
+        self.scaler_ = Standardizer.fit(X) if self.config.standardize else None
+        self.estimator_: Estimator = make_estimator(
+            self.config, task=fed.task, n_classes=fed.n_classes, seed=derive_seed(fed.seed, "centralized"),
+        ).fit(self._scale(X), y)
+
+    def _scale(self, X: np.ndarray) -> np.ndarray:
+        return X.astype(np.float32) if self.scaler_ is None else self.scaler_.transform(X)
+
+    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        return self.estimator_.predict_scores(self._scale(fed.oracle.features(ids)))

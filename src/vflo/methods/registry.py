@@ -1,0 +1,35 @@
+"""Methods by name. Adding a method = one module, its tests, one line here.
+
+Entries are import paths so that listing methods or parsing a config does not
+import every method's dependencies.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from vflo.errors import ConfigError, unknown_name
+from vflo.methods.base import Method
+
+_METHODS: dict[str, str] = {
+    "local": "vflo.methods.local:Local",
+    "centralized": "vflo.methods.centralized:Centralized",
+    "splitnn": "vflo.methods.splitnn:SplitNN",
+}
+
+
+def method_names() -> list[str]:
+    return sorted(_METHODS)
+
+
+def get_method(name: str) -> type[Method]:
+    """The method class registered as ``name``."""
+    try:
+        target = _METHODS[name]
+    except KeyError:
+        raise ConfigError(unknown_name("method", name, _METHODS)) from None
+    module_name, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    if not (isinstance(cls, type) and issubclass(cls, Method)) or cls.name != name:
+        raise TypeError(f"registry entry {name!r} -> {target} is not a Method named {name!r}")  # pragma: no cover
+    return cls

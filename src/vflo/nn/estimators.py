@@ -1,0 +1,158 @@
+"""Estimators on a plain feature matrix (a party's own features, or pooled ones in simulation).
+
+All share one shape, as in scikit-learn: ``fit(X, y)`` returns ``self`` and sets
+learned state with a trailing underscore; ``predict_scores(X)`` returns class
+probabilities ``(n, C)`` over *all* C classes (even ones missing from training) or
+regression values ``(n,)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from vflo.data.datasets import Task
+from vflo.errors import ConfigError
+from vflo.nn.models import mlp
+from vflo.nn.train import History, TrainConfig, as_tensor, fit_module
+from vflo.seeding import numpy_rng, torch_generator
+
+EstimatorKind = Literal["logistic", "linear", "mlp"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimatorConfig:
+    """A model on one feature matrix: logistic / linear regression, or an MLP."""
+
+    model: EstimatorKind = "logistic"
+    C: float = 1.0
+    hidden: tuple[int, ...] = (64, 32)
+    activation: str = "relu"
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        if not self.C > 0:
+            raise ConfigError(f"C must be positive, got {self.C}")
+
+
+class Estimator(Protocol):
+    def fit(self, X: np.ndarray, y: np.ndarray) -> Estimator: ...
+
+    def predict_scores(self, X: np.ndarray) -> np.ndarray: ...
+
+
+def make_estimator(config: EstimatorConfig, *, task: Task, n_classes: int | None, seed: int) -> Estimator:
+    if config.model == "logistic":
+        if task == "regression":
+            raise ConfigError("model = 'logistic' is for classification; use 'linear' or 'mlp' for regression")
+        return LogisticEstimator(C=config.C, n_classes=_classes(task, n_classes), seed=seed)
+    if config.model == "linear":
+        if task != "regression":
+            raise ConfigError("model = 'linear' is for regression; use 'logistic' or 'mlp' for classification")
+        return LinearEstimator(alpha=1.0 / config.C)
+    return MLPEstimator(
+        task=task, n_classes=n_classes, hidden=config.hidden, activation=config.activation,
+        train=config.train, seed=seed,
+    )
+
+
+def _classes(task: Task, n_classes: int | None) -> int:
+    if n_classes is None or n_classes < 2:
+        raise ConfigError(f"a {task} task needs at least 2 classes")
+    return n_classes
+
+
+def full_proba(proba: np.ndarray, seen: np.ndarray, n_classes: int) -> np.ndarray:
+    """Spread probabilities over seen classes into a matrix over all ``n_classes``."""
+    out = np.zeros((proba.shape[0], n_classes), dtype=np.float64)
+    out[:, seen.astype(np.int64)] = proba
+    return out
+
+
+class LogisticEstimator:
+    """Multinomial logistic regression (scikit-learn, lbfgs)."""
+
+    def __init__(self, *, C: float, n_classes: int, seed: int) -> None:
+        self.C = C
+        self.n_classes = n_classes
+        self.seed = seed
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> LogisticEstimator:
+        from sklearn.linear_model import LogisticRegression
+
+        self.classes_ = np.unique(y)
+        if len(self.classes_) < 2:
+            self.model_ = None
+            return self
+        self.model_ = LogisticRegression(C=self.C, max_iter=5000, random_state=self.seed % (2**32))
+        self.model_.fit(np.asarray(X, dtype=np.float64), y)
+        return self
+
+    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+        if self.model_ is None:
+            out = np.zeros((X.shape[0], self.n_classes))
+            out[:, int(self.classes_[0])] = 1.0
+            return out
+        proba = self.model_.predict_proba(np.asarray(X, dtype=np.float64))
+        return full_proba(proba, self.model_.classes_, self.n_classes)
+
+
+class LinearEstimator:
+    """Ridge regression (scikit-learn)."""
+
+    def __init__(self, *, alpha: float) -> None:
+        self.alpha = alpha
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> LinearEstimator:
+        from sklearn.linear_model import Ridge
+
+        self.model_ = Ridge(alpha=self.alpha).fit(np.asarray(X, dtype=np.float64), y)
+        return self
+
+    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(self.model_.predict(np.asarray(X, dtype=np.float64)), dtype=np.float64)
+
+
+class MLPEstimator:
+    """A PyTorch MLP trained with the project's fit loop (cross-entropy or MSE)."""
+
+    def __init__(
+        self, *, task: Task, n_classes: int | None, hidden: tuple[int, ...], activation: str,
+        train: TrainConfig, seed: int,
+    ) -> None:
+        self.task = task
+        self.n_classes = n_classes
+        self.hidden = hidden
+        self.activation = activation
+        self.train = train
+        self.seed = seed
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> MLPEstimator:
+        out = 1 if self.task == "regression" else _classes(self.task, self.n_classes)
+        self.model_ = mlp(X.shape[1], self.hidden, out, activation=self.activation,
+                          generator=torch_generator(self.seed, "mlp-init"))
+        target = as_tensor(y, dtype=torch.float32 if self.task == "regression" else torch.long)
+        tensors = {"x": as_tensor(X), "y": target}
+        self.history_: History = fit_module(
+            self.model_, self._loss, tensors, config=self.train, rng=numpy_rng(self.seed, "mlp-batches"),
+        )
+        return self
+
+    def _loss(self, model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        out = model(batch["x"])
+        if self.task == "regression":
+            return F.mse_loss(out.squeeze(1), batch["y"])
+        return F.cross_entropy(out, batch["y"])
+
+    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            out = self.model_(as_tensor(X))
+        scores = out.squeeze(1) if self.task == "regression" else torch.softmax(out, dim=1)
+        result: np.ndarray = scores.double().numpy()
+        return result

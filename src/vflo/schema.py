@@ -1,0 +1,152 @@
+"""Build frozen dataclasses from plain mappings (TOML tables, JSON), checking every key.
+
+One place decides what a config may say: unknown keys are errors with a
+"did you mean" hint, values are checked against the field's type, lists become
+tuples, nested tables become nested dataclasses. The error names the dotted
+path of the offending key so the user can find it in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+from vflo.errors import ConfigError, did_you_mean
+
+T = TypeVar("T")
+
+
+def build(cls: type[T], mapping: Mapping[str, Any] | None, where: str = "") -> T:
+    """An instance of dataclass ``cls`` from ``mapping``; a :class:`ConfigError` names what is wrong."""
+    if mapping is None:
+        mapping = {}
+    if isinstance(mapping, cls):
+        return mapping
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"{where or cls.__name__} must be a table of settings, got {type(mapping).__name__}")
+    if not dataclasses.is_dataclass(cls):  # pragma: no cover - programming error
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+    kwargs: dict[str, Any] = {}
+    for key, value in mapping.items():
+        path = f"{where}.{key}" if where else key
+        if key not in fields:
+            raise ConfigError(
+                f"unknown key {path!r}{did_you_mean(key, fields)}; valid keys here: {', '.join(sorted(fields))}"
+            )
+        kwargs[key] = coerce(hints[key], value, path)
+    missing = [
+        n for n, f in fields.items()
+        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{where or cls.__name__}: missing required key(s) {missing}")
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        if where and not str(exc).startswith(where):
+            raise ConfigError(f"{where}: {exc}") from exc
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where or cls.__name__}: {exc}") from exc
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " or ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(tp))
+    if origin is tuple:
+        return f"a list of {_describe(get_args(tp)[0])}"
+    if dataclasses.is_dataclass(tp):
+        return "a table"
+    return getattr(tp, "__name__", str(tp))
+
+
+def coerce(tp: Any, value: Any, path: str) -> Any:
+    """Check ``value`` against type ``tp`` and convert lists to tuples and tables to dataclasses."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        if value in get_args(tp) and type(value) in {type(a) for a in get_args(tp)}:
+            return value
+        options = [str(a) for a in get_args(tp)]
+        raise ConfigError(
+            f"{path} = {value!r} is not allowed{did_you_mean(str(value), options)}; choose one of {_describe(tp)}"
+        )
+    if origin in (Union, types.UnionType):
+        errors = []
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        # Try exact-type matches first so 3 stays an int in int | float.
+        for arg in sorted(args, key=lambda a: 0 if a is type(value) else 1):
+            if arg is type(None):
+                continue
+            try:
+                return coerce(arg, value, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{path} = {value!r} must be {_describe(tp)}")
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{path} must be {_describe(tp)}, got {value!r}")
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise ConfigError(f"{path} must have {len(args)} entries, got {len(value)}")
+        return tuple(coerce(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path} must be a table, got {value!r}")
+        args = get_args(tp)
+        if args:
+            return {str(k): coerce(args[1], v, f"{path}.{k}") for k, v in value.items()}
+        return dict(value)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return build(tp, value, path)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{path} must be a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path} must be a string, got {value!r}")
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{path} = {value!r} must be {_describe(tp)}")  # pragma: no cover
+
+
+def to_plain(obj: Any) -> Any:
+    """A dataclass as JSON-ready dicts and lists (the inverse of :func:`build`)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {
+            f.name: to_plain(getattr(obj, f.name))
+            for f in dataclasses.fields(obj) if f.init and not f.name.startswith("_")
+        }
+    if isinstance(obj, tuple | list):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, Mapping):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    return obj
+
+
+def to_json(obj: Any) -> str:
+    return json.dumps(to_plain(obj), sort_keys=True)

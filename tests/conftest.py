@@ -1,0 +1,63 @@
+"""Shared fixtures: small seeded synthetic data, and scenarios built from it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vflo.data.datasets import Dataset
+from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_dataset(
+    n: int = 300, n_features: int = 8, n_classes: int = 2, seed: int = 0, task: str | None = None,
+) -> Dataset:
+    """A seeded classification (or regression) table where every feature carries some signal."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, n_features))
+    w = rng.normal(size=(n_features, max(n_classes, 1)))
+    logits = X @ w + 0.3 * rng.normal(size=(n, max(n_classes, 1)))
+    if task == "regression":
+        y = logits[:, 0].astype(np.float64)
+        kind, classes = "regression", None
+    else:
+        y = logits.argmax(axis=1).astype(np.int64)
+        kind, classes = ("binary" if n_classes == 2 else "multiclass"), n_classes
+    columns = [f"f{i}" for i in range(n_features)]
+    return Dataset(
+        name="synthetic", X=pd.DataFrame(X, columns=columns), y=y, ids=np.arange(1000, 1000 + n, dtype=np.int64),
+        task=kind, n_classes=classes, standin=False, source="test data",  # type: ignore[arg-type]
+    )
+
+
+def two_party_spec(active_cols: int = 3, active: int | float | None = None, aligned: int | float = 1.0,
+                   passive_only: int | float = 0) -> ScenarioSpec:
+    """An active party with the first ``active_cols`` features, a passive party with the rest."""
+    return ScenarioSpec(
+        parties=(
+            PartySpec(name="act", role="active", columns=tuple(f"f{i}" for i in range(active_cols))),
+            PartySpec(name="pas", role="passive", columns="rest"),
+        ),
+        samples=SamplesSpec(active=active, aligned=aligned, passive_only=passive_only),
+    )
+
+
+@pytest.fixture
+def dataset() -> Dataset:
+    return make_dataset()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The data directory the README's test command points at (``../shared/datasets``)."""
+    env = os.environ.get("VFLO_DATA_DIR")
+    path = Path(env) if env else REPO.parent / "shared" / "datasets"
+    if not (path / "SHA256SUMS").is_file() and not any(path.glob("*.csv*")):
+        pytest.fail(f"data directory {path} has no dataset files; set VFLO_DATA_DIR to ../shared/datasets")
+    return path

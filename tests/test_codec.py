@@ -1,0 +1,143 @@
+"""The wire format: every payload type round-trips, bad frames are refused with a reason."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from vflo.comm.codec import ALLOWED_DTYPES, decode, encode
+from vflo.comm.ledger import Ledger
+from vflo.comm.local import LocalTransport
+from vflo.comm.message import IDS, ArraySpec, Message, MessageError, check_payload, floats
+from vflo.errors import CodecError, PayloadError
+
+NUMERIC = sorted(ALLOWED_DTYPES)
+arrays = st.sampled_from(NUMERIC).flatmap(
+    lambda d: hnp.arrays(np.dtype(d), hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
+)
+string_arrays = hnp.arrays(
+    np.dtype("U8"), hnp.array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=4),
+    # numpy strips trailing NULs; lone surrogates are not text
+    elements=st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=8),
+)
+scalars = st.one_of(
+    st.integers(min_value=-(2**62), max_value=2**62), st.floats(allow_nan=True), st.text(max_size=20), st.booleans(),
+)
+payloads = st.dictionaries(st.text(min_size=1, max_size=10), st.one_of(arrays, string_arrays, scalars), max_size=5)
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray)
+        if a.dtype.kind == "U":
+            return b.dtype.kind == "U" and a.shape == b.shape and a.tolist() == b.tolist()
+        return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+    if isinstance(a, float) and np.isnan(a):
+        return isinstance(b, float) and np.isnan(b)
+    return type(a) is type(b) and a == b
+
+
+@settings(max_examples=150, deadline=None)
+@given(payload=payloads, rnd=st.integers(0, 10**6), text=st.text(max_size=30))
+def test_round_trip_every_payload_type(payload: dict[str, object], rnd: int, text: str) -> None:
+    msg = Message(sender="a", receiver="b", kind=f"k.{text}", round=rnd, payload=payload)  # type: ignore[arg-type]
+    back = decode(encode(msg))
+    assert (back.sender, back.receiver, back.kind, back.round) == ("a", "b", msg.kind, rnd)
+    assert set(back.payload) == set(payload)
+    for key, value in payload.items():
+        assert _same(value, back.payload[key]), key
+
+
+@settings(max_examples=50, deadline=None)
+@given(payload=payloads)
+def test_ledger_bytes_equal_encoded_lengths(payload: dict[str, object]) -> None:
+    from vflo.federation.node import Node
+    from vflo.roles import PartyInfo
+
+    ledger = Ledger()
+    transport = LocalTransport({"b": Node(PartyInfo("b", "passive"))}, ledger=ledger)
+    msg = Message(sender="a", receiver="b", kind="unknown.kind", round=1, payload=payload)  # type: ignore[arg-type]
+    reply = transport.request(msg)
+    assert reply.error is not None  # no method installed: the node answers with an error
+    request_entry, reply_entry = ledger.entries
+    assert request_entry.nbytes == len(encode(msg))
+    assert reply_entry.nbytes == len(encode(reply))
+    assert ledger.summary().bytes == request_entry.nbytes + reply_entry.nbytes
+
+
+def test_decoded_arrays_are_writable_copies() -> None:
+    original = np.arange(6, dtype=np.float32).reshape(2, 3)
+    back = decode(encode(Message("a", "b", "k", 0, {"x": original})))
+    x = back.payload["x"]
+    assert isinstance(x, np.ndarray)
+    x[0, 0] = 99
+    assert original[0, 0] == 0
+
+
+def test_error_messages_round_trip() -> None:
+    msg = Message("a", "b", "k", 3, error=MessageError("DataError", "bad row"))
+    assert decode(encode(msg)).error == MessageError("DataError", "bad row")
+
+
+def test_message_over_the_size_limit_is_refused_on_both_sides() -> None:
+    msg = Message("a", "b", "big", 0, {"x": np.zeros(1000, dtype=np.float64)})
+    with pytest.raises(CodecError, match=r"message 'big' is \d+ bytes, over the limit of 4096 bytes; raise"):
+        encode(msg, max_bytes=4096)
+    frame = encode(msg)
+    with pytest.raises(CodecError, match="over the limit"):
+        decode(frame, max_bytes=4096)
+
+
+def test_unsupported_values_are_refused() -> None:
+    with pytest.raises(CodecError, match="not valid Unicode"):
+        encode(Message("a", "b", "k", 0, {"x": np.array(["\ud800"])}))
+    with pytest.raises(CodecError, match="dtype complex128 cannot be sent"):
+        encode(Message("a", "b", "k", 0, {"x": np.zeros(2, dtype=np.complex128)}))
+    with pytest.raises(CodecError, match="has type list"):
+        encode(Message("a", "b", "k", 0, {"x": [1, 2]}))  # type: ignore[dict-item]
+
+
+def _forge(header: dict[str, object], body: bytes = b"") -> bytes:
+    head = json.dumps(header).encode()
+    pad = (-(12 + len(head))) % 8
+    return struct.pack("<4sB3xI", b"VFLO", 1, len(head)) + head + b"\0" * pad + body
+
+
+@pytest.mark.parametrize(("frame", "reason"), [
+    (b"VF", "too short"),
+    (b"XXXX\x01\0\0\0\0\0\0\0", "magic"),
+    (struct.pack("<4sB3xI", b"VFLO", 9, 0), "codec version 9"),
+    (struct.pack("<4sB3xI", b"VFLO", 1, 500), "runs past the end"),
+    (_forge({"sender": "a"}), "lacks"),
+    (_forge({"sender": "a", "receiver": "b", "kind": "k", "round": 0,
+             "fields": {"x": {"dtype": "object", "shape": [1], "spans": [[0, 8]]}}}, b"\0" * 8), "never sends"),
+    (_forge({"sender": "a", "receiver": "b", "kind": "k", "round": 0,
+             "fields": {"x": {"dtype": "float32", "shape": [3], "spans": [[0, 8]]}}}, b"\0" * 8), "needs 12"),
+    (_forge({"sender": "a", "receiver": "b", "kind": "k", "round": 0,
+             "fields": {"x": {"dtype": "float32", "shape": [2], "spans": [[0, 8]]}}}), "past the end"),
+    (_forge({"sender": "a", "receiver": "b", "kind": "k", "round": 0,
+             "fields": {"x": {"dtype": "float32", "shape": [-1], "spans": [[0, 8]]}}}, b"\0" * 8), "shape"),
+])
+def test_malformed_frames_are_refused(frame: bytes, reason: str) -> None:
+    with pytest.raises(CodecError, match=reason):
+        decode(frame)
+
+
+def test_payload_spec_checks_dtype_shape_and_fields() -> None:
+    spec = {"grad": floats(None, 4), "ids": IDS}
+    good = {"grad": np.zeros((2, 4), np.float32), "ids": np.array([1, 2])}
+    check_payload("k", good, spec)
+    with pytest.raises(PayloadError, match="has dtype float64, expected float32 or float16"):
+        check_payload("k", {**good, "grad": np.zeros((2, 4))}, spec)
+    with pytest.raises(PayloadError, match=r"has shape \(2, 3\), expected \(n, 4\)"):
+        check_payload("k", {**good, "grad": np.zeros((2, 3), np.float32)}, spec)
+    with pytest.raises(PayloadError, match=r"missing \['ids'\]"):
+        check_payload("k", {"grad": good["grad"]}, spec)
+    with pytest.raises(PayloadError, match="must be an array"):
+        check_payload("k", {**good, "ids": 3}, {"grad": spec["grad"], "ids": ArraySpec(("int64",), (None,))})

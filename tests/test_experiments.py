@@ -1,0 +1,217 @@
+"""Configs, protocols, the runner and its outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from tests.conftest import make_dataset, two_party_spec
+
+from vflo.errors import ConfigError, DataFileError, ScenarioError
+from vflo.experiments.config import parse_config, set_path
+from vflo.experiments.output import write_results
+from vflo.experiments.protocols import ActiveCV, AlignedHoldout, Holdout, RepeatedRuns, parse_protocol
+from vflo.experiments.report import summarize, t_halfwidth
+from vflo.experiments.runner import run_experiment
+
+
+def tiny_config(**overrides: object) -> dict[str, object]:
+    raw: dict[str, object] = {
+        "name": "tiny",
+        "seed": 3,
+        "dataset": {"name": "wine"},
+        "scenario": {
+            "parties": [{"name": "shop", "role": "active", "n_columns": 4}, {"name": "bank", "columns": "rest"}],
+            "samples": {"active": 150, "aligned": 80},
+            "sweep": {"samples.aligned": [40, 80]},
+        },
+        "protocol": {"name": "aligned_holdout", "test_rows": 20, "repeats": 2, "train_scope": "all"},
+        "methods": [
+            {"name": "local"},
+            {"name": "splitnn", "train": {"lr": 0.01, "batch_size": 32, "max_epochs": 4, "patience": 0}},
+            {"name": "centralized"},
+        ],
+    }
+    raw.update(overrides)
+    return raw
+
+
+# -- config ------------------------------------------------------------------------------------------
+
+
+def test_config_builds_variants_from_the_sweep() -> None:
+    cfg = parse_config(tiny_config())
+    assert [v.label for v in cfg.variants] == ["aligned=40", "aligned=80"]
+    assert cfg.variants[0].spec.samples.aligned == 40
+    assert cfg.protocol == AlignedHoldout(test_rows=20, repeats=2, train_scope="all")
+    assert [m.label for m in cfg.methods] == ["local", "splitnn", "centralized"]
+    assert cfg.metric == "accuracy"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"protcol": {}}, r"unknown key 'protcol' \(did you mean 'protocol'\?\)"),
+    ({"dataset": {"name": "wines"}}, r"unknown dataset 'wines' \(did you mean 'wine'\?\)"),
+    ({"methods": [{"name": "splitn"}]}, r"unknown method 'splitn' \(did you mean 'splitnn'\?\)"),
+    ({"methods": [{"name": "splitnn", "trian": {}}]}, r"unknown key 'methods.splitnn.trian' \(did you mean 'train'"),
+    ({"methods": [{"name": "local", "model": "svm"}]}, r"methods.local.model = 'svm' is not allowed"),
+    ({"methods": [{"name": "local"}, {"name": "local"}]}, "method labels must be unique"),
+    ({"methods": []}, "at least one"),
+    ({"protocol": {"name": "holdot"}}, r"unknown protocol 'holdot' \(did you mean 'holdout'\?\)"),
+    ({"protocol": {"name": "holdout", "folds": 3}}, r"unknown key 'protocol.folds'"),
+    ({"report": {"metric": "f1_binary"}}, "metric for a multiclass task"),
+    ({"seed": -1}, "seed must be a non-negative integer"),
+])
+def test_config_errors_name_the_problem(change: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(tiny_config(**change))
+
+
+def test_unknown_key_inside_the_scenario_and_a_bad_sweep_path() -> None:
+    raw = tiny_config()
+    raw["scenario"]["samples"]["alinged"] = 3  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"unknown key 'scenario.samples.alinged' \(did you mean 'aligned'\?\)"):
+        parse_config(raw)
+    raw = tiny_config()
+    raw["scenario"]["sweep"] = {"parties.shoop.n_columns": [2, 3]}  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"no entry 'shoop' \(did you mean 'shop'\?\)"):
+        parse_config(raw)
+
+
+def test_sweeping_a_party_columns_by_name() -> None:
+    raw = tiny_config()
+    raw["scenario"]["sweep"] = {"parties.shop.n_columns": [2, 5]}  # type: ignore[index]
+    cfg = parse_config(raw)
+    assert [v.spec.parties[0].n_columns for v in cfg.variants] == [2, 5]
+
+
+def test_quick_overrides() -> None:
+    cfg = parse_config(tiny_config(quick={"protocol.repeats": 1, "methods.splitnn.train.max_epochs": 1}), quick=True)
+    assert cfg.protocol.repetitions() == 1 and cfg.methods[1].config.train.max_epochs == 1
+    assert parse_config(tiny_config(), quick=True).protocol.repetitions() == 1
+
+
+def test_set_path_creates_missing_keys_and_selects_by_name() -> None:
+    raw: dict[str, object] = {"methods": [{"name": "a"}, {"name": "b", "label": "bee"}]}
+    set_path(raw, "methods.bee.train.lr", 0.5)
+    assert raw["methods"][1]["train"] == {"lr": 0.5}  # type: ignore[index]
+    with pytest.raises(ConfigError, match="no entry 'c'"):
+        set_path(raw, "methods.c.x", 1)
+
+
+# -- protocols -------------------------------------------------------------------------------------------
+
+
+def test_protocol_parsing_and_defaults() -> None:
+    assert parse_protocol({"name": "repeated_runs"}) == RepeatedRuns(runs=20)
+    assert parse_protocol({"name": "active_cv", "folds": 5}).repetitions() == 5
+    with pytest.raises(ConfigError, match="folds must be at least 2"):
+        parse_protocol({"name": "active_cv", "folds": 1})
+
+
+def test_protocol_splits() -> None:
+    ds = make_dataset(n=300)
+    layout = two_party_spec(active=200, aligned=100, passive_only=50).build(ds, seed=0)
+    rng = np.random.default_rng(0)
+    aligned = set(layout.aligned_ids().tolist())
+    (split,) = AlignedHoldout(test_rows=30).splits(layout, rng)
+    assert len(split.test_ids) == 30 and set(split.test_ids.tolist()) <= aligned and split.train_scope == "aligned"
+    (split,) = Holdout(test_fraction=0.25).splits(layout, rng)
+    assert len(split.test_ids) == 50 and set(split.test_ids.tolist()) <= set(layout.ids("act").tolist())
+    folds = ActiveCV(folds=4).splits(layout, rng)
+    all_test = np.concatenate([f.test_ids for f in folds])
+    assert len(folds) == 4 and sorted(all_test.tolist()) == sorted(layout.ids("act").tolist())
+    with pytest.raises(ScenarioError, match="leaves 100 test rows out of 100"):
+        AlignedHoldout(test_rows=100).splits(layout, rng)
+
+
+def test_stratified_holdout_keeps_class_balance() -> None:
+    ds = make_dataset(n=400)
+    layout = two_party_spec(active=400, aligned=400).build(ds, seed=0)
+    (split,) = Holdout(test_fraction=0.25).splits(layout, np.random.default_rng(0))
+    y = pd.Series(ds.y, index=ds.ids)
+    assert abs(y.loc[split.test_ids].mean() - y.mean()) < 0.02
+
+
+def test_t_interval() -> None:
+    assert np.isnan(t_halfwidth([1.0]))
+    assert t_halfwidth([1.0, 2.0, 3.0]) == pytest.approx(2.4841, rel=1e-3)
+
+
+# -- runner and outputs ---------------------------------------------------------------------------------
+
+
+def test_run_writes_every_output_and_is_deterministic(tmp_path: Path) -> None:
+    cfg = parse_config(tiny_config())
+    first = run_experiment(cfg)
+    second = run_experiment(cfg)
+    drop = ["fit_seconds", "predict_seconds", "wall_seconds"]
+    a, b = pd.DataFrame(first.rows).drop(columns=drop), pd.DataFrame(second.rows).drop(columns=drop)
+    pd.testing.assert_frame_equal(a, b)
+    assert len(a) == 2 * 2 * 3
+    required = {"method", "aligned", "accuracy", "f1_micro", "f1_macro", "f1_weighted", "comm_bytes",
+                "comm_rounds", "wall_seconds", "samples.aligned"}
+    assert required <= set(first.rows[0])
+    # communication comes from the ledger: nothing for local and centralized, real traffic for splitnn
+    assert (a[a.method == "local"].comm_bytes == 0).all() and (a[a.method == "splitnn"].comm_bytes > 0).all()
+    out = write_results(first, tmp_path / "out")
+    names = {p.name for p in out.iterdir()}
+    assert {"results.csv", "results.json", "report.md", "summary.csv", "metric_vs_x.png", "bytes_vs_x.png"} <= names
+    report = (out / "report.md").read_text()
+    assert "centralized (oracle)" in report and "splitnn.forward" in report
+    data = json.loads((out / "results.json").read_text())
+    assert data["dataset"]["standin"] is False and len(data["rows"]) == 12
+    summary = summarize(first)
+    assert list(summary.repeats) == [2] * 6
+
+
+def test_a_failure_leaves_no_output_folder(tmp_path: Path) -> None:
+    cfg = parse_config(tiny_config(dataset={"name": "credit_default"}, scenario={
+        "parties": [{"name": "a", "role": "active", "n_columns": 4}, {"name": "b", "columns": "rest"}]}))
+    out = tmp_path / "out"
+    with pytest.raises(DataFileError):
+        result = run_experiment(cfg, data_dir=str(tmp_path / "empty"))
+        write_results(result, out)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_cleans_up_after_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vflo.experiments import output
+
+    result = run_experiment(parse_config(tiny_config(quick={}), quick=True))
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(output, "write_plots", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_results(result, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_existing_output_folder_is_kept_unless_overwrite(tmp_path: Path) -> None:
+    result = run_experiment(parse_config(tiny_config(quick={}), quick=True))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not empty"):
+        write_results(result, out)
+    assert (out / "keep.txt").exists()
+    write_results(result, out, overwrite=True)
+    assert (out / "report.md").exists() and not (out / "keep.txt").exists()
+
+
+def test_standin_results_say_so(tmp_path: Path) -> None:
+    raw = tiny_config(dataset={"name": "mimic3_los_standin"})
+    raw["scenario"] = {
+        "parties": [{"name": "a", "role": "active", "columns": ["Age", "NumCalouts"]},
+                    {"name": "b", "columns": "rest"}],
+        "samples": {"total": 600, "active": 500, "aligned": 200},
+    }
+    raw["methods"] = [{"name": "local"}]
+    result = run_experiment(parse_config(raw))
+    assert all(r["standin"] for r in result.rows)
+    out = write_results(result, tmp_path / "o")
+    assert "Stand-in data" in (out / "report.md").read_text()

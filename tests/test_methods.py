@@ -1,0 +1,216 @@
+"""Local, Centralized and SplitNN: against their centralised equivalents, and at the party boundary."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+from tests.conftest import make_dataset, two_party_spec
+from torch.nn import functional as F
+
+from vflo.comm.message import Message
+from vflo.data.partydata import PartyData
+from vflo.data.scenario import FederatedData, PartySpec, ScenarioSpec
+from vflo.errors import MethodError
+from vflo.federation.simulation import build_federation, run_method
+from vflo.methods.base import Method
+from vflo.methods.registry import get_method, method_names
+from vflo.metrics import compute_metrics
+from vflo.nn.models import mlp
+from vflo.nn.train import TrainConfig, fit_module
+from vflo.seeding import numpy_rng, torch_generator
+
+FAST = {"lr": 1e-2, "batch_size": 32, "max_epochs": 15, "patience": 5}
+
+
+def _split(n: int = 400, active_cols: int = 2, aligned: int | float = 1.0, test: int = 60, seed: int = 0,
+           task: str | None = None, passive_only: int = 0) -> FederatedData:
+    ds = make_dataset(n=n, n_features=8, seed=seed, task=task)
+    layout = two_party_spec(active_cols=active_cols, aligned=aligned, active=n - passive_only,
+                            passive_only=passive_only).build(ds, seed=seed)
+    test_ids = np.sort(layout.aligned_ids())[:test] if len(layout.aligned_ids()) else np.sort(layout.ids("act"))[:test]
+    return layout.materialize(test_ids=test_ids)
+
+
+def test_registry_lists_the_foundation_methods() -> None:
+    assert {"local", "centralized", "splitnn"} <= set(method_names())
+    for name in method_names():
+        cls = get_method(name)
+        assert cls.name == name and cls.__doc__ and cls.summary
+
+
+def test_local_sends_nothing_and_centralized_beats_it() -> None:
+    data = _split()
+    local = run_method(get_method("local")(), data, seed=0)
+    central = run_method(get_method("centralized")(), data, seed=0)
+    assert local.ledger.summary().bytes == 0 and central.ledger.summary().bytes == 0
+    acc_local = compute_metrics(data.task, data.test_y, local.scores)["accuracy"]
+    acc_central = compute_metrics(data.task, data.test_y, central.scores)["accuracy"]
+    assert acc_central > acc_local + 0.1
+
+
+def test_centralized_equals_a_model_on_the_joined_columns() -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    data = _split()
+    out = run_method(get_method("centralized")(), data, seed=0)
+    # the same model by hand: join the parties' columns on the ID, standardise on training rows
+    train = data.oracle.features(data.train["act"].ids)
+    mean, std = train.mean(0), train.std(0)
+    model = LogisticRegression(max_iter=5000).fit((train - mean) / std, data.train["act"].y)
+    expected = model.predict_proba((data.oracle.features(data.test_ids) - mean) / std)
+    assert np.allclose(out.scores, expected, atol=1e-4)
+
+
+def test_centralized_needs_the_simulation_oracle() -> None:
+    data = _split()
+    method = get_method("centralized")()
+    fed, _ = build_federation(data, method, seed=0)
+    fed.setup(method)
+    fed._oracle = None
+    from vflo.errors import PartyBoundaryError
+
+    with pytest.raises(PartyBoundaryError, match="only in simulation"):
+        method.fit(fed)
+
+
+def test_one_party_splitnn_equals_a_plain_mlp() -> None:
+    """SplitNN with only the active party is bottom + top trained end to end: the same loss curve."""
+    ds = make_dataset(n=300, n_features=6)
+    spec = ScenarioSpec(parties=(PartySpec(name="solo", role="active", columns="rest"),))
+    data = spec.build(ds, seed=0).materialize(test_ids=np.sort(ds.ids)[:30])
+    train = TrainConfig(lr=5e-3, batch_size=16, max_epochs=12, patience=0)
+    method = get_method("splitnn")(active_bottom=(16, 8), top=(8,), train=train)
+    out = run_method(method, data, seed=42)
+    assert out.ledger.summary().messages == 0
+
+    party = data.train["solo"]
+    order = np.argsort(party.ids)
+    X, y = torch.tensor(party.X[order]), torch.tensor(party.y[order])  # type: ignore[index]
+    model = torch.nn.Sequential(
+        mlp(6, (16, 8), None, generator=torch_generator(42, "solo", "splitnn-bottom")),
+        mlp(8, (8,), 2, generator=torch_generator(42, "solo", "splitnn-top")),
+    )
+    hist = fit_module(model, lambda m, b: F.cross_entropy(m(b["x"]), b["y"]), {"x": X, "y": y}, config=train,
+                      rng=numpy_rng(42, "solo", "splitnn-train"))
+    assert np.allclose(method.history_["loss"], hist["loss"], rtol=1e-5)
+    assert np.allclose(method.history_["val_loss"], hist["val_loss"], rtol=1e-5)
+    with torch.no_grad():
+        expected = torch.softmax(model(torch.tensor(data.serve["solo"].subset(data.test_ids).X)), 1).numpy()
+    assert np.allclose(out.scores, expected, atol=1e-5)
+
+
+def test_splitnn_learns_from_the_passive_party_features() -> None:
+    data = _split(active_cols=1)
+    method = get_method("splitnn")(train=FAST)
+    out = run_method(method, data, seed=0)
+    local = run_method(get_method("local")(), data, seed=0)
+    acc = compute_metrics(data.task, data.test_y, out.scores)["accuracy"]
+    acc_local = compute_metrics(data.task, data.test_y, local.scores)["accuracy"]
+    assert acc > acc_local + 0.1
+    kinds = {e.kind for e in out.ledger.entries}
+    assert {"splitnn.forward", "splitnn.backward", "splitnn.init", "splitnn.predict", "align.plain"} <= kinds
+    # two rounds per training batch: forward then backward
+    forward = sum(1 for e in out.ledger.entries if e.kind == "splitnn.forward" and e.direction == "request")
+    backward = sum(1 for e in out.ledger.entries if e.kind == "splitnn.backward" and e.direction == "request")
+    # plus one validation forward per epoch
+    assert forward == backward + len(method.history_)
+
+
+def test_splitnn_regression() -> None:
+    data = _split(task="regression")
+    out = run_method(get_method("splitnn")(train=FAST), data, seed=0)
+    rmse = compute_metrics("regression", data.test_y, out.scores)["rmse"]
+    assert rmse < np.std(data.test_y)
+
+
+def test_float16_payloads_halve_activation_bytes() -> None:
+    data = _split()
+    runs = {}
+    for dtype in ("float32", "float16"):
+        out = run_method(get_method("splitnn")(payload_dtype=dtype, train={**FAST, "max_epochs": 3, "patience": 0}),
+                         data, seed=0)
+        runs[dtype] = sum(v["reply_bytes"] for k, v in out.ledger.by_kind().items() if k == "splitnn.forward")
+    assert 0.45 < runs["float16"] / runs["float32"] < 0.6
+
+
+def test_splitnn_with_zero_overlap_says_so() -> None:
+    data = _split(aligned=0, passive_only=100)
+    with pytest.raises(MethodError, match="shares no training sample"):
+        run_method(get_method("splitnn")(train=FAST), data, seed=0)
+
+
+def test_collaborative_inference_needs_every_party_to_hold_the_rows() -> None:
+    ds = make_dataset(n=300)
+    layout = two_party_spec(active=300, aligned=150).build(ds, seed=0)
+    unaligned = np.setdiff1d(layout.ids("act"), layout.aligned_ids())[:10]
+    data = layout.materialize(test_ids=unaligned)
+    with pytest.raises(MethodError, match="splitnn predicts collaboratively.*aligned_holdout"):
+        run_method(get_method("splitnn")(train={**FAST, "max_epochs": 2}), data, seed=0)
+
+
+def test_same_seed_same_numbers_and_bytes() -> None:
+    data = _split()
+    a = run_method(get_method("splitnn")(train=FAST), data, seed=5)
+    b = run_method(get_method("splitnn")(train=FAST), data, seed=5)
+    c = run_method(get_method("splitnn")(train=FAST), data, seed=6)
+    assert np.array_equal(a.scores, b.scores) and not np.array_equal(a.scores, c.scores)
+    assert [e.nbytes for e in a.ledger.entries] == [e.nbytes for e in b.ledger.entries]
+
+
+def test_no_raw_feature_row_or_column_leaves_its_owner() -> None:
+    """Audit every message of every method: no array a party sends holds a row or column of its raw features."""
+    data = _split(n=200)
+    for name in method_names():
+        seen: list[Message] = []
+        run_method(get_method(name)(**({"train": {**FAST, "max_epochs": 2}} if name == "splitnn" else {})), data,
+                   seed=0, observers=(seen.append,))
+        for msg in seen:
+            own = data.train.get(msg.sender)
+            if own is None or own.n_features == 0:
+                continue
+            raw = np.round(own.X.astype(np.float64), 4)
+            rows = {tuple(r) for r in raw}
+            cols = {tuple(np.sort(c)) for c in raw.T}
+            for field, value in msg.payload.items():
+                if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.ndim != 2:
+                    continue
+                v = np.round(value.astype(np.float64), 4)
+                assert not any(tuple(r) in rows for r in v if len(r) == raw.shape[1]), (name, msg.kind, field)
+                assert not any(tuple(np.sort(c)) in cols for c in v.T if len(c) == raw.shape[0]), (name, msg.kind)
+
+
+def _reachable(roots: list[object], stop: tuple[type, ...]) -> list[object]:
+    seen: dict[int, object] = {}
+    todo = list(roots)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (*stop, type)):
+            continue
+        seen[id(obj)] = obj
+        todo.extend(gc.get_referents(obj))
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("name", ["local", "splitnn"])
+def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
+    """From the fitted method and the coordinator, only the active party's data is reachable.
+
+    The transport is the one object that links the in-process nodes (as a network would);
+    everything a method keeps must be reachable without passing through it.
+    """
+    from vflo.comm.transport import Transport
+    from vflo.federation.node import Node
+
+    data = _split(n=200)
+    method: Method = get_method(name)(**({"train": {**FAST, "max_epochs": 2}} if name == "splitnn" else {}))
+    fed, nodes = build_federation(data, method, seed=0)
+    fed.setup(method)
+    method.fit(fed)
+    others = [n for n in nodes.values() if n.name != "act"]
+    reachable = _reachable([method, fed], stop=(Transport,))
+    found = {o.party for o in reachable if isinstance(o, PartyData)}
+    assert found == {"act"}
+    assert not any(o is n for o in reachable for n in others if isinstance(o, Node))

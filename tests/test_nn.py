@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from vflo.errors import ConfigError
+from vflo.nn.models import autoencoder, mlp, output_width
+from vflo.nn.train import Callback, TrainConfig, fit_module, run_epochs, split_validation
+from vflo.seeding import derive_seed, numpy_rng, torch_generator
+
+
+def test_mlp_shapes_and_seeded_init() -> None:
+    a = mlp(5, (8, 4), 3, generator=torch_generator(1, "x"))
+    b = mlp(5, (8, 4), 3, generator=torch_generator(1, "x"))
+    c = mlp(5, (8, 4), 3, generator=torch_generator(2, "x"))
+    x = torch.randn(7, 5, generator=torch_generator(0))
+    assert a(x).shape == (7, 3)
+    assert torch.equal(a(x), b(x)) and not torch.equal(a(x), c(x))
+    assert output_width(mlp(5, (8, 4), None, generator=torch_generator(0)), 5) == 4
+
+
+def test_autoencoder_is_symmetric() -> None:
+    ae = autoencoder(6, (16, 32), activation="selu", generator=torch_generator(0))
+    z, x_hat = ae(torch.zeros(3, 6))
+    assert z.shape == (3, 32) and x_hat.shape == (3, 6)
+    widths = [m.out_features for m in ae.decoder.modules() if isinstance(m, torch.nn.Linear)]
+    assert widths == [16, 6]
+
+
+def test_bad_layer_sizes_and_activation() -> None:
+    with pytest.raises(ConfigError, match="must be positive"):
+        mlp(3, (0,), 1, generator=torch_generator(0))
+    with pytest.raises(ConfigError, match="unknown activation 'sellu'"):
+        mlp(3, (4,), 1, activation="sellu", generator=torch_generator(0))
+
+
+def test_train_config_validation() -> None:
+    with pytest.raises(ConfigError, match="batch_size"):
+        TrainConfig(batch_size=0)
+    with pytest.raises(ConfigError, match="validation_fraction"):
+        TrainConfig(validation_fraction=1.0)
+
+
+def test_split_validation_is_disjoint_and_seeded() -> None:
+    tr, va = split_validation(100, 0.1, numpy_rng(0))
+    assert len(va) == 10 and not set(tr) & set(va) and len(tr) + len(va) == 100
+    _, va2 = split_validation(100, 0.1, numpy_rng(0))
+    assert np.array_equal(va, va2)
+    assert len(split_validation(5, 0.05, numpy_rng(0))[1]) == 0
+
+
+def test_early_stopping_stops_after_patience() -> None:
+    losses = iter([5.0, 4.0, 4.5, 4.6, 4.7, 4.8, 1.0])
+    hist = run_epochs(n_train=4, config=TrainConfig(batch_size=4, max_epochs=50, patience=3), rng=numpy_rng(0),
+                      train_step=lambda idx: 1.0, validate=lambda: next(losses))
+    assert len(hist) == 5 and hist.stopped_early and hist.best_epoch == 1
+
+
+def test_callbacks_can_stop_training() -> None:
+    class StopAt2(Callback):
+        def on_epoch_end(self, epoch: int, logs: object) -> bool:
+            return epoch == 2
+
+    hist = run_epochs(n_train=3, config=TrainConfig(max_epochs=10, patience=0), rng=numpy_rng(0),
+                      train_step=lambda idx: 1.0, callbacks=[StopAt2()])
+    assert len(hist) == 3 and hist["loss"] == [1.0, 1.0, 1.0]
+
+
+def test_fit_module_learns_and_restores_the_best_weights() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 4)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] > 0).astype(np.int64)
+    model = mlp(4, (16,), 2, generator=torch_generator(0))
+    tensors = {"x": torch.tensor(X), "y": torch.tensor(y)}
+    hist = fit_module(model, lambda m, b: F.cross_entropy(m(b["x"]), b["y"]), tensors,
+                      config=TrainConfig(lr=1e-2, batch_size=32, max_epochs=30, patience=5), rng=numpy_rng(0))
+    assert hist["val_loss"][-1] < hist["val_loss"][0]
+    acc = (model(torch.tensor(X)).argmax(1).numpy() == y).mean()
+    assert acc > 0.9
+    best = min(hist["val_loss"])
+    val_pos = split_validation(400, 0.1, numpy_rng(0))[1]
+    with torch.no_grad():
+        restored = float(F.cross_entropy(model(tensors["x"][val_pos]), tensors["y"][val_pos]))
+    assert restored == pytest.approx(best, rel=1e-5)
+
+
+def test_derived_seeds_depend_on_every_key() -> None:
+    assert derive_seed(1, "a") == derive_seed(1, "a")
+    assert len({derive_seed(1, "a"), derive_seed(1, "b"), derive_seed(2, "a"), derive_seed(1, "a", 0)}) == 4

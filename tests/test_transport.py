@@ -1,0 +1,157 @@
+"""Nodes, the in-process transport and the coordinator: real bytes, no shared objects, clear failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from vflo.comm.ledger import Ledger
+from vflo.comm.local import LocalTransport
+from vflo.comm.message import INT, Message, Payload, floats
+from vflo.data.partydata import PartyData
+from vflo.errors import PayloadError, ProtocolError, RemoteError
+from vflo.federation.coordinator import Federation
+from vflo.federation.node import Node, NodeContext
+from vflo.methods.base import Method, MethodConfig, handles
+from vflo.roles import PartyInfo
+
+ACTIVE, PASSIVE, RELAY = PartyInfo("a", "active"), PartyInfo("p", "passive"), PartyInfo("r", "server")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EchoConfig(MethodConfig):
+    scale: float = 2.0
+
+
+class Echo(Method):
+    """A toy method: the passive party scales what it gets; the relay forwards onward."""
+
+    name = "echo"
+    Config = EchoConfig
+
+    @handles("echo.scale", x=floats(None))
+    def scale(self, ctx: NodeContext, payload: Payload) -> Payload:
+        x = payload["x"]
+        assert isinstance(x, np.ndarray)
+        x *= 10  # mutating the received copy must not reach the sender
+        ctx.state["calls"] = ctx.state.get("calls", 0) + 1
+        return {"y": (x / 10 * self.config.scale).astype(np.float32), "rows": ctx.require_data().n_samples}
+
+    @handles("echo.relay", n=INT)
+    def relay(self, ctx: NodeContext, payload: Payload) -> Payload:
+        reply = ctx.send("p", "echo.scale", {"x": np.ones(int(payload["n"]), dtype=np.float32)})  # type: ignore[arg-type]
+        return {"y": reply["y"]}
+
+    @handles("echo.make", n=INT)
+    def make(self, ctx: NodeContext, payload: Payload) -> Payload:
+        return {"y": np.zeros(int(payload["n"]), dtype=np.float32)}  # type: ignore[arg-type]
+
+    @handles("echo.fail")
+    def fail(self, ctx: NodeContext, payload: Payload) -> Payload:
+        raise ValueError("boom")
+
+    def fit(self, fed: Federation) -> None:  # pragma: no cover - not used
+        pass
+
+    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:  # pragma: no cover - not used
+        return ids
+
+
+def _federation(monkeypatch: pytest.MonkeyPatch, ledger: Ledger | None = None) -> tuple[Federation, dict[str, Node]]:
+    from vflo.methods import registry
+
+    monkeypatch.setitem(registry._METHODS, "echo", f"{__name__}:Echo")
+    own = PartyData(party="a", ids=[1, 2], X=np.zeros((2, 1)), columns=("u",), y=[0, 1])
+    other = PartyData(party="p", ids=[1, 2, 3], X=np.ones((3, 2)), columns=("v", "w"))
+    nodes = {"a": Node(ACTIVE, own), "p": Node(PASSIVE, other), "r": Node(RELAY)}
+    transport = LocalTransport(nodes, ledger=ledger)
+    fed = Federation(node=nodes["a"], transport=transport, parties=(ACTIVE, PASSIVE, RELAY), seed=1,
+                     task="binary", n_classes=2)
+    fed.setup(Echo(scale=3.0))
+    return fed, nodes
+
+
+def test_a_round_trip_counts_real_bytes_and_shares_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = Ledger()
+    fed, nodes = _federation(monkeypatch, ledger)
+    x = np.arange(4, dtype=np.float32)
+    reply = fed.request("p", "echo.scale", {"x": x})
+    assert np.allclose(reply["y"], x * 3.0) and reply["rows"] == 3
+    assert x.tolist() == [0, 1, 2, 3]
+    summary = ledger.summary()
+    assert summary.messages == 2 and summary.rounds == 1
+    assert summary.control_messages == 4  # setup to p and r, and their replies
+    # the remote party received its config through the setup message, not by sharing an object
+    assert nodes["p"].method is not None and nodes["p"].method is not fed._method
+    assert nodes["p"].method.config == EchoConfig(scale=3.0)
+
+
+def test_onward_messages_from_a_party_share_the_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = Ledger()
+    fed, _ = _federation(monkeypatch, ledger)
+    reply = fed.request("r", "echo.relay", {"n": 3})
+    assert np.allclose(reply["y"], 3.0)
+    data = [e for e in ledger.entries if not e.is_control]
+    assert [(e.sender, e.receiver, e.kind) for e in data] == [
+        ("a", "r", "echo.relay"), ("r", "p", "echo.scale"), ("p", "r", "echo.scale"), ("r", "a", "echo.relay")]
+    assert {e.round for e in data} == {1}
+    assert ledger.by_party()["r"]["sent_messages"] == 2
+
+
+def test_handler_failures_come_back_as_errors_naming_party_and_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    fed, _ = _federation(monkeypatch)
+    with pytest.raises(RemoteError, match="party 'p' failed on 'echo.fail': ValueError: boom"):
+        fed.request("p", "echo.fail", {})
+    with pytest.raises(RemoteError, match="has no handler for 'echo.nope'"):
+        fed.request("p", "echo.nope", {})
+    with pytest.raises(RemoteError, match="PayloadError: message 'echo.scale': field 'x' has dtype int64"):
+        fed.request("p", "echo.scale", {"x": np.arange(3)})
+    with pytest.raises(RemoteError, match="holds no data"):
+        fed.request("r", "echo.scale", {"x": np.ones(1, np.float32)})
+
+
+def test_unknown_receiver_and_messages_to_self(monkeypatch: pytest.MonkeyPatch) -> None:
+    fed, _ = _federation(monkeypatch)
+    with pytest.raises(ProtocolError, match="unknown party 'q'"):
+        fed.request("q", "echo.scale", {"x": np.ones(1, np.float32)})
+    with pytest.raises(ProtocolError, match="cannot send 'echo.scale' to itself"):
+        fed.request("a", "echo.scale", {"x": np.ones(1, np.float32)})
+
+
+def test_messages_before_setup_are_refused() -> None:
+    node = Node(PASSIVE, None)
+    reply = node.handle(Message("a", "p", "echo.scale", 1, {}))
+    assert reply.error is not None and "before any method was set up" in reply.error.message
+
+
+def test_a_reply_over_the_size_limit_becomes_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    fed, _ = _federation(monkeypatch)
+    fed.transport.max_message_bytes = 2048
+    with pytest.raises(RemoteError, match="over the limit of 2048 bytes"):
+        fed.request("p", "echo.make", {"n": 1000})
+
+
+def test_a_node_refuses_another_party_data() -> None:
+    from vflo.errors import PartyBoundaryError
+
+    with pytest.raises(PartyBoundaryError, match="was handed data of party 'p'"):
+        Node(ACTIVE, PartyData(party="p", ids=[1], X=np.zeros((1, 1)), columns=("v",)))
+
+
+def test_coordinator_sees_only_its_own_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vflo.errors import PartyBoundaryError
+
+    fed, _ = _federation(monkeypatch)
+    assert fed.data.party == "a" and fed.names("passive") == ["p"]
+    with pytest.raises(PartyBoundaryError, match="oracle exists only in simulation"):
+        _ = fed.oracle
+
+
+def test_payload_checks_run_before_the_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    fed, nodes = _federation(monkeypatch)
+    with pytest.raises(RemoteError):
+        fed.request("p", "echo.scale", {"x": np.ones((2, 2), np.float32)})
+    assert nodes["p"].context is not None and "calls" not in nodes["p"].context.state
+    assert PayloadError.__name__ == "PayloadError"
