@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.conftest import REPO
 
+from tests.conftest import REPO
 from vflo.cli import main
 
 TINY = """

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from tests.conftest import make_dataset, two_party_spec
 
+from tests.conftest import make_dataset, two_party_spec
 from vflo.errors import ConfigError, DataFileError, ScenarioError
 from vflo.experiments.config import parse_config, set_path
 from vflo.experiments.output import write_results

@@ -7,9 +7,9 @@ import gc
 import numpy as np
 import pytest
 import torch
-from tests.conftest import make_dataset, two_party_spec
 from torch.nn import functional as F
 
+from tests.conftest import make_dataset, two_party_spec
 from vflo.comm.message import Message
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData, PartySpec, ScenarioSpec

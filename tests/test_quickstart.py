@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from tests.conftest import REPO
 
+from tests.conftest import REPO
 from vflo.cli import main
 from vflo.experiments.config import load_config
 

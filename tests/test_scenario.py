@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.conftest import make_dataset, two_party_spec
 
+from tests.conftest import make_dataset, two_party_spec
 from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, ScenarioError
 
