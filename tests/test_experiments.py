@@ -56,7 +56,7 @@ def test_config_builds_variants_from_the_sweep() -> None:
     ({"dataset": {"name": "wines"}}, r"unknown dataset 'wines' \(did you mean 'wine'\?\)"),
     ({"methods": [{"name": "splitn"}]}, r"unknown method 'splitn' \(did you mean 'splitnn'\?\)"),
     ({"methods": [{"name": "splitnn", "trian": {}}]}, r"unknown key 'methods.splitnn.trian' \(did you mean 'train'"),
-    ({"methods": [{"name": "local", "model": "svm"}]}, r"methods.local.model = 'svm' is not allowed"),
+    ({"methods": [{"name": "local", "model": "svm"}]}, r"methods.local: model 'svm' is neither logistic"),
     ({"methods": [{"name": "local"}, {"name": "local"}]}, "method labels must be unique"),
     ({"methods": []}, "at least one"),
     ({"protocol": {"name": "holdot"}}, r"unknown protocol 'holdot' \(did you mean 'holdout'\?\)"),
@@ -215,3 +215,22 @@ def test_standin_results_say_so(tmp_path: Path) -> None:
     assert all(r["standin"] for r in result.rows)
     out = write_results(result, tmp_path / "o")
     assert "Stand-in data" in (out / "report.md").read_text()
+
+
+def test_transductive_cv_fits_the_representation_once_and_cross_validates_the_classifier() -> None:
+    raw = tiny_config(protocol={"name": "active_cv", "folds": 3, "repeats": 1, "transductive": True})
+    raw["methods"] = [{"name": "local"}, {"name": "apc_vfl", "train": {"max_epochs": 2, "patience": 0}}]
+    raw["scenario"]["sweep"] = {}  # type: ignore[index]
+    result = run_experiment(parse_config(raw))
+    rows = pd.DataFrame(result.rows)
+    assert sorted(rows.fold.unique()) == [0, 1, 2] and set(rows.method) == {"local", "apc_vfl"}
+    apc = rows[rows.method == "apc_vfl"]
+    assert (apc.comm_rounds == 1).all() and apc.comm_bytes.nunique() == 1
+    assert rows.groupby("method").n_test.sum().tolist() == [150, 150]  # every active row scored once
+
+
+def test_transductive_cv_refuses_methods_without_a_representation() -> None:
+    raw = tiny_config(protocol={"name": "active_cv", "folds": 3, "repeats": 1, "transductive": True})
+    raw["methods"] = [{"name": "splitnn"}]
+    with pytest.raises(ConfigError, match="transductive protocol .* has none"):
+        run_experiment(parse_config(raw))

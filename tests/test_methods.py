@@ -23,6 +23,14 @@ from vflo.nn.train import TrainConfig, fit_module
 from vflo.seeding import numpy_rng, torch_generator
 
 FAST = {"lr": 1e-2, "batch_size": 32, "max_epochs": 15, "patience": 5}
+TINY = {"max_epochs": 2, "patience": 0, "batch_size": 64}
+
+
+def quick(name: str) -> Method:
+    """Every registered method with settings that keep a test run short."""
+    settings = {"splitnn": {"train": {**FAST, "max_epochs": 2}}, "apc_vfl": {"train": TINY},
+                "apc_vfl_aligned": {"train": TINY}, "ablation": {"train": TINY}, "vfedtrans": {"train": TINY}}
+    return get_method(name)(**settings.get(name, {}))
 
 
 def _split(n: int = 400, active_cols: int = 2, aligned: int | float = 1.0, test: int = 60, seed: int = 0,
@@ -34,8 +42,9 @@ def _split(n: int = 400, active_cols: int = 2, aligned: int | float = 1.0, test:
     return layout.materialize(test_ids=test_ids)
 
 
-def test_registry_lists_the_foundation_methods() -> None:
-    assert {"local", "centralized", "splitnn"} <= set(method_names())
+def test_registry_lists_every_method() -> None:
+    assert {"local", "centralized", "splitnn", "apc_vfl", "apc_vfl_aligned", "ablation", "fedsvd",
+            "vfedtrans"} <= set(method_names())
     for name in method_names():
         cls = get_method(name)
         assert cls.name == name and cls.__doc__ and cls.summary
@@ -165,8 +174,7 @@ def test_no_raw_feature_row_or_column_leaves_its_owner() -> None:
     data = _split(n=200)
     for name in method_names():
         seen: list[Message] = []
-        run_method(get_method(name)(**({"train": {**FAST, "max_epochs": 2}} if name == "splitnn" else {})), data,
-                   seed=0, observers=(seen.append,))
+        run_method(quick(name), data, seed=0, observers=(seen.append,))
         for msg in seen:
             own = data.train.get(msg.sender)
             if own is None or own.n_features == 0:
@@ -194,7 +202,7 @@ def _reachable(roots: list[object], stop: tuple[type, ...]) -> list[object]:
     return list(seen.values())
 
 
-@pytest.mark.parametrize("name", ["local", "splitnn"])
+@pytest.mark.parametrize("name", ["local", "splitnn", "apc_vfl", "apc_vfl_aligned", "fedsvd", "vfedtrans"])
 def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     """From the fitted method and the coordinator, only the active party's data is reachable.
 
@@ -205,7 +213,7 @@ def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     from vflo.federation.node import Node
 
     data = _split(n=200)
-    method: Method = get_method(name)(**({"train": {**FAST, "max_epochs": 2}} if name == "splitnn" else {}))
+    method = quick(name)
     fed, nodes = build_federation(data, method, seed=0)
     fed.setup(method)
     method.fit(fed)
@@ -213,4 +221,7 @@ def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     reachable = _reachable([method, fed], stop=(Transport,))
     found = {o.party for o in reachable if isinstance(o, PartyData)}
     assert found == {"act"}
+    # and no array of another party's raw features is held anywhere the coordinator can reach
+    raw = {id(n._data.X) for n in others if n._data is not None}
+    assert not any(id(o) in raw for o in reachable)
     assert not any(o is n for o in reachable for n in others if isinstance(o, Node))

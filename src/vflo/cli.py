@@ -47,6 +47,13 @@ def _parser() -> argparse.ArgumentParser:
     scen.add_argument("--data-dir", type=Path)
     scen.add_argument("--seed", type=int, help="scenario seed (default: the config's)")
 
+    probe = sub.add_parser("probe", help="train an encoder and score its representations every epoch "
+                                         "(APC-VFL Appendix F)")
+    probe.add_argument("config", type=Path, help="probe TOML file")
+    probe.add_argument("--out", type=Path, help="output folder (default runs/NAME-TIMESTAMP)")
+    probe.add_argument("--data-dir", type=Path)
+    probe.add_argument("--overwrite", action="store_true")
+
     ds = sub.add_parser("datasets", help="list datasets and whether their files are in place")
     ds.add_argument("--data-dir", type=Path)
     sub.add_parser("methods", help="list methods")
@@ -63,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _scenario(args)
         if args.command == "datasets":
             return _datasets(args)
+        if args.command == "probe":
+            return _probe(args)
         if args.command == "methods":
             return _methods()
     except VfloError as exc:
@@ -142,6 +151,26 @@ def _scenario(args: argparse.Namespace) -> int:
         print(f"== variant: {variant.label}")
         print(layout.describe())
         print()
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from vflo.experiments.output import check_out_dir, default_out_dir
+    from vflo.experiments.probe import load_probe_config, run_probe, write_probe
+
+    config = load_probe_config(args.config)
+    out_dir = args.out if args.out is not None else default_out_dir(config.name)
+    check_out_dir(out_dir, overwrite=args.overwrite)
+    result = run_probe(config, data_dir=args.data_dir)
+    write_probe(result, out_dir, overwrite=args.overwrite)
+    last = result.history[-1]
+    epoch = result.first_equivalent_epoch()
+    verdict = (f"representations match the raw features (within {config.probe.threshold}) from epoch {epoch}"
+               if epoch is not None else f"representations never came within {config.probe.threshold} of the raw "
+               "features")
+    print(f"{config.name}: {result.metric} on raw features {result.raw_mean:.4f}; on representations "
+          f"{last['metric_mean']:.4f} after {len(result.history)} epochs; {verdict}")
+    print(f"history, probe.json and probe.png written to {out_dir}/")
     return 0
 
 

@@ -4,17 +4,22 @@ This reveals the coordinator's IDs to the other parties, which is acceptable in
 simulation (every party is the experimenter) and for IDs that are not sensitive.
 Private set intersection replaces it where that is not acceptable. The exchange
 crosses the transport like any other, so its bytes are in the ledger under
-``align.plain``.
+``align.plain`` (reported apart from the method's own traffic).
+
+After alignment every party remembers which of the coordinator's IDs it holds, in
+the coordinator's order. Later messages then select rows with a one-byte-per-row
+mask over that list (:meth:`Alignment.selector`) instead of sending IDs again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vflo.comm.message import IDS, STR, ArraySpec, FieldSpec, Payload, check_payload
+from vflo.comm.message import IDS, INT, STR, ArraySpec, FieldSpec, Payload, check_payload
 from vflo.errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -22,28 +27,66 @@ if TYPE_CHECKING:
     from vflo.federation.node import NodeContext
 
 KIND = "align.plain"
+STATE_KEY = "align.held"
 REQUEST: dict[str, FieldSpec] = {"ids": IDS, "split": STR}
-REPLY: dict[str, FieldSpec] = {"held": ArraySpec(("bool",), (None,))}
+REPLY: dict[str, FieldSpec] = {"held": ArraySpec(("bool",), (None,)), "n_features": INT}
+SELECTOR = ArraySpec(("bool",), (None,))
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """The IDs every addressed party holds (in the coordinator's order) and what each party said."""
+
+    ids: np.ndarray
+    asked: np.ndarray
+    held: dict[str, np.ndarray]
+    widths: dict[str, int]
+
+    def selector(self, party: str) -> np.ndarray:
+        """A mask over ``party``'s held list that picks the shared IDs, in order."""
+        held = self.held[party]
+        shared = np.isin(self.asked, self.ids)
+        return np.asarray(shared[held], dtype=bool)
 
 
 def handle(ctx: NodeContext, payload: Payload) -> Payload:
-    """Party side: a mask over the requested IDs of those this party holds in ``split``."""
+    """Party side: which requested IDs this party holds in ``split``; remember them in order."""
     ids = payload["ids"]
     assert isinstance(ids, np.ndarray)
-    return {"held": ctx.rows(str(payload["split"])).contains(ids)}
+    rows = ctx.rows(str(payload["split"]))
+    held = rows.contains(ids)
+    ctx.state[STATE_KEY] = ids[held]
+    return {"held": held, "n_features": rows.n_features}
 
 
-def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, split: str = "train") -> np.ndarray:
-    """The subset of ``ids`` (order kept) that every party in ``parties`` holds; one round."""
+def selected_ids(ctx: NodeContext, selector: np.ndarray) -> np.ndarray:
+    """Party side: the IDs a coordinator's selector picks from this party's aligned list."""
+    held = ctx.state.get(STATE_KEY)
+    if held is None:
+        raise ProtocolError(f"party {ctx.party!r} was asked for aligned rows before any alignment")
+    if selector.shape != (len(held),):
+        raise ProtocolError(
+            f"party {ctx.party!r} holds {len(held)} aligned IDs but the selector has {selector.shape[0]} flags"
+        )
+    ids: np.ndarray = held[selector]
+    return ids
+
+
+def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, split: str = "train") -> Alignment:
+    """The subset of ``ids`` (order kept) that every party in ``parties`` holds; one alignment round."""
     if not parties:
-        return ids
+        return Alignment(ids=ids, asked=ids, held={}, widths={})
     replies = fed.exchange(KIND, {p: {"ids": ids, "split": split} for p in parties})
     keep = np.ones(len(ids), dtype=bool)
+    held: dict[str, np.ndarray] = {}
+    widths: dict[str, int] = {}
     for party, reply in replies.items():
         check_payload(KIND, reply, REPLY)
-        held = reply["held"]
-        assert isinstance(held, np.ndarray)
-        if held.shape != (len(ids),):
-            raise ProtocolError(f"party {party!r} answered {KIND} with {held.shape[0]} flags for {len(ids)} IDs")
-        keep &= held
-    return ids[keep]
+        mask = reply["held"]
+        assert isinstance(mask, np.ndarray)
+        if mask.shape != (len(ids),):
+            raise ProtocolError(f"party {party!r} answered {KIND} with {mask.shape[0]} flags for {len(ids)} IDs")
+        keep &= mask
+        held[party] = mask
+        widths[party] = int(reply["n_features"])
+    return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)

@@ -1,8 +1,13 @@
 """The ledger: every message that crossed a transport, with its encoded size.
 
 Communication figures (bytes, messages, rounds) are read from here and nowhere
-else. Control messages (``control.*``: setup, teardown) are kept apart so a
-method's own cost is what the paper would count, while the overhead stays visible.
+else. Three kinds of traffic are told apart by the message kind's prefix:
+
+* ``control.*`` – installing and removing a method at each party;
+* ``align.*`` – finding the shared IDs (plain alignment, or private set intersection);
+* everything else – the method's own exchanges, which is what the papers count.
+
+All three are recorded and reported; the method's own traffic is the headline figure.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from vflo.comm.message import CONTROL_PREFIX
+from vflo.comm.message import ALIGN_PREFIX, CONTROL_PREFIX
 
 Direction = Literal["request", "reply"]
 
@@ -35,20 +40,34 @@ class LedgerEntry:
     def is_control(self) -> bool:
         return self.kind.startswith(CONTROL_PREFIX)
 
+    @property
+    def is_align(self) -> bool:
+        return self.kind.startswith(ALIGN_PREFIX)
+
+    @property
+    def is_method(self) -> bool:
+        return not (self.is_control or self.is_align)
+
 
 @dataclass(frozen=True)
 class LedgerSummary:
-    """Totals of a ledger, split into the method's traffic and control overhead."""
+    """Totals of a ledger: the method's own traffic, alignment, and control overhead."""
 
     bytes: int
     messages: int
     rounds: int
+    align_bytes: int
+    align_rounds: int
     control_bytes: int
     control_messages: int
 
     @property
     def megabytes(self) -> float:
         return self.bytes / 1e6
+
+    @property
+    def total_bytes(self) -> int:
+        return self.bytes + self.align_bytes + self.control_bytes
 
 
 class Ledger:
@@ -88,12 +107,15 @@ class Ledger:
 
     def summary(self) -> LedgerSummary:
         entries = self.entries
-        data = [e for e in entries if not e.is_control]
+        data = [e for e in entries if e.is_method]
+        align = [e for e in entries if e.is_align]
         control = [e for e in entries if e.is_control]
         return LedgerSummary(
             bytes=sum(e.nbytes for e in data),
             messages=len(data),
             rounds=len({e.round for e in data}),
+            align_bytes=sum(e.nbytes for e in align),
+            align_rounds=len({e.round for e in align}),
             control_bytes=sum(e.nbytes for e in control),
             control_messages=len(control),
         )
@@ -112,7 +134,7 @@ class Ledger:
         """Bytes each party sent and received (method traffic only)."""
         out: dict[str, dict[str, int]] = {}
         for e in self.entries:
-            if e.is_control:
+            if not e.is_method:
                 continue
             out.setdefault(e.sender, {"sent_bytes": 0, "sent_messages": 0, "received_bytes": 0, "received_messages": 0})
             out.setdefault(e.receiver, {"sent_bytes": 0, "sent_messages": 0, "received_bytes": 0,

@@ -19,6 +19,7 @@ Value = np.ndarray | Scalar
 Payload = Mapping[str, Value]
 
 CONTROL_PREFIX = "control."
+ALIGN_PREFIX = "align."
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,10 @@ them (``test_from = 'active'``) or from those aligned with the other parties
   comparison with SplitNN: a fixed number of aligned test rows).
 * ``holdout`` – one train / test split (RAP: 70 / 10 / 20, the 10 being each
   method's own validation split).
-* ``active_cv`` – k-fold cross-validation over the active party's rows, repeated.
+* ``active_cv`` – k-fold cross-validation over the active party's rows, repeated. With
+  ``transductive = true`` it follows APC-VFL's and VFedTrans's own protocol instead: every
+  encoder is trained on all rows once and only the final classifier is cross-validated, so the
+  test rows' features (though never their labels) shaped the representation.
 * ``repeated_runs`` – N seeded holdout runs, reported with a 95% t-interval (VFL-ASP).
 """
 
@@ -56,7 +59,7 @@ class Protocol(ABC):
         return f"{self.name}: " + ", ".join(f"{k} = {v}" for k, v in schema.to_plain(self).items())
 
 
-def _pool(layout: Layout, test_from: TestFrom) -> tuple[np.ndarray, np.ndarray]:
+def pool(layout: Layout, test_from: TestFrom) -> tuple[np.ndarray, np.ndarray]:
     """Candidate test IDs and their labels."""
     active = layout.active
     if test_from == "aligned":
@@ -104,7 +107,7 @@ class AlignedHoldout(Protocol):
         return self.repeats
 
     def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
-        ids, y = _pool(layout, "aligned")
+        ids, y = pool(layout, "aligned")
         return [Split(0, _holdout(ids, y, self.test_rows, rng, self.stratify, "test_rows"), self.train_scope)]
 
 
@@ -118,7 +121,7 @@ class _SingleSplit(Protocol):
     stratify: bool = True
 
     def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
-        ids, y = _pool(layout, self.test_from)
+        ids, y = pool(layout, self.test_from)
         return [Split(0, _holdout(ids, y, self.test_fraction, rng, self.stratify, "test_fraction"), self.train_scope)]
 
 
@@ -148,6 +151,7 @@ class ActiveCV(Protocol):
     test_from: TestFrom = "active"
     train_scope: TrainScope = "all"
     stratify: bool = True
+    transductive: bool = False
 
     def __post_init__(self) -> None:
         if self.folds < 2:
@@ -157,9 +161,13 @@ class ActiveCV(Protocol):
         return self.repeats
 
     def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
+        ids, y = pool(layout, self.test_from)
+        return [Split(i, test, self.train_scope) for i, test in enumerate(self.fold_ids(ids, y, rng))]
+
+    def fold_ids(self, ids: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+        """The test IDs of each fold (stratified by label where every class has enough rows)."""
         from sklearn.model_selection import KFold, StratifiedKFold
 
-        ids, y = _pool(layout, self.test_from)
         if len(ids) < self.folds:
             raise ScenarioError(f"{self.folds} folds need at least {self.folds} rows, the pool has {len(ids)}")
         seed = int(rng.integers(2**31))
@@ -167,7 +175,7 @@ class ActiveCV(Protocol):
             folds = StratifiedKFold(self.folds, shuffle=True, random_state=seed).split(ids, y)
         else:
             folds = KFold(self.folds, shuffle=True, random_state=seed).split(ids)
-        return [Split(i, np.sort(ids[test]), self.train_scope) for i, (_, test) in enumerate(folds)]
+        return [np.sort(ids[test]) for _, test in folds]
 
 
 PROTOCOLS: dict[str, type[Protocol]] = {

@@ -17,7 +17,7 @@ import pandas as pd
 from vflo.experiments.runner import ExperimentResult
 from vflo.metrics import higher_is_better
 
-COMM_COLUMNS = ("comm_bytes", "comm_mb", "comm_messages", "comm_rounds", "align_bytes", "control_bytes",
+COMM_COLUMNS = ("comm_bytes", "comm_mb", "comm_messages", "comm_rounds", "align_bytes", "align_rounds", "control_bytes",
                 "fit_seconds", "wall_seconds")
 
 
@@ -112,8 +112,9 @@ def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
         f"## {metric} ({direction})",
         "",
         "Mean ± standard deviation over repeats, and the half-width of the 95% t-interval. Communication is read "
-        "from the ledger of messages that crossed the transport (method traffic; alignment included, setup "
-        "excluded).",
+        "from the ledger of messages that crossed the transport: the method's own traffic (requests and replies, "
+        "headers included); ID alignment and setup are counted apart (`align_bytes`, `control_bytes` in "
+        "results.csv).",
         "",
     ]
     header = ["variant", "method", metric, "± std", "95% CI ±", "comm", "rounds", "messages", "fit s", "inference"]

@@ -19,10 +19,14 @@ from typing import Any
 import numpy as np
 
 from vflo import __version__
+from vflo.comm.ledger import Ledger
 from vflo.data.datasets import Dataset, load_dataset
+from vflo.data.scenario import FederatedData, Layout
+from vflo.errors import ConfigError
 from vflo.experiments.config import ExperimentConfig, MethodEntry, Variant
-from vflo.experiments.protocols import Split
-from vflo.federation.simulation import run_method
+from vflo.experiments.protocols import ActiveCV, pool
+from vflo.federation.simulation import build_federation, run_method
+from vflo.methods.representation import RepresentationMethod
 from vflo.metrics import compute_metrics, metric_names
 from vflo.progress import progress_bar
 from vflo.seeding import derive_seed, numpy_rng
@@ -69,47 +73,67 @@ def run_experiment(
     dataset = load_dataset(config.dataset.name, data_dir if data_dir is not None else config.dataset.data_dir)
     result = ExperimentResult(config=config, dataset=dataset, started=datetime.now(UTC).isoformat(timespec="seconds"))
     t0 = time.perf_counter()
-    repeats = config.protocol.repetitions()
-    plan = [(v, r) for v in config.variants for r in range(repeats)]
+    protocol = config.protocol
+    transductive = isinstance(protocol, ActiveCV) and protocol.transductive
+    plan = [(v, r) for v in config.variants for r in range(protocol.repetitions())]
     with progress_bar(enabled=progress, description=config.name) as bar:
         task = bar.add_task(config.name, total=len(plan) * len(config.methods))
         for variant, repeat in plan:
             layout = variant.spec.build(dataset, seed=derive_seed(config.seed, "layout", repeat))
-            splits = config.protocol.splits(layout, numpy_rng(config.seed, "split", repeat))
+            rng = numpy_rng(config.seed, "split", repeat)
+            if transductive:
+                assert isinstance(protocol, ActiveCV)
+                data = layout.materialize(train_scope=protocol.train_scope)
+                folds = protocol.fold_ids(*pool(layout, protocol.test_from), rng)
+                facts = _facts(layout, data, n_test=len(folds[0]))
+                for entry in config.methods:
+                    rows, comm = _run_transductive(config, dataset, variant, repeat, entry, data, facts, folds)
+                    _collect(result, rows, comm, on_row)
+                    bar.advance(task, 1)
+                continue
+            splits = protocol.splits(layout, rng)
             for split in splits:
                 data = layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
-                facts = {
-                    "aligned": len(layout.aligned_ids()),
-                    "active_samples": len(layout.rows[layout.active]),
-                    "active_features": len(layout.columns[layout.active]),
-                    "n_train_active": data.train[data.active].n_samples,
-                    "n_test": len(split.test_ids),
-                }
+                facts = _facts(layout, data, n_test=len(split.test_ids))
                 for entry in config.methods:
-                    row, comm = _run_one(config, dataset, variant, repeat, split, entry, data, facts)
-                    result.rows.append(row)
-                    result.communication.append(comm)
-                    if on_row is not None:
-                        on_row(row)
+                    row, comm = _run_one(config, dataset, variant, repeat, split.fold, entry, data, facts)
+                    _collect(result, [row], comm, on_row)
                 bar.advance(task, len(config.methods) / len(splits))
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def _run_one(
-    config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, split: Split, entry: MethodEntry,
-    data: Any, facts: dict[str, Any],
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    seed = derive_seed(config.seed, "method", repeat, split.fold)
-    method = entry.instantiate()
-    t0 = time.perf_counter()
-    out = run_method(method, data, seed=seed, max_message_bytes=config.transport.max_message_bytes)
-    wall = time.perf_counter() - t0
-    summary = out.ledger.summary()
-    by_kind = out.ledger.by_kind()
-    align_bytes = sum(v["bytes"] for k, v in by_kind.items() if k.startswith("align."))
-    metrics = compute_metrics(data.task, data.test_y, out.scores)
-    row: dict[str, Any] = {
+def _collect(result: ExperimentResult, rows: list[dict[str, Any]], comm: dict[str, Any],
+             on_row: Callable[[dict[str, Any]], None] | None) -> None:
+    result.rows.extend(rows)
+    result.communication.append(comm)
+    if on_row is not None:
+        for row in rows:
+            on_row(row)
+
+
+def _facts(layout: Layout, data: FederatedData, *, n_test: int) -> dict[str, Any]:
+    return {
+        "aligned": len(layout.aligned_ids()),
+        "active_samples": len(layout.rows[layout.active]),
+        "active_features": len(layout.columns[layout.active]),
+        "n_train_active": data.train[data.active].n_samples,
+        "n_test": n_test,
+    }
+
+
+def _row(
+    config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, seed: int,
+    entry: MethodEntry, facts: dict[str, Any], metrics: dict[str, float], ledger: Ledger,
+    fit_seconds: float, predict_seconds: float, wall: float,
+) -> dict[str, Any]:
+    summary = ledger.summary()
+    logger.info(
+        "%s | %s | repeat %d fold %d | %s: %s = %.4f, %d bytes, %d rounds, %.2fs",
+        config.name, variant.label, repeat, fold, entry.label, config.metric,
+        metrics.get(config.metric, float("nan")), summary.bytes, summary.rounds, wall,
+    )
+    return {
         "experiment": config.name,
         "dataset": dataset.name,
         "standin": dataset.standin,
@@ -117,7 +141,7 @@ def _run_one(
         **{path: _plain(value) for path, value in variant.values.items()},
         **facts,
         "repeat": repeat,
-        "fold": split.fold,
+        "fold": fold,
         "seed": seed,
         "method": entry.label,
         "method_name": entry.method_cls.name,
@@ -128,19 +152,66 @@ def _run_one(
         "comm_mb": summary.bytes / 1e6,
         "comm_messages": summary.messages,
         "comm_rounds": summary.rounds,
-        "align_bytes": align_bytes,
+        "align_bytes": summary.align_bytes,
+        "align_rounds": summary.align_rounds,
         "control_bytes": summary.control_bytes,
-        "fit_seconds": out.fit_seconds,
-        "predict_seconds": out.predict_seconds,
+        "fit_seconds": fit_seconds,
+        "predict_seconds": predict_seconds,
         "wall_seconds": wall,
     }
-    logger.info(
-        "%s | %s | repeat %d fold %d | %s: %s = %.4f, %d bytes, %d rounds, %.2fs",
-        config.name, variant.label, repeat, split.fold, entry.label, config.metric,
-        metrics.get(config.metric, float("nan")), summary.bytes, summary.rounds, wall,
-    )
-    comm = {
-        "variant": variant.label, "repeat": repeat, "fold": split.fold, "method": entry.label,
-        "by_kind": by_kind, "by_party": out.ledger.by_party(),
-    }
-    return row, comm
+
+
+def _comm(variant: Variant, repeat: int, fold: int, entry: MethodEntry, ledger: Ledger) -> dict[str, Any]:
+    return {"variant": variant.label, "repeat": repeat, "fold": fold, "method": entry.label,
+            "by_kind": ledger.by_kind(), "by_party": ledger.by_party()}
+
+
+def _run_one(
+    config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, entry: MethodEntry,
+    data: FederatedData, facts: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    seed = derive_seed(config.seed, "method", repeat, fold)
+    t0 = time.perf_counter()
+    out = run_method(entry.instantiate(), data, seed=seed, max_message_bytes=config.transport.max_message_bytes)
+    wall = time.perf_counter() - t0
+    metrics = compute_metrics(data.task, data.test_y, out.scores)
+    row = _row(config, dataset, variant, repeat, fold, seed, entry, facts, metrics, out.ledger,
+               out.fit_seconds, out.predict_seconds, wall)
+    return row, _comm(variant, repeat, fold, entry, out.ledger)
+
+
+def _run_transductive(
+    config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, entry: MethodEntry,
+    data: FederatedData, facts: dict[str, Any], folds: list[np.ndarray],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Fit the representation once on every row, then cross-validate only the classifier."""
+    seed = derive_seed(config.seed, "method", repeat, 0)
+    method = entry.instantiate()
+    if not isinstance(method, RepresentationMethod):
+        raise ConfigError(
+            f"the transductive protocol cross-validates a classifier on a learned representation, and "
+            f"{entry.label!r} ({method.name}) has none; run it with transductive = false"
+        )
+    method.check_task(data.task)
+    fed, _ = build_federation(data, method, seed=seed, max_message_bytes=config.transport.max_message_bytes)
+    fed.setup(method)
+    t0 = time.perf_counter()
+    ids, Z = method.fit_representation(fed)
+    represent_seconds = time.perf_counter() - t0
+    y = fed.data.subset(ids).require_labels()
+    rows = []
+    for fold, test_ids in enumerate(folds):
+        t1 = time.perf_counter()
+        test = np.isin(ids, test_ids)
+        if not test.any():
+            continue
+        estimator = method.new_estimator(fed).fit(Z[~test], y[~test])
+        t2 = time.perf_counter()
+        scores = estimator.predict_scores(Z[test])
+        t3 = time.perf_counter()
+        metrics = compute_metrics(data.task, y[test], scores)
+        rows.append(_row(config, dataset, variant, repeat, fold, seed, entry, {**facts, "n_test": int(test.sum())},
+                         metrics, fed.transport.ledger, represent_seconds + t2 - t1, t3 - t2,
+                         represent_seconds + t3 - t1))
+    fed.teardown()
+    return rows, _comm(variant, repeat, 0, entry, fed.transport.ledger)

@@ -36,7 +36,7 @@ SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "
 class NodeContext:
     """What a handler may touch: its own party's data and state, and an outbox."""
 
-    __slots__ = ("_current_round", "_transport", "data", "info", "parties", "seed", "serving", "state")
+    __slots__ = ("_current_round", "_transport", "data", "info", "parties", "seed", "sender", "serving", "state")
 
     def __init__(
         self, *, info: PartyInfo, data: PartyData | None, serving: PartyData | None,
@@ -48,6 +48,8 @@ class NodeContext:
         self.parties = parties
         self.seed = seed
         self.state: dict[str, Any] = {}
+        # Who sent the message being handled (set by the node for each message).
+        self.sender = ""
         self._transport = transport
         self._current_round = 0
 
@@ -153,6 +155,7 @@ class Node:
         info, attr = entry
         check_payload(kind, message.payload, info.accepts)
         self.context._current_round = message.round
+        self.context.sender = message.sender
         result: Payload = getattr(self.method, attr)(self.context, message.payload)
         return result
 

@@ -7,22 +7,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflo.federation.coordinator import Federation
-from vflo.methods.base import Method, MethodConfig
-from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
-from vflo.seeding import derive_seed
+from vflo.methods.base import MethodConfig
+from vflo.methods.representation import RepresentationMethod
+from vflo.nn.estimators import EstimatorConfig
 
 
 @dataclass(frozen=True, kw_only=True)
 class LocalConfig(EstimatorConfig, MethodConfig):
-    """The active party's model: ``model`` is 'logistic' (default), 'linear' or 'mlp'."""
+    """The active party's model: ``model`` is 'logistic' (default), 'linear', 'mlp' or a scikit-learn name."""
 
 
-class Local(Method):
+class Local(RepresentationMethod):
     """The active party alone, on its own features and all of its own labelled rows.
 
     The *Local* / *LOCAL* baseline of APC-VFL (Irureta et al.), VFL-ASP and RAP (Zhang et al.).
     No message is sent. Loss: min_θ Σ_{i ∈ D_A} ℓ(f_θ(x_i^A), y_i), ℓ the logistic / cross-entropy
-    loss (or squared error for regression).
+    loss (or squared error for regression). Its representation is the raw features.
     """
 
     name = "local"
@@ -33,13 +33,12 @@ class Local(Method):
 
     config: LocalConfig
 
-    def fit(self, fed: Federation) -> None:
+    def estimator_config(self) -> EstimatorConfig:
+        return self.config
+
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
         data = fed.data
-        y = data.require_labels()
-        self.estimator_: Estimator = make_estimator(
-            self.config, task=fed.task, n_classes=fed.n_classes, seed=derive_seed(fed.seed, "local"),
-        ).fit(data.X, y)
+        return data.ids, data.X
 
-    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
-        return self.estimator_.predict_scores(fed.serving.subset(ids).X)
-
+    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        return fed.serving.subset(ids).X

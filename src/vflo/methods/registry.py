@@ -15,6 +15,11 @@ _METHODS: dict[str, str] = {
     "local": "vflo.methods.local:Local",
     "centralized": "vflo.methods.centralized:Centralized",
     "splitnn": "vflo.methods.splitnn:SplitNN",
+    "apc_vfl": "vflo.methods.apc_vfl:APCVFL",
+    "apc_vfl_aligned": "vflo.methods.apc_vfl:APCVFLAligned",
+    "ablation": "vflo.methods.apc_vfl:Ablation",
+    "fedsvd": "vflo.methods.fedsvd:FedSVD",
+    "vfedtrans": "vflo.methods.vfedtrans:VFedTrans",
 }
 
 

@@ -156,7 +156,7 @@ class SplitNN(Method):
         data = fed.data
         data.require_labels()
         passives = fed.names("passive")
-        ids = intersect(fed, np.sort(data.ids), passives)
+        ids = intersect(fed, np.sort(data.ids), passives).ids
         if len(ids) == 0:
             raise MethodError(
                 f"splitnn needs aligned rows, but the active party {fed.party!r} shares no training sample "

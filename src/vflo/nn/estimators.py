@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -23,22 +23,48 @@ from vflo.nn.models import mlp
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module
 from vflo.seeding import numpy_rng, torch_generator
 
-EstimatorKind = Literal["logistic", "linear", "mlp"]
+BUILTIN_MODELS = ("logistic", "linear", "mlp")
+
+
+def sklearn_estimators() -> dict[str, type]:
+    """scikit-learn's classifiers and regressors by class name."""
+    from sklearn.utils import all_estimators
+
+    return {name: cls for name, cls in all_estimators(type_filter=["classifier", "regressor"])}
 
 
 @dataclass(frozen=True, kw_only=True)
 class EstimatorConfig:
-    """A model on one feature matrix: logistic / linear regression, or an MLP."""
+    """A model on one feature matrix.
 
-    model: EstimatorKind = "logistic"
+    ``model``: ``'logistic'`` (logistic regression, the default), ``'linear'`` (ridge regression),
+    ``'mlp'`` (a PyTorch MLP: ``hidden``, ``activation``, ``train``), or the class name of any
+    scikit-learn classifier or regressor (e.g. ``'RandomForestClassifier'``) with its keyword
+    arguments in ``params``.
+    """
+
+    model: str = "logistic"
     C: float = 1.0
     hidden: tuple[int, ...] = (64, 32)
     activation: str = "relu"
     train: TrainConfig = field(default_factory=TrainConfig)
+    params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.C > 0:
             raise ConfigError(f"C must be positive, got {self.C}")
+        if self.model not in BUILTIN_MODELS:
+            known = sklearn_estimators()
+            if self.model not in known:
+                from vflo.errors import did_you_mean
+
+                raise ConfigError(
+                    f"model {self.model!r} is neither {', '.join(BUILTIN_MODELS)} nor a scikit-learn estimator"
+                    f"{did_you_mean(self.model, [*BUILTIN_MODELS, *known])}; use a class name such as "
+                    "'RandomForestClassifier'"
+                )
+        elif self.params and self.model == "mlp":
+            raise ConfigError("params is for scikit-learn models; the MLP takes hidden, activation and train")
 
 
 class Estimator(Protocol):
@@ -48,10 +74,12 @@ class Estimator(Protocol):
 
 
 def make_estimator(config: EstimatorConfig, *, task: Task, n_classes: int | None, seed: int) -> Estimator:
+    if config.model not in BUILTIN_MODELS:
+        return SklearnEstimator(config.model, dict(config.params), task=task, n_classes=n_classes, seed=seed)
     if config.model == "logistic":
         if task == "regression":
             raise ConfigError("model = 'logistic' is for classification; use 'linear' or 'mlp' for regression")
-        return LogisticEstimator(C=config.C, n_classes=_classes(task, n_classes), seed=seed)
+        return LogisticEstimator(C=config.C, n_classes=_classes(task, n_classes), seed=seed, params=config.params)
     if config.model == "linear":
         if task != "regression":
             raise ConfigError("model = 'linear' is for regression; use 'logistic' or 'mlp' for classification")
@@ -78,10 +106,11 @@ def full_proba(proba: np.ndarray, seen: np.ndarray, n_classes: int) -> np.ndarra
 class LogisticEstimator:
     """Multinomial logistic regression (scikit-learn, lbfgs)."""
 
-    def __init__(self, *, C: float, n_classes: int, seed: int) -> None:
+    def __init__(self, *, C: float, n_classes: int, seed: int, params: Mapping[str, Any] | None = None) -> None:
         self.C = C
         self.n_classes = n_classes
         self.seed = seed
+        self.params = dict(params or {})
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> LogisticEstimator:
         from sklearn.linear_model import LogisticRegression
@@ -90,7 +119,8 @@ class LogisticEstimator:
         if len(self.classes_) < 2:
             self.model_ = None
             return self
-        self.model_ = LogisticRegression(C=self.C, max_iter=5000, random_state=self.seed % (2**32))
+        kwargs = {"C": self.C, "max_iter": 5000, "random_state": self.seed % (2**32), **self.params}
+        self.model_ = LogisticRegression(**kwargs)
         self.model_.fit(np.asarray(X, dtype=np.float64), y)
         return self
 
@@ -101,6 +131,42 @@ class LogisticEstimator:
             return out
         proba = self.model_.predict_proba(np.asarray(X, dtype=np.float64))
         return full_proba(proba, self.model_.classes_, self.n_classes)
+
+
+class SklearnEstimator:
+    """Any scikit-learn classifier (with ``predict_proba``) or regressor, by class name."""
+
+    def __init__(self, name: str, params: dict[str, Any], *, task: Task, n_classes: int | None, seed: int) -> None:
+        from sklearn.base import is_classifier, is_regressor
+
+        cls = sklearn_estimators()[name]
+        try:
+            model = cls(**params)
+        except TypeError as exc:
+            raise ConfigError(f"{name} does not accept params {sorted(params)}: {exc}") from exc
+        if "random_state" in model.get_params() and "random_state" not in params:
+            model.set_params(random_state=seed % (2**32))
+        if task == "regression" and not is_regressor(model):
+            raise ConfigError(f"{name} is not a regressor, but the task is regression")
+        if task != "regression":
+            if not is_classifier(model):
+                raise ConfigError(f"{name} is not a classifier, but the task is {task}")
+            if not hasattr(model, "predict_proba"):
+                raise ConfigError(f"{name} gives no class probabilities (predict_proba); choose another classifier "
+                                  "or set the parameter that enables them (e.g. probability = true for SVC)")
+        self.model = model
+        self.task = task
+        self.n_classes = n_classes
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> SklearnEstimator:
+        self.model_ = self.model.fit(np.asarray(X, dtype=np.float64), y)
+        return self
+
+    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+        X64 = np.asarray(X, dtype=np.float64)
+        if self.task == "regression":
+            return np.asarray(self.model_.predict(X64), dtype=np.float64)
+        return full_proba(self.model_.predict_proba(X64), self.model_.classes_, _classes(self.task, self.n_classes))
 
 
 class LinearEstimator:

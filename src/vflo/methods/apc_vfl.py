@@ -1,0 +1,256 @@
+"""APC-VFL (Irureta et al.): local autoencoders, one exchange, distillation at the active party."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from vflo.align.plain import SELECTOR, Alignment, intersect, selected_ids
+from vflo.comm.message import IDS, Payload
+from vflo.errors import ConfigError, MethodError, ProtocolError
+from vflo.federation.coordinator import Federation
+from vflo.federation.node import NodeContext
+from vflo.methods.base import Inference, MethodConfig, handles
+from vflo.methods.representation import RepresentationMethod
+from vflo.nn.distill import DistillLoss, FittedAutoencoder, fit_autoencoder
+from vflo.nn.estimators import EstimatorConfig
+from vflo.nn.train import TrainConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class APCVFLConfig(MethodConfig):
+    """APC-VFL's settings; defaults from the paper (Table 3 and Appendix B).
+
+    Encoders list hidden widths after the input; the last is the latent. ``active_encoder``
+    is g1 at the active party (a -> 64 -> 128), ``passive_encoder`` g1 at each passive party
+    (p -> 128 -> 256), ``joint_encoder`` g2 over the concatenated aligned latents (-> 256 -> 256)
+    and ``student_encoder`` g3 (a -> 256 -> 256), whose latent must be as wide as g2's.
+    ``distill_weight`` is the paper's λ.
+    """
+
+    active_encoder: tuple[int, ...] = (64, 128)
+    passive_encoder: tuple[int, ...] = (128, 256)
+    joint_encoder: tuple[int, ...] = (256, 256)
+    student_encoder: tuple[int, ...] = (256, 256)
+    activation: str = "selu"
+    distill: DistillLoss = "mse"
+    distill_weight: float = 0.01
+    overcomplete: bool = True
+    payload_dtype: Literal["float32", "float16"] = "float32"
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(batch_size=128, max_epochs=200, patience=10))
+    classifier: EstimatorConfig = field(default_factory=EstimatorConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("active_encoder", "passive_encoder", "joint_encoder", "student_encoder"):
+            widths = getattr(self, name)
+            if not widths or min(widths) < 1:
+                raise ConfigError(f"{name} needs at least one positive layer width, got {list(widths)}")
+        if self.student_encoder[-1] != self.joint_encoder[-1]:
+            raise ConfigError(
+                f"student_encoder's latent ({self.student_encoder[-1]}) must be as wide as joint_encoder's "
+                f"({self.joint_encoder[-1]}): the student is distilled toward the joint latent"
+            )
+        if self.distill_weight < 0:
+            raise ConfigError(f"distill_weight (λ) must be non-negative, got {self.distill_weight}")
+        if self.distill not in ("mse", "mae"):
+            raise ConfigError(f"distill must be 'mse' or 'mae', got {self.distill!r}")
+
+
+def _check_overcomplete(who: str, n_features: int, latent: int, enabled: bool) -> None:
+    if enabled and latent < n_features:
+        raise ConfigError(
+            f"{who} has {n_features} features but its encoder's latent is only {latent} wide; APC-VFL uses "
+            "overcomplete autoencoders: widen the encoder or set overcomplete = false"
+        )
+
+
+class APCVFL(RepresentationMethod):
+    """APC-VFL: Irureta et al., "Towards Active Participant Centric Vertical Federated Learning:
+    Some Representations May Be All You Need" (four steps, one exchange).
+
+    1. every party trains a local autoencoder g1 on all of its rows, unsupervised;
+    2. each passive party sends g1(X_aligned) to the active party (the only exchange);
+    3. the active party trains a joint autoencoder g2 on [g1_A(x), g1_P1(x), ...] of the aligned
+       rows and takes its latent z_A as the teacher;
+    4. the student g3 is trained on all of the active party's rows with
+       L(x_i) = ||x_i - f3(g3(x_i))||² + λ · 1[i aligned] · D(z_A,i, g3(x_i)),  D = MSE or MAE,
+       and a classifier (logistic regression) is fitted on g3(X_A).
+    Prediction needs the active party's features only.
+    """
+
+    name = "apc_vfl"
+    Config = APCVFLConfig
+    summary = "local autoencoders, one exchange of aligned representations, distilled student at the active party"
+    paper = "Irureta et al., APC-VFL"
+    inference: ClassVar[Inference] = "active_only"
+
+    config: APCVFLConfig
+
+    # -- passive party ----------------------------------------------------------------------------
+
+    def _local_encoder(self, ctx: NodeContext) -> FittedAutoencoder:
+        encoder = ctx.state.get("apc.g1")
+        if encoder is None:
+            data = ctx.require_data()
+            _check_overcomplete(f"party {ctx.party!r}", data.n_features, self.config.passive_encoder[-1],
+                                self.config.overcomplete)
+            encoder = fit_autoencoder(
+                data.X, self.config.passive_encoder, activation=self.config.activation, train=self.config.train,
+                generator=ctx.torch_generator("apc-g1"), rng=ctx.rng("apc-g1"),
+            )
+            ctx.state["apc.g1"] = encoder
+        assert isinstance(encoder, FittedAutoencoder)
+        return encoder
+
+    @handles("apc.encode_aligned", selector=SELECTOR)
+    def _encode_aligned(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """The single exchange: train g1 on all own rows (once), return g1 of the aligned rows."""
+        selector = payload["selector"]
+        assert isinstance(selector, np.ndarray)
+        ids = selected_ids(ctx, selector)
+        z = self._local_encoder(ctx).encode(ctx.require_data().subset(ids).X)
+        return {"z": z.astype(self.config.payload_dtype)}
+
+    @handles("apc.encode_serve", ids=IDS)
+    def _encode_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """Collaborative inference (the fully aligned variant only): g1 of rows to score."""
+        ids = payload["ids"]
+        assert isinstance(ids, np.ndarray)
+        z = self._local_encoder(ctx).encode(ctx.rows("serve").subset(ids).X)
+        return {"z": z.astype(self.config.payload_dtype)}
+
+    # -- active party -----------------------------------------------------------------------------
+
+    def _align(self, fed: Federation) -> Alignment:
+        passives = fed.names("passive")
+        if not passives:
+            raise MethodError(f"{self.name} needs at least one passive party; use 'local' for the active party alone")
+        alignment = intersect(fed, np.sort(fed.data.ids), passives)
+        for party in passives:
+            if not alignment.held[party].any():
+                raise MethodError(
+                    f"passive party {party!r} shares no aligned sample with the active party {fed.party!r}; "
+                    f"{self.name} needs aligned rows with every passive party"
+                )
+            _check_overcomplete(f"party {party!r}", alignment.widths[party], self.config.passive_encoder[-1],
+                                self.config.overcomplete)
+        if len(alignment.ids) == 0:
+            raise MethodError(f"no sample is shared by the active party and all of {passives}")
+        return alignment
+
+    def _fit_g1_active(self, fed: Federation) -> FittedAutoencoder:
+        data = fed.data
+        if data.n_features == 0:
+            raise MethodError(f"{self.name} needs features at the active party; it has none (a label-only party)")
+        _check_overcomplete(f"the active party {fed.party!r}", data.n_features, self.config.active_encoder[-1],
+                            self.config.overcomplete)
+        return fit_autoencoder(
+            data.X, self.config.active_encoder, activation=self.config.activation, train=self.config.train,
+            generator=fed.torch_generator("apc-g1"), rng=fed.rng("apc-g1"),
+        )
+
+    def _exchange(self, fed: Federation, alignment: Alignment) -> list[np.ndarray]:
+        """The one communication round: each passive party's g1 of the aligned rows."""
+        passives = list(alignment.held)
+        replies = fed.exchange("apc.encode_aligned", {p: {"selector": alignment.selector(p)} for p in passives})
+        return [self._latent(p, replies[p], len(alignment.ids)) for p in passives]
+
+    def _latent(self, party: str, reply: Payload, n: int) -> np.ndarray:
+        z = reply.get("z")
+        width = self.config.passive_encoder[-1]
+        if not isinstance(z, np.ndarray) or z.shape != (n, width) or z.dtype.kind != "f":
+            raise ProtocolError(f"party {party!r} sent representations of shape {getattr(z, 'shape', None)}, "
+                                f"expected ({n}, {width})")
+        return z.astype(np.float32)
+
+    def _fit_teacher(self, fed: Federation, joint: np.ndarray) -> FittedAutoencoder:
+        return fit_autoencoder(
+            joint, self.config.joint_encoder, activation=self.config.activation, train=self.config.train,
+            generator=fed.torch_generator("apc-g2"), rng=fed.rng("apc-g2"),
+        )
+
+    def _joint_input(self, g1_active: FittedAutoencoder, x_active: np.ndarray, remote: list[np.ndarray]) -> np.ndarray:
+        return np.hstack([g1_active.encode(x_active), *remote])
+
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
+        data = fed.data
+        g1_active = self._fit_g1_active(fed)
+        alignment = self._align(fed)
+        remote = self._exchange(fed, alignment)
+        joint = self._joint_input(g1_active, data.subset(alignment.ids).X, remote)
+        teacher = self._fit_teacher(fed, joint)
+        targets = np.zeros((data.n_samples, self.config.joint_encoder[-1]), dtype=np.float32)
+        aligned_mask = np.isin(data.ids, alignment.ids)
+        targets[data.positions(alignment.ids)] = teacher.encode(joint)
+        self.student_ = fit_autoencoder(
+            data.X, self.config.student_encoder, activation=self.config.activation, train=self.config.train,
+            generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"), target=targets,
+            target_mask=aligned_mask, weight=self.config.distill_weight, distill=self.config.distill,
+        )
+        self.n_aligned_ = len(alignment.ids)
+        return data.ids, self.student_.encode(data.X)
+
+    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        return self.student_.encode(fed.serving.subset(ids).X)
+
+
+class APCVFLAligned(APCVFL):
+    """APC-VFL's fully aligned variant (Irureta et al., Figure 4), for the comparison with SplitNN.
+
+    Steps 1-3 as APC-VFL; the classifier is trained on the joint latent g2([g1_A(x), g1_P(x), ...])
+    of the aligned rows, with no distillation (L = ||j - f2(g2(j))||² for g2). Prediction is
+    collaborative: each passive party encodes the rows to score with its g1.
+    """
+
+    name = "apc_vfl_aligned"
+    summary = "APC-VFL's fully aligned variant: classifier on the joint latent (collaborative inference)"
+    inference = "collaborative"
+
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
+        data = fed.data
+        self.g1_active_ = self._fit_g1_active(fed)
+        alignment = self._align(fed)
+        remote = self._exchange(fed, alignment)
+        joint = self._joint_input(self.g1_active_, data.subset(alignment.ids).X, remote)
+        self.teacher_ = self._fit_teacher(fed, joint)
+        self.passives_ = list(alignment.held)
+        self.n_aligned_ = len(alignment.ids)
+        return alignment.ids, self.teacher_.encode(joint)
+
+    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        try:
+            replies = fed.broadcast("apc.encode_serve", {"ids": ids}, self.passives_)
+        except Exception as exc:
+            from vflo.errors import RemoteError
+
+            if isinstance(exc, RemoteError):
+                raise MethodError(
+                    f"{self.name} predicts collaboratively, so every party must hold the rows to score: {exc}"
+                ) from exc
+            raise
+        remote = [self._latent(p, replies[p], len(ids)) for p in self.passives_]
+        return self.teacher_.encode(self._joint_input(self.g1_active_, fed.serving.subset(ids).X, remote))
+
+
+class Ablation(APCVFL):
+    """APC-VFL's Ablation (Irureta et al., Section 6.1): the student g3 without distillation.
+
+    The active party trains g3 on its own rows alone, L(x_i) = ||x_i - f3(g3(x_i))||², and fits the
+    classifier on g3(X_A): no message is sent. It isolates what the nonlinear encoding alone adds.
+    """
+
+    name = "ablation"
+    summary = "APC-VFL's student encoder trained on local data only, without distillation (no messages)"
+    inference = "active_only"
+
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
+        data = fed.data
+        if data.n_features == 0:
+            raise MethodError("ablation needs features at the active party; it has none")
+        self.student_ = fit_autoencoder(
+            data.X, self.config.student_encoder, activation=self.config.activation, train=self.config.train,
+            generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"),
+        )
+        return data.ids, self.student_.encode(data.X)

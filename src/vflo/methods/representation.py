@@ -1,0 +1,54 @@
+"""Methods that learn features for the active party and then fit an ordinary model on them.
+
+Local, Ablation, APC-VFL, VFedTrans and FedSVD all have this shape: a (possibly
+federated) representation step, then a classifier on the active party's rows.
+Splitting the two lets an evaluation protocol fit the representation once and
+cross-validate only the classifier, which is how APC-VFL and VFedTrans report
+their results (the *transductive* protocol, see ``active_cv`` with
+``transductive = true``).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vflo.methods.base import Method
+from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
+from vflo.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+
+
+class RepresentationMethod(Method):
+    """A representation step, then ``classifier`` (an :class:`EstimatorConfig`) on its output."""
+
+    def estimator_config(self) -> EstimatorConfig:
+        config = getattr(self.config, "classifier", None)
+        if not isinstance(config, EstimatorConfig):  # pragma: no cover - programming error
+            raise TypeError(f"{type(self).__name__} must define estimator_config() or a 'classifier' setting")
+        return config
+
+    @abstractmethod
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
+        """Learn the representation; return the IDs the classifier trains on and their features."""
+
+    @abstractmethod
+    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        """Features of serving rows ``ids`` (held by the active party)."""
+
+    def new_estimator(self, fed: Federation) -> Estimator:
+        return make_estimator(self.estimator_config(), task=fed.task, n_classes=fed.n_classes,
+                              seed=derive_seed(fed.seed, self.name, "classifier"))
+
+    def fit(self, fed: Federation) -> None:
+        ids, Z = self.fit_representation(fed)
+        y = fed.data.subset(ids).require_labels()
+        self.estimator_ = self.new_estimator(fed).fit(Z, y)
+        self.n_train_ = len(ids)
+
+    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        return self.estimator_.predict_scores(self.represent(fed, ids))
