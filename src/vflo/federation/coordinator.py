@@ -18,7 +18,7 @@ import torch
 from vflo.comm.message import Message, Payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
-from vflo.errors import MethodError, PartyBoundaryError
+from vflo.errors import MethodError, PartyBoundaryError, RemoteError
 from vflo.federation.node import SETUP, TEARDOWN, Node, NodeContext
 from vflo.methods.base import Method
 from vflo.roles import PartyInfo, active_party
@@ -141,6 +141,23 @@ class Federation:
 
     def broadcast(self, kind: str, payload: Payload, to: Sequence[str]) -> dict[str, Payload]:
         return self.exchange(kind, {name: payload for name in to})
+
+    def score_together(self, kind: str, ids: np.ndarray, parties: Sequence[str]) -> dict[str, Payload]:
+        """Ask every party in ``parties`` for its share of scoring ``ids`` (collaborative inference).
+
+        A party that does not hold some of the rows turns into a :class:`MethodError` that says
+        why: methods whose inference is collaborative can only score rows every party holds.
+        """
+        if not parties:
+            return {}
+        try:
+            return self.broadcast(kind, {"ids": ids}, parties)
+        except RemoteError as exc:
+            name = self._method.name if self._method is not None else "this method"
+            raise MethodError(
+                f"{name} predicts collaboratively, so every party must hold the rows to score: {exc}. Score "
+                "aligned rows only (protocol aligned_holdout, or test_from = 'aligned')"
+            ) from exc
 
     def _send_all(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> dict[str, Payload]:
         if self.party in payloads:

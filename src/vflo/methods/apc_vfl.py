@@ -220,16 +220,7 @@ class APCVFLAligned(APCVFL):
         return alignment.ids, self.teacher_.encode(joint)
 
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
-        try:
-            replies = fed.broadcast("apc.encode_serve", {"ids": ids}, self.passives_)
-        except Exception as exc:
-            from vflo.errors import RemoteError
-
-            if isinstance(exc, RemoteError):
-                raise MethodError(
-                    f"{self.name} predicts collaboratively, so every party must hold the rows to score: {exc}"
-                ) from exc
-            raise
+        replies = fed.score_together("apc.encode_serve", ids, self.passives_)
         remote = [self._latent(p, replies[p], len(ids)) for p in self.passives_]
         return self.teacher_.encode(self._joint_input(self.g1_active_, fed.serving.subset(ids).X, remote))
 

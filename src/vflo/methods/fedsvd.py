@@ -26,7 +26,7 @@ import numpy as np
 
 from vflo.align.plain import SELECTOR, Alignment, intersect, selected_ids
 from vflo.comm.message import BOOL, IDS, INT, STR, ArraySpec, Payload
-from vflo.errors import ConfigError, MethodError, ProtocolError, RemoteError
+from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.federation.coordinator import Federation
 from vflo.federation.node import NodeContext
 from vflo.methods.base import MethodConfig, handles
@@ -235,16 +235,9 @@ class FedSVD(FedSVDProtocol):
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         V = fed.ctx.state["fedsvd.V"]
         total: np.ndarray = fed.serving.subset(ids).X.astype(np.float64) @ V
-        if self.passives_:
-            try:
-                replies = fed.broadcast("fedsvd.project", {"ids": ids}, self.passives_)
-            except RemoteError as exc:
-                raise MethodError(
-                    f"fedsvd scores collaboratively; every party must hold the rows to score: {exc}"
-                ) from exc
-            for p in self.passives_:
-                part = replies[p].get("p")
-                if not isinstance(part, np.ndarray) or part.shape != total.shape:
-                    raise ProtocolError(f"party {p!r} sent a projection of the wrong shape")
-                total = total + part
+        for p, reply in fed.score_together("fedsvd.project", ids, self.passives_).items():
+            part = reply.get("p")
+            if not isinstance(part, np.ndarray) or part.shape != total.shape:
+                raise ProtocolError(f"party {p!r} sent a projection of the wrong shape")
+            total = total + part
         return total

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from vflo.align.plain import intersect
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, floats
-from vflo.errors import ConfigError, MethodError, ProtocolError, RemoteError
+from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.federation.coordinator import Federation
 from vflo.federation.node import NodeContext
 from vflo.methods.base import Method, MethodConfig, handles
@@ -261,16 +261,8 @@ class SplitNN(Method):
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         own = as_tensor(fed.serving.subset(ids).X)
-        remote: list[torch.Tensor] = []
-        if self.passives_:
-            try:
-                replies = fed.broadcast("splitnn.predict", {"ids": ids}, self.passives_)
-            except RemoteError as exc:
-                raise MethodError(
-                    f"splitnn predicts collaboratively, so every party must hold the rows to score: {exc}. "
-                    "Score aligned rows only (protocol aligned_holdout, or test_from = 'aligned')"
-                ) from exc
-            remote = [self._acts(n, replies[n], len(ids)) for n in self.passives_]
+        replies = fed.score_together("splitnn.predict", ids, self.passives_)
+        remote = [self._acts(n, replies[n], len(ids)) for n in self.passives_]
         with torch.no_grad():
             out = self.top_(torch.cat([self.bottom_(own), *remote], dim=1))
         scores = out.squeeze(1) if fed.task == "regression" else torch.softmax(out, dim=1)
