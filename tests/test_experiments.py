@@ -156,6 +156,10 @@ def test_run_writes_every_output_and_is_deterministic(tmp_path: Path) -> None:
     assert required <= set(first.rows[0])
     # communication comes from the ledger: nothing for local and centralized, real traffic for splitnn
     assert (a[a.method == "local"].comm_bytes == 0).all() and (a[a.method == "splitnn"].comm_bytes > 0).all()
+    # training and scoring traffic are told apart: SplitNN scores in one round
+    splitnn = a[a.method == "splitnn"]
+    assert (splitnn.predict_rounds == 1).all() and (splitnn.fit_rounds == splitnn.comm_rounds - 1).all()
+    assert (splitnn.fit_bytes + splitnn.predict_bytes == splitnn.comm_bytes).all()
     out = write_results(first, tmp_path / "out")
     names = {p.name for p in out.iterdir()}
     assert {"results.csv", "results.json", "report.md", "summary.csv", "metric_vs_x.png", "bytes_vs_x.png"} <= names

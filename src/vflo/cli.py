@@ -127,13 +127,13 @@ def _print_summary(console, result, summary) -> None:  # type: ignore[no-untyped
     metric = result.config.metric
     title = result.dataset.label + (" [STAND-IN DATA]" if result.dataset.standin else "")
     table = Table(title=f"{result.config.name}: {title}")
-    for col in ("variant", "method", metric, "± std", "comm", "rounds", "fit s"):
+    for col in ("variant", "method", metric, "± std", "train comm", "train rounds", "fit s"):
         table.add_column(col, justify="left" if col in ("variant", "method") else "right")
     for _, r in summary.iterrows():
         name = r["method"] + (" (oracle)" if r["simulation_only"] else "")
         table.add_row(
             str(r["variant"]), name, f"{r[metric]:.4f}", f"{r[metric + '_std']:.4f}",
-            f"{r['comm_bytes'] / 1e6:.3f} MB", f"{r['comm_rounds']:.0f}", f"{r['fit_seconds']:.2f}",
+            f"{r['fit_bytes'] / 1e6:.3f} MB", f"{r['fit_rounds']:.0f}", f"{r['fit_seconds']:.2f}",
         )
     console.print(table)
 

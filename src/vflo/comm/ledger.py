@@ -105,8 +105,9 @@ class Ledger:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def summary(self) -> LedgerSummary:
-        entries = self.entries
+    def summary(self, start: int = 0, stop: int | None = None) -> LedgerSummary:
+        """Totals over all entries, or over entries ``start:stop`` (e.g. one phase of a run)."""
+        entries = self.entries[start:stop]
         data = [e for e in entries if e.is_method]
         align = [e for e in entries if e.is_align]
         control = [e for e in entries if e.is_control]

@@ -119,25 +119,29 @@ def _select(container: Any, segment: str, path: str, create: bool) -> tuple[Any,
     raise ConfigError(f"path {path!r}: {segment!r} is inside a value, not a table")
 
 
+def _segments(node: Any, remaining: list[str]) -> tuple[str, list[str]]:
+    """The next key: the longest run of segments that names an existing key (sweep keys contain dots)."""
+    if isinstance(node, dict):
+        for k in range(len(remaining), 1, -1):
+            joined = ".".join(remaining[:k])
+            if joined in node:
+                return joined, remaining[k:]
+    return remaining[0], remaining[1:]
+
+
 def set_path(root: dict[str, Any], path: str, value: Any) -> None:
-    """Set ``path`` inside nested tables, creating the last key (the schema then checks it)."""
-    segments = path.split(".")
+    """Set ``path`` inside nested tables, creating missing keys (the schema then checks them)."""
     node: Any = root
-    for seg in segments[:-1]:
+    remaining = path.split(".")
+    while True:
+        seg, remaining = _segments(node, remaining)
         parent, key = _select(node, seg, path, create=True)
+        if not remaining:
+            parent[key] = copy.deepcopy(value)
+            return
         if isinstance(parent, dict) and key not in parent:
             parent[key] = {}
         node = parent[key]
-    parent, key = _select(node, segments[-1], path, create=True)
-    parent[key] = copy.deepcopy(value)
-
-
-def get_path(root: Mapping[str, Any], path: str) -> Any:
-    node: Any = root
-    for seg in path.split("."):
-        parent, key = _select(node, seg, path, create=False)
-        node = parent[key]
-    return node
 
 
 # -- parsing -----------------------------------------------------------------------------------------

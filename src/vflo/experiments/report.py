@@ -17,8 +17,8 @@ import pandas as pd
 from vflo.experiments.runner import ExperimentResult
 from vflo.metrics import higher_is_better
 
-COMM_COLUMNS = ("comm_bytes", "comm_mb", "comm_messages", "comm_rounds", "align_bytes", "align_rounds", "control_bytes",
-                "fit_seconds", "wall_seconds")
+COMM_COLUMNS = ("comm_bytes", "comm_mb", "comm_messages", "comm_rounds", "fit_bytes", "fit_rounds", "predict_bytes",
+                "predict_rounds", "align_bytes", "align_rounds", "control_bytes", "fit_seconds", "wall_seconds")
 
 
 def t_halfwidth(values: Sequence[float], confidence: float = 0.95) -> float:
@@ -117,13 +117,14 @@ def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
         "results.csv).",
         "",
     ]
-    header = ["variant", "method", metric, "± std", "95% CI ±", "comm", "rounds", "messages", "fit s", "inference"]
+    header = ["variant", "method", metric, "± std", "95% CI ±", "train comm", "train rounds", "scoring comm",
+              "fit s", "inference"]
     body = []
     for _, r in summary.iterrows():
         name = r["method"] + (" (oracle)" if r["simulation_only"] else "")
         body.append([
             r["variant"], name, _fmt(r[metric]), _fmt(r[f"{metric}_std"]), _fmt(r[f"{metric}_ci95"]),
-            _bytes(r["comm_bytes"]), f"{r['comm_rounds']:.0f}", f"{r['comm_messages']:.0f}",
+            _bytes(r["fit_bytes"]), f"{r['fit_rounds']:.0f}", _bytes(r["predict_bytes"]),
             f"{r['fit_seconds']:.2f}", r["inference"],
         ])
     lines += [markdown_table(header, body), ""]

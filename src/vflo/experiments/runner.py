@@ -124,10 +124,11 @@ def _facts(layout: Layout, data: FederatedData, *, n_test: int) -> dict[str, Any
 
 def _row(
     config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, seed: int,
-    entry: MethodEntry, facts: dict[str, Any], metrics: dict[str, float], ledger: Ledger,
+    entry: MethodEntry, facts: dict[str, Any], metrics: dict[str, float], ledger: Ledger, fit_entries: int,
     fit_seconds: float, predict_seconds: float, wall: float,
 ) -> dict[str, Any]:
     summary = ledger.summary()
+    fit = ledger.summary(0, fit_entries)
     logger.info(
         "%s | %s | repeat %d fold %d | %s: %s = %.4f, %d bytes, %d rounds, %.2fs",
         config.name, variant.label, repeat, fold, entry.label, config.metric,
@@ -152,6 +153,10 @@ def _row(
         "comm_mb": summary.bytes / 1e6,
         "comm_messages": summary.messages,
         "comm_rounds": summary.rounds,
+        "fit_bytes": fit.bytes,
+        "fit_rounds": fit.rounds,
+        "predict_bytes": summary.bytes - fit.bytes,
+        "predict_rounds": summary.rounds - fit.rounds,
         "align_bytes": summary.align_bytes,
         "align_rounds": summary.align_rounds,
         "control_bytes": summary.control_bytes,
@@ -175,7 +180,7 @@ def _run_one(
     out = run_method(entry.instantiate(), data, seed=seed, max_message_bytes=config.transport.max_message_bytes)
     wall = time.perf_counter() - t0
     metrics = compute_metrics(data.task, data.test_y, out.scores)
-    row = _row(config, dataset, variant, repeat, fold, seed, entry, facts, metrics, out.ledger,
+    row = _row(config, dataset, variant, repeat, fold, seed, entry, facts, metrics, out.ledger, out.fit_entries,
                out.fit_seconds, out.predict_seconds, wall)
     return row, _comm(variant, repeat, fold, entry, out.ledger)
 
@@ -211,7 +216,7 @@ def _run_transductive(
         t3 = time.perf_counter()
         metrics = compute_metrics(data.task, y[test], scores)
         rows.append(_row(config, dataset, variant, repeat, fold, seed, entry, {**facts, "n_test": int(test.sum())},
-                         metrics, fed.transport.ledger, represent_seconds + t2 - t1, t3 - t2,
+                         metrics, fed.transport.ledger, len(fed.transport.ledger), represent_seconds + t2 - t1, t3 - t2,
                          represent_seconds + t3 - t1))
     fed.teardown()
     return rows, _comm(variant, repeat, 0, entry, fed.transport.ledger)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflo.comm.ledger import Ledger
+from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.comm.local import LocalTransport, Observer
 from vflo.data.scenario import FederatedData
 from vflo.errors import MethodError
@@ -27,6 +27,16 @@ class RunOutput:
     fit_seconds: float
     predict_seconds: float
     rounds: int
+    fit_entries: int
+
+    @property
+    def fit_summary(self) -> LedgerSummary:
+        """Traffic of training alone (setup and fit), without scoring."""
+        return self.ledger.summary(0, self.fit_entries)
+
+    @property
+    def predict_summary(self) -> LedgerSummary:
+        return self.ledger.summary(self.fit_entries)
 
 
 def build_federation(
@@ -61,6 +71,7 @@ def run_method(
     t0 = time.perf_counter()
     method.fit(fed)
     t1 = time.perf_counter()
+    fit_entries = len(fed.transport.ledger)
     if on_fitted is not None:
         on_fitted(fed)
     scores = method.predict(fed, data.test_ids) if len(data.test_ids) else np.empty((0,))
@@ -68,4 +79,5 @@ def run_method(
     fed.teardown()
     return RunOutput(
         scores=scores, ledger=fed.transport.ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1, rounds=fed.rounds,
+        fit_entries=fit_entries,
     )

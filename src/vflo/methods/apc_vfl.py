@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -56,6 +57,19 @@ class APCVFLConfig(MethodConfig):
             raise ConfigError(f"distill_weight (λ) must be non-negative, got {self.distill_weight}")
         if self.distill not in ("mse", "mae"):
             raise ConfigError(f"distill must be 'mse' or 'mae', got {self.distill!r}")
+
+
+class _Stopwatch:
+    """Wall time per stage, for the per-stage benchmark."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self._t
+        self._t = now
 
 
 def _check_overcomplete(who: str, n_features: int, latent: int, enabled: bool) -> None:
@@ -174,22 +188,36 @@ class APCVFL(RepresentationMethod):
     def _joint_input(self, g1_active: FittedAutoencoder, x_active: np.ndarray, remote: list[np.ndarray]) -> np.ndarray:
         return np.hstack([g1_active.encode(x_active), *remote])
 
+    def _teacher_steps(self, fed: Federation, clock: _Stopwatch) -> tuple[np.ndarray, np.ndarray]:
+        """Steps 1-3: local g1, the one exchange, joint g2. Returns the aligned IDs and their teacher latent."""
+        data = fed.data
+        self.g1_active_ = self._fit_g1_active(fed)
+        clock.lap("g1_active")
+        alignment = self._align(fed)
+        clock.lap("alignment")
+        remote = self._exchange(fed, alignment)
+        clock.lap("exchange (passive g1 training and encoding included)")
+        joint = self._joint_input(self.g1_active_, data.subset(alignment.ids).X, remote)
+        self.teacher_ = self._fit_teacher(fed, joint)
+        clock.lap("g2_joint")
+        self.passives_ = list(alignment.held)
+        self.n_aligned_ = len(alignment.ids)
+        return alignment.ids, self.teacher_.encode(joint)
+
     def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
         data = fed.data
-        g1_active = self._fit_g1_active(fed)
-        alignment = self._align(fed)
-        remote = self._exchange(fed, alignment)
-        joint = self._joint_input(g1_active, data.subset(alignment.ids).X, remote)
-        teacher = self._fit_teacher(fed, joint)
+        clock = _Stopwatch()
+        aligned_ids, teacher = self._teacher_steps(fed, clock)
         targets = np.zeros((data.n_samples, self.config.joint_encoder[-1]), dtype=np.float32)
-        aligned_mask = np.isin(data.ids, alignment.ids)
-        targets[data.positions(alignment.ids)] = teacher.encode(joint)
+        aligned_mask = np.isin(data.ids, aligned_ids)
+        targets[data.positions(aligned_ids)] = teacher
         self.student_ = fit_autoencoder(
             data.X, self.config.student_encoder, activation=self.config.activation, train=self.config.train,
             generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"), target=targets,
             target_mask=aligned_mask, weight=self.config.distill_weight, distill=self.config.distill,
         )
-        self.n_aligned_ = len(alignment.ids)
+        clock.lap("g3_student")
+        self.timings_ = clock.laps
         return data.ids, self.student_.encode(data.X)
 
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
@@ -209,15 +237,10 @@ class APCVFLAligned(APCVFL):
     inference = "collaborative"
 
     def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
-        data = fed.data
-        self.g1_active_ = self._fit_g1_active(fed)
-        alignment = self._align(fed)
-        remote = self._exchange(fed, alignment)
-        joint = self._joint_input(self.g1_active_, data.subset(alignment.ids).X, remote)
-        self.teacher_ = self._fit_teacher(fed, joint)
-        self.passives_ = list(alignment.held)
-        self.n_aligned_ = len(alignment.ids)
-        return alignment.ids, self.teacher_.encode(joint)
+        clock = _Stopwatch()
+        result = self._teacher_steps(fed, clock)
+        self.timings_ = clock.laps
+        return result
 
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         replies = fed.score_together("apc.encode_serve", ids, self.passives_)
