@@ -15,7 +15,7 @@ from vflo.federation.coordinator import Federation
 from vflo.federation.node import NodeContext
 from vflo.methods.base import Inference, MethodConfig, handles
 from vflo.methods.representation import RepresentationMethod
-from vflo.nn.distill import DistillLoss, FittedAutoencoder, fit_autoencoder
+from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
 
@@ -28,7 +28,8 @@ class APCVFLConfig(MethodConfig):
     is g1 at the active party (a -> 64 -> 128), ``passive_encoder`` g1 at each passive party
     (p -> 128 -> 256), ``joint_encoder`` g2 over the concatenated aligned latents (-> 256 -> 256)
     and ``student_encoder`` g3 (a -> 256 -> 256), whose latent must be as wide as g2's.
-    ``distill_weight`` is the paper's λ.
+    ``distill_weight`` is the paper's λ; ``reduction = 'sum'`` takes Eq. 5's norms as written (sums
+    over dimensions), ``'mean'`` averages them (weaker distillation by the ratio of widths).
     """
 
     active_encoder: tuple[int, ...] = (64, 128)
@@ -38,6 +39,7 @@ class APCVFLConfig(MethodConfig):
     activation: str = "selu"
     distill: DistillLoss = "mse"
     distill_weight: float = 0.01
+    reduction: Reduction = "sum"
     overcomplete: bool = True
     payload_dtype: Literal["float32", "float16"] = "float32"
     train: TrainConfig = field(default_factory=lambda: TrainConfig(batch_size=128, max_epochs=200, patience=10))
@@ -112,7 +114,7 @@ class APCVFL(RepresentationMethod):
                                 self.config.overcomplete)
             encoder = fit_autoencoder(
                 data.X, self.config.passive_encoder, activation=self.config.activation, train=self.config.train,
-                generator=ctx.torch_generator("apc-g1"), rng=ctx.rng("apc-g1"),
+                generator=ctx.torch_generator("apc-g1"), rng=ctx.rng("apc-g1"), reduction=self.config.reduction,
             )
             ctx.state["apc.g1"] = encoder
         assert isinstance(encoder, FittedAutoencoder)
@@ -162,7 +164,7 @@ class APCVFL(RepresentationMethod):
                             self.config.overcomplete)
         return fit_autoencoder(
             data.X, self.config.active_encoder, activation=self.config.activation, train=self.config.train,
-            generator=fed.torch_generator("apc-g1"), rng=fed.rng("apc-g1"),
+            generator=fed.torch_generator("apc-g1"), rng=fed.rng("apc-g1"), reduction=self.config.reduction,
         )
 
     def _exchange(self, fed: Federation, alignment: Alignment) -> list[np.ndarray]:
@@ -182,7 +184,7 @@ class APCVFL(RepresentationMethod):
     def _fit_teacher(self, fed: Federation, joint: np.ndarray) -> FittedAutoencoder:
         return fit_autoencoder(
             joint, self.config.joint_encoder, activation=self.config.activation, train=self.config.train,
-            generator=fed.torch_generator("apc-g2"), rng=fed.rng("apc-g2"),
+            generator=fed.torch_generator("apc-g2"), rng=fed.rng("apc-g2"), reduction=self.config.reduction,
         )
 
     def _joint_input(self, g1_active: FittedAutoencoder, x_active: np.ndarray, remote: list[np.ndarray]) -> np.ndarray:
@@ -215,6 +217,7 @@ class APCVFL(RepresentationMethod):
             data.X, self.config.student_encoder, activation=self.config.activation, train=self.config.train,
             generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"), target=targets,
             target_mask=aligned_mask, weight=self.config.distill_weight, distill=self.config.distill,
+            reduction=self.config.reduction,
         )
         clock.lap("g3_student")
         self.timings_ = clock.laps
@@ -265,6 +268,6 @@ class Ablation(APCVFL):
             raise MethodError("ablation needs features at the active party; it has none")
         self.student_ = fit_autoencoder(
             data.X, self.config.student_encoder, activation=self.config.activation, train=self.config.train,
-            generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"),
+            generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"), reduction=self.config.reduction,
         )
         return data.ids, self.student_.encode(data.X)

@@ -12,7 +12,7 @@ from vflo.errors import ConfigError, MethodError
 from vflo.federation.coordinator import Federation
 from vflo.methods.base import MethodConfig
 from vflo.methods.fedsvd import FedSVDProtocol, FedSVDSettings
-from vflo.nn.distill import DistillLoss, fit_autoencoder
+from vflo.nn.distill import DistillLoss, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
 
@@ -22,13 +22,15 @@ class VFedTransConfig(MethodConfig):
     """``hidden``: encoder widths before the latent, whose width is fixed by the federated
     representation (the number of singular vectors: VFedTrans's embedding constraint).
     ``target``: ``'u'`` the left singular vectors (as the original code), ``'us'`` U Σ.
-    ``distill_weight``: weight of the L1 (``distill = 'mae'``) pull toward the target."""
+    ``distill_weight``: weight of the L1 (``distill = 'mae'``) pull toward the target; ``reduction``
+    as in APC-VFL (norms summed over dimensions, or averaged)."""
 
     hidden: tuple[int, ...] = (64,)
     activation: str = "selu"
     target: Literal["u", "us"] = "u"
     distill: DistillLoss = "mae"
     distill_weight: float = 1e-3
+    reduction: Reduction = "sum"
     rank: int = 0
     fedsvd: FedSVDSettings = field(default_factory=FedSVDSettings)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -80,6 +82,7 @@ class VFedTrans(FedSVDProtocol):
             data.X, (*self.config.hidden, width), activation=self.config.activation, train=self.config.train,
             generator=fed.torch_generator("vfedtrans-ae"), rng=fed.rng("vfedtrans-ae"), target=targets,
             target_mask=np.isin(data.ids, svd.ids), weight=self.config.distill_weight, distill=self.config.distill,
+            reduction=self.config.reduction,
         )
         self.n_aligned_ = len(svd.ids)
         self.latent_width_ = width

@@ -4,11 +4,13 @@ One loss serves APC-VFL's local and joint autoencoders (reconstruction only), it
 student (reconstruction + λ · distillation on aligned rows), the Ablation (no
 distillation) and VFedTrans (L1 toward the federated representation). Per sample,
 
-    L(x_i) = ||x_i - f(g(x_i))||² / d  +  λ · m_i · D(z_i, g(x_i)),
+    L(x_i) = ||x_i - f(g(x_i))||²  +  λ · m_i · D(z_i, g(x_i)),
 
-with m_i = 1 where a target z_i exists and D the mean squared or mean absolute
-difference over latent dimensions; a batch's loss is the mean of L over its rows
-(APC-VFL's Eq. 5).
+with m_i = 1 where a target z_i exists and D the squared L2 (``mse``) or the L1 (``mae``)
+norm of the difference, exactly as APC-VFL's Eq. 5 writes them; a batch's loss is the
+mean of L over its rows. ``reduction = 'mean'`` divides each norm by its number of
+dimensions instead (PyTorch's ``MSELoss`` convention), which weakens the distillation
+term relative to reconstruction by the ratio of latent to input width.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from vflo.nn.models import Autoencoder, autoencoder
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module
 
 DistillLoss = Literal["mse", "mae"]
+Reduction = Literal["sum", "mean"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class FittedAutoencoder:
 def fit_autoencoder(
     X: np.ndarray, hidden: tuple[int, ...], *, activation: str, train: TrainConfig, generator: torch.Generator,
     rng: np.random.Generator, target: np.ndarray | None = None, target_mask: np.ndarray | None = None,
-    weight: float = 0.0, distill: DistillLoss = "mse",
+    weight: float = 0.0, distill: DistillLoss = "mse", reduction: Reduction = "sum",
 ) -> FittedAutoencoder:
     """Train a symmetric autoencoder on ``X``; with ``target``, distil toward it where ``target_mask``."""
     if X.shape[0] == 0:
@@ -52,6 +55,8 @@ def fit_autoencoder(
         raise ConfigError(f"the distillation weight must be non-negative, got {weight}")
     if distill not in ("mse", "mae"):
         raise ConfigError(f"distill must be 'mse' or 'mae', got {distill!r}")
+    if reduction not in ("sum", "mean"):
+        raise ConfigError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     model = autoencoder(X.shape[1], hidden, activation=activation, generator=generator)
     tensors = {"x": as_tensor(X)}
     if target is not None:
@@ -66,11 +71,14 @@ def fit_autoencoder(
         tensors["m"] = as_tensor(target_mask.astype(np.float32))
     pointwise = F.mse_loss if distill == "mse" else F.l1_loss
 
+    def norm(t: torch.Tensor) -> torch.Tensor:
+        return t.sum(dim=1) if reduction == "sum" else t.mean(dim=1)
+
     def loss_fn(module: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         z, x_hat = module(batch["x"])
-        per_row = ((batch["x"] - x_hat) ** 2).mean(dim=1)
+        per_row = norm((batch["x"] - x_hat) ** 2)
         if "z" in batch and weight > 0:
-            per_row = per_row + weight * batch["m"] * pointwise(z, batch["z"], reduction="none").mean(dim=1)
+            per_row = per_row + weight * batch["m"] * norm(pointwise(z, batch["z"], reduction="none"))
         loss: torch.Tensor = per_row.mean()
         return loss
 
