@@ -70,3 +70,43 @@ def test_standin_says_it_is_one() -> None:
 def test_unknown_dataset_has_a_hint() -> None:
     with pytest.raises(ConfigError, match=r"unknown dataset 'breast_cancr' \(did you mean 'breast_cancer'\?\)"):
         load_dataset("breast_cancr")
+
+
+def test_handwritten_has_six_views() -> None:
+    ds = load_dataset("handwritten")
+    assert ds.X.shape == (2000, 649) and ds.n_classes == 10
+    assert {k: len(v) for k, v in ds.views.items()} == {"fou": 76, "fac": 216, "kar": 64, "pix": 240, "zer": 47,
+                                                        "mor": 6}
+
+
+def test_mnist5000_has_left_and_right_halves() -> None:
+    ds = load_dataset("mnist5000")
+    assert ds.X.shape == (5000, 784) and set(np.unique(ds.y)) == set(range(10))
+    assert len(ds.views["left"]) == len(ds.views["right"]) == 392 and float(ds.X.to_numpy().max()) <= 1.0
+    assert ds.views["left"][:2] == ("px_0_0", "px_0_1") and ds.views["right"][0] == "px_0_14"
+
+
+def test_fashion_mnist_loads_or_says_how_to_install(tmp_path: Path) -> None:
+    from vflo.data.images import FASHION
+
+    if all(f.elsewhere()[0].joinpath(f.name).is_file() for f in FASHION.values()):  # type: ignore[union-attr]
+        ds = load_dataset("fashion_mnist")
+        assert ds.X.shape == (70000, 784) and ds.n_classes == 10
+    else:  # pragma: no cover - where the Debian package is not installed
+        with pytest.raises(DataFileError, match="apt-get install dataset-fashion-mnist"):
+            load_dataset("fashion_mnist", tmp_path)
+
+
+def test_a_party_can_take_whole_views() -> None:
+    from vflo.data.scenario import PartySpec, ScenarioSpec
+    from vflo.errors import ScenarioError
+
+    ds = load_dataset("handwritten")
+    spec = ScenarioSpec(parties=(PartySpec(name="host", role="active", columns=()),
+                                 *(PartySpec(name=v, views=(v,)) for v in ds.views)))
+    layout = spec.build(ds, seed=0)
+    assert layout.columns["pix"] == ds.views["pix"]
+    bad = ScenarioSpec(parties=(PartySpec(name="host", role="active", columns=()),
+                                PartySpec(name="g", views=("pixx",))), unused_columns="drop")
+    with pytest.raises(ScenarioError, match=r"views \['pixx'\] not in dataset 'handwritten' \(did you mean 'pix'\?\)"):
+        bad.build(ds, seed=0)

@@ -123,8 +123,10 @@ def test_protocol_splits() -> None:
     folds = ActiveCV(folds=4).splits(layout, rng)
     all_test = np.concatenate([f.test_ids for f in folds])
     assert len(folds) == 4 and sorted(all_test.tolist()) == sorted(layout.ids("act").tolist())
-    with pytest.raises(ScenarioError, match="leaves 100 test rows out of 100"):
-        AlignedHoldout(test_rows=100).splits(layout, rng)
+    with pytest.raises(ScenarioError, match="asks for 101 test rows out of 100"):
+        AlignedHoldout(test_rows=101).splits(layout, rng)
+    (split,) = AlignedHoldout(test_rows=1.0).splits(layout, rng)
+    assert sorted(split.test_ids.tolist()) == sorted(aligned)
 
 
 def test_stratified_holdout_keeps_class_balance() -> None:

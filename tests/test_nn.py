@@ -89,3 +89,35 @@ def test_fit_module_learns_and_restores_the_best_weights() -> None:
 def test_derived_seeds_depend_on_every_key() -> None:
     assert derive_seed(1, "a") == derive_seed(1, "a")
     assert len({derive_seed(1, "a"), derive_seed(1, "b"), derive_seed(2, "a"), derive_seed(1, "a", 0)}) == 4
+
+
+def test_layer_words_build_the_papers_networks() -> None:
+    from vflo.nn.layers import build, output_size, validate
+
+    guest = build(76, ["linear 120", "linear 70", "relu"], generator=torch_generator(0))
+    assert output_size(guest, 76) == 70 and len(guest) == 3
+    cnn = build(392, ["reshape 1 28 14", "conv 8 3", "relu", "maxpool 2", "flatten", "linear 16"],
+                generator=torch_generator(0))
+    assert output_size(cnn, 392) == 16
+    again = build(392, ["reshape 1 28 14", "conv 8 3", "relu", "maxpool 2", "flatten", "linear 16"],
+                  generator=torch_generator(0))
+    x = torch.rand(2, 392, generator=torch_generator(1))
+    assert torch.equal(cnn(x), again(x))
+    for bad, message in [(["linear"], "takes 1 number"), (["conv 8"], "takes 2 number"),
+                         (["flatten 3"], "takes no numbers"), (["relu", "softmaxx"], "unknown layer")]:
+        with pytest.raises(ConfigError, match=message):
+            validate(bad, "test")
+    with pytest.raises(ConfigError, match="cannot reshape"):
+        build(10, ["reshape 1 3 3"], generator=torch_generator(0))
+    with pytest.raises(ConfigError, match="needs a flat input"):
+        build(9, ["reshape 1 3 3", "linear 2"], generator=torch_generator(0))
+
+
+def test_resnet18_guest_needs_a_gpu_and_says_so() -> None:
+    from vflo.errors import MethodError
+    from vflo.nn.layers import build
+
+    if torch.cuda.is_available():  # pragma: no cover - no GPU where the tests run
+        pytest.skip("a GPU is present")
+    with pytest.raises(MethodError, match="needs a CUDA GPU"):
+        build(784, ["reshape 1 28 28", "resnet18"], generator=torch_generator(0))

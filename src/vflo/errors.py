@@ -65,7 +65,26 @@ class RemoteError(ProtocolError):
         self.kind = kind
         self.error_type = error_type
         self.remote_message = message
+        # A remote party's bad config or data is still a config or data problem: keep its exit code.
+        self.exit_code = _exit_code_of(error_type, ProtocolError.exit_code)
         super().__init__(f"party {party!r} failed on {kind!r}: {error_type}: {message}")
+
+
+class TransportError(ProtocolError):
+    """A message could not be delivered or answered in time."""
+
+
+class DeliveryTimeoutError(TransportError):
+    """A party did not answer a request within its deadline."""
+
+    def __init__(self, party: str, kind: str, seconds: float | None = None) -> None:
+        self.party = party
+        self.kind = kind
+        within = f" within {seconds:g} s" if seconds is not None else ""
+        super().__init__(
+            f"party {party!r} did not answer {kind!r}{within}; check that it is running and reachable, or raise "
+            "its deadline"
+        )
 
 
 class PartyBoundaryError(ProtocolError):
@@ -76,6 +95,16 @@ class MethodError(VfloError):
     """A method cannot run on this scenario (e.g. collaborative inference on rows a party lacks)."""
 
     exit_code = 5
+
+
+def _exit_code_of(error_type: str, default: int) -> int:
+    stack: list[type[VfloError]] = [VfloError]
+    while stack:
+        cls = stack.pop()
+        if cls.__name__ == error_type:
+            return cls.exit_code
+        stack.extend(cls.__subclasses__())
+    return default
 
 
 EXIT_CODES: dict[int, str] = {

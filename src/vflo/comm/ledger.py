@@ -35,6 +35,8 @@ class LedgerEntry:
     direction: Direction
     nbytes: int
     seconds: float
+    # For a reply, the ``seq`` of the request it answers; -1 for a request.
+    reply_to: int = -1
 
     @property
     def is_control(self) -> bool:
@@ -60,6 +62,8 @@ class LedgerSummary:
     align_rounds: int
     control_bytes: int
     control_messages: int
+    # Method requests that got no reply (a party that timed out or dropped its answer).
+    unanswered: int = 0
 
     @property
     def megabytes(self) -> float:
@@ -80,11 +84,12 @@ class Ledger:
 
     def record(
         self, *, round: int, sender: str, receiver: str, kind: str, direction: Direction, nbytes: int,
+        reply_to: int = -1,
     ) -> LedgerEntry:
         with self._lock:
             entry = LedgerEntry(
                 seq=len(self._entries), round=round, sender=sender, receiver=receiver, kind=kind,
-                direction=direction, nbytes=nbytes, seconds=time.perf_counter() - self._t0,
+                direction=direction, nbytes=nbytes, seconds=time.perf_counter() - self._t0, reply_to=reply_to,
             )
             self._entries.append(entry)
             return entry
@@ -92,10 +97,10 @@ class Ledger:
     def extend(self, entries: Iterable[LedgerEntry]) -> None:
         """Merge entries recorded elsewhere (e.g. by a remote party), renumbering them."""
         with self._lock:
+            offset = len(self._entries)
             for e in entries:
-                self._entries.append(
-                    LedgerEntry(**{**asdict(e), "seq": len(self._entries)})
-                )
+                reply_to = e.reply_to + offset if e.reply_to >= 0 else -1
+                self._entries.append(LedgerEntry(**{**asdict(e), "seq": len(self._entries), "reply_to": reply_to}))
 
     @property
     def entries(self) -> tuple[LedgerEntry, ...]:
@@ -111,6 +116,8 @@ class Ledger:
         data = [e for e in entries if e.is_method]
         align = [e for e in entries if e.is_align]
         control = [e for e in entries if e.is_control]
+        answered = {e.reply_to for e in entries if e.direction == "reply"}
+        unanswered = sum(1 for e in data if e.direction == "request" and e.seq not in answered)
         return LedgerSummary(
             bytes=sum(e.nbytes for e in data),
             messages=len(data),
@@ -119,6 +126,7 @@ class Ledger:
             align_rounds=len({e.round for e in align}),
             control_bytes=sum(e.nbytes for e in control),
             control_messages=len(control),
+            unanswered=unanswered,
         )
 
     def by_kind(self) -> dict[str, dict[str, int]]:

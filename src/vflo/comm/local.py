@@ -12,10 +12,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from vflo.comm.codec import decode, encode
-from vflo.comm.ledger import Ledger
+from vflo.comm.faults import FaultPlan
+from vflo.comm.ledger import Direction, Ledger
 from vflo.comm.message import Message
 from vflo.comm.transport import Transport
-from vflo.errors import CodecError, ProtocolError, unknown_name
+from vflo.errors import CodecError, DeliveryTimeoutError, ProtocolError, unknown_name
 
 if TYPE_CHECKING:
     from vflo.federation.node import Node
@@ -28,7 +29,7 @@ class LocalTransport(Transport):
 
     def __init__(
         self, nodes: Mapping[str, Node], *, ledger: Ledger | None = None, max_message_bytes: int | None = None,
-        observers: tuple[Observer, ...] = (),
+        observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
     ) -> None:
         if max_message_bytes is None:
             super().__init__(ledger=ledger)
@@ -36,28 +37,31 @@ class LocalTransport(Transport):
             super().__init__(ledger=ledger, max_message_bytes=max_message_bytes)
         self._nodes = dict(nodes)
         self._observers = observers
+        self.faults = faults
         for node in self._nodes.values():
             node.attach(self)
 
-    def _cross(self, message: Message, direction: str) -> Message:
+    def _cross(self, message: Message, direction: Direction, reply_to: int = -1) -> tuple[Message, int]:
         frame = encode(message, max_bytes=self.max_message_bytes)
-        self.ledger.record(
+        entry = self.ledger.record(
             round=message.round, sender=message.sender, receiver=message.receiver, kind=message.kind,
-            direction="request" if direction == "request" else "reply", nbytes=len(frame),
+            direction=direction, nbytes=len(frame), reply_to=reply_to,
         )
         decoded = decode(frame, max_bytes=self.max_message_bytes)
         for observe in self._observers:
             observe(decoded)
-        return decoded
+        return decoded, entry.seq
 
     def request(self, message: Message) -> Message:
         node = self._nodes.get(message.receiver)
         if node is None:
             raise ProtocolError(unknown_name("party", message.receiver, self._nodes))
-        delivered = self._cross(message, "request")
+        delivered, seq = self._cross(message, "request")
         reply = node.handle(delivered)
+        if self.faults is not None and self.faults.lose_reply(delivered):
+            raise DeliveryTimeoutError(message.receiver, message.kind)
         try:
-            return self._cross(reply, "reply")
+            return self._cross(reply, "reply", seq)[0]
         except CodecError as exc:
             # The receiver could not put its answer on the wire: it answers with the error instead.
-            return self._cross(delivered.error_reply(exc), "reply")
+            return self._cross(delivered.error_reply(exc), "reply", seq)[0]

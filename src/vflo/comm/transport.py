@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
+from vflo.errors import TransportError
 
 
 class Transport(ABC):
@@ -27,9 +28,27 @@ class Transport(ABC):
     def request(self, message: Message) -> Message:
         """Send ``message`` and return the receiver's reply (which may carry an error)."""
 
+    def request_each(self, messages: Sequence[Message]) -> list[Message | TransportError]:
+        """Send several requests of one round; a party that cannot be reached yields its error.
+
+        Implementations may send them concurrently.
+        """
+        out: list[Message | TransportError] = []
+        for m in messages:
+            try:
+                out.append(self.request(m))
+            except TransportError as exc:
+                out.append(exc)
+        return out
+
     def request_many(self, messages: Sequence[Message]) -> list[Message]:
-        """Send several requests of one round; implementations may send them concurrently."""
-        return [self.request(m) for m in messages]
+        """Send several requests of one round; the first delivery failure is raised."""
+        replies = []
+        for reply in self.request_each(messages):
+            if isinstance(reply, TransportError):
+                raise reply
+            replies.append(reply)
+        return replies
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the in-process transport has none."""

@@ -28,6 +28,19 @@ class DataFile:
     description: str
     # Same content stored differently (e.g. uncompressed): name -> sha256.
     alternatives: tuple[tuple[str, str], ...] = ()
+    # How a package can provide the file instead: a shell command to run, and where the file then is:
+    # inside an installed Python package (package name, then folders), or in a system folder.
+    install_hint: str = ""
+    package: tuple[str, ...] = ()
+    system_dir: str = ""
+
+    def elsewhere(self) -> tuple[Path | None, ...]:
+        places: list[Path | None] = []
+        if self.package:
+            places.append(package_dir(*self.package))
+        if self.system_dir:
+            places.append(Path(self.system_dir))
+        return tuple(places)
 
 
 def resolve_data_dir(explicit: str | Path | None = None) -> Path:
@@ -48,16 +61,33 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def package_dir(package: str, *parts: str) -> Path | None:
+    """A folder inside an installed package, found without importing the package."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
+
+
 def locate(file: DataFile, data_dir: str | Path | None = None) -> Path:
-    """Path of a verified copy of ``file``; a :class:`DataFileError` says what to put where."""
+    """Path of a verified copy of ``file`` (data directory first, then where a package puts it).
+
+    A :class:`DataFileError` says what to put where, or what to install.
+    """
     directory = resolve_data_dir(data_dir)
     where = (
         f"--data-dir {data_dir}" if data_dir is not None
         else f"${ENV_VAR}" if os.environ.get(ENV_VAR) else f"the default {DEFAULT_DATA_DIR}"
     )
     candidates = ((file.name, file.sha256), *file.alternatives)
-    for name, expected in candidates:
-        path = directory / name
+    folders = [directory, *(d for d in file.elsewhere() if d is not None)]
+    for folder, (name, expected) in ((f, c) for f in folders for c in candidates):
+        path = folder / name
         if not path.is_file():
             continue
         actual = sha256_of(path)
@@ -67,8 +97,9 @@ def locate(file: DataFile, data_dir: str | Path | None = None) -> Path:
                 f"or a different release; replace it with {file.description}"
             )
         return path
+    install = f"; or install it: {file.install_hint}" if file.install_hint else ""
     raise DataFileError(
         f"{file.name} not found in {directory} (data directory from {where}). Put {file.description} "
         f"there as {file.name} (SHA-256 {file.sha256}), or point --data-dir / ${ENV_VAR} at the folder "
-        "that holds it"
+        f"that holds it{install}"
     )

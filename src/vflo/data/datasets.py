@@ -7,7 +7,7 @@ report and plot that shows its results says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -26,7 +26,9 @@ class Dataset:
     """A full table before it is split between parties (simulation only).
 
     ``X`` holds float features with their names, ``y`` int class indices 0..C-1 or float
-    targets, ``ids`` one unique ID per row.
+    targets, ``ids`` one unique ID per row. ``views`` names groups of columns that belong
+    together (a multiview dataset's views, an image's halves), so a scenario can give a
+    party a whole view.
     """
 
     name: str
@@ -38,12 +40,16 @@ class Dataset:
     standin: bool
     source: str
     standin_for: str | None = None
+    views: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.X) != len(self.y) or len(self.X) != len(self.ids):
             raise DataError(f"dataset {self.name!r}: X, y and ids have different lengths")
         if len(np.unique(self.ids)) != len(self.ids):
             raise DataError(f"dataset {self.name!r}: IDs are not unique")
+        unknown = {v: [c for c in cols if c not in self.X.columns] for v, cols in self.views.items()}
+        if any(unknown.values()):
+            raise DataError(f"dataset {self.name!r}: views name unknown columns {unknown}")
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -67,6 +73,8 @@ class DatasetSpec:
     loader: Callable[[Path | str | None], Dataset] = field(repr=False)
     standin_for: str | None = None
     files: tuple[DataFile, ...] = ()
+    views: tuple[str, ...] = ()
+    needs: str = ""
 
     @property
     def standin(self) -> bool:
@@ -186,48 +194,5 @@ register_dataset(DatasetSpec(
 _register_sklearn()
 
 
-# --- generated stand-ins ----------------------------------------------------------------------------
-
-# The 15 MIMIC-III length-of-stay features after Huang et al.'s preprocessing, as named by APC-VFL.
-MIMIC3_COLUMNS = (
-    "Age", "NumCalouts", "NumDiagnosis", "NumProcs", "NumCPTevents", "NumInput", "NumLabs",
-    "NumMicroLabs", "NumNotes", "NumOutput", "NumRx", "NumProcEvents", "NumTransfers",
-    "NumChartEvents", "TotalNumInteract",
-)
-
-
-def classification_standin(
-    *, name: str, standin_for: str, n_samples: int, columns: tuple[str, ...], n_classes: int,
-    n_informative: int, weights: tuple[float, ...] | None, class_sep: float, flip_y: float, seed: int,
-) -> Callable[[Path | str | None], Dataset]:
-    """Loader for a generated classification stand-in; the data is fixed by ``seed``."""
-
-    def load(_data_dir: Path | str | None) -> Dataset:
-        from sklearn.datasets import make_classification
-
-        X, y = make_classification(
-            n_samples=n_samples, n_features=len(columns), n_informative=n_informative,
-            n_redundant=max(0, (len(columns) - n_informative) // 2), n_classes=n_classes,
-            n_clusters_per_class=2, weights=list(weights) if weights else None, class_sep=class_sep,
-            flip_y=flip_y, shuffle=True, random_state=seed,
-        )
-        return Dataset(
-            name=name, X=pd.DataFrame(X, columns=list(columns)), y=y.astype(np.int64),
-            ids=np.arange(n_samples, dtype=np.int64), task="binary" if n_classes == 2 else "multiclass",
-            n_classes=n_classes, standin=True, standin_for=standin_for,
-            source=f"generated stand-in for {standin_for} (make_classification, seed {seed}); NOT real data",
-        )
-
-    return load
-
-
-register_dataset(DatasetSpec(
-    name="mimic3_los_standin", task="multiclass", n_classes=4, shape=(58976, 15),
-    source="generated stand-in for MIMIC-III length of stay (58976 x 15, 4 classes); NOT real data",
-    standin_for="MIMIC-III length of stay",
-    loader=classification_standin(
-        name="mimic3_los_standin", standin_for="MIMIC-III length of stay", n_samples=58976,
-        columns=MIMIC3_COLUMNS, n_classes=4, n_informative=8, weights=(0.35, 0.3, 0.2, 0.15),
-        class_sep=0.8, flip_y=0.05, seed=20160524,
-    ),
-))
+# Datasets defined in their own modules register themselves on import.
+from vflo.data import images, multiview, standins  # noqa: E402,F401

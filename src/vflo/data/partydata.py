@@ -24,6 +24,8 @@ def _as_id_array(ids: Sequence[Any] | np.ndarray) -> np.ndarray:
     arr = np.asarray(ids)
     if arr.ndim != 1:
         raise DataError(f"sample IDs must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0 and arr.dtype.kind not in "iuU":
+        return np.empty(0, dtype=np.int64)
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64, copy=False)
     if arr.dtype.kind in "UO":

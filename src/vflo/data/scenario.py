@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -44,12 +44,14 @@ class PartySpec:
 
     ``columns`` is a list of names, ``"rest"`` (every column no other party takes) or
     ``None`` (a share of the unassigned columns, sized by ``n_columns`` or ``share``).
-    An empty list makes a label-only party.
+    An empty list makes a label-only party. ``views`` gives the party whole views of a
+    multiview dataset instead (e.g. ``["pix"]``, or an image's ``["left"]`` half).
     """
 
     name: str
     role: Role = "passive"
     columns: tuple[str, ...] | Literal["rest"] | None = None
+    views: tuple[str, ...] | None = None
     n_columns: int | None = None
     share: float | None = None
 
@@ -69,8 +71,11 @@ class PartySpec:
             raise ConfigError(
                 f"party {self.name!r}: columns must be a list of column names or 'rest', got {self.columns!r}"
             )
-        if self.columns is not None and (self.n_columns is not None or self.share is not None):
-            raise ConfigError(f"party {self.name!r}: give either columns or n_columns/share, not both")
+        if isinstance(self.views, list):
+            object.__setattr__(self, "views", tuple(self.views))
+        given = [k for k in ("columns", "views") if getattr(self, k) is not None]
+        if len(given) > 1 or (given and (self.n_columns is not None or self.share is not None)):
+            raise ConfigError(f"party {self.name!r}: give one of columns, views or n_columns/share")
         if self.n_columns is not None and self.n_columns < 1:
             raise ConfigError(f"party {self.name!r}: n_columns must be at least 1")
         if self.share is not None and not self.share > 0:
@@ -187,7 +192,7 @@ class ScenarioSpec:
         """Assign columns and rows; the same spec, dataset and seed give the same layout."""
         ss = np.random.SeedSequence([seed, 0x5CE])
         col_rng, row_rng, order_rng = (np.random.default_rng(s) for s in ss.spawn(3))
-        columns = self._assign_columns(dataset.columns, col_rng)
+        columns = self._assign_columns(dataset, col_rng)
         n_rows = len(dataset.ids)
         if self.samples.total is not None and self.samples.total > n_rows:
             raise ScenarioError(
@@ -227,10 +232,22 @@ class ScenarioSpec:
 
     # -- columns -----------------------------------------------------------------------------
 
-    def _assign_columns(self, available: tuple[str, ...], rng: np.random.Generator) -> dict[str, tuple[str, ...]]:
+    def _assign_columns(self, dataset: Dataset, rng: np.random.Generator) -> dict[str, tuple[str, ...]]:
+        available = dataset.columns
         owner: dict[str, str] = {}
         assigned: dict[str, tuple[str, ...]] = {}
         for p in self.parties:
+            if p.views is not None:
+                unknown = [v for v in p.views if v not in dataset.views]
+                if unknown:
+                    from vflo.errors import did_you_mean
+
+                    choices = list(dataset.views)
+                    raise ScenarioError(
+                        f"party {p.name!r}: views {unknown} not in dataset {dataset.name!r}"
+                        f"{did_you_mean(unknown[0], choices)}; its views are {choices or 'none'}"
+                    )
+                p = replace(p, columns=tuple(c for v in p.views for c in dataset.views[v]), views=None)
             if isinstance(p.columns, tuple):
                 missing = [c for c in p.columns if c not in available]
                 if missing:
@@ -249,7 +266,7 @@ class ScenarioSpec:
         free = [c for c in available if c not in owner]
         if self.feature_split == "random":
             free = [free[i] for i in rng.permutation(len(free))]
-        open_parties = [p for p in self.parties if p.columns is None]
+        open_parties = [p for p in self.parties if p.columns is None and p.views is None]
         if open_parties:
             sizes = self._open_sizes(open_parties, len(free), any(p.columns == "rest" for p in self.parties))
             start = 0

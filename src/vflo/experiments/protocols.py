@@ -78,11 +78,14 @@ def _holdout(ids: np.ndarray, y: np.ndarray, n_test: Count, rng: np.random.Gener
     from sklearn.model_selection import train_test_split
 
     size = round(n_test * len(ids)) if isinstance(n_test, float) else int(n_test)
-    if size < 1 or size >= len(ids):
+    if size < 1 or size > len(ids):
         raise ScenarioError(
-            f"{what} = {n_test} leaves {size} test rows out of {len(ids)} candidates; it must leave at least one "
-            "row for testing and one for training"
+            f"{what} = {n_test} asks for {size} test rows out of {len(ids)} candidates; it must be at least one "
+            "and at most all of them"
         )
+    if size == len(ids):
+        # Every candidate is a test row (e.g. a block of aligned rows kept for testing only).
+        return np.sort(ids)
     strat = y if stratify and _can_stratify(y, size, len(ids)) else None
     _, test = train_test_split(ids, test_size=size, random_state=int(rng.integers(2**31)), stratify=strat)
     return np.sort(np.asarray(test))

@@ -182,6 +182,7 @@ def _run_one(
     metrics = compute_metrics(data.task, data.test_y, out.scores)
     row = _row(config, dataset, variant, repeat, fold, seed, entry, facts, metrics, out.ledger, out.fit_entries,
                out.fit_seconds, out.predict_seconds, wall)
+    row.update(out.stats)
     return row, _comm(variant, repeat, fold, entry, out.ledger)
 
 

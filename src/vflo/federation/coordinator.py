@@ -18,7 +18,7 @@ import torch
 from vflo.comm.message import Message, Payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
-from vflo.errors import MethodError, PartyBoundaryError, RemoteError
+from vflo.errors import MethodError, PartyBoundaryError, RemoteError, TransportError
 from vflo.federation.node import SETUP, TEARDOWN, Node, NodeContext
 from vflo.methods.base import Method
 from vflo.roles import PartyInfo, active_party
@@ -135,6 +135,28 @@ class Federation:
         """One communication round: send each party its payload, return each reply's payload."""
         self._round += 1
         return self._send_all(kind, payloads, round_no=self._round)
+
+    def exchange_tolerant(
+        self, kind: str, payloads: Mapping[str, Payload]
+    ) -> tuple[dict[str, Payload], dict[str, TransportError]]:
+        """One round in which a party may fail to answer: (replies, failures by party).
+
+        Errors a party reports (a :class:`RemoteError`) still raise: only undelivered or
+        unanswered messages are tolerated.
+        """
+        self._round += 1
+        messages = [
+            Message(sender=self.party, receiver=name, kind=kind, round=self._round, payload=payload)
+            for name, payload in payloads.items()
+        ]
+        replies: dict[str, Payload] = {}
+        failures: dict[str, TransportError] = {}
+        for m, r in zip(messages, self.transport.request_each(messages), strict=True):
+            if isinstance(r, TransportError):
+                failures[m.receiver] = r
+            else:
+                replies[m.receiver] = r.unwrap()
+        return replies, failures
 
     def request(self, receiver: str, kind: str, payload: Payload) -> Payload:
         return self.exchange(kind, {receiver: payload})[receiver]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vflo.comm.faults import FaultPlan
 from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.comm.local import LocalTransport, Observer
 from vflo.data.scenario import FederatedData
@@ -28,6 +29,7 @@ class RunOutput:
     predict_seconds: float
     rounds: int
     fit_entries: int
+    stats: dict[str, float]
 
     @property
     def fit_summary(self) -> LedgerSummary:
@@ -41,7 +43,7 @@ class RunOutput:
 
 def build_federation(
     data: FederatedData, method: Method, *, seed: int, ledger: Ledger | None = None,
-    max_message_bytes: int | None = None, observers: tuple[Observer, ...] = (),
+    max_message_bytes: int | None = None, observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
 ) -> tuple[Federation, dict[str, Node]]:
     """One node per party built from that party's data only, joined by a :class:`LocalTransport`."""
     nodes = {p.name: Node(p, data.train.get(p.name), data.serve.get(p.name)) for p in data.parties}
@@ -51,7 +53,8 @@ def build_federation(
             raise MethodError(f"{method.name} adds a party named {info.name!r}, but a data party has that name")
         nodes[info.name] = Node(info)
     parties = (*data.parties, *extras)
-    transport = LocalTransport(nodes, ledger=ledger, max_message_bytes=max_message_bytes, observers=observers)
+    transport = LocalTransport(nodes, ledger=ledger, max_message_bytes=max_message_bytes, observers=observers,
+                               faults=faults)
     oracle = data.oracle if method.simulation_only else None
     fed = Federation(
         node=nodes[data.active], transport=transport, parties=parties, seed=seed, task=data.task,
@@ -63,10 +66,12 @@ def build_federation(
 def run_method(
     method: Method, data: FederatedData, *, seed: int, max_message_bytes: int | None = None,
     observers: tuple[Observer, ...] = (), on_fitted: Callable[[Federation], None] | None = None,
+    faults: FaultPlan | None = None,
 ) -> RunOutput:
     """Fit ``method`` and score the test IDs, all over a fresh in-process federation."""
     method.check_task(data.task)
-    fed, _ = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers)
+    fed, _ = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
+                              faults=faults)
     fed.setup(method)
     t0 = time.perf_counter()
     method.fit(fed)
@@ -79,5 +84,5 @@ def run_method(
     fed.teardown()
     return RunOutput(
         scores=scores, ledger=fed.transport.ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1, rounds=fed.rounds,
-        fit_entries=fit_entries,
+        fit_entries=fit_entries, stats=method.summary_stats(),
     )

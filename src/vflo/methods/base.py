@@ -128,3 +128,7 @@ class Method(ABC):
     @abstractmethod
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         """Class probabilities (n, C) or regression values (n,) for ``ids`` held by the active party."""
+
+    def summary_stats(self) -> dict[str, float]:
+        """Method-specific facts for the results table (e.g. how many entities were used)."""
+        return {}

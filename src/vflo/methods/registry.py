@@ -20,6 +20,7 @@ _METHODS: dict[str, str] = {
     "ablation": "vflo.methods.apc_vfl:Ablation",
     "fedsvd": "vflo.methods.fedsvd:FedSVD",
     "vfedtrans": "vflo.methods.vfedtrans:VFedTrans",
+    "entity_augmentation": "vflo.methods.entity_augmentation:EntityAugmentation",
 }
 
 

@@ -37,15 +37,15 @@ def activation_layer(name: str) -> nn.Module:
 
 
 def init_parameters(module: nn.Module, generator: torch.Generator, activation: str = "relu") -> nn.Module:
-    """Re-initialise every ``nn.Linear`` from ``generator``.
+    """Re-initialise every linear and convolutional layer from ``generator``.
 
     Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) as PyTorch's default, except LeCun normal
     for SELU networks, whose self-normalisation assumes it.
     """
     with torch.no_grad():
         for layer in module.modules():
-            if isinstance(layer, nn.Linear):
-                fan_in = layer.in_features
+            if isinstance(layer, nn.Linear | nn.Conv2d):
+                fan_in = layer.weight[0].numel()
                 bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
                 if activation == "selu":
                     layer.weight.normal_(0.0, bound, generator=generator)
