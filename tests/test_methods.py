@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from tests.conftest import make_dataset, two_party_spec
 from vflo.comm.message import Message
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData, PartySpec, ScenarioSpec
+from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import MethodError
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.base import Method
@@ -29,8 +29,21 @@ TINY = {"max_epochs": 2, "patience": 0, "batch_size": 64}
 def quick(name: str) -> Method:
     """Every registered method with settings that keep a test run short."""
     settings = {"splitnn": {"train": {**FAST, "max_epochs": 2}}, "apc_vfl": {"train": TINY},
-                "apc_vfl_aligned": {"train": TINY}, "ablation": {"train": TINY}, "vfedtrans": {"train": TINY}}
+                "apc_vfl_aligned": {"train": TINY}, "ablation": {"train": TINY}, "vfedtrans": {"train": TINY},
+                "entity_augmentation": {"train": {**TINY, "validation_fraction": 0.0}}}
     return get_method(name)(**settings.get(name, {}))
+
+
+def data_for(name: str, n: int = 200) -> FederatedData:
+    """A scenario each method accepts: Entity Augmentation needs a label-only host."""
+    if name != "entity_augmentation":
+        return _split(n=n)
+    ds = make_dataset(n=n, n_features=8)
+    spec = ScenarioSpec(parties=(PartySpec(name="act", role="active", columns=()), PartySpec(name="g1", share=1.0),
+                                 PartySpec(name="g2", share=1.0)), samples=SamplesSpec(layout="misaligned",
+                                                                                      aligned=0.5))
+    layout = spec.build(ds, seed=0)
+    return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:20])
 
 
 def _split(n: int = 400, active_cols: int = 2, aligned: int | float = 1.0, test: int = 60, seed: int = 0,
@@ -44,7 +57,7 @@ def _split(n: int = 400, active_cols: int = 2, aligned: int | float = 1.0, test:
 
 def test_registry_lists_every_method() -> None:
     assert {"local", "centralized", "splitnn", "apc_vfl", "apc_vfl_aligned", "ablation", "fedsvd",
-            "vfedtrans"} <= set(method_names())
+            "vfedtrans", "entity_augmentation"} <= set(method_names())
     for name in method_names():
         cls = get_method(name)
         assert cls.name == name and cls.__doc__ and cls.summary
@@ -171,8 +184,8 @@ def test_same_seed_same_numbers_and_bytes() -> None:
 
 def test_no_raw_feature_row_or_column_leaves_its_owner() -> None:
     """Audit every message of every method: no array a party sends holds a row or column of its raw features."""
-    data = _split(n=200)
     for name in method_names():
+        data = data_for(name)
         seen: list[Message] = []
         run_method(quick(name), data, seed=0, observers=(seen.append,))
         for msg in seen:
@@ -202,7 +215,8 @@ def _reachable(roots: list[object], stop: tuple[type, ...]) -> list[object]:
     return list(seen.values())
 
 
-@pytest.mark.parametrize("name", ["local", "splitnn", "apc_vfl", "apc_vfl_aligned", "fedsvd", "vfedtrans"])
+@pytest.mark.parametrize("name", ["local", "splitnn", "apc_vfl", "apc_vfl_aligned", "fedsvd", "vfedtrans",
+                                  "entity_augmentation"])
 def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     """From the fitted method and the coordinator, only the active party's data is reachable.
 
@@ -212,7 +226,7 @@ def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     from vflo.comm.transport import Transport
     from vflo.federation.node import Node
 
-    data = _split(n=200)
+    data = data_for(name)
     method = quick(name)
     fed, nodes = build_federation(data, method, seed=0)
     fed.setup(method)
