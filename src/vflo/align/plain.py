@@ -63,7 +63,10 @@ def selected_ids(ctx: NodeContext, selector: np.ndarray) -> np.ndarray:
     """Party side: the IDs a coordinator's selector picks from this party's aligned list."""
     held = ctx.state.get(STATE_KEY)
     if held is None:
-        raise ProtocolError(f"party {ctx.party!r} was asked for aligned rows before any alignment")
+        raise ProtocolError(
+            f"party {ctx.party!r} was asked for aligned rows but does not know which rows are aligned: run "
+            "alignment first, or use PSI with mode = 'both' (with mode = 'active' only the active party learns them)"
+        )
     if selector.shape != (len(held),):
         raise ProtocolError(
             f"party {ctx.party!r} holds {len(held)} aligned IDs but the selector has {selector.shape[0]} flags"

@@ -25,13 +25,14 @@ from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.data.datasets import get_spec
 from vflo.data.scenario import ScenarioSpec
 from vflo.errors import ConfigError, did_you_mean
+from vflo.federation.coordinator import AlignmentConfig
 from vflo.experiments.protocols import Protocol, parse_protocol
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method
 from vflo.metrics import check_metric, default_metric
 
-TOP_LEVEL = ("name", "description", "seed", "dataset", "scenario", "protocol", "methods", "transport", "report",
-             "quick")
+TOP_LEVEL = ("name", "description", "seed", "dataset", "scenario", "protocol", "methods", "alignment", "transport",
+             "report", "quick")
 DEFAULT_QUICK: dict[str, Any] = {"protocol.repeats": 1}
 
 
@@ -91,6 +92,7 @@ class ExperimentConfig:
     methods: tuple[MethodEntry, ...]
     transport: TransportConfig
     report: ReportConfig
+    alignment: AlignmentConfig = field(default_factory=AlignmentConfig)
     raw: Mapping[str, Any] = field(repr=False)
     quick: bool = False
 
@@ -189,6 +191,7 @@ def parse_config(
     protocol = parse_protocol(raw.get("protocol"))
     methods = _methods(raw.get("methods"))
     transport = schema.build(TransportConfig, raw.get("transport"), where="transport")
+    alignment = schema.build(AlignmentConfig, raw.get("alignment"), where="alignment")
     report = schema.build(ReportConfig, raw.get("report"), where="report")
     if report.metric is not None:
         check_metric(report.metric, spec.task)
@@ -202,7 +205,7 @@ def parse_config(
     return ExperimentConfig(
         name=name, description=description, seed=seed, dataset=dataset, variants=variants,
         sweep_paths=sweep_paths, protocol=protocol, methods=methods, transport=transport, report=report,
-        raw=raw, quick=quick,
+        alignment=alignment, raw=raw, quick=quick,
     )
 
 

@@ -177,7 +177,8 @@ def _run_one(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     seed = derive_seed(config.seed, "method", repeat, fold)
     t0 = time.perf_counter()
-    out = run_method(entry.instantiate(), data, seed=seed, max_message_bytes=config.transport.max_message_bytes)
+    out = run_method(entry.instantiate(), data, seed=seed, max_message_bytes=config.transport.max_message_bytes,
+                     alignment=config.alignment)
     wall = time.perf_counter() - t0
     metrics = compute_metrics(data.task, data.test_y, out.scores)
     row = _row(config, dataset, variant, repeat, fold, seed, entry, facts, metrics, out.ledger, out.fit_entries,
@@ -199,7 +200,8 @@ def _run_transductive(
             f"{entry.label!r} ({method.name}) has none; run it with transductive = false"
         )
     method.check_task(data.task)
-    fed, _ = build_federation(data, method, seed=seed, max_message_bytes=config.transport.max_message_bytes)
+    fed, _ = build_federation(data, method, seed=seed, max_message_bytes=config.transport.max_message_bytes,
+                              alignment=config.alignment)
     fed.setup(method)
     t0 = time.perf_counter()
     ids, Z = method.fit_representation(fed)

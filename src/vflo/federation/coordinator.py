@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 
+from vflo.align import plain, psi
+from vflo.align.plain import Alignment
 from vflo.comm.message import Message, Payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
@@ -28,16 +31,28 @@ if TYPE_CHECKING:
     from vflo.data.scenario import Oracle
 
 
+@dataclass(frozen=True, kw_only=True)
+class AlignmentConfig:
+    """How shared IDs are found: ``plain`` (the coordinator's IDs are revealed to the other parties) or
+    ``psi`` (private set intersection; ``mode = 'both'``: each party learns the intersection, ``'active'``:
+    only the active party does)."""
+
+    method: Literal["plain", "psi"] = "plain"
+    mode: Literal["both", "active"] = "both"
+
+
 class Federation:
     """Drives a method's exchanges from the coordinating party."""
 
     def __init__(
         self, *, node: Node, transport: Transport, parties: tuple[PartyInfo, ...], seed: int,
         task: Task, n_classes: int | None, oracle: Oracle | None = None,
+        alignment: AlignmentConfig | None = None,
     ) -> None:
         if task != "regression" and (n_classes is None or n_classes < 2):
             raise MethodError(f"a {task} task needs n_classes >= 2, got {n_classes}")
         self._node = node
+        self.alignment = alignment or AlignmentConfig()
         self.task: Task = task
         self.n_classes = n_classes
         self.transport = transport
@@ -128,6 +143,15 @@ class Federation:
         others = self.names()
         if others:
             self._send_all(TEARDOWN, {n: {} for n in others}, round_no=self._round)
+
+    # -- alignment ---------------------------------------------------------------------------------
+
+    def align(self, ids: np.ndarray, parties: Sequence[str], *, split: str = "train") -> Alignment:
+        """The subset of ``ids`` (sorted) that every party in ``parties`` holds, by the configured protocol."""
+        ids = np.sort(ids)
+        if self.alignment.method == "psi":
+            return psi.intersect(self, ids, parties, split=split, mode=self.alignment.mode)
+        return plain.intersect(self, ids, parties, split=split)
 
     # -- exchanges ---------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from vflo.align import plain as plain_align
+from vflo.align import psi
 from vflo.comm.message import INT, STR, FieldSpec, Message, Payload, check_payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
@@ -30,6 +31,12 @@ logger = logging.getLogger(__name__)
 
 SETUP = "control.setup"
 TEARDOWN = "control.teardown"
+# Alignment runs before any method's own exchange, so every node serves it whatever the method.
+ALIGNMENT_HANDLERS = {
+    plain_align.KIND: (plain_align.REQUEST, plain_align.handle),
+    psi.KIND: (psi.REQUEST, psi.handle),
+    psi.RESULT_KIND: (psi.RESULT, psi.handle_result),
+}
 SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR}
 
 
@@ -144,9 +151,10 @@ class Node:
             return {}
         if self.context is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} got {kind!r} before any method was set up")
-        if kind == plain_align.KIND:
-            check_payload(kind, message.payload, plain_align.REQUEST)
-            return plain_align.handle(self.context, message.payload)
+        if kind in ALIGNMENT_HANDLERS:
+            spec, handler = ALIGNMENT_HANDLERS[kind]
+            check_payload(kind, message.payload, spec)
+            return handler(self.context, message.payload)
         entry = self._handlers.get(kind)
         if entry is None:
             raise ProtocolError(

@@ -13,7 +13,7 @@ from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.comm.local import LocalTransport, Observer
 from vflo.data.scenario import FederatedData
 from vflo.errors import MethodError
-from vflo.federation.coordinator import Federation
+from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
 from vflo.methods.base import Method
 from vflo.roles import PartyInfo
@@ -44,6 +44,7 @@ class RunOutput:
 def build_federation(
     data: FederatedData, method: Method, *, seed: int, ledger: Ledger | None = None,
     max_message_bytes: int | None = None, observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
+    alignment: AlignmentConfig | None = None,
 ) -> tuple[Federation, dict[str, Node]]:
     """One node per party built from that party's data only, joined by a :class:`LocalTransport`."""
     nodes = {p.name: Node(p, data.train.get(p.name), data.serve.get(p.name)) for p in data.parties}
@@ -58,7 +59,7 @@ def build_federation(
     oracle = data.oracle if method.simulation_only else None
     fed = Federation(
         node=nodes[data.active], transport=transport, parties=parties, seed=seed, task=data.task,
-        n_classes=data.n_classes, oracle=oracle,
+        n_classes=data.n_classes, oracle=oracle, alignment=alignment,
     )
     return fed, nodes
 
@@ -66,12 +67,12 @@ def build_federation(
 def run_method(
     method: Method, data: FederatedData, *, seed: int, max_message_bytes: int | None = None,
     observers: tuple[Observer, ...] = (), on_fitted: Callable[[Federation], None] | None = None,
-    faults: FaultPlan | None = None,
+    faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None,
 ) -> RunOutput:
     """Fit ``method`` and score the test IDs, all over a fresh in-process federation."""
     method.check_task(data.task)
     fed, _ = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
-                              faults=faults)
+                              faults=faults, alignment=alignment)
     fed.setup(method)
     t0 = time.perf_counter()
     method.fit(fed)

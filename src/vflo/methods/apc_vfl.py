@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from vflo.align.plain import SELECTOR, Alignment, intersect, selected_ids
+from vflo.align.plain import SELECTOR, Alignment, selected_ids
 from vflo.comm.message import IDS, Payload
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.federation.coordinator import Federation
@@ -143,7 +143,7 @@ class APCVFL(RepresentationMethod):
         passives = fed.names("passive")
         if not passives:
             raise MethodError(f"{self.name} needs at least one passive party; use 'local' for the active party alone")
-        alignment = intersect(fed, np.sort(fed.data.ids), passives)
+        alignment = fed.align(fed.data.ids, passives)
         for party in passives:
             if not alignment.held[party].any():
                 raise MethodError(

@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from vflo.align.plain import SELECTOR, Alignment, intersect, selected_ids
+from vflo.align.plain import SELECTOR, Alignment, selected_ids
 from vflo.comm.message import BOOL, IDS, INT, STR, ArraySpec, Payload
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.federation.coordinator import Federation
@@ -224,7 +224,7 @@ class FedSVD(FedSVDProtocol):
 
     def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
         passives = fed.names("passive")
-        alignment = intersect(fed, np.sort(fed.data.ids), passives)
+        alignment = fed.align(fed.data.ids, passives)
         if len(alignment.ids) == 0:
             raise MethodError("fedsvd needs rows shared by every party; none are")
         result = self.federated_svd(fed, alignment, rank=self.config.rank, right=True)

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from vflo.align.plain import intersect
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, floats
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.federation.coordinator import Federation
@@ -156,7 +155,7 @@ class SplitNN(Method):
         data = fed.data
         data.require_labels()
         passives = fed.names("passive")
-        ids = intersect(fed, np.sort(data.ids), passives).ids
+        ids = fed.align(data.ids, passives).ids
         if len(ids) == 0:
             raise MethodError(
                 f"splitnn needs aligned rows, but the active party {fed.party!r} shares no training sample "

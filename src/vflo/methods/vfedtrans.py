@@ -7,7 +7,6 @@ from typing import Literal
 
 import numpy as np
 
-from vflo.align.plain import intersect
 from vflo.errors import ConfigError, MethodError
 from vflo.federation.coordinator import Federation
 from vflo.methods.base import MethodConfig
@@ -70,7 +69,7 @@ class VFedTrans(FedSVDProtocol):
         passives = fed.names("passive")
         if not passives:
             raise MethodError("vfedtrans needs at least one passive party")
-        alignment = intersect(fed, np.sort(data.ids), passives)
+        alignment = fed.align(data.ids, passives)
         if len(alignment.ids) == 0:
             raise MethodError("vfedtrans needs rows shared by every party; none are")
         svd = self.federated_svd(fed, alignment, rank=self.config.rank)

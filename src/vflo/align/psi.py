@@ -1,0 +1,151 @@
+"""Private set intersection by Diffie-Hellman over Curve25519 (semi-honest parties).
+
+The active party A and a passive party B hash every ID with a per-run salt to a curve
+point and raise it to a secret scalar (X25519 scalar multiplication, which commutes):
+
+1. A -> B: the salt and H(x)^a for each of A's IDs x;
+2. B -> A: (H(x)^a)^b in A's order, and H(y)^b for each of B's IDs y, shuffled;
+3. A raises B's points to a, so H(y)^(ba) = H(x)^(ab) exactly when x = y: A learns which of
+   its IDs B holds, and nothing about B's other IDs.
+4. With ``mode = 'both'``, A tells B which of B's (shuffled) points matched, so B learns the
+   intersection too; with ``mode = 'active'`` B learns only how many IDs A has.
+
+Each party's scalar comes from the operating system's cryptographic generator rather than
+the run seed: a key derived from a public seed would let anyone undo the blinding. The
+intersection itself does not depend on the keys, so runs stay reproducible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+from vflo.align.plain import STATE_KEY, Alignment
+from vflo.comm.message import INT, STR, ArraySpec, FieldSpec, Payload, check_payload
+from vflo.errors import DataError, ProtocolError
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
+
+Mode = Literal["both", "active"]
+KIND, RESULT_KIND = "align.psi", "align.psi_result"
+POINTS = ArraySpec(("uint8",), (None, 32))
+REQUEST: dict[str, FieldSpec] = {"salt": ArraySpec(("uint8",), (32,)), "points": POINTS, "split": STR, "mode": STR}
+REPLY: dict[str, FieldSpec] = {"double": POINTS, "points": POINTS, "n_features": INT}
+RESULT: dict[str, FieldSpec] = {"matched": ArraySpec(("bool",), (None,))}
+# Below this many points the blinding runs in this process; above, in a pool of worker processes.
+PARALLEL_FROM = 40_000
+
+
+def _id_bytes(value: object) -> bytes:
+    # Type-tagged so the int 7 and the string "7" never collide.
+    if isinstance(value, int | np.integer):
+        return b"i:" + str(int(value)).encode()
+    return b"s:" + str(value).encode("utf-8")
+
+
+def hash_ids(ids: np.ndarray, salt: bytes) -> np.ndarray:
+    """One 32-byte curve point (an X25519 u-coordinate) per ID."""
+    if len(np.unique(ids)) != len(ids):
+        raise DataError("private set intersection needs unique IDs; this party's list repeats some: deduplicate it")
+    out = np.empty((len(ids), 32), dtype=np.uint8)
+    for i, v in enumerate(ids.tolist()):
+        out[i] = np.frombuffer(hashlib.sha256(salt + _id_bytes(v)).digest(), dtype=np.uint8)
+    return out
+
+
+def _blind_chunk(key: bytes, points: bytes) -> bytes:
+    scalar = X25519PrivateKey.from_private_bytes(key)
+    return b"".join(scalar.exchange(X25519PublicKey.from_public_bytes(points[i : i + 32]))
+                    for i in range(0, len(points), 32))
+
+
+def blind(points: np.ndarray, key: bytes, *, workers: int | None = None) -> np.ndarray:
+    """Raise every point to the scalar ``key`` (X25519), in worker processes for long lists."""
+    if points.ndim != 2 or points.shape[1] != 32:
+        raise ProtocolError(f"PSI points must be an (n, 32) byte array, got {points.shape}")
+    data = points.tobytes()
+    n = len(points)
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    if n < PARALLEL_FROM or workers < 2:
+        out = _blind_chunk(key, data)
+    else:
+        step = -(-n // workers) * 32
+        with ProcessPoolExecutor(workers) as pool:
+            chunks = [data[i : i + step] for i in range(0, len(data), step)]
+            out = b"".join(pool.map(_blind_chunk, [key] * len(chunks), chunks))
+    return np.frombuffer(out, dtype=np.uint8).reshape(n, 32).copy()
+
+
+def new_key() -> bytes:
+    return X25519PrivateKey.generate().private_bytes_raw()
+
+
+def handle(ctx: NodeContext, payload: Payload) -> Payload:
+    """Party B: blind A's points again, and send its own points (shuffled)."""
+    salt, points = payload["salt"], payload["points"]
+    assert isinstance(salt, np.ndarray) and isinstance(points, np.ndarray)
+    rows = ctx.rows(str(payload["split"]))
+    key = new_key()
+    order = np.array(secrets.SystemRandom().sample(range(rows.n_samples), rows.n_samples), dtype=np.int64)
+    own = blind(hash_ids(rows.ids[order], salt.tobytes()), key)
+    ctx.state["psi.order"] = rows.ids[order]
+    ctx.state.pop(STATE_KEY, None)
+    return {"double": blind(points, key), "points": own, "n_features": rows.n_features}
+
+
+def handle_result(ctx: NodeContext, payload: Payload) -> Payload:
+    """Party B (mode 'both'): learn which of its IDs are shared, in the active party's (sorted) order."""
+    matched = payload["matched"]
+    order = ctx.state.get("psi.order")
+    assert isinstance(matched, np.ndarray)
+    if order is None or matched.shape != (len(order),):
+        raise ProtocolError(f"{RESULT_KIND} does not match this party's last {KIND}")
+    ctx.state[STATE_KEY] = np.sort(order[matched])
+    return {"count": int(matched.sum())}
+
+
+def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, split: str = "train",
+              mode: Mode = "both") -> Alignment:
+    """The subset of ``ids`` that every party holds, found by PSI with each (one round, plus one in 'both')."""
+    if not parties:
+        return Alignment(ids=ids, asked=ids, held={}, widths={})
+    order = np.argsort(ids, kind="stable")
+    if not np.array_equal(order, np.arange(len(ids))):
+        raise ProtocolError("PSI alignment expects the active party's IDs sorted")
+    salt = secrets.token_bytes(32)
+    key = new_key()
+    mine = blind(hash_ids(ids, salt), key)
+    payload: Payload = {
+        "salt": np.frombuffer(salt, dtype=np.uint8).copy(), "points": mine, "split": split, "mode": mode,
+    }
+    replies = fed.exchange(KIND, dict.fromkeys(parties, payload))
+    held: dict[str, np.ndarray] = {}
+    widths: dict[str, int] = {}
+    results: dict[str, Payload] = {}
+    for party, reply in replies.items():
+        check_payload(KIND, reply, REPLY)
+        double, theirs = reply["double"], reply["points"]
+        assert isinstance(double, np.ndarray) and isinstance(theirs, np.ndarray)
+        if double.shape != mine.shape:
+            raise ProtocolError(f"party {party!r} returned {len(double)} points for {len(mine)}")
+        theirs_double = blind(theirs, key)
+        their_set = {bytes(p) for p in theirs_double}
+        held[party] = np.fromiter((bytes(p) in their_set for p in double), dtype=bool, count=len(double))
+        widths[party] = int(reply["n_features"])
+        if mode == "both":
+            my_set = {bytes(p) for p in double}
+            results[party] = {"matched": np.fromiter((bytes(p) in my_set for p in theirs_double), dtype=bool,
+                                                     count=len(theirs_double))}
+    if mode == "both":
+        fed.exchange(RESULT_KIND, results)
+    keep = np.logical_and.reduce([held[p] for p in parties])
+    return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
