@@ -32,7 +32,7 @@ def test_blinding_commutes_and_hides_the_ids() -> None:
 def test_blinding_in_worker_processes_gives_the_same_points() -> None:
     points = hash_ids(np.arange(300), b"x" * 32)
     key = new_key()
-    import vflo.align.psi as psi
+    from vflo.align import psi
 
     old = psi.PARALLEL_FROM
     psi.PARALLEL_FROM = 100

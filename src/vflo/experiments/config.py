@@ -25,8 +25,8 @@ from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.data.datasets import get_spec
 from vflo.data.scenario import ScenarioSpec
 from vflo.errors import ConfigError, did_you_mean
-from vflo.federation.coordinator import AlignmentConfig
 from vflo.experiments.protocols import Protocol, parse_protocol
+from vflo.federation.coordinator import AlignmentConfig
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method
 from vflo.metrics import check_metric, default_metric
