@@ -13,6 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from vflo import __version__
 from vflo.errors import EXIT_CODES, VfloError
@@ -41,6 +42,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", type=Path, help="folder with dataset files (else $VFLO_DATA_DIR, ~/.vflo/data)")
     run.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--deploy", type=Path, help="run over deployed parties (DEPLOY.toml) instead of simulating")
+    run.add_argument("--insecure", action="store_true", help="with --deploy: no TLS (loopback experiments only)")
+
+    certs = sub.add_parser("certs", help="make a private CA and one key and certificate per party")
+    certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
+    init = certs_sub.add_parser("init", help="write ca.pem, ca.key and NAME.pem / NAME.key into DIR")
+    init.add_argument("dir", type=Path)
+    init.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,bank,server")
+    init.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    init.add_argument("--overwrite", action="store_true")
+
+    party = sub.add_parser("party", help="run a party's server")
+    party_sub = party.add_subparsers(dest="party_command", required=True, metavar="ACTION")
+    serve = party_sub.add_parser("serve", help="serve one party (PARTY.toml) until interrupted")
+    serve.add_argument("config", type=Path)
+    serve.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
 
     scen = sub.add_parser("scenario", help="print each party's columns, sample counts and the overlap matrix")
     scen.add_argument("config", type=Path, help="experiment TOML file")
@@ -72,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _datasets(args)
         if args.command == "probe":
             return _probe(args)
+        if args.command == "certs":
+            return _certs(args)
+        if args.command == "party":
+            return _party(args)
         if args.command == "methods":
             return _methods()
     except VfloError as exc:
@@ -100,7 +121,66 @@ def _console(*, stderr: bool = False):  # type: ignore[no-untyped-def]
     return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
 
 
+def _certs(args: argparse.Namespace) -> int:
+    from vflo.comm.tls import init_certs
+
+    parties = [p.strip() for p in args.parties.split(",") if p.strip()]
+    written = init_certs(args.dir, parties, days=args.days, overwrite=args.overwrite)
+    print(f"wrote {len(written)} files to {args.dir}/: ca.pem (give to every party), ca.key (keep offline), and "
+          f"NAME.pem / NAME.key for {', '.join(parties)} (give each party its own)")
+    return 0
+
+
+def _insecure_tls(config: Any) -> Any:
+    from dataclasses import replace
+
+    from vflo.deploy import TLSConfig
+
+    print("vflo: WARNING: --insecure: no TLS; messages travel unencrypted and parties are not authenticated. "
+          "Use it only on a loopback interface.", file=sys.stderr)
+    return replace(config, tls=TLSConfig(insecure=True))
+
+
+def _party(args: argparse.Namespace) -> int:
+    from vflo.deploy import load_party_config, serve_forever
+
+    config = load_party_config(args.config)
+    if args.insecure:
+        config = _insecure_tls(config)
+    return serve_forever(config)
+
+
+def _run_deployed(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from vflo.deploy import Deployment, load_deploy_config
+    from vflo.experiments.config import load_deployment_experiment
+    from vflo.experiments.deployed import run_deployed, write_deployed
+    from vflo.experiments.output import check_out_dir, default_out_dir
+
+    experiment = load_deployment_experiment(args.config)
+    deploy = load_deploy_config(args.deploy)
+    if args.insecure:
+        deploy = replace(deploy, active=_insecure_tls(deploy.active))
+    out_dir = args.out if args.out is not None else default_out_dir(experiment.name)
+    check_out_dir(out_dir, overwrite=args.overwrite)
+    deployment = Deployment(deploy)
+    try:
+        rows = run_deployed(experiment, deployment)
+    finally:
+        deployment.close()
+    write_deployed(experiment, deployment, rows, out_dir, overwrite=args.overwrite)
+    console = _console()
+    for r in rows:
+        console.print(f"{r['method']}: " + ", ".join(f"{k} = {r[k]:.4f}" for k in ("accuracy", "rmse") if k in r)
+                      + f"; {r['fit_bytes'] / 1e6:.3f} MB in {r['fit_rounds']} training rounds")
+    console.print(f"results written to {out_dir}/")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.deploy is not None:
+        return _run_deployed(args)
     from vflo.experiments.config import load_config
     from vflo.experiments.output import check_out_dir, default_out_dir, write_results
     from vflo.experiments.report import summarize

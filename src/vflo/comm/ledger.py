@@ -102,6 +102,12 @@ class Ledger:
                 reply_to = e.reply_to + offset if e.reply_to >= 0 else -1
                 self._entries.append(LedgerEntry(**{**asdict(e), "seq": len(self._entries), "reply_to": reply_to}))
 
+    def drain(self) -> list[LedgerEntry]:
+        """Hand over every entry and start empty (a remote party's ledger, collected after a run)."""
+        with self._lock:
+            entries, self._entries = self._entries, []
+            return entries
+
     @property
     def entries(self) -> tuple[LedgerEntry, ...]:
         with self._lock:

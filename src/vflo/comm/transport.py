@@ -24,6 +24,11 @@ class Transport(ABC):
         self.ledger = ledger if ledger is not None else Ledger()
         self.max_message_bytes = max_message_bytes
 
+    @property
+    def shared_ledger(self) -> bool:
+        """True when every party records into this one ledger (in-process); False when each has its own."""
+        return True
+
     @abstractmethod
     def request(self, message: Message) -> Message:
         """Send ``message`` and return the receiver's reply (which may carry an error)."""

@@ -209,6 +209,45 @@ def parse_config(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class DeploymentExperiment:
+    """The parts of an experiment config a deployment uses: the data is the parties' own, not a scenario's."""
+
+    name: str
+    seed: int
+    methods: tuple[MethodEntry, ...]
+    alignment: AlignmentConfig
+    transport: TransportConfig
+    metric: str | None
+
+
+def load_deployment_experiment(path: str | Path) -> DeploymentExperiment:
+    """Read an experiment config for ``vflo run --deploy``: methods, alignment, transport, seed and name.
+
+    ``[dataset]``, ``[scenario]`` and ``[protocol]`` describe simulations and are ignored: in a deployment
+    every party brings its own data and the active party its own test rows.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    for key in raw:
+        if key not in TOP_LEVEL:
+            raise ConfigError(f"unknown key {key!r}{did_you_mean(key, TOP_LEVEL)}; valid keys: {', '.join(TOP_LEVEL)}")
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    report = schema.build(ReportConfig, raw.get("report"), where="report")
+    return DeploymentExperiment(
+        name=str(raw.get("name", path.stem)), seed=seed, methods=_methods(raw.get("methods")),
+        alignment=schema.build(AlignmentConfig, raw.get("alignment"), where="alignment"),
+        transport=schema.build(TransportConfig, raw.get("transport"), where="transport"), metric=report.metric,
+    )
+
+
 def _variants(table: Any) -> tuple[tuple[Variant, ...], tuple[str, ...]]:
     if not isinstance(table, dict):
         raise ConfigError("[scenario] is required: it names the parties and how rows are shared")

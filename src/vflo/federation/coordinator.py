@@ -18,11 +18,12 @@ import torch
 
 from vflo.align import plain, psi
 from vflo.align.plain import Alignment
+from vflo.comm.ledger import LedgerEntry
 from vflo.comm.message import Message, Payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
-from vflo.errors import MethodError, PartyBoundaryError, RemoteError, TransportError
-from vflo.federation.node import SETUP, TEARDOWN, Node, NodeContext
+from vflo.errors import MethodError, PartyBoundaryError, ProtocolError, RemoteError, TransportError
+from vflo.federation.node import LEDGER, SETUP, TEARDOWN, Node, NodeContext
 from vflo.methods.base import Method
 from vflo.roles import PartyInfo, active_party
 
@@ -138,6 +139,20 @@ class Federation:
         others = self.names()
         if others:
             self._send_all(SETUP, {n: payload for n in others}, round_no=0)
+
+    def collect_ledgers(self) -> None:
+        """Merge the other parties' own ledgers into this one (when each process keeps its own)."""
+        if self.transport.shared_ledger:
+            return
+        others = self.names()
+        if not others:
+            return
+        for name, reply in self._send_all(LEDGER, {n: {} for n in others}, round_no=self._round).items():
+            try:
+                records = json.loads(str(reply.get("records", "[]")))
+                self.transport.ledger.extend(LedgerEntry(**r) for r in records)
+            except (json.JSONDecodeError, TypeError) as exc:
+                raise ProtocolError(f"party {name!r} sent a malformed ledger: {exc}") from exc
 
     def teardown(self) -> None:
         others = self.names()

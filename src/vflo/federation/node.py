@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 SETUP = "control.setup"
 TEARDOWN = "control.teardown"
+LEDGER = "control.ledger"
 # Alignment runs before any method's own exchange, so every node serves it whatever the method.
 ALIGNMENT_HANDLERS = {
     plain_align.KIND: (plain_align.REQUEST, plain_align.handle),
@@ -149,6 +151,8 @@ class Node:
         if kind == TEARDOWN:
             self.context, self.method, self._handlers = None, None, {}
             return {}
+        if kind == LEDGER:
+            return {"records": self._ledger_records()}
         if self.context is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} got {kind!r} before any method was set up")
         if kind in ALIGNMENT_HANDLERS:
@@ -166,6 +170,12 @@ class Node:
         self.context.sender = message.sender
         result: Payload = getattr(self.method, attr)(self.context, message.payload)
         return result
+
+    def _ledger_records(self) -> str:
+        """This party's own record of the messages it sent, handed over once (multi-process runs only)."""
+        if self._transport is None or self._transport.shared_ledger:
+            return "[]"
+        return json.dumps([asdict(e) for e in self._transport.ledger.drain()])
 
     def _setup(self, payload: Payload) -> None:
         from vflo.methods.registry import get_method

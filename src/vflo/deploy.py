@@ -1,0 +1,285 @@
+"""Running a federation for real: each party its own process (or host), talking gRPC with mutual TLS.
+
+Two files describe a deployment.
+
+``PARTY.toml``, one per party, read by ``vflo party serve``: the party's name and role, the address
+it listens on, its data file (never sent anywhere), its TLS folder and its peers (the parties it
+accepts messages from and may send to).
+
+``DEPLOY.toml``, read by ``vflo run EXPERIMENT.toml --deploy DEPLOY.toml`` at the active party,
+which coordinates: the active party's own settings (the same fields as a PARTY.toml, plus an
+optional labelled test file) and the address of every other party.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from vflo import schema
+from vflo.comm.codec import DEFAULT_MAX_BYTES
+from vflo.comm.grpc_transport import DEFAULT_DEADLINE, GrpcTransport, PartyServer
+from vflo.comm.ledger import Ledger
+from vflo.comm.tls import PartyCredentials
+from vflo.data.datasets import Dataset
+from vflo.data.partydata import PartyData
+from vflo.data.preprocessing import Standardizer
+from vflo.errors import ConfigError, MethodError
+from vflo.federation.coordinator import AlignmentConfig, Federation
+from vflo.federation.node import Node
+from vflo.federation.simulation import RunOutput
+from vflo.methods.base import Method
+from vflo.roles import PartyInfo, Role
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """A party's table: training rows in ``file``; rows to score in ``serve_file`` (optional)."""
+
+    file: str
+    id_column: str
+    label_column: str | None = None
+    serve_file: str | None = None
+    standardize: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class TLSConfig:
+    """``dir`` holds ca.pem and NAME.pem / NAME.key (from ``vflo certs init``); ``insecure`` turns TLS off."""
+
+    dir: str | None = None
+    insecure: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartyConfig:
+    name: str
+    role: Role = "passive"
+    listen: str = "127.0.0.1:0"
+    data: DataConfig | None = None
+    tls: TLSConfig = field(default_factory=TLSConfig)
+    peers: dict[str, str] = field(default_factory=dict)
+    deadline: float = DEFAULT_DEADLINE
+    max_message_bytes: int = DEFAULT_MAX_BYTES
+
+    def __post_init__(self) -> None:
+        if self.role in ("active", "passive") and self.data is None:
+            raise ConfigError(f"party {self.name!r} ({self.role}) needs a [data] table with its file and ID column")
+        if self.name in self.peers:
+            raise ConfigError(f"party {self.name!r} lists itself among its peers; two parties share that name")
+        if not self.tls.insecure and not self.tls.dir:
+            raise ConfigError(f"party {self.name!r}: give [tls] dir (from `vflo certs init`) or insecure = true")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerConfig:
+    name: str
+    role: Role
+    address: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployConfig:
+    """The active party (it coordinates) and where every other party listens."""
+
+    active: PartyConfig
+    parties: tuple[PeerConfig, ...]
+    test_file: str | None = None
+    task: Literal["binary", "multiclass", "regression"] | None = None
+    n_classes: int | None = None
+
+    def __post_init__(self) -> None:
+        names = [self.active.name, *(p.name for p in self.parties)]
+        if len(set(names)) != len(names):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            raise ConfigError(f"two parties share the name {dupes}; every party needs its own name")
+        if self.active.role != "active":
+            raise ConfigError(f"the coordinating party {self.active.name!r} must have role = 'active'")
+        if any(p.role == "active" for p in self.parties):
+            raise ConfigError("only [active] may have the role 'active'")
+
+
+def _read_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+
+
+def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Data and TLS paths in a config are relative to the config file."""
+    out = dict(config)
+    for table, keys in (("data", ("file", "serve_file")), ("tls", ("dir",))):
+        if isinstance(out.get(table), dict):
+            section = dict(out[table])
+            for k in keys:
+                if isinstance(section.get(k), str) and not Path(section[k]).is_absolute():
+                    section[k] = str(base / section[k])
+            out[table] = section
+    return out
+
+
+def load_party_config(path: str | Path) -> PartyConfig:
+    raw = _relative(_read_toml(path), Path(path).parent)
+    return schema.build(PartyConfig, raw)
+
+
+def load_deploy_config(path: str | Path) -> DeployConfig:
+    raw = _read_toml(path)
+    base = Path(path).parent
+    if isinstance(raw.get("active"), dict):
+        raw["active"] = _relative(raw["active"], base)
+    if isinstance(raw.get("test_file"), str) and not Path(raw["test_file"]).is_absolute():
+        raw["test_file"] = str(base / raw["test_file"])
+    return schema.build(DeployConfig, raw)
+
+
+def load_party_data(
+    party: str, config: DataConfig, *, extra: str | None = None,
+) -> tuple[PartyData, PartyData | None, PartyData | None]:
+    """Training rows, rows to score, and (``extra``) a labelled test file: standardised on the training rows."""
+    train = PartyData.from_file(config.file, party=party, id_column=config.id_column, label_column=config.label_column)
+    serve = test = None
+    if config.serve_file:
+        serve = PartyData.from_file(config.serve_file, party=party, id_column=config.id_column,
+                                    feature_columns=train.columns)
+    if extra:
+        test = PartyData.from_file(extra, party=party, id_column=config.id_column, label_column=config.label_column,
+                                   feature_columns=train.columns)
+    if config.standardize and train.n_features:
+        scaler = Standardizer.fit(train.X)
+        train = scaler.apply(train)
+        serve = scaler.apply(serve) if serve is not None else None
+        test = scaler.apply(test) if test is not None else None
+    return train, serve, test
+
+
+def credentials_for(party: str, tls: TLSConfig) -> PartyCredentials | None:
+    if tls.insecure:
+        return None
+    assert tls.dir is not None
+    return PartyCredentials.load(tls.dir, party)
+
+
+@dataclass
+class RunningParty:
+    """A party's node, its server and its client, running in this process."""
+
+    node: Node
+    server: PartyServer
+    transport: GrpcTransport
+
+    def stop(self) -> None:
+        self.transport.close()
+        self.server.stop()
+
+
+def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None) -> RunningParty:
+    """Load the party's data (unless given), and start serving its node."""
+    if data is None and config.data is not None:
+        data, serve, _ = load_party_data(config.name, config.data)
+    credentials = credentials_for(config.name, config.tls)
+    node = Node(PartyInfo(config.name, config.role), data, serve)
+    transport = GrpcTransport(config.name, config.peers, credentials=credentials, deadline=config.deadline,
+                              max_message_bytes=config.max_message_bytes)
+    node.attach(transport)
+    server = PartyServer(node, address=config.listen, credentials=credentials, allowed=set(config.peers),
+                         max_message_bytes=config.max_message_bytes).start()
+    return RunningParty(node=node, server=server, transport=transport)
+
+
+def serve_forever(config: PartyConfig) -> int:
+    """``vflo party serve``: serve until SIGINT or SIGTERM."""
+    party = start_party(config)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"party {config.name} ({config.role}) listening on {party.server.address}", flush=True)
+    while not stop.wait(0.5):
+        pass
+    party.stop()
+    return 0
+
+
+def _task_of(train: PartyData, test: PartyData | None, deploy: DeployConfig) -> tuple[str, int | None]:
+    y = train.require_labels()
+    if deploy.task is not None:
+        task = deploy.task
+    elif y.dtype.kind == "f":
+        task = "regression"
+    else:
+        task = "binary" if int(y.max()) <= 1 else "multiclass"
+    if task == "regression":
+        return task, None
+    n = deploy.n_classes or int(max(y.max(), test.y.max() if test is not None and test.y is not None else 0)) + 1
+    return task, max(n, 2)
+
+
+class Deployment:
+    """The active party's side of a deployed federation: its node and server, and a client to every party."""
+
+    def __init__(self, deploy: DeployConfig, *, train: PartyData | None = None, test: PartyData | None = None) -> None:
+        active = deploy.active
+        if train is None:
+            assert active.data is not None
+            train, _, test = load_party_data(active.name, active.data, extra=deploy.test_file)
+        self.deploy = deploy
+        self.train = train
+        self.test = test
+        self.task, self.n_classes = _task_of(train, test, deploy)
+        peers = {p.name: p.address for p in deploy.parties}
+        serving = None if test is None else PartyData(party=test.party, ids=test.ids, X=test.X, columns=test.columns)
+        config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data,
+                             tls=active.tls, peers={**active.peers, **peers}, deadline=active.deadline,
+                             max_message_bytes=active.max_message_bytes)
+        self.party = start_party(config, data=train, serve=serving)
+        self.parties = (PartyInfo(active.name, "active"), *(PartyInfo(p.name, p.role) for p in deploy.parties))
+
+    def run(self, method: Method, *, seed: int, alignment: AlignmentConfig | None = None) -> RunOutput:
+        """Fit ``method`` over the network and score the test rows; the ledger holds every party's messages."""
+        missing = [p for p in method.extra_parties(self.parties) if p not in self.parties]
+        if missing:
+            raise MethodError(
+                f"{method.name} needs {[f'{p.name} ({p.role})' for p in missing]} in the deploy config's [[parties]]")
+        method.check_task(self.task)  # type: ignore[arg-type]
+        transport = self.party.transport
+        transport.ledger = Ledger()
+        fed = Federation(node=self.party.node, transport=transport, parties=self.parties, seed=seed,
+                         task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+        fed.setup(method)
+        t0 = time.perf_counter()
+        method.fit(fed)
+        t1 = time.perf_counter()
+        fit_entries = len(transport.ledger)
+        ids = np.empty(0, dtype=np.int64) if self.test is None else self.test.ids
+        scores = method.predict(fed, ids) if len(ids) else np.empty((0,))
+        t2 = time.perf_counter()
+        fed.collect_ledgers()
+        fed.teardown()
+        return RunOutput(scores=scores, ledger=transport.ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1,
+                         rounds=fed.rounds, fit_entries=fit_entries, stats=method.summary_stats())
+
+    def as_dataset(self) -> Dataset:
+        """The active party's own data, shaped as a dataset for the report."""
+        frame = pd.DataFrame(self.train.X, columns=list(self.train.columns))
+        return Dataset(name=f"deployment:{self.train.party}", X=frame, y=self.train.require_labels(),
+                       ids=self.train.ids, task=self.task, n_classes=self.n_classes,  # type: ignore[arg-type]
+                       standin=False, source="the active party's own data (deployment)")
+
+    def close(self) -> None:
+        self.party.stop()
+

@@ -1,0 +1,178 @@
+"""gRPC transport with mutual TLS, in one process: equivalence, refusals, failures, bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from tests.conftest import make_dataset, two_party_spec
+from vflo.comm.grpc_transport import GrpcTransport, PartyServer
+from vflo.comm.message import Message
+from vflo.comm.tls import PartyCredentials, init_certs, issue
+from vflo.data.partydata import PartyData
+from vflo.deploy import DataConfig, DeployConfig, Deployment, PartyConfig, PeerConfig, TLSConfig, start_party
+from vflo.errors import ConfigError, DataError, DataFileError, RemoteError, TransportError
+from vflo.federation.node import Node
+from vflo.federation.simulation import run_method
+from vflo.methods.registry import get_method
+from vflo.roles import PartyInfo
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("certs")
+    init_certs(directory, ["act", "pas", "stranger"])
+    return directory
+
+
+def _split():  # type: ignore[no-untyped-def]
+    ds = make_dataset(n=300, n_features=6)
+    layout = two_party_spec(active=300, aligned=200).build(ds, seed=0)
+    return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:30])
+
+
+def _federation(certs: Path | None):  # type: ignore[no-untyped-def]
+    data = _split()
+    tls = TLSConfig(insecure=True) if certs is None else TLSConfig(dir=str(certs))
+    dummy = DataConfig(file="unused", id_column="id")
+    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": "x"}),
+                      data=data.train["pas"], serve=data.serve["pas"])
+    deploy = DeployConfig(active=PartyConfig(name="act", role="active", listen="127.0.0.1:0", data=dummy, tls=tls),
+                          parties=(PeerConfig(name="pas", role="passive", address=pas.server.address),))
+    test = PartyData(party="act", ids=data.test_ids, X=data.serve["act"].subset(data.test_ids).X,
+                     columns=data.serve["act"].columns, y=data.test_y)
+    dep = Deployment(deploy, train=data.train["act"], test=test)
+    pas.transport.peers["act"] = dep.party.server.address
+    return data, dep, pas
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_grpc_gives_the_same_numbers_and_bytes_as_in_process(certs: Path, secure: bool) -> None:
+    data, dep, pas = _federation(certs if secure else None)
+    try:
+        for name in ("splitnn", "apc_vfl"):
+            kwargs = {"train": {"max_epochs": 2, "patience": 0}}
+            over_grpc = dep.run(get_method(name)(**kwargs), seed=3)
+            local = run_method(get_method(name)(**kwargs), data, seed=3)
+            assert np.array_equal(over_grpc.scores, local.scores)
+            a, b = over_grpc.ledger.summary(), local.ledger.summary()
+            assert (a.bytes, a.messages, a.rounds, a.align_bytes) == (b.bytes, b.messages, b.rounds, b.align_bytes)
+    finally:
+        dep.close()
+        pas.stop()
+
+
+def _server(certs: Path, allowed: set[str]) -> PartyServer:
+    node = Node(PartyInfo("pas", "passive"))
+    return PartyServer(node, address="127.0.0.1:0", credentials=PartyCredentials.load(certs, "pas"),
+                       allowed=allowed).start()
+
+
+def test_a_client_from_another_ca_is_refused(certs: Path, tmp_path: Path) -> None:
+    server = _server(certs, {"act"})
+    try:
+        init_certs(tmp_path, ["act"])  # same name, different CA
+        foreign = PartyCredentials(party="act", ca=(certs / "ca.pem").read_bytes(),
+                                   certificate=(tmp_path / "act.pem").read_bytes(),
+                                   key=(tmp_path / "act.key").read_bytes())
+        client = GrpcTransport("act", {"pas": server.address}, credentials=foreign, deadline=5, retries=0)
+        with pytest.raises(TransportError, match="could not be reached"):
+            client.request(Message("act", "pas", "control.teardown", 0))
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_an_unknown_party_name_is_refused(certs: Path) -> None:
+    server = _server(certs, {"act"})
+    try:
+        client = GrpcTransport("stranger", {"pas": server.address},
+                               credentials=PartyCredentials.load(certs, "stranger"), deadline=5, retries=0)
+        reply = client.request(Message("stranger", "pas", "control.teardown", 0))
+        with pytest.raises(RemoteError, match="does not accept messages from 'stranger'"):
+            reply.unwrap()
+        # a known party's certificate cannot be used to speak as another party
+        act = GrpcTransport("act", {"pas": server.address}, credentials=PartyCredentials.load(certs, "act"),
+                            deadline=5, retries=0)
+        assert act.request(Message("act", "pas", "control.teardown", 0)).error is None
+        for c in (client, act):
+            c.close()
+    finally:
+        server.stop()
+
+
+def test_a_certificate_cannot_speak_for_another_party(certs: Path) -> None:
+    server = _server(certs, {"act", "stranger"})
+    try:
+        spoof = GrpcTransport("stranger", {"pas": server.address}, credentials=PartyCredentials.load(certs, "act"),
+                              deadline=5, retries=0)
+        with pytest.raises(RemoteError, match="authenticated as \\['act'\\] sent a message as 'stranger'"):
+            spoof.request(Message("stranger", "pas", "control.teardown", 0)).unwrap()
+        spoof.close()
+    finally:
+        server.stop()
+
+
+def test_an_unreachable_party_is_named_with_the_message_kind(certs: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = GrpcTransport("act", {"pas": f"127.0.0.1:{port}"}, credentials=PartyCredentials.load(certs, "act"),
+                           deadline=5, retries=1, backoff=0.05)
+    expected = r"party 'pas' at 127.0.0.1:\d+ could not be reached for 'splitnn.forward'"
+    with pytest.raises(TransportError, match=expected):
+        client.request(Message("act", "pas", "splitnn.forward", 1))
+    client.close()
+
+
+def test_an_address_already_in_use(certs: Path) -> None:
+    first = _server(certs, {"act"})
+    try:
+        with pytest.raises(TransportError, match="already in use"):
+            _server_at(certs, first.address)
+    finally:
+        first.stop()
+
+
+def _server_at(certs: Path, address: str) -> PartyServer:
+    return PartyServer(Node(PartyInfo("pas", "passive")), address=address,
+                       credentials=PartyCredentials.load(certs, "pas"), allowed={"act"})
+
+
+def test_an_expired_certificate(tmp_path: Path) -> None:
+    init_certs(tmp_path, ["act"])
+    ca_key = serialization.load_pem_private_key((tmp_path / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((tmp_path / "ca.pem").read_bytes())
+    now = dt.datetime.now(dt.UTC)
+    issue(tmp_path, "old", ca_key, ca_cert, not_before=now - dt.timedelta(days=10),  # type: ignore[arg-type]
+          not_after=now - dt.timedelta(days=1))
+    with pytest.raises(ConfigError, match="party 'old''s certificate expired on .*vflo certs init"):
+        PartyCredentials.load(tmp_path, "old")
+    with pytest.raises(ConfigError, match="TLS files .* are missing"):
+        PartyCredentials.load(tmp_path, "nobody")
+
+
+def test_bad_party_and_deploy_configs(tmp_path: Path) -> None:
+    from vflo.deploy import load_deploy_config, load_party_config
+
+    tls = "[tls]\ninsecure = true\n"
+    (tmp_path / "p.toml").write_text('name = "bank"\n[data]\nfile = "nope.csv"\nid_column = "id"\n' + tls)
+    with pytest.raises(DataFileError, match="does not exist"):
+        start_party(load_party_config(tmp_path / "p.toml"))
+    (tmp_path / "bank.csv").write_text("pid,a\n1,2.0\n2,3.0\n")
+    (tmp_path / "q.toml").write_text('name = "bank"\n[data]\nfile = "bank.csv"\nid_column = "id"\n' + tls)
+    with pytest.raises(DataError, match="ID column 'id' not in the table"):
+        start_party(load_party_config(tmp_path / "q.toml"))
+    (tmp_path / "d.toml").write_text(
+        '[active]\nname = "bank"\nrole = "active"\n[active.data]\nfile = "bank.csv"\nid_column = "pid"\n'
+        '[active.tls]\ninsecure = true\n[[parties]]\nname = "bank"\nrole = "passive"\naddress = "127.0.0.1:1"\n')
+    with pytest.raises(ConfigError, match="two parties share the name \\['bank'\\]"):
+        load_deploy_config(tmp_path / "d.toml")
+    with pytest.raises(ConfigError, match="give \\[tls\\] dir"):
+        PartyConfig(name="x", data=DataConfig(file="f", id_column="i"))
