@@ -1,0 +1,140 @@
+"""Start real party processes on 127.0.0.1 for end-to-end tests; always stop them."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vflo.comm.tls import init_certs
+from vflo.data.partydata import PartyData
+from vflo.data.scenario import FederatedData
+from vflo.deploy import DataConfig, DeployConfig, PartyConfig, PeerConfig, TLSConfig, load_party_data
+
+STARTUP_SECONDS = 90
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Federation:
+    """Party processes, the deploy config for the active party, and the same data for a local run."""
+
+    deploy: DeployConfig
+    local: FederatedData
+    processes: dict[str, subprocess.Popen[str]]
+    directory: Path
+
+    def stop(self) -> None:
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 10
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return str(v)
+
+
+def write_party_toml(path: Path, fields: dict[str, object], data: dict[str, object] | None, tls_dir: Path,
+                     peers: dict[str, str]) -> None:
+    lines = [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
+    if data is not None:
+        lines += ["[data]", *(f"{k} = {_toml_value(v)}" for k, v in data.items())]
+    lines += ["[tls]", f'dir = "{tls_dir}"', "[peers]", *(f'{k} = "{v}"' for k, v in peers.items())]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str, str]) -> Federation:
+    """Write each party's files, start every non-active party as `vflo party serve`, wait until they listen."""
+    active = data.active
+    names = {p.name: p.role for p in data.parties} | extra_roles
+    init_certs(directory / "certs", list(names))
+    addresses = {n: f"127.0.0.1:{free_port()}" for n in names}
+    files: dict[str, DataConfig] = {}
+    for name, train in data.train.items():
+        train_path = directory / f"{name}_train.csv"
+        train.to_frame(id_column="id", label_column="label").to_csv(train_path, index=False)
+        serve_path = directory / f"{name}_serve.csv"
+        data.serve[name].to_frame(id_column="id").to_csv(serve_path, index=False)
+        files[name] = DataConfig(file=str(train_path), id_column="id",
+                                 label_column="label" if name == active else None, serve_file=str(serve_path),
+                                 standardize=False)
+    test = PartyData(party=active, ids=data.test_ids, X=data.serve[active].subset(data.test_ids).X,
+                     columns=data.serve[active].columns, y=data.test_y)
+    test_path = directory / f"{active}_test.csv"
+    test.to_frame(id_column="id", label_column="label").to_csv(test_path, index=False)
+    processes: dict[str, subprocess.Popen[str]] = {}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    try:
+        for name, role in names.items():
+            if name == active:
+                continue
+            cfg = directory / f"{name}.toml"
+            data_fields = None
+            if name in files:
+                f = files[name]
+                data_fields = {"file": f.file, "id_column": f.id_column, "serve_file": f.serve_file,
+                               "standardize": False}
+            write_party_toml(cfg, {"name": name, "role": role, "listen": addresses[name]}, data_fields,
+                             directory / "certs", {n: a for n, a in addresses.items() if n != name})
+            processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "vflo", "party", "serve", str(cfg)], stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, env=env)
+        deadline = time.monotonic() + STARTUP_SECONDS
+        for name, proc in processes.items():
+            assert proc.stdout is not None
+            line = ""
+            while "listening on" not in line:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"party {name} did not start: {line!r}")
+                line = proc.stdout.readline()
+    except BaseException:
+        Federation(deploy=None, local=data, processes=processes, directory=directory).stop()  # type: ignore[arg-type]
+        raise
+    deploy = DeployConfig(
+        active=PartyConfig(name=active, role="active", listen=addresses[active], data=files[active],
+                           tls=TLSConfig(dir=str(directory / "certs")), deadline=120.0),
+        parties=tuple(PeerConfig(name=n, role=r, address=addresses[n]) for n, r in names.items()  # type: ignore[arg-type]
+                      if n != active),
+        test_file=str(test_path),
+    )
+    # The local run reads the very same files, so both sides see identical numbers.
+    local_train, local_serve = {}, {}
+    for name in data.train:
+        local_train[name], local_serve[name], _ = load_party_data(name, files[name])
+    local = FederatedData(parties=data.parties, train=local_train, serve=local_serve,  # type: ignore[arg-type]
+                          test_ids=data.test_ids, test_y=data.test_y, task=data.task, n_classes=data.n_classes,
+                          oracle=data.oracle)
+    return Federation(deploy=deploy, local=local, processes=processes, directory=directory)
+
+
+def stopped(federation: Federation) -> Iterator[Federation]:
+    try:
+        yield federation
+    finally:
+        federation.stop()
+
+
+__all__ = ["Federation", "free_port", "np", "start_federation", "stopped"]
