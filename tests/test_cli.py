@@ -107,3 +107,21 @@ def test_readme_starts_with_the_quickstart_and_the_test_command() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     test_command = _readme_commands()[1]
     assert test_command in (REPO / ".ci" / "run").read_text()
+
+
+def test_scenario_export_writes_loadable_party_configs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vflo.deploy import load_deploy_config, load_party_config, load_party_data
+
+    out = tmp_path / "demo"
+    assert main(["scenario", str(_write(tmp_path, TINY)), "--export", str(out), "--extra-parties",
+                 "server,dealer"]) == 0
+    assert "vflo party serve bank.toml" in capsys.readouterr().out
+    deploy = load_deploy_config(out / "deploy.toml")
+    assert deploy.active.name == "shop" and {p.name for p in deploy.parties} == {"bank", "server", "dealer"}
+    assert deploy.test_file is not None and Path(deploy.test_file).is_file()
+    bank = load_party_config(out / "bank.toml")
+    assert bank.role == "passive" and set(bank.peers) == {"shop", "server", "dealer"} and bank.data is not None
+    train, serve, _ = load_party_data("bank", bank.data)
+    assert train.n_features == 13 - 4 and serve is not None
+    assert load_party_config(out / "server.toml").data is None
+    assert (out / "certs" / "bank.pem").is_file()

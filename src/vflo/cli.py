@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vflo import __version__
-from vflo.errors import EXIT_CODES, VfloError
+from vflo.errors import EXIT_CODES, ConfigError, VfloError
 
 logger = logging.getLogger("vflo")
 
@@ -63,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     scen.add_argument("config", type=Path, help="experiment TOML file")
     scen.add_argument("--data-dir", type=Path)
     scen.add_argument("--seed", type=int, help="scenario seed (default: the config's)")
+    scen.add_argument("--export", type=Path, metavar="DIR",
+                      help="write each party's files and configs for a real deployment (first variant, first split)")
+    scen.add_argument("--base-port", type=int, default=50051, help="with --export: first port to listen on")
+    scen.add_argument("--extra-parties", default="", help="with --export: data-less parties, e.g. server,dealer")
+    scen.add_argument("--insecure", action="store_true", help="with --export: no certificates, TLS off")
 
     probe = sub.add_parser("probe", help="train an encoder and score its representations every epoch "
                                          "(APC-VFL Appendix F)")
@@ -226,6 +231,8 @@ def _scenario(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     dataset = load_dataset(config.dataset.name, args.data_dir or config.dataset.data_dir)
     seed = derive_seed(config.seed, "layout", 0) if args.seed is None else args.seed
+    if args.export is not None:
+        return _export(args, config, dataset, seed)
     for variant in config.variants:
         layout = variant.spec.build(dataset, seed=seed)
         print(f"== variant: {variant.label}")
@@ -251,6 +258,30 @@ def _probe(args: argparse.Namespace) -> int:
     print(f"{config.name}: {result.metric} on raw features {result.raw_mean:.4f}; on representations "
           f"{last['metric_mean']:.4f} after {len(result.history)} epochs; {verdict}")
     print(f"history, probe.json and probe.png written to {out_dir}/")
+    return 0
+
+
+def _export(args: argparse.Namespace, config: Any, dataset: Any, seed: int) -> int:
+    from vflo.deploy import export_federation
+    from vflo.seeding import numpy_rng
+
+    layout = config.variants[0].spec.build(dataset, seed=seed)
+    split = config.protocol.splits(layout, numpy_rng(config.seed, "split", 0))[0]
+    data = layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+    extra = {name.strip(): name.strip() for name in args.extra_parties.split(",") if name.strip()}
+    for name in extra:
+        if name not in ("server", "dealer"):
+            raise ConfigError(f"--extra-parties takes 'server' and 'dealer', not {name!r}")
+    written = export_federation(data, args.export, base_port=args.base_port, extra_roles=extra,
+                                tls=not args.insecure)
+    active = data.active
+    print(f"wrote each party's data and config to {args.export}/ (variant {config.variants[0].label}).")
+    print("start every party but the active one, each in its own terminal:")
+    for name, path in written.items():
+        if name != active:
+            print(f"  cd {args.export} && vflo party serve {path.name}")
+    print(f"then, for the active party {active!r}:")
+    print(f"  cd {args.export} && vflo run EXPERIMENT.toml --deploy deploy.toml")
     return 0
 
 

@@ -286,3 +286,66 @@ class Deployment:
     def close(self) -> None:
         self.party.stop()
 
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+def export_federation(
+    data: Any, directory: Path, *, base_port: int = 50051, extra_roles: dict[str, Role] | None = None,
+    tls: bool = True, host: str = "127.0.0.1",
+) -> dict[str, Path]:
+    """Write what each party of a simulated split would bring to a real deployment.
+
+    For every data party: ``NAME_train.csv`` (and ``NAME_serve.csv`` with the rows to score); for the
+    active party also ``NAME_test.csv`` with the test labels; ``NAME.toml`` for ``vflo party serve``
+    (every party but the active one) and ``deploy.toml`` for the active party; and, with ``tls``,
+    certificates in ``certs/``. Data is written already standardised, so parties do not rescale it.
+    """
+    from vflo.comm.tls import init_certs
+    from vflo.data.scenario import FederatedData
+
+    assert isinstance(data, FederatedData)
+    directory.mkdir(parents=True, exist_ok=True)
+    roles: dict[str, Role] = {p.name: p.role for p in data.parties} | (extra_roles or {})
+    addresses = {name: f"{host}:{base_port + i}" for i, name in enumerate(roles)}
+    if tls:
+        init_certs(directory / "certs", list(roles), overwrite=True)
+    tls_lines = ['[tls]', 'dir = "certs"'] if tls else ['[tls]', 'insecure = true']
+    active = data.active
+    written: dict[str, Path] = {}
+    for name, role in roles.items():
+        lines: list[str] = []
+        if name in data.train:
+            data.train[name].to_frame("id", "label").to_csv(directory / f"{name}_train.csv", index=False)
+            data.serve[name].to_frame("id").to_csv(directory / f"{name}_serve.csv", index=False)
+            label = '\nlabel_column = "label"' if name == active else ""
+            lines = [f'file = "{name}_train.csv"', 'id_column = "id"' + label, f'serve_file = "{name}_serve.csv"',
+                     "standardize = false"]
+        peers = [f"{n} = {_toml(a)}" for n, a in addresses.items() if n != name]
+        if name == active:
+            test = PartyData(party=name, ids=data.test_ids, X=data.serve[name].subset(data.test_ids).X,
+                             columns=data.serve[name].columns, y=data.test_y)
+            test.to_frame("id", "label").to_csv(directory / f"{name}_test.csv", index=False)
+            others = [f"[[parties]]\nname = {_toml(n)}\nrole = {_toml(r)}\naddress = {_toml(addresses[n])}"
+                      for n, r in roles.items() if n != name]
+            text = "\n".join([
+                "# The active party coordinates: vflo run EXPERIMENT.toml --deploy deploy.toml", "",
+                f'test_file = "{name}_test.csv"', "", "[active]", f"name = {_toml(name)}", 'role = "active"',
+                f"listen = {_toml(addresses[name])}", "", "[active.data]", *lines, "",
+                *(["[active.tls]", *tls_lines[1:]]), "", *others, ""])
+            path = directory / "deploy.toml"
+        else:
+            text = "\n".join([
+                f"# vflo party serve {name}.toml", f"name = {_toml(name)}", f"role = {_toml(role)}",
+                f"listen = {_toml(addresses[name])}", "",
+                *(["[data]", *lines, ""] if lines else []), *tls_lines, "", "[peers]", *peers, ""])
+            path = directory / f"{name}.toml"
+        path.write_text(text)
+        written[name] = path
+    return written

@@ -32,6 +32,10 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment) -> li
                           "deploy config")
     rows = []
     for entry in experiment.methods:
+        if entry.method_cls.simulation_only:
+            logger.warning("%s is simulation-only (it pools every party's raw features): skipped in a deployment",
+                           entry.label)
+            continue
         seed = derive_seed(experiment.seed, "method", 0, 0)
         t0 = time.perf_counter()
         out = deployment.run(entry.instantiate(), seed=seed, alignment=experiment.alignment)
