@@ -52,6 +52,7 @@ class DataConfig:
     label_column: str | None = None
     serve_file: str | None = None
     standardize: bool = True
+    categorical: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,16 +153,17 @@ def load_party_data(
     party: str, config: DataConfig, *, extra: str | None = None,
 ) -> tuple[PartyData, PartyData | None, PartyData | None]:
     """Training rows, rows to score, and (``extra``) a labelled test file: standardised on the training rows."""
-    train = PartyData.from_file(config.file, party=party, id_column=config.id_column, label_column=config.label_column)
+    train = PartyData.from_file(config.file, party=party, id_column=config.id_column, label_column=config.label_column,
+                                categorical=config.categorical)
     serve = test = None
     if config.serve_file:
         serve = PartyData.from_file(config.serve_file, party=party, id_column=config.id_column,
-                                    feature_columns=train.columns)
+                                    feature_columns=train.columns, categorical=config.categorical)
     if extra:
         test = PartyData.from_file(extra, party=party, id_column=config.id_column, label_column=config.label_column,
-                                   feature_columns=train.columns)
+                                   feature_columns=train.columns, categorical=config.categorical)
     if config.standardize and train.n_features:
-        scaler = Standardizer.fit(train.X)
+        scaler = Standardizer.for_party(train)
         train = scaler.apply(train)
         serve = scaler.apply(serve) if serve is not None else None
         test = scaler.apply(test) if test is not None else None

@@ -41,6 +41,7 @@ class Dataset:
     source: str
     standin_for: str | None = None
     views: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    categorical: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.X) != len(self.y) or len(self.X) != len(self.ids):

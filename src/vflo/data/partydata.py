@@ -51,6 +51,8 @@ class PartyData:
         X: float32 feature matrix of shape (n, len(columns)); a label-only party has zero columns.
         columns: feature names, unique, disjoint from every other party's.
         y: labels (int64 class indices or float64 targets) or ``None`` for a passive party.
+        categorical: the columns that hold category codes (0, 1, 2, ...) rather than quantities;
+            they are not standardised, and methods that care (RAP) one-hot encode them.
     """
 
     party: str
@@ -58,6 +60,7 @@ class PartyData:
     X: np.ndarray
     columns: tuple[str, ...]
     y: np.ndarray | None = None
+    categorical: tuple[str, ...] = ()
     _index: dict[Any, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -120,6 +123,18 @@ class PartyData:
             y.setflags(write=False)
         ids.setflags(write=False)
         X.setflags(write=False)
+        categorical = tuple(str(c) for c in self.categorical)
+        unknown = [c for c in categorical if c not in columns]
+        if unknown:
+            raise DataError(f"party {self.party!r}: categorical columns {unknown} are not among its columns")
+        for c in categorical:
+            values = X[:, columns.index(c)]
+            if np.any(values != np.round(values)) or np.any(values < 0):
+                raise DataError(
+                    f"party {self.party!r}: categorical column {c!r} must hold category codes 0, 1, 2, ...; "
+                    "encode the categories as whole numbers"
+                )
+        object.__setattr__(self, "categorical", categorical)
         object.__setattr__(self, "ids", ids)
         object.__setattr__(self, "X", X)
         object.__setattr__(self, "columns", columns)
@@ -176,6 +191,7 @@ class PartyData:
             X=self.X[pos],
             columns=self.columns,
             y=None if self.y is None else self.y[pos],
+            categorical=self.categorical,
         )
 
     def require_labels(self) -> np.ndarray:
@@ -204,6 +220,7 @@ class PartyData:
         id_column: str,
         label_column: str | None = None,
         feature_columns: Sequence[str] | None = None,
+        categorical: Sequence[str] = (),
     ) -> PartyData:
         """Build from a table with an ID column, feature columns and optionally a label column."""
         if id_column not in frame.columns:
@@ -243,6 +260,7 @@ class PartyData:
             X=frame[list(feature_columns)].to_numpy(dtype=np.float64),
             columns=tuple(feature_columns),
             y=y,
+            categorical=tuple(categorical),
         )
 
     @classmethod
@@ -254,6 +272,7 @@ class PartyData:
         id_column: str,
         label_column: str | None = None,
         feature_columns: Sequence[str] | None = None,
+        categorical: Sequence[str] = (),
     ) -> PartyData:
         """Read a CSV (optionally gzipped) or Parquet file."""
         path = Path(path)
@@ -274,5 +293,6 @@ class PartyData:
         except (OSError, ValueError, pd.errors.ParserError) as exc:
             raise DataFileError(f"party {party!r}: could not read {path}: {exc}") from exc
         return cls.from_frame(
-            frame, party=party, id_column=id_column, label_column=label_column, feature_columns=feature_columns
+            frame, party=party, id_column=id_column, label_column=label_column, feature_columns=feature_columns,
+            categorical=categorical,
         )

@@ -18,18 +18,27 @@ class Standardizer:
     scale_: np.ndarray
 
     @classmethod
-    def fit(cls, X: np.ndarray) -> Standardizer:
+    def fit(cls, X: np.ndarray, keep: np.ndarray | None = None) -> Standardizer:
+        """Statistics of ``X``'s columns; columns flagged in ``keep`` (category codes) pass through unchanged."""
         if X.shape[0] == 0:
             raise DataError("cannot standardise a party with no training rows")
         X64 = np.asarray(X, dtype=np.float64)
         mean = X64.mean(axis=0)
         std = X64.std(axis=0)
         scale = np.where(std > 1e-12, std, 1.0)
+        if keep is not None:
+            mean = np.where(keep, 0.0, mean)
+            scale = np.where(keep, 1.0, scale)
         return cls(mean_=mean, scale_=scale)
+
+    @classmethod
+    def for_party(cls, data: PartyData) -> Standardizer:
+        return cls.fit(data.X, np.isin(np.asarray(data.columns), np.asarray(data.categorical, dtype=object)))
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         out: np.ndarray = ((np.asarray(X, dtype=np.float64) - self.mean_) / self.scale_).astype(np.float32)
         return out
 
     def apply(self, data: PartyData) -> PartyData:
-        return PartyData(party=data.party, ids=data.ids, X=self.transform(data.X), columns=data.columns, y=data.y)
+        return PartyData(party=data.party, ids=data.ids, X=self.transform(data.X), columns=data.columns, y=data.y,
+                         categorical=data.categorical)

@@ -433,16 +433,17 @@ class Layout:
             pos = np.fromiter((position[v] for v in ids.tolist()), dtype=np.int64, count=len(ids))
             X = ds.X[list(cols)].to_numpy(np.float64)[pos]
             y = ds.y[pos] if p.role == "active" else None
+            categorical = tuple(c for c in cols if c in ds.categorical)
             train_data = PartyData(
                 party=p.name, ids=ids[in_scope], X=X[in_scope], columns=cols,
-                y=None if y is None else y[in_scope],
+                y=None if y is None else y[in_scope], categorical=categorical,
             )
             # Test labels stay with the evaluator: serving rows carry features only.
-            serve_data = PartyData(party=p.name, ids=ids[is_test], X=X[is_test], columns=cols)
+            serve_data = PartyData(party=p.name, ids=ids[is_test], X=X[is_test], columns=cols, categorical=categorical)
             # A party left with no training rows by this split keeps raw values; methods that need
             # its rows report that themselves.
             if self.spec.standardize and train_data.n_features and train_data.n_samples:
-                scaler = Standardizer.fit(train_data.X)
+                scaler = Standardizer.for_party(train_data)
                 train_data, serve_data = scaler.apply(train_data), scaler.apply(serve_data)
             train[p.name] = train_data
             serve[p.name] = serve_data

@@ -36,6 +36,10 @@ class TrainConfig:
     validation_fraction: float = 0.1
     weight_decay: float = 0.0
     restore_best: bool = True
+    # "patience": stop after `patience` epochs without improvement of at least min_delta (APC-VFL).
+    # "plateau": stop once the loss's relative change stays below `plateau` for `patience` epochs (RAP).
+    stop: Literal["patience", "plateau"] = "patience"
+    plateau: float = 1e-4
 
     def __post_init__(self) -> None:
         if not self.lr > 0:
@@ -78,18 +82,29 @@ class Callback:
 class EarlyStopping(Callback):
     """Stop when the monitored loss has not improved by ``min_delta`` for ``patience`` epochs."""
 
-    def __init__(self, monitor: str, patience: int, min_delta: float) -> None:
+    def __init__(self, monitor: str, patience: int, min_delta: float, plateau: float | None = None) -> None:
         self.monitor = monitor
         self.patience = patience
         self.min_delta = min_delta
+        self.plateau = plateau
         self.best = float("inf")
         self.best_epoch: int | None = None
         self.wait = 0
+        self.flat = 0
+        self.previous: float | None = None
         self.improved = False
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, float]) -> bool:
         value = logs[self.monitor]
         self.improved = value < self.best - self.min_delta
+        if self.plateau is not None:
+            # RAP's rule: the relative change of the loss stays below the threshold for `patience` epochs.
+            if self.improved:
+                self.best, self.best_epoch = value, epoch
+            change = abs(value - self.previous) / max(abs(self.previous), 1e-12) if self.previous is not None else 1.0
+            self.previous = value
+            self.flat = self.flat + 1 if change < self.plateau else 0
+            return self.patience > 0 and self.flat >= self.patience
         if self.improved:
             self.best, self.best_epoch, self.wait = value, epoch, 0
             return False
@@ -118,7 +133,8 @@ def run_epochs(
     if n_train < 1:
         raise ConfigError("no training rows: the scenario leaves this model nothing to learn from")
     monitor: Literal["loss", "val_loss"] = "val_loss" if validate is not None else "loss"
-    stopper = EarlyStopping(monitor, config.patience, config.min_delta)
+    stopper = EarlyStopping(monitor, config.patience, config.min_delta,
+                            config.plateau if config.stop == "plateau" else None)
     history = History(monitor=monitor)
     bs = config.batch_size
     for epoch in range(config.max_epochs):
