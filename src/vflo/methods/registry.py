@@ -21,6 +21,7 @@ _METHODS: dict[str, str] = {
     "fedsvd": "vflo.methods.fedsvd:FedSVD",
     "vfedtrans": "vflo.methods.vfedtrans:VFedTrans",
     "entity_augmentation": "vflo.methods.entity_augmentation:EntityAugmentation",
+    "rap": "vflo.methods.rap:RAP",
 }
 
 

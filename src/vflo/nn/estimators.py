@@ -203,6 +203,11 @@ class MLPEstimator:
         out = 1 if self.task == "regression" else _classes(self.task, self.n_classes)
         self.model_ = mlp(X.shape[1], self.hidden, out, activation=self.activation,
                           generator=torch_generator(self.seed, "mlp-init"))
+        # Regression targets are standardised for training (Adam's steps assume unit scale) and mapped back.
+        self.y_mean_, self.y_scale_ = 0.0, 1.0
+        if self.task == "regression":
+            self.y_mean_, self.y_scale_ = float(np.mean(y)), float(np.std(y) or 1.0)
+            y = (np.asarray(y, dtype=np.float64) - self.y_mean_) / self.y_scale_
         target = as_tensor(y, dtype=torch.float32 if self.task == "regression" else torch.long)
         tensors = {"x": as_tensor(X), "y": target}
         self.history_: History = fit_module(
@@ -219,6 +224,8 @@ class MLPEstimator:
     def predict_scores(self, X: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             out = self.model_(as_tensor(X))
-        scores = out.squeeze(1) if self.task == "regression" else torch.softmax(out, dim=1)
-        result: np.ndarray = scores.double().numpy()
+        if self.task == "regression":
+            values: np.ndarray = out.squeeze(1).double().numpy() * self.y_scale_ + self.y_mean_
+            return values
+        result: np.ndarray = torch.softmax(out, dim=1).double().numpy()
         return result

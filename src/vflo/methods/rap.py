@@ -1,0 +1,328 @@
+"""RAP (Zhang et al.): one round of Gaussian-projected features, then a server trains alone."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from vflo.align.plain import SELECTOR, selected_ids
+from vflo.comm.message import IDS, STR, ArraySpec, Payload
+from vflo.data.partydata import PartyData
+from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RemoteError
+from vflo.federation.coordinator import Federation
+from vflo.federation.node import NodeContext
+from vflo.methods.base import Method, MethodConfig, handles
+from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
+from vflo.nn.train import TrainConfig
+from vflo.roles import PartyInfo
+from vflo.seeding import derive_seed
+
+logger = logging.getLogger(__name__)
+
+SERVER = "server"
+MATRIX = ArraySpec(("float32",), (None, None))
+LABELS = ArraySpec(("int64", "float32"), (None, None))
+LENGTHS = ArraySpec(("int64",), (None,))
+CHUNK = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class RAPConfig(MethodConfig):
+    """The server's model (``estimator``: an MLP with one hidden layer of 128 by default, or
+    ``model = 'logistic'`` / ``'linear'``), RAP's convergence rule, an optional learning-rate grid
+    (chosen on the server's validation split), and how unseen categories are handled at serving."""
+
+    estimator: EstimatorConfig = field(default_factory=lambda: EstimatorConfig(
+        model="mlp", hidden=(128,), train=TrainConfig(lr=1e-3, batch_size=512, max_epochs=200, patience=5,
+                                                      validation_fraction=0.125, stop="plateau", plateau=1e-4)))
+    lr_grid: tuple[float, ...] = ()
+    unseen: Literal["error", "other"] = "error"
+    one_feature_pseudo: bool = True
+
+    def __post_init__(self) -> None:
+        if any(lr <= 0 for lr in self.lr_grid):
+            raise ConfigError("lr_grid values must be positive")
+
+
+@dataclass
+class ClientTransform:
+    """A client's secret: how its columns are encoded, and its Gaussian projection A_m."""
+
+    numeric: list[int]
+    categorical: list[int]
+    categories: list[np.ndarray]
+    other: bool
+    pseudo: tuple[float, float] | None
+    A: np.ndarray
+
+    @classmethod
+    def fit(cls, data: PartyData, rng: np.random.Generator, *, other: bool, pseudo: bool) -> ClientTransform:
+        if data.n_features == 0:
+            raise DataError(f"client {data.party!r} holds no feature column; RAP needs at least one per client")
+        cat = [data.columns.index(c) for c in data.categorical]
+        numeric = [i for i in range(data.n_features) if i not in cat]
+        categories = []
+        for i in cat:
+            seen = np.unique(data.X[:, i])
+            if len(seen) < 2:
+                raise DataError(
+                    f"client {data.party!r}: categorical column {data.columns[i]!r} has a single category; it "
+                    "carries no information: drop it"
+                )
+            categories.append(seen)
+        width = len(numeric) + sum(len(c) + (1 if other else 0) for c in categories)
+        pseudo_stats = None
+        if width == 1 and pseudo:
+            # One numerical feature: add a pseudo feature ~ N(mean, var) so the server cannot undo a scaling.
+            x = data.X[:, numeric[0]].astype(np.float64)
+            pseudo_stats = (float(x.mean()), float(x.std() or 1.0))
+            width = 2
+        A = rng.normal(0.0, 1.0 / np.sqrt(width), size=(width, width)).astype(np.float32)
+        return cls(numeric=numeric, categorical=cat, categories=categories, other=other, pseudo=pseudo_stats, A=A)
+
+    @property
+    def width(self) -> int:
+        return int(self.A.shape[0])
+
+    def encode(self, X: np.ndarray, rng: np.random.Generator, columns: tuple[str, ...]) -> np.ndarray:
+        parts = [X[:, self.numeric].astype(np.float32)]
+        for i, seen in zip(self.categorical, self.categories, strict=True):
+            codes = X[:, i]
+            position = np.searchsorted(seen, codes)
+            known = (position < len(seen)) & (seen[np.minimum(position, len(seen) - 1)] == codes)
+            if not known.all() and not self.other:
+                bad = sorted(set(codes[~known].tolist()))[:5]
+                raise DataError(f"column {columns[i]!r} has categories {bad} not seen in training; set "
+                                "unseen = 'other' to map them to an extra category")
+            onehot = np.zeros((len(X), len(seen) + (1 if self.other else 0)), dtype=np.float32)
+            onehot[np.flatnonzero(known), position[known]] = 1.0
+            if self.other:
+                onehot[np.flatnonzero(~known), len(seen)] = 1.0
+            parts.append(onehot)
+        if self.pseudo is not None:
+            parts.append(rng.normal(self.pseudo[0], self.pseudo[1], size=(len(X), 1)).astype(np.float32))
+        return np.hstack(parts)
+
+    def project(self, data: PartyData, rng: np.random.Generator, expected: tuple[str, ...]) -> np.ndarray:
+        """X_m A_m, in chunks so a million rows never need more than a chunk of the encoded matrix."""
+        if data.columns != expected:
+            raise DataError(f"client {data.party!r}: rows to project have columns {list(data.columns)[:6]}..., not "
+                            f"the {len(expected)} columns the transform was fitted on")
+        out = np.empty((data.n_samples, self.width), dtype=np.float32)
+        for start in range(0, data.n_samples, CHUNK):
+            block = self.encode(data.X[start : start + CHUNK], rng, data.columns)
+            out[start : start + CHUNK] = block @ self.A
+        return out
+
+
+@dataclass
+class LabelTransform:
+    """The label owner's secret: C classes mapped at random to 2C (two per class), or [y, y_p] A_Y."""
+
+    kind: Literal["classes", "projection"]
+    mapping: np.ndarray | None = None   # (C, 2): the two new classes of each class
+    A: np.ndarray | None = None         # (2, 2)
+    pseudo: tuple[float, float] | None = None
+
+    @classmethod
+    def fit(cls, y: np.ndarray, task: str, n_classes: int | None, rng: np.random.Generator) -> LabelTransform:
+        if task == "regression":
+            if y.dtype.kind != "f":
+                raise DataError("a regression task needs numerical labels, got class codes; check the task")
+            A = rng.normal(size=(2, 2))
+            while abs(np.linalg.det(A)) < 1e-3:
+                A = rng.normal(size=(2, 2))
+            return cls(kind="projection", A=A, pseudo=(float(y.mean()), float(y.std() or 1.0)))
+        if y.dtype.kind == "f":
+            raise DataError("a classification task needs class codes 0..C-1, got numerical labels; check the task")
+        assert n_classes is not None
+        return cls(kind="classes", mapping=rng.permutation(2 * n_classes).reshape(n_classes, 2))
+
+    def encode(self, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.kind == "classes":
+            assert self.mapping is not None
+            pick = rng.integers(0, 2, size=len(y))
+            return self.mapping[y.astype(np.int64), pick].astype(np.int64)[:, None]
+        assert self.A is not None and self.pseudo is not None
+        pseudo = rng.normal(self.pseudo[0], self.pseudo[1], size=len(y))
+        return (np.column_stack([y, pseudo]) @ self.A).astype(np.float32)
+
+    def decode(self, scores: np.ndarray) -> np.ndarray:
+        if self.kind == "classes":
+            assert self.mapping is not None
+            proba: np.ndarray = scores[:, self.mapping[:, 0]] + scores[:, self.mapping[:, 1]]
+            normalised: np.ndarray = proba / np.clip(proba.sum(axis=1, keepdims=True), 1e-12, None)
+            return normalised
+        assert self.A is not None
+        values: np.ndarray = (scores.astype(np.float64) @ np.linalg.inv(self.A))[:, 0]
+        return values
+
+
+class RAP(Method):
+    """RAP: Zhang et al., "RAP: Random Projection is What You Need for Vertical Federated Learning".
+
+    Each client m sends X̃_m = T_m(X_m) = [one-hot(X_m), pseudo] A_m once (A_m Gaussian, secret); the
+    label owner sends T_Y(Y) (each class mapped at random to one of two of 2C classes, or
+    [y, y_p] A_Y for regression). The server then trains alone, min_θ Σ ℓ(f'(x̃; θ), ỹ) on the
+    concatenation x̃ = [x̃_1, ..., x̃_M] (two regressors for the two label columns). Serving is
+    collaborative: clients project new rows, the server predicts ỹ', the label owner decodes
+    T_Y^-1(ỹ'). One round of communication for training.
+    """
+
+    name = "rap"
+    Config = RAPConfig
+    summary = "one round of Gaussian-projected features; the server trains alone (collaborative serving)"
+    paper = "Zhang et al., RAP"
+    inference = "collaborative"
+
+    config: RAPConfig
+
+    def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
+        return (PartyInfo(SERVER, "server"),)
+
+    # -- clients ----------------------------------------------------------------------------------
+
+    def _transform(self, ctx: NodeContext) -> ClientTransform:
+        transform = ctx.state.get("rap.transform")
+        if transform is None:
+            transform = ClientTransform.fit(ctx.require_data(), ctx.rng("rap-projection"),
+                                            other=self.config.unseen == "other", pseudo=self.config.one_feature_pseudo)
+            ctx.state["rap.transform"] = transform
+        assert isinstance(transform, ClientTransform)
+        return transform
+
+    def _client_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+        transform = self._transform(ctx)
+        return transform.project(rows, ctx.rng("rap-pseudo", rows.n_samples), ctx.require_data().columns)
+
+    @handles("rap.project", selector=SELECTOR)
+    def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """The one exchange of a client: its projected aligned training rows, to the server."""
+        selector = payload["selector"]
+        assert isinstance(selector, np.ndarray)
+        return {"x": self._client_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector)))}
+
+    @handles("rap.project_serve", ids=IDS)
+    def _project_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
+        ids = payload["ids"]
+        assert isinstance(ids, np.ndarray)
+        return {"x": self._client_rows(ctx, ctx.rows("serve").subset(ids))}
+
+    # -- server -----------------------------------------------------------------------------------
+
+    def _gather(self, ctx: NodeContext, payload: Payload, kind: str, requests: dict[str, Payload]) -> np.ndarray:
+        """The label owner's block followed by every client's, asked for in the same round."""
+        own = payload["block"]
+        assert isinstance(own, np.ndarray)
+        blocks = [own]
+        for client, request in requests.items():
+            x = ctx.send(client, kind, request).get("x")
+            if not isinstance(x, np.ndarray) or x.ndim != 2 or x.shape[0] != own.shape[0]:
+                raise ProtocolError(f"client {client!r} sent projected rows of the wrong shape")
+            blocks.append(x)
+        return np.hstack(blocks).astype(np.float32)
+
+    @handles("rap.train", block=MATRIX, labels=LABELS, clients=STR, selectors=SELECTOR, lengths=LENGTHS,
+             task=STR, classes=ArraySpec(("int64",), (1,)))
+    def _train(self, ctx: NodeContext, payload: Payload) -> Payload:
+        clients = json.loads(str(payload["clients"]))
+        selectors, lengths = payload["selectors"], payload["lengths"]
+        assert isinstance(selectors, np.ndarray) and isinstance(lengths, np.ndarray)
+        cuts = np.cumsum([0, *lengths.tolist()])
+        requests: dict[str, Payload] = {
+            c: {"selector": selectors[cuts[i] : cuts[i + 1]]} for i, c in enumerate(clients)}
+        X = self._gather(ctx, payload, "rap.project", requests)
+        labels = payload["labels"]
+        assert isinstance(labels, np.ndarray)
+        task = str(payload["task"])
+        classes = payload["classes"]
+        assert isinstance(classes, np.ndarray)
+        if task == "regression":
+            models = [self._fit_server(ctx, X, labels[:, j].astype(np.float64), "regression", None)
+                      for j in range(labels.shape[1])]
+        else:
+            models = [self._fit_server(ctx, X, labels[:, 0], "multiclass", int(classes[0]))]
+        ctx.state.update({"rap.models": models, "rap.task": task})
+        return {"features": int(X.shape[1])}
+
+    def _fit_server(self, ctx: NodeContext, X: np.ndarray, y: np.ndarray, task: str, n_classes: int | None) -> Any:
+        cfg = self.config.estimator
+        grid = self.config.lr_grid
+        seed = derive_seed(ctx.seed, "rap-server")
+        if not grid:
+            return make_estimator(cfg, task=task, n_classes=n_classes, seed=seed).fit(X, y)  # type: ignore[arg-type]
+        best, best_loss = None, float("inf")
+        for lr in grid:
+            candidate = replace(cfg, train=replace(cfg.train, lr=lr))
+            est = make_estimator(candidate, task=task, n_classes=n_classes, seed=seed).fit(X, y)  # type: ignore[arg-type]
+            history = getattr(est, "history_", None)
+            loss = min(history["val_loss"] or history["loss"]) if history is not None else 0.0
+            if loss < best_loss:
+                best, best_loss = est, loss
+        return best
+
+    @handles("rap.predict", block=MATRIX, ids=IDS, clients=STR)
+    def _predict(self, ctx: NodeContext, payload: Payload) -> Payload:
+        ids = payload["ids"]
+        assert isinstance(ids, np.ndarray)
+        clients = json.loads(str(payload["clients"]))
+        requests: dict[str, Payload] = {c: {"ids": ids} for c in clients}
+        X = self._gather(ctx, payload, "rap.project_serve", requests)
+        models: list[Estimator] = ctx.state["rap.models"]
+        if ctx.state["rap.task"] == "regression":
+            scores = np.column_stack([m.predict_scores(X) for m in models])
+        else:
+            scores = models[0].predict_scores(X)
+        return {"scores": scores.astype(np.float32)}
+
+    # -- label owner (coordinator) ---------------------------------------------------------------------
+
+    def _own_block(self, fed: Federation, rows: PartyData) -> np.ndarray:
+        if fed.data.n_features == 0:
+            return np.zeros((rows.n_samples, 0), dtype=np.float32)
+        return self._client_rows(fed.ctx, rows)
+
+    def fit(self, fed: Federation) -> None:
+        data = fed.data
+        data.require_labels()
+        clients = fed.names("passive")
+        if not clients and data.n_features == 0:
+            raise MethodError("rap needs at least one client with features")
+        alignment = fed.align(data.ids, clients)
+        ids = alignment.ids
+        if len(ids) == 0:
+            raise MethodError("rap needs rows that every client holds; none are shared")
+        y = data.subset(ids).require_labels()
+        self.labels_ = LabelTransform.fit(y, fed.task, fed.n_classes, fed.rng("rap-labels"))
+        encoded = self.labels_.encode(y, fed.rng("rap-label-noise"))
+        selectors = [alignment.selector(c) for c in clients]
+        payload: Payload = {
+            "block": self._own_block(fed, data.subset(ids)), "labels": encoded, "clients": json.dumps(clients),
+            "selectors": np.concatenate(selectors) if selectors else np.empty(0, dtype=bool),
+            "lengths": np.array([len(s) for s in selectors], dtype=np.int64),
+            "task": "regression" if fed.task == "regression" else "classification",
+            "classes": np.array([2 * (fed.n_classes or 1)], dtype=np.int64),
+        }
+        reply = fed.request(SERVER, "rap.train", payload)
+        self.clients_ = clients
+        self.n_train_ = len(ids)
+        features = reply.get("features")
+        self.server_features_ = features if isinstance(features, int) else 0
+
+    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        own = self._own_block(fed, fed.serving.subset(ids))
+        try:
+            reply = fed.request(SERVER, "rap.predict", {"block": own, "ids": ids, "clients": json.dumps(self.clients_)})
+        except RemoteError as exc:
+            if "holds no sample" not in str(exc):
+                raise
+            raise MethodError(f"rap serves collaboratively, so every client must hold the rows to score: {exc}. "
+                              "Score aligned rows only (test_from = 'aligned')") from exc
+        scores = reply.get("scores")
+        if not isinstance(scores, np.ndarray) or len(scores) != len(ids):
+            raise ProtocolError("the server's rap.predict reply is malformed")
+        return self.labels_.decode(scores.astype(np.float64))
