@@ -149,7 +149,8 @@ class LabelTransform:
             return self.mapping[y.astype(np.int64), pick].astype(np.int64)[:, None]
         assert self.A is not None and self.pseudo is not None
         pseudo = rng.normal(self.pseudo[0], self.pseudo[1], size=len(y))
-        return (np.column_stack([y, pseudo]) @ self.A).astype(np.float32)
+        projected: np.ndarray = (np.column_stack([y, pseudo]) @ self.A).astype(np.float32)
+        return projected
 
     def decode(self, scores: np.ndarray) -> np.ndarray:
         if self.kind == "classes":
