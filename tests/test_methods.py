@@ -30,7 +30,9 @@ def quick(name: str) -> Method:
     """Every registered method with settings that keep a test run short."""
     settings = {"splitnn": {"train": {**FAST, "max_epochs": 2}}, "apc_vfl": {"train": TINY},
                 "apc_vfl_aligned": {"train": TINY}, "ablation": {"train": TINY}, "vfedtrans": {"train": TINY},
-                "entity_augmentation": {"train": {**TINY, "validation_fraction": 0.0}}}
+                "entity_augmentation": {"train": {**TINY, "validation_fraction": 0.0}},
+                "rap": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}},
+                "ldp": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}}}
     return get_method(name)(**settings.get(name, {}))
 
 
@@ -57,7 +59,7 @@ def _split(n: int = 400, active_cols: int = 2, aligned: int | float = 1.0, test:
 
 def test_registry_lists_every_method() -> None:
     assert {"local", "centralized", "splitnn", "apc_vfl", "apc_vfl_aligned", "ablation", "fedsvd",
-            "vfedtrans", "entity_augmentation"} <= set(method_names())
+            "vfedtrans", "entity_augmentation", "rap", "ldp", "single"} <= set(method_names())
     for name in method_names():
         cls = get_method(name)
         assert cls.name == name and cls.__doc__ and cls.summary
@@ -216,7 +218,7 @@ def _reachable(roots: list[object], stop: tuple[type, ...]) -> list[object]:
 
 
 @pytest.mark.parametrize("name", ["local", "splitnn", "apc_vfl", "apc_vfl_aligned", "fedsvd", "vfedtrans",
-                                  "entity_augmentation"])
+                                  "entity_augmentation", "rap"])
 def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     """From the fitted method and the coordinator, only the active party's data is reachable.
 

@@ -24,7 +24,10 @@ pytestmark = pytest.mark.slow
 QUICK = {"max_epochs": 2, "patience": 0, "batch_size": 64}
 SETTINGS = {"splitnn": {"train": QUICK}, "apc_vfl": {"train": QUICK}, "apc_vfl_aligned": {"train": QUICK},
             "ablation": {"train": QUICK}, "vfedtrans": {"train": QUICK},
-            "entity_augmentation": {"train": {**QUICK, "validation_fraction": 0.0}}}
+            "entity_augmentation": {"train": {**QUICK, "validation_fraction": 0.0}},
+            "rap": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}},
+            "ldp": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}}}
+DEPLOYABLE = [m for m in method_names() if not get_method(m).simulation_only and m != "entity_augmentation"]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +57,7 @@ def _same(over_grpc, local) -> None:  # type: ignore[no-untyped-def]
     assert (a.align_bytes, a.align_rounds) == (b.align_bytes, b.align_rounds)
 
 
-@pytest.mark.parametrize("name", [m for m in method_names() if m not in ("centralized", "entity_augmentation")])
+@pytest.mark.parametrize("name", DEPLOYABLE)
 def test_every_method_gives_the_same_results_over_grpc(vertical: Federation, name: str) -> None:
     deployment = Deployment(vertical.deploy)
     try:
@@ -86,11 +89,12 @@ def test_psi_alignment_over_grpc(vertical: Federation) -> None:
     _same(over_grpc, local)
 
 
-def test_centralized_cannot_be_deployed(vertical: Federation) -> None:
+@pytest.mark.parametrize("name", [m for m in method_names() if get_method(m).simulation_only])
+def test_simulation_only_methods_cannot_be_deployed(vertical: Federation, name: str) -> None:
     deployment = Deployment(vertical.deploy)
     try:
         with pytest.raises(MethodError, match="exists only in simulation"):
-            deployment.run(get_method("centralized")(), seed=0)
+            deployment.run(get_method(name)(), seed=0)
     finally:
         deployment.close()
 

@@ -475,12 +475,13 @@ class Oracle:
         return np.fromiter((all(v in s for s in sets) for v in np.asarray(ids).tolist()), dtype=bool,
                            count=len(ids))
 
-    def features(self, ids: np.ndarray) -> np.ndarray:
-        """Raw (unscaled) pooled features of ``ids``, columns in party order."""
+    def features(self, ids: np.ndarray, party: str | None = None) -> np.ndarray:
+        """Raw (unscaled) features of ``ids``: every party's columns in party order, or one party's."""
         ds = self.layout.dataset
         position = {v: i for i, v in enumerate(ds.ids.tolist())}
         pos = np.fromiter((position[v] for v in np.asarray(ids).tolist()), dtype=np.int64, count=len(ids))
-        return ds.X[list(self.columns())].to_numpy(np.float64)[pos]
+        columns = self.columns() if party is None else self.layout.columns[party]
+        return ds.X[list(columns)].to_numpy(np.float64)[pos]
 
 
 @dataclass(frozen=True, eq=False)

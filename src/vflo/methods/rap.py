@@ -42,10 +42,27 @@ class RAPConfig(MethodConfig):
     lr_grid: tuple[float, ...] = ()
     unseen: Literal["error", "other"] = "error"
     one_feature_pseudo: bool = True
+    # A Gaussian matrix's condition number is heavy-tailed (median about 3.4 x its width); a nearly
+    # singular projection squashes a direction that regularised models then cannot recover. Redraw
+    # until the condition number is at most this many times the width (0 turns the check off).
+    max_condition: float = 10.0
 
     def __post_init__(self) -> None:
         if any(lr <= 0 for lr in self.lr_grid):
             raise ConfigError("lr_grid values must be positive")
+        if self.max_condition < 0 or 0 < self.max_condition < 1:
+            raise ConfigError("max_condition must be 0 (off) or at least 1")
+
+
+def gaussian_matrix(width: int, rng: np.random.Generator, max_condition: float) -> np.ndarray:
+    """A width x width matrix of N(0, 1/width) entries, redrawn while its condition number exceeds
+    ``max_condition`` x width (about 15% of draws are)."""
+    for _ in range(1000):
+        A = rng.normal(0.0, 1.0 / np.sqrt(width), size=(width, width))
+        if max_condition <= 0 or np.linalg.cond(A) <= max_condition * width:
+            return A.astype(np.float32)
+    raise ConfigError(f"no {width} x {width} Gaussian matrix with condition number <= {max_condition} x {width} in "
+                      "1000 draws; raise max_condition")
 
 
 @dataclass
@@ -60,7 +77,8 @@ class ClientTransform:
     A: np.ndarray
 
     @classmethod
-    def fit(cls, data: PartyData, rng: np.random.Generator, *, other: bool, pseudo: bool) -> ClientTransform:
+    def fit(cls, data: PartyData, rng: np.random.Generator, *, other: bool, pseudo: bool,
+            max_condition: float = 0.0) -> ClientTransform:
         if data.n_features == 0:
             raise DataError(f"client {data.party!r} holds no feature column; RAP needs at least one per client")
         cat = [data.columns.index(c) for c in data.categorical]
@@ -81,7 +99,7 @@ class ClientTransform:
             x = data.X[:, numeric[0]].astype(np.float64)
             pseudo_stats = (float(x.mean()), float(x.std() or 1.0))
             width = 2
-        A = rng.normal(0.0, 1.0 / np.sqrt(width), size=(width, width)).astype(np.float32)
+        A = gaussian_matrix(width, rng, max_condition)
         return cls(numeric=numeric, categorical=cat, categories=categories, other=other, pseudo=pseudo_stats, A=A)
 
     @property
@@ -123,7 +141,7 @@ class ClientTransform:
 class LabelTransform:
     """The label owner's secret: C classes mapped at random to 2C (two per class), or [y, y_p] A_Y."""
 
-    kind: Literal["classes", "projection"]
+    kind: Literal["classes", "projection", "plain"]
     mapping: np.ndarray | None = None   # (C, 2): the two new classes of each class
     A: np.ndarray | None = None         # (2, 2)
     pseudo: tuple[float, float] | None = None
@@ -142,7 +160,16 @@ class LabelTransform:
         assert n_classes is not None
         return cls(kind="classes", mapping=rng.permutation(2 * n_classes).reshape(n_classes, 2))
 
+    @property
+    def server_classes(self) -> int:
+        """How many classes the server's model predicts (0 for regression)."""
+        if self.mapping is not None:
+            return int(self.mapping.size)
+        return 0
+
     def encode(self, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.kind == "plain":
+            return (y.astype(np.int64) if y.dtype.kind in "iu" else y.astype(np.float32))[:, None]
         if self.kind == "classes":
             assert self.mapping is not None
             pick = rng.integers(0, 2, size=len(y))
@@ -153,6 +180,8 @@ class LabelTransform:
         return projected
 
     def decode(self, scores: np.ndarray) -> np.ndarray:
+        if self.kind == "plain":
+            return scores[:, 0] if scores.shape[1] == 1 and self.mapping is None else scores
         if self.kind == "classes":
             assert self.mapping is not None
             proba: np.ndarray = scores[:, self.mapping[:, 0]] + scores[:, self.mapping[:, 1]]
@@ -191,7 +220,8 @@ class RAP(Method):
         transform = ctx.state.get("rap.transform")
         if transform is None:
             transform = ClientTransform.fit(ctx.require_data(), ctx.rng("rap-projection"),
-                                            other=self.config.unseen == "other", pseudo=self.config.one_feature_pseudo)
+                                            other=self.config.unseen == "other", pseudo=self.config.one_feature_pseudo,
+                                            max_condition=self.config.max_condition)
             ctx.state["rap.transform"] = transform
         assert isinstance(transform, ClientTransform)
         return transform
@@ -282,6 +312,9 @@ class RAP(Method):
 
     # -- label owner (coordinator) ---------------------------------------------------------------------
 
+    def _label_transform(self, y: np.ndarray, fed: Federation) -> LabelTransform:
+        return LabelTransform.fit(y, fed.task, fed.n_classes, fed.rng("rap-labels"))
+
     def _own_block(self, fed: Federation, rows: PartyData) -> np.ndarray:
         if fed.data.n_features == 0:
             return np.zeros((rows.n_samples, 0), dtype=np.float32)
@@ -298,7 +331,7 @@ class RAP(Method):
         if len(ids) == 0:
             raise MethodError("rap needs rows that every client holds; none are shared")
         y = data.subset(ids).require_labels()
-        self.labels_ = LabelTransform.fit(y, fed.task, fed.n_classes, fed.rng("rap-labels"))
+        self.labels_ = self._label_transform(y, fed)
         encoded = self.labels_.encode(y, fed.rng("rap-label-noise"))
         selectors = [alignment.selector(c) for c in clients]
         payload: Payload = {
@@ -306,7 +339,7 @@ class RAP(Method):
             "selectors": np.concatenate(selectors) if selectors else np.empty(0, dtype=bool),
             "lengths": np.array([len(s) for s in selectors], dtype=np.int64),
             "task": "regression" if fed.task == "regression" else "classification",
-            "classes": np.array([2 * (fed.n_classes or 1)], dtype=np.int64),
+            "classes": np.array([self.labels_.server_classes or fed.n_classes or 0], dtype=np.int64),
         }
         reply = fed.request(SERVER, "rap.train", payload)
         self.clients_ = clients
@@ -327,3 +360,41 @@ class RAP(Method):
         if not isinstance(scores, np.ndarray) or len(scores) != len(ids):
             raise ProtocolError("the server's rap.predict reply is malformed")
         return self.labels_.decode(scores.astype(np.float64))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LDPConfig(RAPConfig):
+    """``epsilon``: the privacy budget of each feature value (Laplace mechanism on values clipped to
+    [-clip, clip] after standardisation). Smaller is more private and noisier."""
+
+    epsilon: float = 1.0
+    clip: float = 3.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.epsilon > 0 or not self.clip > 0:
+            raise ConfigError("epsilon and clip must be positive")
+
+
+class LocalDP(RAP):
+    """Local differential privacy baseline (as compared in RAP's Table 1): each client clips its
+    features to [-c, c] and adds Laplace(2c / ε) noise to every value before the one upload;
+    the server trains on the noisy features and the plain labels, min_θ Σ ℓ(f(x + η; θ), y)."""
+
+    name = "ldp"
+    Config = LDPConfig
+    summary = "clients send Laplace-noised features once (local differential privacy); server trains"
+    paper = "baseline in Zhang et al., RAP (Table 1)"
+
+    config: LDPConfig
+
+    def _client_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+        if ctx.require_data().columns != rows.columns:
+            raise DataError(f"client {ctx.party!r}: rows to send have a different column set from its training rows")
+        c = self.config.clip
+        clipped = np.clip(rows.X.astype(np.float64), -c, c)
+        noise = ctx.rng("ldp-noise", rows.n_samples).laplace(0.0, 2 * c / self.config.epsilon, size=clipped.shape)
+        return (clipped + noise).astype(np.float32)
+
+    def _label_transform(self, y: np.ndarray, fed: Federation) -> LabelTransform:
+        return LabelTransform(kind="plain")

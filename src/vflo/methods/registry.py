@@ -22,6 +22,8 @@ _METHODS: dict[str, str] = {
     "vfedtrans": "vflo.methods.vfedtrans:VFedTrans",
     "entity_augmentation": "vflo.methods.entity_augmentation:EntityAugmentation",
     "rap": "vflo.methods.rap:RAP",
+    "ldp": "vflo.methods.rap:LocalDP",
+    "single": "vflo.methods.single:Single",
 }
 
 

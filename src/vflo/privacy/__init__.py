@@ -1,0 +1,1 @@
+"""Attacks on what a party sends, to measure what it leaks."""

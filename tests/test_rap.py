@@ -1,0 +1,159 @@
+"""RAP: transforms, one round, serving, baselines, the server's attacks and distance-preserving uses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import make_dataset
+from vflo.data.datasets import Dataset
+from vflo.data.partydata import PartyData
+from vflo.data.scenario import FederatedData, PartySpec, ScenarioSpec
+from vflo.errors import ConfigError, DataError, RemoteError
+from vflo.federation.simulation import run_method
+from vflo.methods.rap import ClientTransform, LabelTransform
+from vflo.methods.registry import get_method
+from vflo.metrics import compute_metrics
+from vflo.privacy.attacks import attack_report, known_means
+from vflo.privacy.distance import distortion, kmeans_agreement, neighbour_recall
+
+FAST = {"model": "mlp", "hidden": [32], "train": {"lr": 1e-2, "batch_size": 64, "max_epochs": 30, "patience": 3,
+                                                  "validation_fraction": 0.125, "stop": "plateau"}}
+
+
+def _rap_data(n: int = 600, clients: int = 3, task: str | None = None, owner_columns: int = 2, seed: int = 0,
+              dataset: Dataset | None = None) -> FederatedData:
+    ds = dataset if dataset is not None else make_dataset(n=n, n_features=8, seed=seed, task=task)
+    parties = (PartySpec(name="owner", role="active", n_columns=owner_columns) if owner_columns else
+               PartySpec(name="owner", role="active", columns=()),
+               *(PartySpec(name=f"c{i}", n_columns=(8 - owner_columns) // clients) for i in range(clients)))
+    layout = ScenarioSpec(parties=parties, unused_columns="drop").build(ds, seed=seed)
+    return layout.materialize(test_ids=np.sort(layout.ids("owner"))[::5])
+
+
+def test_one_round_for_training_and_bytes_are_the_projected_matrices() -> None:
+    data = _rap_data()
+    method = get_method("rap")(estimator=FAST)
+    out = run_method(method, data, seed=0)
+    fit = out.fit_summary
+    assert fit.rounds == 1 and out.predict_summary.rounds == 1
+    n = method.n_train_
+    replies = [e for e in out.ledger.entries[: out.fit_entries] if e.kind == "rap.project" and e.direction == "reply"]
+    assert len(replies) == 3
+    for e in replies:  # each client's reply: its n x 2 float32 projection, plus a header of a few hundred bytes
+        assert 0 < e.nbytes - n * 2 * 4 < 300
+    assert compute_metrics(data.task, data.test_y, out.scores)["accuracy"] > 0.6
+
+
+def test_rap_is_close_to_centralized_and_above_single() -> None:
+    data = _rap_data(n=1500, owner_columns=2, clients=3)
+    rap = compute_metrics(data.task, data.test_y, run_method(get_method("rap")(estimator=FAST), data, seed=0).scores)
+    central = compute_metrics(data.task, data.test_y,
+                              run_method(get_method("centralized")(**FAST), data, seed=0).scores)
+    single = compute_metrics(data.task, data.test_y, run_method(get_method("single")(**FAST), data, seed=0).scores)
+    assert abs(rap["accuracy"] - central["accuracy"]) < 0.05
+    assert rap["accuracy"] > single["accuracy"]
+
+
+def test_regression_decodes_through_the_label_projection() -> None:
+    data = _rap_data(n=1200, task="regression")
+    out = run_method(get_method("rap")(estimator=FAST), data, seed=0)
+    rmse = compute_metrics("regression", data.test_y, out.scores)["rmse"]
+    assert rmse < 0.5 * np.std(data.test_y)
+
+
+def test_label_transforms_round_trip() -> None:
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, size=200)
+    t = LabelTransform.fit(y, "multiclass", 3, rng)
+    encoded = t.encode(y, rng)[:, 0]
+    assert set(encoded.tolist()) <= set(range(6))
+    for c in range(3):  # each class lands on its own two new classes, each about half the time
+        assert set(encoded[y == c].tolist()) == set(t.mapping[c].tolist())  # type: ignore[index]
+    onehot = np.eye(6)[encoded]
+    assert np.array_equal(t.decode(onehot).argmax(1), y)
+    yr = rng.normal(size=100)
+    tr = LabelTransform.fit(yr, "regression", None, rng)
+    assert np.allclose(tr.decode(tr.encode(yr, rng).astype(np.float64)), yr, atol=1e-4)
+    with pytest.raises(DataError, match="regression task needs numerical labels"):
+        LabelTransform.fit(y, "regression", None, rng)
+    with pytest.raises(DataError, match="classification task needs class codes"):
+        LabelTransform.fit(yr, "binary", 2, rng)
+
+
+def test_client_transform_special_cases() -> None:
+    rng = np.random.default_rng(0)
+    one = PartyData(party="c", ids=np.arange(50), X=rng.normal(size=(50, 1)), columns=("salary",))
+    t = ClientTransform.fit(one, rng, other=False, pseudo=True)
+    assert t.width == 2 and t.pseudo is not None  # a pseudo feature joins the single real one
+    cat = PartyData(party="c", ids=np.arange(6), X=np.array([[0, 1.5], [1, 2.0], [2, 0.1], [0, 1], [1, 2], [2, 3]]),
+                    columns=("colour", "size"), categorical=("colour",))
+    tc = ClientTransform.fit(cat, rng, other=False, pseudo=True)
+    assert tc.width == 4  # 3 categories one-hot + 1 numeric
+    unseen = PartyData(party="c", ids=[9], X=np.array([[5, 1.0]]), columns=("colour", "size"),
+                       categorical=("colour",))
+    with pytest.raises(DataError, match="categories \\[5.0\\] not seen in training"):
+        tc.project(unseen, rng, cat.columns)
+    with_other = ClientTransform.fit(cat, rng, other=True, pseudo=True)
+    assert with_other.width == 5 and with_other.project(unseen, rng, cat.columns).shape == (1, 5)
+    single = PartyData(party="c", ids=np.arange(3), X=np.array([[1, 0.2], [1, 0.3], [1, 0.1]]),
+                       columns=("kind", "v"), categorical=("kind",))
+    with pytest.raises(DataError, match="has a single category"):
+        ClientTransform.fit(single, rng, other=False, pseudo=True)
+    with pytest.raises(DataError, match="not\\s+the 2 columns"):
+        tc.project(PartyData(party="c", ids=[1], X=np.zeros((1, 2)), columns=("size", "colour")), rng, cat.columns)
+
+
+def test_bad_input() -> None:
+    with pytest.raises(RemoteError, match="holds no feature column"):
+        ds = make_dataset(n=200, n_features=4)
+        spec = ScenarioSpec(parties=(PartySpec(name="owner", role="active", n_columns=4),
+                                     PartySpec(name="empty", columns=())))
+        layout = spec.build(ds, seed=0)
+        run_method(get_method("rap")(estimator=FAST), layout.materialize(test_ids=np.sort(layout.ids("owner"))[:10]),
+                   seed=0)
+    with pytest.raises(ConfigError, match="lr_grid values must be positive"):
+        get_method("rap")(lr_grid=(0.0,))
+    with pytest.raises(DataError, match="NaN or infinite"):
+        PartyData(party="c", ids=[1], X=np.array([[np.inf]]), columns=("a",))
+
+
+def test_learning_rate_grid_and_ldp_baseline() -> None:
+    data = _rap_data()
+    out = run_method(get_method("rap")(estimator=FAST, lr_grid=(0.1, 0.01)), data, seed=0)
+    assert out.fit_summary.rounds == 1
+    noisy = run_method(get_method("ldp")(estimator=FAST, epsilon=0.5), data, seed=0)
+    clean = run_method(get_method("ldp")(estimator=FAST, epsilon=100.0), data, seed=0)
+    acc = [compute_metrics(data.task, data.test_y, o.scores)["accuracy"] for o in (noisy, clean)]
+    assert acc[1] > acc[0]
+
+
+def test_server_attacks_and_the_pseudo_feature_defence() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(3.0, 1.0, size=(500, 4))
+    data = PartyData(party="c", ids=np.arange(500), X=X, columns=tuple("abcd"))
+    t = ClientTransform.fit(data, rng, other=False, pseudo=True)
+    Xt = t.project(data, rng, data.columns)
+    report = attack_report(Xt, X, n_known=10)
+    assert report["known_rows_with_collusion"] < 1e-3           # n >= F and IDs revealed: recovered
+    assert report["known_rows_no_collusion"] > 0.5              # blind pairing: not recovered
+    assert report["no_knowledge"] > 0.5 and report["known_means"] > 0.5
+    salary = X[:, :1]
+    one = PartyData(party="c", ids=np.arange(500), X=salary, columns=("salary",))
+    bare = ClientTransform.fit(one, rng, other=False, pseudo=False)
+    assert known_means(bare.project(one, rng, one.columns), salary) < 1e-4  # the scale estimate recovers it
+    defended = ClientTransform.fit(one, rng, other=False, pseudo=True)
+    assert known_means(defended.project(one, rng, one.columns), salary) > 0.3
+
+
+def test_projections_preserve_distances_for_clustering_and_search() -> None:
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 6, size=(4, 20))
+    X = np.vstack([c + rng.normal(size=(100, 20)) for c in centres])
+    A = rng.normal(0, 1 / np.sqrt(20), size=(20, 20))
+    Xt = X @ A
+    low, high = distortion(X, Xt)
+    assert low > 0.5 and high < 1.6
+    assert kmeans_agreement(X, Xt, k=4) > 0.95
+    # within tight clusters the exact neighbours shuffle, but far more survive than by chance (10 / 399)
+    assert neighbour_recall(X, Xt, k=10) > 10 * 10 / 399
