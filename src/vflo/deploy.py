@@ -254,8 +254,8 @@ class Deployment:
     def run(self, method: Method, *, seed: int, alignment: AlignmentConfig | None = None) -> RunOutput:
         """Fit ``method`` over the network and score the test rows; the ledger holds every party's messages."""
         if method.simulation_only:
-            raise MethodError(f"{method.name} needs the pooled raw data of every party, so it exists only in simulation; "
-                              "it cannot run over a deployment")
+            raise MethodError(f"{method.name} needs the pooled raw data of every party, so it exists only in "
+                              "simulation; it cannot run over a deployment")
         missing = [p for p in method.extra_parties(self.parties) if p not in self.parties]
         if missing:
             raise MethodError(
