@@ -240,3 +240,27 @@ def test_transductive_cv_refuses_methods_without_a_representation() -> None:
     raw["methods"] = [{"name": "splitnn"}]
     with pytest.raises(ConfigError, match="transductive protocol .* has none"):
         run_experiment(parse_config(raw))
+
+
+def test_party_counts_and_zipped_sweeps() -> None:
+    raw = tiny_config()
+    raw["scenario"] = {
+        "parties": [{"name": "shop", "role": "active", "columns": []},
+                    {"name": "solo", "n_columns": 1, "count": 1}, {"name": "client", "share": 1.0, "count": 3}],
+        "zip": {"parties.solo.count": [1, 2], "parties.client.count": [3, 2]},
+        "sweep": {"samples.aligned": [0.5, 1.0]},
+    }
+    raw["protocol"] = {"name": "holdout", "test_from": "aligned"}
+    cfg = parse_config(raw)
+    assert [v.label for v in cfg.variants] == [
+        "aligned=0.5, count=1, count=3", "aligned=0.5, count=2, count=2",
+        "aligned=1.0, count=1, count=3", "aligned=1.0, count=2, count=2"]
+    spec = cfg.variants[1].spec
+    assert [p.name for p in spec.parties] == ["shop", "solo1", "solo2", "client1", "client2"]
+    from vflo.data.datasets import load_dataset
+
+    layout = spec.build(load_dataset("wine"), seed=0)
+    assert [len(layout.columns[p.name]) for p in spec.parties] == [0, 1, 1, 6, 5]
+    raw["scenario"]["zip"] = {"parties.solo.count": [1, 2], "parties.client.count": [3]}
+    with pytest.raises(ConfigError, match="same length"):
+        parse_config(raw)

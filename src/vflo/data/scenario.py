@@ -45,7 +45,8 @@ class PartySpec:
     ``columns`` is a list of names, ``"rest"`` (every column no other party takes) or
     ``None`` (a share of the unassigned columns, sized by ``n_columns`` or ``share``).
     An empty list makes a label-only party. ``views`` gives the party whole views of a
-    multiview dataset instead (e.g. ``["pix"]``, or an image's ``["left"]`` half).
+    multiview dataset instead (e.g. ``["pix"]``, or an image's ``["left"]`` half). ``count = k``
+    stands for k alike parties named ``NAME1`` ... ``NAMEk`` (so a sweep can vary how many there are).
     """
 
     name: str
@@ -54,8 +55,13 @@ class PartySpec:
     views: tuple[str, ...] | None = None
     n_columns: int | None = None
     share: float | None = None
+    count: int = 1
 
     def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ConfigError(f"party {self.name!r}: count must be at least 1, got {self.count}")
+        if self.count > 1 and (self.role == "active" or isinstance(self.columns, tuple) or self.views):
+            raise ConfigError(f"party {self.name!r}: count > 1 is for passive parties sized by share or n_columns")
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ConfigError(
                 f"party name {self.name!r} must be non-empty letters, digits, '-' or '_'"
@@ -159,7 +165,12 @@ class ScenarioSpec:
     standardize: bool = True
 
     def __post_init__(self) -> None:
-        parties = tuple(p if isinstance(p, PartySpec) else PartySpec(**p) for p in self.parties)
+        given = tuple(p if isinstance(p, PartySpec) else PartySpec(**p) for p in self.parties)
+        parties = tuple(
+            q for p in given
+            for q in ((p,) if p.count == 1 else
+                      (replace(p, name=f"{p.name}{i}", count=1) for i in range(1, p.count + 1)))
+        )
         object.__setattr__(self, "parties", parties)
         if isinstance(self.samples, dict):
             object.__setattr__(self, "samples", SamplesSpec(**self.samples))
@@ -287,28 +298,27 @@ class ScenarioSpec:
 
     @staticmethod
     def _open_sizes(parties: Sequence[PartySpec], n_free: int, rest_exists: bool) -> list[int]:
-        fixed = [p.n_columns for p in parties]
-        if all(f is not None for f in fixed):
-            sizes = [int(f) for f in fixed if f is not None]
-            if sum(sizes) > n_free:
-                raise ScenarioError(
-                    f"parties ask for {sum(sizes)} columns (n_columns) but only {n_free} are unassigned"
-                )
+        """Parties with ``n_columns`` get exactly that; the others split what is left by ``share``."""
+        fixed = sum(p.n_columns or 0 for p in parties)
+        if fixed > n_free:
+            raise ScenarioError(f"parties ask for {fixed} columns (n_columns) but only {n_free} are unassigned")
+        by_share = [i for i, p in enumerate(parties) if p.n_columns is None]
+        sizes = [p.n_columns or 0 for p in parties]
+        if not by_share:
             return sizes
-        if any(f is not None for f in fixed):
-            raise ConfigError("give n_columns to all parties without explicit columns, or to none")
-        shares = [p.share if p.share is not None else 1.0 for p in parties]
-        if rest_exists and all(p.share is None for p in parties):
+        if rest_exists and all(parties[i].share is None for i in by_share):
             raise ConfigError("with a 'rest' party, the other open parties need n_columns or share")
+        left = n_free - fixed
+        shares = [parties[i].share if parties[i].share is not None else 1.0 for i in by_share]
         total = sum(shares)
-        exact = [s / total * n_free for s in shares]
-        sizes = [math.floor(e) for e in exact]
-        # Largest remainder, so sizes add up exactly to the free columns.
-        for i in sorted(range(len(sizes)), key=lambda i: exact[i] - sizes[i], reverse=True)[: n_free - sum(sizes)]:
-            sizes[i] += 1
-        if rest_exists:
-            return sizes
-        if min(sizes) == 0 and n_free >= len(parties):
+        exact = [s / total * left for s in shares]
+        split = [math.floor(e) for e in exact]
+        # Largest remainder, so the shares add up exactly to the columns left.
+        for j in sorted(range(len(split)), key=lambda j: exact[j] - split[j], reverse=True)[: left - sum(split)]:
+            split[j] += 1
+        for i, n in zip(by_share, split, strict=True):
+            sizes[i] = n
+        if not rest_exists and min(split) == 0 and left >= len(by_share):
             raise ScenarioError("a party would get no columns; adjust share or n_columns")
         return sizes
 

@@ -150,7 +150,11 @@ def set_path(root: dict[str, Any], path: str, value: Any) -> None:
 
 
 def load_config(path: str | Path, *, quick: bool = False) -> ExperimentConfig:
-    """Read and validate an experiment TOML file."""
+    """Read and validate an experiment TOML file.
+
+    ``[scenario.sweep]`` axes combine as a cartesian product; ``[scenario.zip]`` axes (lists of
+    equal length) vary together, e.g. how many one-feature clients and how many others.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
@@ -253,14 +257,22 @@ def _variants(table: Any) -> tuple[tuple[Variant, ...], tuple[str, ...]]:
         raise ConfigError("[scenario] is required: it names the parties and how rows are shared")
     base = dict(table)
     sweep = base.pop("sweep", {}) or {}
-    if not isinstance(sweep, dict):
-        raise ConfigError("[scenario.sweep] must map paths to lists of values")
-    paths = tuple(sweep)
-    for p, values in sweep.items():
+    zipped = base.pop("zip", {}) or {}
+    if not isinstance(sweep, dict) or not isinstance(zipped, dict):
+        raise ConfigError("[scenario.sweep] and [scenario.zip] must map paths to lists of values")
+    for p, values in (sweep | zipped).items():
         if not isinstance(values, list) or not values:
-            raise ConfigError(f"scenario.sweep.{p!r} must be a non-empty list of values")
+            raise ConfigError(f"scenario sweep {p!r} must be a non-empty list of values")
+    lengths = {len(v) for v in zipped.values()}
+    if len(lengths) > 1:
+        raise ConfigError(f"[scenario.zip] lists must have the same length, got {sorted(lengths)}")
+    overlap = set(sweep) & set(zipped)
+    if overlap:
+        raise ConfigError(f"{sorted(overlap)} appear in both [scenario.sweep] and [scenario.zip]")
+    paths = (*sweep, *zipped)
+    zip_rows = list(zip(*zipped.values(), strict=True)) if zipped else [()]
     variants = []
-    for combo in itertools.product(*(sweep[p] for p in paths)):
+    for combo in (a + b for a in itertools.product(*sweep.values()) for b in zip_rows):
         variant_raw = copy.deepcopy(base)
         for p, value in zip(paths, combo, strict=True):
             set_path(variant_raw, p, value)
