@@ -309,7 +309,7 @@ class ScenarioSpec:
         if rest_exists and all(parties[i].share is None for i in by_share):
             raise ConfigError("with a 'rest' party, the other open parties need n_columns or share")
         left = n_free - fixed
-        shares = [parties[i].share if parties[i].share is not None else 1.0 for i in by_share]
+        shares = [float(parties[i].share or 1.0) for i in by_share]
         total = sum(shares)
         exact = [s / total * left for s in shares]
         split = [math.floor(e) for e in exact]

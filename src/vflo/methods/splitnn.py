@@ -14,6 +14,7 @@ from torch.nn import functional as F
 
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, floats
 from vflo.errors import ConfigError, MethodError, ProtocolError
+from vflo.data.partydata import PartyData
 from vflo.federation.coordinator import Federation
 from vflo.federation.node import NodeContext
 from vflo.methods.base import Method, MethodConfig, handles
@@ -68,6 +69,16 @@ class SplitNN(Method):
 
     config: SplitNNConfig
 
+    # -- hooks for methods built on split learning (VFL-ASP's teacher) ---------------------------------
+
+    def _passive_features(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+        """What a passive party feeds its bottom network for ``rows``: its raw features here."""
+        return rows.X
+
+    def _partners(self, fed: Federation) -> list[str]:
+        """The passive parties that take part: all of them here."""
+        return fed.names("passive")
+
     # -- the passive parties' side -----------------------------------------------------------------
 
     @handles("splitnn.init", train_ids=IDS, val_ids=IDS)
@@ -75,12 +86,14 @@ class SplitNN(Method):
         data = ctx.require_data()
         train_ids, val_ids = payload["train_ids"], payload["val_ids"]
         assert isinstance(train_ids, np.ndarray) and isinstance(val_ids, np.ndarray)
-        bottom = mlp(data.n_features, self.config.passive_bottom, None, activation=self.config.activation,
+        x_train = self._passive_features(ctx, data.subset(train_ids))
+        x_val = self._passive_features(ctx, data.subset(val_ids))
+        bottom = mlp(x_train.shape[1], self.config.passive_bottom, None, activation=self.config.activation,
                      generator=ctx.torch_generator("splitnn-bottom"))
         ctx.state.update(
             bottom=bottom,
             optimizer=adam(bottom.parameters(), self.config.train),
-            x={"train": as_tensor(data.subset(train_ids).X), "val": as_tensor(data.subset(val_ids).X)},
+            x={"train": as_tensor(x_train), "val": as_tensor(x_val)},
             pending=None, candidate=None, best=None,
         )
         return {"width": self.config.passive_bottom[-1]}
@@ -143,7 +156,7 @@ class SplitNN(Method):
         st = _state(ctx)
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)
-        x = as_tensor(ctx.rows("serve").subset(ids).X)
+        x = as_tensor(self._passive_features(ctx, ctx.rows("serve").subset(ids)))
         with torch.no_grad():
             acts = st["bottom"](x)
         return {"acts": acts.numpy().astype(self.config.payload_dtype)}
@@ -154,7 +167,7 @@ class SplitNN(Method):
         cfg = self.config
         data = fed.data
         data.require_labels()
-        passives = fed.names("passive")
+        passives = self._partners(fed)
         ids = fed.align(data.ids, passives).ids
         if len(ids) == 0:
             raise MethodError(
