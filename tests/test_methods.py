@@ -32,12 +32,26 @@ def quick(name: str) -> Method:
                 "apc_vfl_aligned": {"train": TINY}, "ablation": {"train": TINY}, "vfedtrans": {"train": TINY},
                 "entity_augmentation": {"train": {**TINY, "validation_fraction": 0.0}},
                 "rap": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}},
-                "ldp": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}}}
+                "ldp": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}},
+                "vfl_asp": {"train": TINY, "student_train": TINY, "embedding_train": TINY},
+                "vfl_asp_student": {"train": TINY, "student_train": TINY, "embedding_train": TINY}}
     return get_method(name)(**settings.get(name, {}))
 
 
 def data_for(name: str, n: int = 200) -> FederatedData:
-    """A scenario each method accepts: Entity Augmentation needs a label-only host."""
+    """A scenario each method accepts: Entity Augmentation needs a label-only host, VFL-ASP a second hop."""
+    if name.startswith("vfl_asp"):
+        from vflo.data.scenario import BlockSpec
+
+        ds = make_dataset(n=n, n_features=9)
+        spec = ScenarioSpec(parties=(PartySpec(name="act", role="active", share=1.0), PartySpec(name="p1", share=1.0),
+                                     PartySpec(name="p2", share=1.0)),
+                            samples=SamplesSpec(layout="blocks", blocks=(
+                                BlockSpec(parties=("p1", "p2"), rows=n // 3),
+                                BlockSpec(parties=("p1", "act"), rows=n // 3),
+                                BlockSpec(parties=("act",), rows=n // 3))))
+        layout = spec.build(ds, seed=0)
+        return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:20])
     if name != "entity_augmentation":
         return _split(n=n)
     ds = make_dataset(n=n, n_features=8)
@@ -218,7 +232,7 @@ def _reachable(roots: list[object], stop: tuple[type, ...]) -> list[object]:
 
 
 @pytest.mark.parametrize("name", ["local", "splitnn", "apc_vfl", "apc_vfl_aligned", "fedsvd", "vfedtrans",
-                                  "entity_augmentation", "rap"])
+                                  "entity_augmentation", "rap", "vfl_asp", "vfl_asp_student"])
 def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     """From the fitted method and the coordinator, only the active party's data is reachable.
 

@@ -160,7 +160,7 @@ class ScenarioSpec:
 
     parties: tuple[PartySpec, ...]
     samples: SamplesSpec = field(default_factory=SamplesSpec)
-    feature_split: Literal["random", "sequential"] = "random"
+    feature_split: Literal["random", "sequential", "importance"] = "random"
     unused_columns: Literal["error", "drop"] = "error"
     standardize: bool = True
 
@@ -182,8 +182,9 @@ class ScenarioSpec:
         active_party(tuple(PartyInfo(p.name, p.role) for p in parties))
         if sum(1 for p in parties if p.columns == "rest") > 1:
             raise ConfigError("at most one party can take columns = 'rest'")
-        if self.feature_split not in ("random", "sequential"):
-            raise ConfigError(f"feature_split must be 'random' or 'sequential', got {self.feature_split!r}")
+        if self.feature_split not in ("random", "sequential", "importance"):
+            raise ConfigError(
+                f"feature_split must be 'random', 'sequential' or 'importance', got {self.feature_split!r}")
         if self.unused_columns not in ("error", "drop"):
             raise ConfigError(f"unused_columns must be 'error' or 'drop', got {self.unused_columns!r}")
         for block in self.samples.blocks:
@@ -277,6 +278,11 @@ class ScenarioSpec:
         free = [c for c in available if c not in owner]
         if self.feature_split == "random":
             free = [free[i] for i in rng.permutation(len(free))]
+        elif self.feature_split == "importance":
+            # The most important columns go to the first party listed without explicit columns (VFL-ASP
+            # gives them to the second-hop party).
+            rank = importance_ranking(dataset)
+            free = sorted(free, key=rank.index)
         open_parties = [p for p in self.parties if p.columns is None and p.views is None]
         if open_parties:
             sizes = self._open_sizes(open_parties, len(free), any(p.columns == "rest" for p in self.parties))
@@ -358,6 +364,32 @@ class ScenarioSpec:
             blocks.append(((p,), n_only))
             outside -= n_only
         return [b for b in blocks if b[1] > 0]
+
+
+_IMPORTANCE: dict[str, list[str]] = {}
+
+
+def importance_ranking(dataset: Dataset, *, rows: int = 4000, seed: int = 0) -> list[str]:
+    """Columns by permutation importance (most important first) of a random forest, as VFL-ASP ranks them.
+
+    Fitted on at most ``rows`` rows (and scored on as many others) with a fixed seed, so the ranking is a
+    property of the dataset; cached per dataset within a process.
+    """
+    if dataset.name in _IMPORTANCE:
+        return _IMPORTANCE[dataset.name]
+    from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+    from sklearn.inspection import permutation_importance
+
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(dataset.y))
+    fit, score = order[:rows], order[rows : 2 * rows] if len(order) > rows + 50 else order[:rows]
+    X = dataset.X.to_numpy(np.float64)
+    model = (RandomForestRegressor if dataset.task == "regression" else RandomForestClassifier)(
+        n_estimators=100, random_state=seed, n_jobs=1).fit(X[fit], dataset.y[fit])
+    result = permutation_importance(model, X[score], dataset.y[score], n_repeats=5, random_state=seed)
+    ranking = [dataset.columns[i] for i in np.argsort(-result.importances_mean, kind="stable")]
+    _IMPORTANCE[dataset.name] = ranking
+    return ranking
 
 
 @dataclass(frozen=True, eq=False)

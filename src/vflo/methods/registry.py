@@ -24,6 +24,8 @@ _METHODS: dict[str, str] = {
     "rap": "vflo.methods.rap:RAP",
     "ldp": "vflo.methods.rap:LocalDP",
     "single": "vflo.methods.single:Single",
+    "vfl_asp": "vflo.methods.vfl_asp:VFLASP",
+    "vfl_asp_student": "vflo.methods.vfl_asp:VFLASPStudent",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -13,11 +13,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, floats
-from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.data.partydata import PartyData
+from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.federation.coordinator import Federation
 from vflo.federation.node import NodeContext
-from vflo.methods.base import Method, MethodConfig, handles
+from vflo.methods.base import Inference, Method, MethodConfig, handles
 from vflo.nn.models import mlp
 from vflo.nn.train import History, TrainConfig, adam, as_tensor, run_epochs, split_validation
 
@@ -41,6 +41,8 @@ class SplitNNConfig(MethodConfig):
     activation: str = "relu"
     payload_dtype: Literal["float32", "float16"] = "float32"
     train: TrainConfig = field(default_factory=TrainConfig)
+    # The passive parties that take part (empty: all). VFL-STD beside VFL-ASP uses the first hop only.
+    partners: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.passive_bottom or not self.active_bottom:
@@ -65,7 +67,7 @@ class SplitNN(Method):
     Config = SplitNNConfig
     summary = "vertical split learning on aligned rows (VFL-STD); collaborative inference"
     paper = "Vepakomma et al. 2018; the VFL-STD / SplitNN baseline of APC-VFL and VFL-ASP"
-    inference = "collaborative"
+    inference: ClassVar[Inference] = "collaborative"
 
     config: SplitNNConfig
 
@@ -76,8 +78,12 @@ class SplitNN(Method):
         return rows.X
 
     def _partners(self, fed: Federation) -> list[str]:
-        """The passive parties that take part: all of them here."""
-        return fed.names("passive")
+        """The passive parties that take part: those named in ``partners``, else all of them."""
+        passives = fed.names("passive")
+        unknown = [p for p in self.config.partners if p not in passives]
+        if unknown:
+            raise ConfigError(f"partners {unknown} are not passive parties of this federation ({passives})")
+        return list(self.config.partners) or passives
 
     # -- the passive parties' side -----------------------------------------------------------------
 

@@ -47,8 +47,13 @@ def fit_autoencoder(
     X: np.ndarray, hidden: tuple[int, ...], *, activation: str, train: TrainConfig, generator: torch.Generator,
     rng: np.random.Generator, target: np.ndarray | None = None, target_mask: np.ndarray | None = None,
     weight: float = 0.0, distill: DistillLoss = "mse", reduction: Reduction = "sum",
+    target_rec_weight: float = 1.0,
 ) -> FittedAutoencoder:
-    """Train a symmetric autoencoder on ``X``; with ``target``, distil toward it where ``target_mask``."""
+    """Train a symmetric autoencoder on ``X``; with ``target``, distil toward it where ``target_mask``.
+
+    ``target_rec_weight`` scales the reconstruction term on rows that have a target (VFL-ASP's
+    λ·L_emb + (1 - λ)·L_rec uses ``weight = λ`` and ``target_rec_weight = 1 - λ``).
+    """
     if X.shape[0] == 0:
         raise ConfigError("an autoencoder needs at least one training row")
     if weight < 0:
@@ -77,6 +82,8 @@ def fit_autoencoder(
     def loss_fn(module: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         z, x_hat = module(batch["x"])
         per_row = norm((batch["x"] - x_hat) ** 2)
+        if "z" in batch and target_rec_weight != 1.0:
+            per_row = per_row * (1.0 - batch["m"] * (1.0 - target_rec_weight))
         if "z" in batch and weight > 0:
             per_row = per_row + weight * batch["m"] * norm(pointwise(z, batch["z"], reduction="none"))
         loss: torch.Tensor = per_row.mean()

@@ -1,0 +1,276 @@
+"""VFL-ASP: learning from a second-hop party through one-mask federated SVD, embedding approximation,
+a split-learning teacher and a distilled student."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from vflo.align import plain
+from vflo.comm.message import BOOL, INT, STR, ArraySpec, Payload
+from vflo.data.partydata import PartyData
+from vflo.errors import ConfigError, MethodError, ProtocolError
+from vflo.federation.coordinator import Federation
+from vflo.federation.node import NodeContext
+from vflo.methods.base import Inference, handles
+from vflo.methods.fedsvd import FedSVDSettings
+from vflo.methods.masks import OrthogonalMask
+from vflo.methods.splitnn import SplitNN, SplitNNConfig
+from vflo.nn.distill import FittedAutoencoder, fit_autoencoder
+from vflo.nn.models import mlp
+from vflo.nn.train import TrainConfig, as_tensor, fit_module
+from vflo.roles import PartyInfo
+
+logger = logging.getLogger(__name__)
+
+SERVER, DEALER = "server", "dealer"
+MATRIX = ArraySpec(("float64", "float32"), (None, None))
+BLOCKS = ArraySpec(("float64", "float32"), (None, None, None))
+
+
+@dataclass(frozen=True, kw_only=True)
+class VFLASPConfig(SplitNNConfig):
+    """VFL-ASP's settings; defaults follow the authors' code (NOTES.md).
+
+    ``first_hop`` overlaps the active party and the second-hop party; ``second_hop`` overlaps only
+    the first-hop party. ``components``: singular vectors kept (0 = as many as P1's and P2's columns).
+    ``embedding_encoder`` lists the encoder's hidden widths before the latent (the embedding width);
+    ``embedding_weight`` is λ in λ·MSE(enc(x), E) + (1 - λ)·MSE(dec(enc(x)), x). The teacher is the split
+    network (``passive_bottom``, ``active_bottom``, ``top``, ``train``); the student (``vfl_asp_student``)
+    an MLP of ``student_hidden``. ``on_overlap``: what to do if the second-hop party turns out to share
+    samples with the active party (checked by an alignment before anything else).
+    """
+
+    passive_bottom: tuple[int, ...] = (128, 64, 32)
+    active_bottom: tuple[int, ...] = (128, 64, 32)
+    top: tuple[int, ...] = (64, 128, 64)
+    activation: str = "relu"
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        lr=0.01, batch_size=50, max_epochs=1000, patience=100, min_delta=1e-4, validation_fraction=0.0))
+    first_hop: str = "p1"
+    second_hop: str = "p2"
+    components: int = 0
+    svd: FedSVDSettings = field(default_factory=FedSVDSettings)
+    embedding_encoder: tuple[int, ...] = (32, 64, 128)
+    embedding_activation: str = "leaky_relu"
+    embedding_weight: float = 0.9
+    embedding_train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-3, batch_size=64))
+    student_hidden: tuple[int, ...] = (128, 64, 32)
+    student_train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        lr=0.01, batch_size=50, max_epochs=1000, patience=100, min_delta=1e-4, validation_fraction=0.0))
+    on_overlap: Literal["error", "warn", "skip"] = "error"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.embedding_weight <= 1.0:
+            raise ConfigError(f"embedding_weight (λ) must be in [0, 1], got {self.embedding_weight}")
+        if self.components < 0:
+            raise ConfigError("components must be 0 (all) or positive")
+        if self.first_hop == self.second_hop:
+            raise ConfigError("first_hop and second_hop must name two different parties")
+
+
+class VFLASP(SplitNN):
+    """VFL-ASP: "Vertical Federated Learning Across Second-hop Parties" (four modules).
+
+    1. Embedding extraction: a dealer hands one orthogonal mask P to the first-hop party P1 and the
+       second-hop party P2; each sends P X_i of their shared rows to a server, which takes the SVD of
+       [P X_P1, P X_P2] = U^ε Σ V^T and returns U^ε, Σ to P1; P1 gets E = P^T U^ε Σ (= U Σ of the joined rows).
+    2. Embedding approximation at P1: an autoencoder on all of P1's rows with
+       L = λ·MSE(enc(x), E) + (1 - λ)·MSE(dec(enc(x)), x) where E exists, MSE(dec(enc(x)), x) elsewhere;
+       Ê = enc(X_P1∩A).
+    3. Teacher: split learning between P1 (on Ê) and the active party, cross-entropy.
+    4. Student at the active party: min KL(ỹ_teacher ‖ S(x_A)) on the rows the teacher labels; it scores
+       rows no other party holds.
+    """
+
+    name = "vfl_asp"
+    Config = VFLASPConfig
+    summary = "second-hop features via one-mask federated SVD and embedding approximation; the teacher scores"
+    paper = "VFL-ASP (Vertical Federated Learning Across Second-hop Parties)"
+    inference: ClassVar[Inference] = "collaborative"
+    student: ClassVar[bool] = False
+
+    config: VFLASPConfig
+
+    def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
+        return (PartyInfo(SERVER, "server"), PartyInfo(DEALER, "dealer"))
+
+    # -- dealer and server ------------------------------------------------------------------------
+
+    @handles("asp.deal", m=INT, parties=STR)
+    def _deal(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """One mask P for the shared rows of P1 and P2, to each of them; the second hop uploads on receipt."""
+        mask = OrthogonalMask.random(int(payload["m"]), self.config.svd.row_block, ctx.rng("asp-mask"),
+                                     self.config.svd.dtype)
+        for party, upload in json.loads(str(payload["parties"])):
+            ctx.send(party, "asp.mask", {**mask.to_payload("p"), "upload": bool(upload)})
+        return {}
+
+    @handles("asp.block", block=MATRIX)
+    def _block(self, ctx: NodeContext, payload: Payload) -> Payload:
+        ctx.state["asp.block"] = payload["block"]
+        return {}
+
+    @handles("asp.solve", block=MATRIX, components=INT)
+    def _solve(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """SVD of [P X_P1, P X_P2]: the first ``components`` columns of U^ε, and Σ."""
+        theirs = ctx.state.pop("asp.block", None)
+        mine = payload["block"]
+        assert isinstance(mine, np.ndarray)
+        if not isinstance(theirs, np.ndarray) or theirs.shape[0] != mine.shape[0]:
+            raise ProtocolError("the server has no masked block from the second-hop party for these rows")
+        joined = np.hstack([mine.astype(np.float64), theirs.astype(np.float64)])
+        k = int(payload["components"]) or joined.shape[1]
+        if k > joined.shape[1]:
+            raise ConfigError(f"components = {k} but the first- and second-hop parties hold only "
+                              f"{joined.shape[1]} columns together; ask for at most that many")
+        U, S, _ = np.linalg.svd(joined, full_matrices=False)
+        return {"u": U[:, :k].astype(self.config.svd.dtype), "s": S[:k]}
+
+    # -- second-hop party -------------------------------------------------------------------------
+
+    @handles("asp.mask", p_blocks=BLOCKS, p_tail=MATRIX, upload=BOOL)
+    def _mask(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """Keep the mask; the second hop then sends its one message: P X of its shared rows, to the server."""
+        ctx.state["asp.P"] = OrthogonalMask.from_payload(payload, "p")
+        if payload["upload"]:
+            shared = plain.selected_ids(ctx, np.ones(len(ctx.state.get(plain.STATE_KEY, ())), dtype=bool))
+            ctx.send(SERVER, "asp.block", {"block": self._masked(ctx, ctx.require_data().subset(shared))})
+        return {}
+
+    def _masked(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+        P = ctx.state.get("asp.P")
+        if not isinstance(P, OrthogonalMask):
+            raise ProtocolError(f"party {ctx.party!r} was asked to mask its rows before it got the mask")
+        masked: np.ndarray = P.left(rows.X.astype(np.float64)).astype(self.config.svd.dtype)
+        return masked
+
+    # -- first-hop party --------------------------------------------------------------------------
+
+    @handles("asp.extract", second_hop=STR)
+    def _extract(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """P1 drives steps 1 and 2: align with P2, get the mask, have both blocks masked, solve, approximate."""
+        data = ctx.require_data()
+        second = str(payload["second_hop"])
+        ids = np.sort(data.ids)
+        reply = ctx.send(second, plain.KIND, {"ids": ids, "split": "train"})
+        held = reply.get("held")
+        if not isinstance(held, np.ndarray) or held.shape != (len(ids),):
+            raise ProtocolError(f"party {second!r} answered alignment with a malformed mask")
+        shared = ids[held]
+        if len(shared) == 0:
+            raise MethodError(f"the first-hop party {ctx.party!r} shares no sample with the second-hop party "
+                              f"{second!r}; VFL-ASP needs their overlap to extract embeddings")
+        ctx.send(DEALER, "asp.deal", {"m": len(shared), "parties": json.dumps([[ctx.party, False], [second, True]])})
+        answer = ctx.send(SERVER, "asp.solve", {"block": self._masked(ctx, data.subset(shared)),
+                                                 "components": self.config.components})
+        u, s = answer.get("u"), answer.get("s")
+        if not (isinstance(u, np.ndarray) and isinstance(s, np.ndarray)) or u.shape[0] != len(shared):
+            raise ProtocolError("the server's asp.solve reply is malformed")
+        P = ctx.state["asp.P"]
+        E = P.left_t(u.astype(np.float64)) * s
+        ctx.state["asp.embeddings"] = (shared, E)
+        targets = np.zeros((data.n_samples, E.shape[1]), dtype=np.float32)
+        targets[data.positions(shared)] = E
+        cfg = self.config
+        ctx.state["asp.encoder"] = fit_autoencoder(
+            data.X, (*cfg.embedding_encoder, E.shape[1]), activation=cfg.embedding_activation,
+            train=cfg.embedding_train, generator=ctx.torch_generator("asp-ae"), rng=ctx.rng("asp-ae"),
+            target=targets, target_mask=np.isin(data.ids, shared), weight=cfg.embedding_weight,
+            distill="mse", reduction="mean", target_rec_weight=1.0 - cfg.embedding_weight)
+        return {"shared": len(shared), "components": int(E.shape[1])}
+
+    def _passive_features(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+        encoder = ctx.state.get("asp.encoder")
+        if not isinstance(encoder, FittedAutoencoder):
+            raise ProtocolError(f"party {ctx.party!r} has no embedding encoder: it is not VFL-ASP's first hop")
+        return encoder.encode(rows.X)
+
+    def _partners(self, fed: Federation) -> list[str]:
+        return [self.config.first_hop]
+
+    @handles("asp.teacher_train", ids=ArraySpec(("int64", "str"), (None,)))
+    def _teacher_rows(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """P1's bottom network on training rows, for the teacher's soft labels."""
+        ids = payload["ids"]
+        assert isinstance(ids, np.ndarray)
+        bottom = ctx.state["bottom"]
+        with torch.no_grad():
+            acts = bottom(as_tensor(self._passive_features(ctx, ctx.require_data().subset(ids))))
+        return {"acts": acts.numpy().astype(self.config.payload_dtype)}
+
+    # -- active party -----------------------------------------------------------------------------
+
+    def fit(self, fed: Federation) -> None:
+        cfg = self.config
+        passives = fed.names("passive")
+        for role, name in (("first_hop", cfg.first_hop), ("second_hop", cfg.second_hop)):
+            if name not in passives:
+                raise ConfigError(f"{role} = {name!r} is not a passive party of this federation ({passives})")
+        if cfg.on_overlap != "skip":
+            overlap = len(fed.align(fed.data.ids, [cfg.second_hop]).ids)
+            if overlap:
+                text = (f"the second-hop party {cfg.second_hop!r} shares {overlap} samples with the active party "
+                        f"{fed.party!r}, so the topology is not second-hop")
+                if cfg.on_overlap == "error":
+                    raise MethodError(text + "; fix the split or set on_overlap = 'warn'")
+                logger.warning("%s", text)
+        extracted = fed.request(cfg.first_hop, "asp.extract", {"second_hop": cfg.second_hop})
+        self.shared_ = int(extracted.get("shared", 0))
+        self.components_ = int(extracted.get("components", 0))
+        if len(fed.align(fed.data.ids, [cfg.first_hop]).ids) == 0:
+            raise MethodError(f"the active party shares no sample with the first-hop party {cfg.first_hop!r}; "
+                              "the teacher needs their overlap")
+        super().fit(fed)
+        if self.student:
+            self._fit_student(fed)
+
+    def _fit_student(self, fed: Federation) -> None:
+        cfg = self.config
+        data = fed.data
+        ids = fed.align(data.ids, [cfg.first_hop]).ids
+        reply = fed.request(cfg.first_hop, "asp.teacher_train", {"ids": ids})
+        remote = [self._acts(cfg.first_hop, reply, len(ids))]
+        own = as_tensor(data.subset(ids).X)
+        with torch.no_grad():
+            soft = torch.softmax(self.top_(torch.cat([self.bottom_(own), *remote], dim=1)), dim=1)
+        student = mlp(data.n_features, cfg.student_hidden, fed.n_outputs, activation=cfg.activation,
+                      generator=fed.torch_generator("asp-student"))
+
+        def kl(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            loss: torch.Tensor = F.kl_div(F.log_softmax(model(batch["x"]), dim=1), batch["soft"],
+                                          reduction="batchmean")
+            return loss
+
+        fit_module(student, kl, {"x": own, "soft": soft}, config=cfg.student_train, rng=fed.rng("asp-student"))
+        self.student_ = student
+        self.student_rows_ = len(ids)
+
+    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        if not self.student:
+            return super().predict(fed, ids)
+        with torch.no_grad():
+            out = torch.softmax(self.student_(as_tensor(fed.serving.subset(ids).X)), dim=1)
+        result: np.ndarray = out.double().numpy()
+        return result
+
+    def summary_stats(self) -> dict[str, float]:
+        return {"second_hop_shared": float(self.shared_), "components": float(self.components_)}
+
+
+class VFLASPStudent(VFLASP):
+    """VFL-ASP's student (its Table 3): all four modules, then the active party's student scores new rows
+    from its own features alone, min KL(ỹ_teacher ‖ S(x_A))."""
+
+    name = "vfl_asp_student"
+    summary = "VFL-ASP's distilled student: scores from the active party's features alone"
+    inference: ClassVar[Inference] = "active_only"
+    student: ClassVar[bool] = True
