@@ -90,10 +90,14 @@ class PartySpec:
 
 @dataclass(frozen=True, kw_only=True)
 class BlockSpec:
-    """``rows`` samples (a count, or a fraction of the dataset) held by exactly ``parties``."""
+    """``rows`` samples (a count, or a fraction of the dataset) held by exactly ``parties``.
+
+    ``name`` (optional) lets a sweep address the block: ``"samples.blocks.p1_a.rows" = [100, 200]``.
+    """
 
     parties: tuple[str, ...]
     rows: Count
+    name: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.parties, list):

@@ -271,16 +271,30 @@ def _variants(table: Any) -> tuple[tuple[Variant, ...], tuple[str, ...]]:
         raise ConfigError(f"{sorted(overlap)} appear in both [scenario.sweep] and [scenario.zip]")
     paths = (*sweep, *zipped)
     zip_rows = list(zip(*zipped.values(), strict=True)) if zipped else [()]
+    short = _short_paths(paths)
     variants = []
     for combo in (a + b for a in itertools.product(*sweep.values()) for b in zip_rows):
         variant_raw = copy.deepcopy(base)
         for p, value in zip(paths, combo, strict=True):
             set_path(variant_raw, p, value)
         values = dict(zip(paths, combo, strict=True))
-        label = ", ".join(f"{p.rsplit('.', 1)[-1]}={_short(v)}" for p, v in values.items()) or "default"
+        label = ", ".join(f"{short[p]}={_short(v)}" for p, v in values.items()) or "default"
         spec = schema.build(ScenarioSpec, variant_raw, where="scenario")
         variants.append(Variant(label=label, values=values, spec=spec))
     return tuple(variants), paths
+
+
+def _short_paths(paths: tuple[str, ...]) -> dict[str, str]:
+    """Each path's shortest dotted suffix that no other path ends with (``rows`` twice -> ``p1_a.rows``)."""
+    out = {}
+    for path in paths:
+        parts = path.split(".")
+        for k in range(1, len(parts) + 1):
+            suffix = ".".join(parts[-k:])
+            if not any(o != path and (o == suffix or o.endswith("." + suffix)) for o in paths):
+                break
+        out[path] = suffix
+    return out
 
 
 def _short(value: Any) -> str:

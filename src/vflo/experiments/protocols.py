@@ -4,7 +4,9 @@ Every protocol holds its test rows out of *every* party's training data: no enco
 teacher or classifier sees them before scoring. Test rows are chosen among the
 active party's rows (stratified by label for classification), either from all of
 them (``test_from = 'active'``) or from those aligned with the other parties
-(``test_from = 'aligned'``, needed by methods whose inference is collaborative).
+(``test_from = 'aligned'``, needed by methods whose inference is collaborative), or from the rows only
+the active party holds (``test_from = 'active_only'``: people no other party has seen, as a deployed
+active-party-only model meets them).
 
 * ``aligned_holdout`` – classical VFL: train and test on aligned rows only (APC-VFL's
   comparison with SplitNN: a fixed number of aligned test rows).
@@ -30,7 +32,7 @@ from vflo import schema
 from vflo.data.scenario import Count, Layout
 from vflo.errors import ConfigError, ScenarioError, unknown_name
 
-TestFrom = Literal["active", "aligned"]
+TestFrom = Literal["active", "aligned", "active_only"]
 TrainScope = Literal["all", "aligned"]
 
 
@@ -66,6 +68,12 @@ def pool(layout: Layout, test_from: TestFrom) -> tuple[np.ndarray, np.ndarray]:
         ids = layout.aligned_ids()
         if len(ids) == 0:
             raise ScenarioError("test_from = 'aligned' but the active party shares no row with the others")
+    elif test_from == "active_only":
+        others = [p.name for p in layout.parties if p.name != active]
+        ids = np.sort(np.setdiff1d(layout.ids(active), np.concatenate([layout.ids(p) for p in others] or [[]])))
+        if len(ids) == 0:
+            raise ScenarioError("test_from = 'active_only' but every row of the active party is also held by "
+                                "another party; add rows only the active party holds (a block of its own)")
     else:
         ids = np.sort(layout.ids(active))
     position = {v: i for i, v in enumerate(layout.dataset.ids.tolist())}
