@@ -253,8 +253,8 @@ def test_party_counts_and_zipped_sweeps() -> None:
     raw["protocol"] = {"name": "holdout", "test_from": "aligned"}
     cfg = parse_config(raw)
     assert [v.label for v in cfg.variants] == [
-        "aligned=0.5, count=1, count=3", "aligned=0.5, count=2, count=2",
-        "aligned=1.0, count=1, count=3", "aligned=1.0, count=2, count=2"]
+        "aligned=0.5, solo.count=1, client.count=3", "aligned=0.5, solo.count=2, client.count=2",
+        "aligned=1.0, solo.count=1, client.count=3", "aligned=1.0, solo.count=2, client.count=2"]
     spec = cfg.variants[1].spec
     assert [p.name for p in spec.parties] == ["shop", "solo1", "solo2", "client1", "client2"]
     from vflo.data.datasets import load_dataset
@@ -264,3 +264,31 @@ def test_party_counts_and_zipped_sweeps() -> None:
     raw["scenario"]["zip"] = {"parties.solo.count": [1, 2], "parties.client.count": [3]}
     with pytest.raises(ConfigError, match="same length"):
         parse_config(raw)
+
+
+def test_named_blocks_sweep_and_test_rows_only_the_active_party_holds() -> None:
+    raw = tiny_config()
+    raw["scenario"] = {
+        "parties": [{"name": "p2", "n_columns": 4}, {"name": "p1", "n_columns": 4},
+                    {"name": "a", "role": "active", "columns": "rest"}],
+        "samples": {"layout": "blocks", "blocks": [
+            {"name": "p1_p2", "parties": ["p1", "p2"], "rows": 40},
+            {"name": "p1_a", "parties": ["p1", "a"], "rows": 40},
+            {"parties": ["a"], "rows": 30}]},
+        "zip": {"samples.blocks.p1_p2.rows": [60, 20], "samples.blocks.p1_a.rows": [20, 60]},
+    }
+    raw["protocol"] = {"name": "repeated_runs", "runs": 1, "test_fraction": 0.5, "test_from": "active_only"}
+    cfg = parse_config(raw)
+    assert [v.label for v in cfg.variants] == ["p1_p2.rows=60, p1_a.rows=20", "p1_p2.rows=20, p1_a.rows=60"]
+    from vflo.data.datasets import load_dataset
+
+    layout = cfg.variants[1].spec.build(load_dataset("wine"), seed=0)
+    assert len(np.intersect1d(layout.ids("p1"), layout.ids("a"))) == 60
+    (split,) = cfg.protocol.splits(layout, np.random.default_rng(0))
+    alone = np.setdiff1d(layout.ids("a"), layout.ids("p1"))
+    assert len(split.test_ids) == 15 and set(split.test_ids.tolist()) <= set(alone.tolist())
+    raw["scenario"]["samples"]["blocks"] = raw["scenario"]["samples"]["blocks"][:2]
+    raw["scenario"].pop("zip")
+    layout = parse_config(raw).variants[0].spec.build(load_dataset("wine"), seed=0)
+    with pytest.raises(ScenarioError, match="every row of the active party is also held"):
+        parse_config(raw).protocol.splits(layout, np.random.default_rng(0))

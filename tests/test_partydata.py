@@ -85,6 +85,13 @@ def test_label_only_party_has_zero_columns() -> None:
     assert host.n_features == 0 and host.has_labels
 
 
+def test_a_header_only_file_is_a_party_with_no_rows(tmp_path: Path) -> None:
+    path = tmp_path / "empty.csv"
+    _frame().iloc[:0].to_csv(path, index=False)
+    data = PartyData.from_file(path, party="p", id_column="pid", feature_columns=["age", "bmi"])
+    assert data.n_samples == 0 and data.X.shape == (0, 2) and data.columns == ("age", "bmi")
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".parquet"])
 def test_from_file_reads_csv_gzip_and_parquet(tmp_path: Path, suffix: str) -> None:
     frame = _frame()

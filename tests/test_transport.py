@@ -44,6 +44,10 @@ class Echo(Method):
         reply = ctx.send("p", "echo.scale", {"x": np.ones(int(payload["n"]), dtype=np.float32)})  # type: ignore[arg-type]
         return {"y": reply["y"]}
 
+    @handles("echo.bounce", n=INT)
+    def bounce(self, ctx: NodeContext, payload: Payload) -> Payload:
+        return ctx.send("r", "echo.relay", {"n": payload["n"]})  # the relay calls back into this party
+
     @handles("echo.make", n=INT)
     def make(self, ctx: NodeContext, payload: Payload) -> Payload:
         return {"y": np.zeros(int(payload["n"]), dtype=np.float32)}  # type: ignore[arg-type]
@@ -98,6 +102,14 @@ def test_onward_messages_from_a_party_share_the_round(monkeypatch: pytest.Monkey
         ("a", "r", "echo.relay"), ("r", "p", "echo.scale"), ("p", "r", "echo.scale"), ("r", "a", "echo.relay")]
     assert {e.round for e in data} == {1}
     assert ledger.by_party()["r"]["sent_messages"] == 2
+
+
+def test_a_call_back_into_a_party_still_handling_a_message_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Deployed, party p would wait on itself forever; simulation must fail the same protocol loudly.
+    fed, _nodes = _federation(monkeypatch)
+    with pytest.raises(RemoteError, match="got 'echo.scale' from 'r' while still handling 'echo.bounce'"):
+        fed.request("p", "echo.bounce", {"n": 2})
+    assert np.allclose(fed.request("r", "echo.relay", {"n": 2})["y"], 3.0)  # the party is free again
 
 
 def test_handler_failures_come_back_as_errors_naming_party_and_kind(monkeypatch: pytest.MonkeyPatch) -> None:

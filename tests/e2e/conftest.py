@@ -108,7 +108,8 @@ def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str
             line = ""
             while "listening on" not in line:
                 if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"party {name} did not start: {line!r}")
+                    rest = proc.stdout.read() if proc.poll() is not None else ""
+                    raise RuntimeError(f"party {name} did not start: {line!r}{rest}")
                 line = proc.stdout.readline()
     except BaseException:
         Federation(deploy=None, local=data, processes=processes, directory=directory).stop()  # type: ignore[arg-type]

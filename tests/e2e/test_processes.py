@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import make_dataset, two_party_spec
 from tests.e2e.conftest import Federation, start_federation, stopped
 from vflo.cli import main
-from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.deploy import Deployment
 from vflo.errors import MethodError, TransportError
 from vflo.federation.coordinator import AlignmentConfig
@@ -27,7 +27,11 @@ SETTINGS = {"splitnn": {"train": QUICK}, "apc_vfl": {"train": QUICK}, "apc_vfl_a
             "entity_augmentation": {"train": {**QUICK, "validation_fraction": 0.0}},
             "rap": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}},
             "ldp": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}}}
-DEPLOYABLE = [m for m in method_names() if not get_method(m).simulation_only and m != "entity_augmentation"]
+CHAIN = ("vfl_asp", "vfl_asp_student")
+CHAIN_TRAIN = {**QUICK, "validation_fraction": 0.0}
+SETTINGS |= {m: {"train": CHAIN_TRAIN, "student_train": CHAIN_TRAIN, "embedding_train": CHAIN_TRAIN} for m in CHAIN}
+DEPLOYABLE = [m for m in method_names()
+              if not get_method(m).simulation_only and m != "entity_augmentation" and m not in CHAIN]
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +54,21 @@ def label_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
     yield from stopped(start_federation(tmp_path_factory.mktemp("label_only"), data, {}))
 
 
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    """Active a, first hop p1 (overlaps a and p2), second hop p2 (overlaps p1 only): VFL-ASP's topology."""
+    ds = make_dataset(n=400, n_features=9)
+    spec = ScenarioSpec(parties=(PartySpec(name="p2", share=1.0), PartySpec(name="p1", share=1.0),
+                                 PartySpec(name="a", role="active", share=1.0)),
+                        samples=SamplesSpec(layout="blocks", blocks=(
+                            BlockSpec(parties=("p1", "p2"), rows=120), BlockSpec(parties=("p1", "a"), rows=160),
+                            BlockSpec(parties=("a",), rows=120))))
+    layout = spec.build(ds, seed=0)
+    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
+    yield from stopped(start_federation(tmp_path_factory.mktemp("chain"), data,
+                                        {"server": "server", "dealer": "dealer"}))
+
+
 def _same(over_grpc, local) -> None:  # type: ignore[no-untyped-def]
     assert np.allclose(over_grpc.scores, local.scores, rtol=0, atol=1e-6)
     a, b = over_grpc.ledger.summary(), local.ledger.summary()
@@ -66,6 +85,16 @@ def test_every_method_gives_the_same_results_over_grpc(vertical: Federation, nam
         deployment.close()
     local = run_method(get_method(name)(**SETTINGS.get(name, {})), vertical.local, seed=11)
     _same(over_grpc, local)
+
+
+@pytest.mark.parametrize("name", CHAIN)
+def test_second_hop_methods_give_the_same_results_over_grpc(chain: Federation, name: str) -> None:
+    deployment = Deployment(chain.deploy)
+    try:
+        over_grpc = deployment.run(get_method(name)(**SETTINGS[name]), seed=3)
+    finally:
+        deployment.close()
+    _same(over_grpc, run_method(get_method(name)(**SETTINGS[name]), chain.local, seed=3))
 
 
 def test_entity_augmentation_over_grpc(label_only: Federation) -> None:

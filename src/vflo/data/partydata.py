@@ -240,7 +240,9 @@ class PartyData:
             absent = [c for c in feature_columns if c not in frame.columns]
             if absent:
                 raise DataError(f"party {party!r}: feature columns {absent} not in the table")
-        non_numeric = [c for c in feature_columns if not pd.api.types.is_numeric_dtype(frame[c])]
+        # A header-only table (a party with no rows to serve) reads back as object columns; nothing to convert.
+        non_numeric = [c for c in feature_columns
+                       if len(frame) and not pd.api.types.is_numeric_dtype(frame[c])]
         if non_numeric:
             raise DataError(
                 f"party {party!r}: non-numeric feature columns {non_numeric}; "

@@ -69,8 +69,10 @@ def pool(layout: Layout, test_from: TestFrom) -> tuple[np.ndarray, np.ndarray]:
         if len(ids) == 0:
             raise ScenarioError("test_from = 'aligned' but the active party shares no row with the others")
     elif test_from == "active_only":
-        others = [p.name for p in layout.parties if p.name != active]
-        ids = np.sort(np.setdiff1d(layout.ids(active), np.concatenate([layout.ids(p) for p in others] or [[]])))
+        ids = layout.ids(active)
+        for p in layout.parties:
+            if p.name != active:
+                ids = np.setdiff1d(ids, layout.ids(p.name))
         if len(ids) == 0:
             raise ScenarioError("test_from = 'active_only' but every row of the active party is also held by "
                                 "another party; add rows only the active party holds (a block of its own)")

@@ -111,6 +111,7 @@ class Node:
         self.context: NodeContext | None = None
         self.method: Method | None = None
         self._handlers: dict[str, tuple[HandlerInfo, str]] = {}
+        self._handling: str | None = None
 
     @property
     def name(self) -> str:
@@ -135,7 +136,18 @@ class Node:
         try:
             if message.receiver != self.name:
                 raise ProtocolError(f"message for {message.receiver!r} delivered to {self.name!r}")
-            return message.reply(self._dispatch(message))
+            if self._handling is not None:
+                # A deployed party serves one message at a time, so a call that comes back to a party
+                # still inside a handler would deadlock there; refuse it here, in simulation too.
+                raise ProtocolError(
+                    f"party {self.name!r} got {message.kind!r} from {message.sender!r} while still handling "
+                    f"{self._handling!r}; a handler must not cause a call back to its own party: return the "
+                    "data in the reply instead")
+            self._handling = message.kind
+            try:
+                return message.reply(self._dispatch(message))
+            finally:
+                self._handling = None
         except VfloError as exc:
             logger.info("party %s: %s failed: %s", self.name, message.kind, exc)
             return message.error_reply(exc)

@@ -3,8 +3,8 @@ a split-learning teacher and a distilled student."""
 
 from __future__ import annotations
 
-import json
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
@@ -14,7 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from vflo.align import plain
-from vflo.comm.message import BOOL, INT, STR, ArraySpec, Payload
+from vflo.comm.message import INT, STR, ArraySpec, Payload
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.federation.coordinator import Federation
@@ -105,14 +105,17 @@ class VFLASP(SplitNN):
 
     # -- dealer and server ------------------------------------------------------------------------
 
-    @handles("asp.deal", m=INT, parties=STR)
+    @handles("asp.deal", m=INT, second_hop=STR)
     def _deal(self, ctx: NodeContext, payload: Payload) -> Payload:
-        """One mask P for the shared rows of P1 and P2, to each of them; the second hop uploads on receipt."""
+        """One mask P for the shared rows of P1 and P2: to P2 in a message (it uploads on receipt), to P1 in the reply.
+
+        P1 asked for it, so its copy rides on the reply: a message to P1 while P1 still waits on this call
+        would deadlock a deployed party.
+        """
         mask = OrthogonalMask.random(int(payload["m"]), self.config.svd.row_block, ctx.rng("asp-mask"),
                                      self.config.svd.dtype)
-        for party, upload in json.loads(str(payload["parties"])):
-            ctx.send(party, "asp.mask", {**mask.to_payload("p"), "upload": bool(upload)})
-        return {}
+        ctx.send(str(payload["second_hop"]), "asp.mask", mask.to_payload("p"))
+        return mask.to_payload("p")
 
     @handles("asp.block", block=MATRIX)
     def _block(self, ctx: NodeContext, payload: Payload) -> Payload:
@@ -137,13 +140,12 @@ class VFLASP(SplitNN):
 
     # -- second-hop party -------------------------------------------------------------------------
 
-    @handles("asp.mask", p_blocks=BLOCKS, p_tail=MATRIX, upload=BOOL)
+    @handles("asp.mask", p_blocks=BLOCKS, p_tail=MATRIX)
     def _mask(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Keep the mask; the second hop then sends its one message: P X of its shared rows, to the server."""
         ctx.state["asp.P"] = OrthogonalMask.from_payload(payload, "p")
-        if payload["upload"]:
-            shared = plain.selected_ids(ctx, np.ones(len(ctx.state.get(plain.STATE_KEY, ())), dtype=bool))
-            ctx.send(SERVER, "asp.block", {"block": self._masked(ctx, ctx.require_data().subset(shared))})
+        shared = plain.selected_ids(ctx, np.ones(len(ctx.state.get(plain.STATE_KEY, ())), dtype=bool))
+        ctx.send(SERVER, "asp.block", {"block": self._masked(ctx, ctx.require_data().subset(shared))})
         return {}
 
     def _masked(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
@@ -159,6 +161,7 @@ class VFLASP(SplitNN):
     def _extract(self, ctx: NodeContext, payload: Payload) -> Payload:
         """P1 drives steps 1 and 2: align with P2, get the mask, have both blocks masked, solve, approximate."""
         data = ctx.require_data()
+        t0 = time.perf_counter()
         second = str(payload["second_hop"])
         ids = np.sort(data.ids)
         reply = ctx.send(second, plain.KIND, {"ids": ids, "split": "train"})
@@ -169,7 +172,8 @@ class VFLASP(SplitNN):
         if len(shared) == 0:
             raise MethodError(f"the first-hop party {ctx.party!r} shares no sample with the second-hop party "
                               f"{second!r}; VFL-ASP needs their overlap to extract embeddings")
-        ctx.send(DEALER, "asp.deal", {"m": len(shared), "parties": json.dumps([[ctx.party, False], [second, True]])})
+        ctx.state["asp.P"] = OrthogonalMask.from_payload(
+            ctx.send(DEALER, "asp.deal", {"m": len(shared), "second_hop": second}), "p")
         answer = ctx.send(SERVER, "asp.solve", {"block": self._masked(ctx, data.subset(shared)),
                                                  "components": self.config.components})
         u, s = answer.get("u"), answer.get("s")
@@ -178,6 +182,7 @@ class VFLASP(SplitNN):
         P = ctx.state["asp.P"]
         E = P.left_t(u.astype(np.float64)) * s
         ctx.state["asp.embeddings"] = (shared, E)
+        svd_seconds = time.perf_counter() - t0
         targets = np.zeros((data.n_samples, E.shape[1]), dtype=np.float32)
         targets[data.positions(shared)] = E
         cfg = self.config
@@ -186,6 +191,9 @@ class VFLASP(SplitNN):
             train=cfg.embedding_train, generator=ctx.torch_generator("asp-ae"), rng=ctx.rng("asp-ae"),
             target=targets, target_mask=np.isin(data.ids, shared), weight=cfg.embedding_weight,
             distill="mse", reduction="mean", target_rec_weight=1.0 - cfg.embedding_weight)
+        ctx.state["asp.seconds"] = {"svd": svd_seconds, "autoencoder": time.perf_counter() - t0 - svd_seconds}
+        logger.info("%s: embeddings of %d shared rows in %.2fs (federated SVD), encoder in %.2fs", ctx.party,
+                    len(shared), svd_seconds, ctx.state["asp.seconds"]["autoencoder"])
         return {"shared": len(shared), "components": int(E.shape[1])}
 
     def _passive_features(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
