@@ -9,7 +9,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 VFLO="${VFLO:-.venv/bin/vflo}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 DATA_DIR="${VFLO_DATA_DIR:-../shared/datasets}"
-ALL="vfl_asp_table2_breast vfl_asp_table3_breast vfl_asp_ablation_breast vfl_asp_fig5_breast vfl_asp_fig6_breast
+ALL="vfl_asp_table2_breast vfl_asp_table2_breast_raw vfl_asp_table3_breast vfl_asp_ablation_breast vfl_asp_fig5_breast vfl_asp_fig6_breast
      vfl_asp_table2_credit vfl_asp_table3_credit vfl_asp_ablation_credit
      vfl_asp_table2_mimic_standin vfl_asp_table3_mimic_standin vfl_asp_ablation_mimic_standin"
 mkdir -p runs/repro
