@@ -133,10 +133,23 @@ def privacy(path: Path) -> list[str]:
             f"{dist['distance_ratio_p5']:.2f} to {dist['distance_ratio_p95']:.2f} (5th to 95th percentile).", ""]
 
 
+def scale(path: Path) -> list[str]:
+    lines = ["## Scale: a HIGGS-sized stand-in end to end", ""]
+    if not path.is_file():
+        return [*lines, "_Not run: `python benchmarks/rap_scale.py`._", ""]
+    d = json.loads(path.read_text())
+    return [*lines, f"`benchmarks/rap_scale.py`: {d['rows']:,} x {d['features']} generated rows, "
+            f"{d['clients']} clients, projection in chunks. Building the scenario {d['scenario_s']:.0f} s; RAP's projection, transfer and "
+            f"training {d['rap_fit_s']:.0f} s ({d['fit_rounds']} round, {d['fit_bytes'] / 1e6:.0f} MB); scoring "
+            f"{d['rap_predict_s']:.1f} s; accuracy {d['accuracy'] * 100:.1f}%; peak resident memory "
+            f"{d['peak_rss_gb']:.2f} GB (goal: within 8 GB on 2 cores).", ""]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=Path("runs/repro"))
     parser.add_argument("--out", type=Path, default=Path("docs/reproductions/rap.md"))
+    parser.add_argument("--scale", type=Path, default=Path("runs/bench/rap_scale.json"))
     parser.add_argument("--privacy", type=Path, default=Path("runs/bench/rap_privacy.json"))
     parser.add_argument("--preamble", type=Path, default=Path("docs/reproductions/rap.preamble.md"))
     parser.add_argument("--epilogue", type=Path, default=Path("docs/reproductions/rap.epilogue.md"))
@@ -144,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     lines: list[str] = []
     if args.preamble.is_file():
         lines += [args.preamble.read_text().rstrip(), ""]
-    lines += table3(args.runs) + sweeps(args.runs) + privacy(args.privacy)
+    lines += table3(args.runs) + sweeps(args.runs) + privacy(args.privacy) + scale(args.scale)
     if args.epilogue.is_file():
         lines += [args.epilogue.read_text().rstrip(), ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
