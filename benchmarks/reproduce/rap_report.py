@@ -138,11 +138,12 @@ def scale(path: Path) -> list[str]:
     if not path.is_file():
         return [*lines, "_Not run: `python benchmarks/rap_scale.py`._", ""]
     d = json.loads(path.read_text())
-    return [*lines, f"`benchmarks/rap_scale.py`: {d['rows']:,} x {d['features']} generated rows, "
-            f"{d['clients']} clients, projection in chunks. Building the scenario {d['scenario_s']:.0f} s; RAP's projection, transfer and "
-            f"training {d['rap_fit_s']:.0f} s ({d['fit_rounds']} round, {d['fit_bytes'] / 1e6:.0f} MB); scoring "
-            f"{d['rap_predict_s']:.1f} s; accuracy {d['accuracy'] * 100:.1f}%; peak resident memory "
-            f"{d['peak_rss_gb']:.2f} GB (goal: within 8 GB on 2 cores).", ""]
+    text = (f"`benchmarks/rap_scale.py`: {d['rows']:,} x {d['features']} generated rows, {d['clients']} clients, "
+            f"projection in chunks. Building the scenario {d['scenario_s']:.0f} s; RAP's projection, transfer "
+            f"and training {d['rap_fit_s']:.0f} s ({d['fit_rounds']} round, {d['fit_bytes'] / 1e6:.0f} MB); "
+            f"scoring {d['rap_predict_s']:.1f} s; accuracy {d['accuracy'] * 100:.1f}%; peak resident memory "
+            f"{d['peak_rss_gb']:.2f} GB (goal: within 8 GB on 2 cores).")
+    return [*lines, text, ""]
 
 
 def main(argv: list[str] | None = None) -> int:
