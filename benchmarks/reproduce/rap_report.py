@@ -66,7 +66,7 @@ def table3(runs: Path) -> list[str]:
         if {"rap", "centralized", "single"} <= set(g.index):
             rap, cen, sin = g.loc["rap"], g.loc["centralized"], g.loc["single"]
             if metric == "accuracy":
-                gap, within = (cen.value - rap.value) * 100, abs(cen.value - rap.value) * 100 <= 0.5
+                gap, within = (rap.value - cen.value) * 100, (cen.value - rap.value) * 100 <= 0.5
                 above = rap.value > sin.value
             else:
                 gap, within = (rap.value / cen.value - 1) * 100, rap.value <= cen.value * 1.02
@@ -77,8 +77,8 @@ def table3(runs: Path) -> list[str]:
     lines += ["", table(["dataset", "method", "ours", "paper", "fit s (ours)", "s (paper)", "rounds", "MB", "seeds"],
                         rows), ""]
     if checks:
-        lines += ["**Checks**: RAP against Centralized (within 0.5 accuracy points or 2% RMSE), above Single, and "
-                  "RAP's training time as a multiple of Centralized's:", "",
+        lines += ["**Checks**: RAP against Centralized (at most 0.5 accuracy points or 2% RMSE worse), above Single, "
+                  "and RAP's training time as a multiple of Centralized's:", "",
                   table(["dataset", "RAP - Centralized", "within", "above Single", "time vs Centralized"], checks), ""]
     return lines
 
