@@ -55,7 +55,7 @@ least at A, as the authors do.
 **Where we differ from the paper, and why.**
 - MIMIC-III is credentialed data we do not have: its rows are a generated **stand-in** of the same shape
   (58976 x 15, 4 classes); its numbers are beside the paper's, not comparable.
-- Repetitions: Breast Cancer Tables 2 and 3 100 runs as the paper; its raw-column table and ablation 20;
+- Repetitions: Breast Cancer Table 2 100 runs as the paper; its Table 3, raw-column table and ablation 20;
   Credit 10 and the MIMIC stand-in 3 (fewer, to fit 2 cores), all with 95%
   t-intervals so the reader sees the spread.
 - Credit and MIMIC train with batch 256, at most 200 epochs and patience 20 (the authors' batch 50, 1000
