@@ -120,17 +120,16 @@ def table2(runs: Path) -> list[str]:
             paper_gap = PAPER_T2[key]["vfl_asp"] - PAPER_T2[key]["vfl_std"]
             checks.append([title, f"{d_local:+.2f} ± {h_local:.2f}", "yes" if d_local - h_local > 0 else "no",
                            f"{d_std:+.2f} ± {h_std:.2f}", f"{paper_gap:+.2f}",
-                           "yes" if d_std + h_std >= paper_gap else "no",
+                           "yes" if abs(d_std) <= abs(paper_gap) or d_std >= paper_gap else "no",
                            f"{g.loc['vfl_asp'].fit / g.loc['vfl_std'].fit:.2f}x", n])
         lines.append(provenance(frame, name))
     lines += ["", table(["dataset", "method", "ours", "paper", "fit s", "rounds", "MB", "runs"], rows), ""]
     if checks:
         lines += ["**Checks** (paired over the runs: same layout and test rows for every method). *above LOCAL*: the "
-                  "95% interval of VFL-ASP − LOCAL lies above zero. *VFL-STD gap as in the paper*: the interval of "
-                  "VFL-ASP − VFL-STD reaches the paper's gap, i.e. we are not significantly further behind VFL-STD "
-                  "than the paper was.", "",
+                  "95% interval of VFL-ASP − LOCAL lies above zero. *within the paper's distance of VFL-STD*: our mean "
+                  "VFL-ASP − VFL-STD is no further from zero than the paper's gap, or ahead of it.", "",
                   table(["dataset", "VFL-ASP − LOCAL", "above LOCAL", "VFL-ASP − VFL-STD", "paper's gap",
-                         "VFL-STD gap as in the paper", "fit time VFL-ASP / VFL-STD", "runs"], checks), ""]
+                         "within the paper's distance of VFL-STD", "fit time VFL-ASP / VFL-STD", "runs"], checks), ""]
     return lines
 
 
