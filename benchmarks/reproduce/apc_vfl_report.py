@@ -10,12 +10,13 @@ the paper's numbers are those printed in Irureta et al. (Table 2, Appendix E) as
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from benchmarks.reproduce.common import load, provenance, table, write_report
 
 # Table 2 of the paper: (dataset, aligned) -> method -> (metric, rounds, MB)
 PAPER_T2: dict[tuple[str, int], dict[str, tuple[float, float | None, float | None]]] = {
@@ -40,35 +41,10 @@ DATASETS = {
 FIG5_METHODS = ["local", "ablation", "vfedtrans", "apc_vfl_mse", "apc_vfl_mae"]
 
 
-def load(runs: Path, name: str) -> pd.DataFrame | None:
-    path = runs / name / "results.csv"
-    if not path.is_file():
-        return None
-    frame = pd.read_csv(path)
-    meta = json.loads((runs / name / "results.json").read_text())
-    frame.attrs["quick"] = meta.get("quick", False)
-    frame.attrs["protocol"] = meta.get("protocol", {})
-    return frame
-
-
 def fmt(mean: float, std: float | None = None, digits: int = 3) -> str:
     if mean is None or (isinstance(mean, float) and np.isnan(mean)):
         return "–"
     return f"{mean:.{digits}f}" if std is None or np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
-def table(header: list[str], rows: list[list[object]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
-def provenance(frame: pd.DataFrame, name: str) -> str:
-    proto = frame.attrs.get("protocol", {})
-    reps = frame["repeat"].nunique()
-    quick = " **(quick mode: fewer folds, repeats and epochs)**" if frame.attrs.get("quick") else ""
-    return f"_Source: `runs/repro/{name}` from `configs/papers/{name}.toml`; protocol {proto.get('name')}, " \
-           f"{reps} repeat(s){quick}._"
 
 
 def table2_section(runs: Path) -> list[str]:
@@ -195,10 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preamble", type=Path, default=Path("docs/reproductions/apc-vfl.preamble.md"))
     parser.add_argument("--epilogue", type=Path, default=Path("docs/reproductions/apc-vfl.epilogue.md"))
     args = parser.parse_args(argv)
-    lines: list[str] = []
-    if args.preamble.is_file():
-        lines += [args.preamble.read_text().rstrip(), ""]
-    lines += table2_section(args.runs)
+    lines = table2_section(args.runs)
     lines += float16_section(args.runs)
     lines += fig5_section(
         args.runs, "apc_vfl_fig5", "Figure 5: the paper's protocol (transductive)",
@@ -210,12 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "Protocol `holdout`: 20% of the active party's rows are removed from every party before any encoder, "
         "teacher or classifier is trained, and scored once at the end. This is what a new person arriving after "
         "training would see.")
-    if args.epilogue.is_file():
-        lines += [args.epilogue.read_text().rstrip(), ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return write_report(args.out, lines, preamble=args.preamble, epilogue=args.epilogue)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.reproduce.apc_vfl_report import load, provenance, table
+from benchmarks.reproduce.common import load, provenance, table, write_report
 
 PAPER_T3 = {"handwritten": (98.25, 98.63), "credit": (81.55, 81.95), "parkinsons": (86.34, 87.22)}
 PAPER_T4 = {  # dataset, x -> (aligned only, aligned + misaligned)
@@ -130,16 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preamble", type=Path, default=Path("docs/reproductions/entity-augmentation.preamble.md"))
     parser.add_argument("--epilogue", type=Path, default=Path("docs/reproductions/entity-augmentation.epilogue.md"))
     args = parser.parse_args(argv)
-    lines: list[str] = []
-    if args.preamble.is_file():
-        lines += [args.preamble.read_text().rstrip(), ""]
-    lines += table3(args.runs) + table4(args.runs) + checks(args.runs)
-    if args.epilogue.is_file():
-        lines += [args.epilogue.read_text().rstrip(), ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return write_report(args.out, table3(args.runs) + table4(args.runs) + checks(args.runs), preamble=args.preamble,
+                        epilogue=args.epilogue)
 
 
 if __name__ == "__main__":

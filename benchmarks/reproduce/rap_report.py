@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.reproduce.apc_vfl_report import load, provenance, table
+from benchmarks.reproduce.common import load, provenance, table, write_report
 
 # dataset -> (metric, paper rows {method: (value, seconds)}), from Tables 3 and 4
 PAPER = {
@@ -155,16 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preamble", type=Path, default=Path("docs/reproductions/rap.preamble.md"))
     parser.add_argument("--epilogue", type=Path, default=Path("docs/reproductions/rap.epilogue.md"))
     args = parser.parse_args(argv)
-    lines: list[str] = []
-    if args.preamble.is_file():
-        lines += [args.preamble.read_text().rstrip(), ""]
-    lines += table3(args.runs) + sweeps(args.runs) + privacy(args.privacy) + scale(args.scale)
-    if args.epilogue.is_file():
-        lines += [args.epilogue.read_text().rstrip(), ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    sections = table3(args.runs) + sweeps(args.runs) + privacy(args.privacy) + scale(args.scale)
+    return write_report(args.out, sections, preamble=args.preamble, epilogue=args.epilogue)
 
 
 if __name__ == "__main__":

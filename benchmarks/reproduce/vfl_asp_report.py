@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.reproduce.apc_vfl_report import load, provenance, table
+from benchmarks.reproduce.common import load, provenance, table, write_report
 from vflo.experiments.report import t_halfwidth
 
 DATASETS = {
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--svd", type=Path, default=Path("runs/bench/vfl_asp_svd.json"),
                         help="output of benchmarks/vfl_asp_svd.py")
     args = parser.parse_args(argv)
-    lines: list[str] = [PREAMBLE]
+    lines = [PREAMBLE]
     lines += table2(args.runs) + table3(args.runs) + table4(args.runs)
     lines += sweep(args.runs, "vfl_asp_fig5_breast", "parties.p2.n_columns",
                    "Figure 5 and 7: feature split on Breast Cancer (P2's column count; P1 and A share the rest)",
@@ -244,10 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                    "Figure 6: sample overlap on Breast Cancer (|P1 ∩ A| of |P1| = 400; α = |P1 ∩ A| / 400)",
                    "for α above 35% VFL-ASP beats both baselines on Breast Cancer, increasingly with α.")
     lines += svd_section(args.svd)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
+    return write_report(args.out, lines)
 
 
 if __name__ == "__main__":
