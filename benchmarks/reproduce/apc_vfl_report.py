@@ -1,6 +1,6 @@
 """Build docs/reproductions/apc-vfl.md from the runs of benchmarks/reproduce/apc_vfl.sh.
 
-    python benchmarks/reproduce/apc_vfl_report.py [--runs runs/repro] [--out docs/reproductions/apc-vfl.md]
+    python -m benchmarks.reproduce.apc_vfl_report [--runs runs/repro] [--out docs/reproductions/apc-vfl.md]
 
 Every number on our side is read from the runs' results.csv (metrics, and bytes and rounds from the ledger);
 the paper's numbers are those printed in Irureta et al. (Table 2, Appendix E) as listed in

@@ -1,6 +1,6 @@
 """Build docs/reproductions/entity-augmentation.md from the runs of benchmarks/reproduce/entity_augmentation.sh.
 
-    python benchmarks/reproduce/entity_augmentation_report.py [--runs runs/repro]
+    python -m benchmarks.reproduce.entity_augmentation_report [--runs runs/repro]
 
 Our numbers come from the runs' results.csv (accuracy; bytes and rounds from the ledger; entities used);
 the paper's are those printed in Amalanshu et al., Tables 3 and 4 (as listed in ../shared/papers/NOTES.md).

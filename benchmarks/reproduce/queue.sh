@@ -1,0 +1,29 @@
+# Shared by the reproduction scripts: source it, set ALL, then call run_queue "$@".
+# QUEUE="name name ..." runs only those configs. One thread per process by default: these networks are
+# small, and two processes with two threads each on two cores run many times slower than with one.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+VFLO="${VFLO:-.venv/bin/vflo}"
+PYTHON="${PYTHON:-.venv/bin/python}"
+DATA_DIR="${VFLO_DATA_DIR:-../shared/datasets}"
+mkdir -p runs/repro
+
+# One config into runs/repro/NAME, its log beside it in runs/repro/NAME.log.
+run_config() {
+  local name="$1"
+  shift
+  "$VFLO" -v run "configs/papers/$name.toml" --data-dir "$DATA_DIR" --out "runs/repro/$name" --overwrite \
+    --no-progress "$@" 2> "runs/repro/$name.log"
+}
+
+# A script may redefine run_one for entries that are not plain configs.
+run_one() { run_config "$@"; }
+
+run_queue() {
+  for name in ${QUEUE:-$ALL}; do
+    echo "== $name $(date -u +%H:%M:%S)"
+    run_one "$name" "$@"
+  done
+  echo "== done $(date -u +%H:%M:%S)"
+}
