@@ -12,12 +12,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from tests.conftest import make_dataset, two_party_spec
-from vflo.comm.grpc_transport import GrpcTransport, PartyServer
+from vflo.comm.grpc_transport import GrpcTransport, PartyServer, pack_frames, unpack_frames
+from vflo.comm.local import LocalTransport
 from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials, init_certs, issue
 from vflo.data.partydata import PartyData
 from vflo.deploy import DataConfig, DeployConfig, Deployment, PartyConfig, PeerConfig, TLSConfig, start_party
-from vflo.errors import ConfigError, DataError, DataFileError, RemoteError, TransportError
+from vflo.errors import CodecError, ConfigError, DataError, DataFileError, RemoteError, TransportError
 from vflo.federation.node import Node
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
@@ -117,6 +118,67 @@ def test_a_certificate_cannot_speak_for_another_party(certs: Path) -> None:
         spoof.close()
     finally:
         server.stop()
+
+
+def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_transport import Echo
+
+    rows = PartyData(party="pas", ids=[1, 2], X=np.ones((2, 1)), columns=("v",))
+    node = Node(PartyInfo("pas", "passive"), rows)
+    parties = (PartyInfo("act", "active"), PartyInfo("pas", "passive"))
+    node.install(Echo(scale=3.0), seed=0, parties=parties)
+    calls: list[str] = []
+    for name in ("_call", "_call_many"):
+        original = getattr(PartyServer, name)
+        monkeypatch.setattr(PartyServer, name,
+                            lambda self, body, ctx, _o=original, _n=name: (calls.append(_n), _o(self, body, ctx))[1])
+    server = PartyServer(node, address="127.0.0.1:0", credentials=PartyCredentials.load(certs, "pas"),
+                         allowed={"act"}).start()
+    client = GrpcTransport("act", {"pas": server.address}, credentials=PartyCredentials.load(certs, "act"))
+    try:
+        for n in (2, 3):
+            client.post(Message("act", "pas", "echo.scale", n, {"x": np.ones(n, np.float32)}))
+        reply = client.request(Message("act", "pas", "echo.scale", 4, {"x": np.ones(4, np.float32)}))
+        assert np.allclose(reply.unwrap()["y"], 3.0) and node.context is not None
+        assert node.context.state["calls"] == 3 and calls == ["_call_many"]  # three messages, one round trip
+        # the ledger holds them in the order they crossed: the three requests, then the three replies
+        entries = [(e.kind, e.direction, e.round, e.nbytes) for e in client.ledger.entries]
+        assert [(d, r) for _, d, r, _ in entries] == [(d, r) for d in ("request", "reply") for r in (2, 3, 4)]
+        # a posted message that fails is raised by the request it went out with, which is not run
+        client.post(Message("act", "pas", "echo.fail", 5))
+        with pytest.raises(RemoteError, match="echo.fail"):
+            client.request(Message("act", "pas", "echo.scale", 6, {"x": np.ones(1, np.float32)}))
+        assert node.context.state["calls"] == 3
+        # the same messages in process cross with the same bytes
+        local_node = Node(PartyInfo("pas", "passive"), rows)
+        local_node.install(Echo(scale=3.0), seed=0, parties=parties)
+        local = LocalTransport({"pas": local_node})
+        for n in (2, 3):
+            local.post(Message("act", "pas", "echo.scale", n, {"x": np.ones(n, np.float32)}))
+        local.request(Message("act", "pas", "echo.scale", 4, {"x": np.ones(4, np.float32)}))
+        assert sorted((e.kind, e.direction, e.round, e.nbytes) for e in local.ledger.entries) == sorted(entries)
+        # a small size limit splits the posted messages over several calls, still in order
+        small = GrpcTransport("act", {"pas": server.address}, credentials=PartyCredentials.load(certs, "act"),
+                              max_message_bytes=1200)
+        for n in range(3):
+            small.post(Message("act", "pas", "echo.scale", 10 + n, {"x": np.ones(100, np.float32)}))
+        calls.clear()
+        small.flush()
+        assert node.context.state["calls"] == 6 and len(calls) == 2
+        assert [e.round for e in small.ledger.entries if e.direction == "request"] == [10, 11, 12]
+        small.close()
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_a_malformed_multi_message_body_is_a_codec_error() -> None:
+    frames = [b"abc", b"", b"defgh"]
+    assert unpack_frames(pack_frames(frames), max_bytes=100) == frames
+    for body in (b"", b"\x01\x00", pack_frames([b"abc"])[:-1], pack_frames([b"x" * 20])):
+        with pytest.raises(CodecError, match="malformed multi-message body"):
+            unpack_frames(body, max_bytes=10)
 
 
 def test_an_unreachable_party_is_named_with_the_message_kind(certs: Path) -> None:

@@ -167,3 +167,31 @@ def test_payload_checks_run_before_the_handler(monkeypatch: pytest.MonkeyPatch) 
         fed.request("p", "echo.scale", {"x": np.ones((2, 2), np.float32)})
     assert nodes["p"].context is not None and "calls" not in nodes["p"].context.state
     assert PayloadError.__name__ == "PayloadError"
+
+
+def test_posted_messages_go_out_in_order_with_the_next_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = Ledger()
+    fed, nodes = _federation(monkeypatch, ledger)
+    fed.post("echo.scale", {"p": {"x": np.ones(2, np.float32)}})
+    fed.post("echo.scale", {"p": {"x": np.ones(3, np.float32)}})
+    assert not [e for e in ledger.entries if not e.is_control]  # nothing has crossed yet
+    fed.request("p", "echo.scale", {"x": np.ones(4, np.float32)})
+    data = [(e.kind, e.direction, e.round) for e in ledger.entries if not e.is_control]
+    # each posted message is still a message with its own reply and round, delivered before the request
+    assert data == [("echo.scale", d, r) for r in (1, 2, 3) for d in ("request", "reply")]
+    assert nodes["p"].context is not None and nodes["p"].context.state["calls"] == 3
+    fed.post("echo.scale", {"p": {"x": np.ones(1, np.float32)}})
+    fed.flush()
+    assert nodes["p"].context.state["calls"] == 4 and ledger.summary().rounds == 4
+
+
+def test_a_posted_message_that_fails_is_raised_where_it_is_delivered(monkeypatch: pytest.MonkeyPatch) -> None:
+    fed, nodes = _federation(monkeypatch)
+    fed.post("echo.fail", {"p": {}})
+    with pytest.raises(RemoteError, match="party 'p' failed on 'echo.fail': ValueError: boom"):
+        fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})
+    assert "calls" not in nodes["p"].context.state  # type: ignore[union-attr]  # the request after it was not run
+    fed.post("echo.fail", {"p": {}})
+    with pytest.raises(RemoteError, match="echo.fail"):
+        fed.flush()
+    fed.flush()  # nothing left

@@ -268,6 +268,7 @@ class Deployment:
         fed.setup(method)
         t0 = time.perf_counter()
         method.fit(fed)
+        fed.flush()
         t1 = time.perf_counter()
         fit_entries = len(transport.ledger)
         ids = np.empty(0, dtype=np.int64) if self.test is None else self.test.ids

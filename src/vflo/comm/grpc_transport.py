@@ -41,8 +41,11 @@ from vflo.federation.node import Node
 
 logger = logging.getLogger(__name__)
 
-SERVICE, METHOD = "vflo.Party", "Call"
-PATH = f"/{SERVICE}/{METHOD}"
+SERVICE, METHOD, METHOD_MANY = "vflo.Party", "Call", "CallMany"
+PATH, PATH_MANY = f"/{SERVICE}/{METHOD}", f"/{SERVICE}/{METHOD_MANY}"
+# CallMany carries several codec frames, each behind its length (8 bytes, little-endian).
+FRAME_HEADER = 8
+MAX_FRAMES = 1024
 DEFAULT_DEADLINE = 600.0
 
 
@@ -50,6 +53,29 @@ def _options(max_bytes: int) -> list[tuple[str, Any]]:
     # The codec enforces the real limit; gRPC's must not be the smaller one.
     limit = min(max_bytes + (1 << 20), 2**31 - 1)
     return [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+
+
+def pack_frames(frames: Sequence[bytes]) -> bytes:
+    """Frames in one body for CallMany: each behind its length."""
+    return b"".join(len(f).to_bytes(FRAME_HEADER, "little") + f for f in frames)
+
+
+def unpack_frames(body: bytes, *, max_bytes: int) -> list[bytes]:
+    """The frames of a CallMany body; a malformed body is a :class:`CodecError`."""
+    frames: list[bytes] = []
+    at = 0
+    while at < len(body):
+        if len(frames) >= MAX_FRAMES or at + FRAME_HEADER > len(body):
+            raise CodecError("malformed multi-message body: too many frames or a cut length header")
+        n = int.from_bytes(body[at : at + FRAME_HEADER], "little")
+        at += FRAME_HEADER
+        if n > max_bytes or at + n > len(body):
+            raise CodecError(f"malformed multi-message body: a frame of {n} bytes does not fit")
+        frames.append(body[at : at + n])
+        at += n
+    if not frames:
+        raise CodecError("malformed multi-message body: no frames")
+    return frames
 
 
 def warn_insecure(who: str) -> None:
@@ -71,7 +97,8 @@ class PartyServer:
         self.secure = credentials is not None
         self._lock = threading.Lock()
         handler = grpc.method_handlers_generic_handler(
-            SERVICE, {METHOD: grpc.unary_unary_rpc_method_handler(self._call)})
+            SERVICE, {METHOD: grpc.unary_unary_rpc_method_handler(self._call),
+                      METHOD_MANY: grpc.unary_unary_rpc_method_handler(self._call_many)})
         # SO_REUSEPORT off: a second server on a busy port must fail, not share it silently.
         self._server = grpc.server(ThreadPoolExecutor(max_workers=workers), handlers=[handler],
                                    options=[*_options(max_message_bytes), ("grpc.so_reuseport", 0)])
@@ -111,21 +138,43 @@ class PartyServer:
         return encode(reply, max_bytes=self.max_message_bytes)
 
     def _call(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
+        return self._serve(frame, context)[0]
+
+    def _call_many(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        """Several messages in order, under one hold of the node; stops after the first that fails."""
+        try:
+            frames = unpack_frames(body, max_bytes=self.max_message_bytes)
+        except CodecError as exc:
+            return pack_frames([self._error(exc)])
+        replies = []
+        with self._lock:
+            for frame in frames:
+                reply, failed = self._serve(frame, context, locked=True)
+                replies.append(reply)
+                if failed:
+                    break
+        return pack_frames(replies)
+
+    def _serve(self, frame: bytes, context: grpc.ServicerContext, *, locked: bool = False) -> tuple[bytes, bool]:
+        """One message's reply frame, and whether it carries an error."""
         try:
             message = decode(frame, max_bytes=self.max_message_bytes)
         except CodecError as exc:
-            return self._error(exc)
+            return self._error(exc), True
         try:
             self._authorise(message, context)
         except PartyBoundaryError as exc:
             logger.warning("party %s refused a message: %s", self.node.name, exc)
-            return self._error(exc, message.sender, message.kind, message.round)
-        with self._lock:
+            return self._error(exc, message.sender, message.kind, message.round), True
+        if locked:
             reply = self.node.handle(message)
+        else:
+            with self._lock:
+                reply = self.node.handle(message)
         try:
-            return encode(reply, max_bytes=self.max_message_bytes)
+            return encode(reply, max_bytes=self.max_message_bytes), reply.error is not None
         except CodecError as exc:
-            return self._error(exc, message.sender, message.kind, message.round)
+            return self._error(exc, message.sender, message.kind, message.round), True
 
     def _authorise(self, message: Message, context: grpc.ServicerContext) -> None:
         if message.sender not in self.allowed:
@@ -157,7 +206,7 @@ class GrpcTransport(Transport):
         self.retries = retries
         self.backoff = backoff
         self._channels: dict[str, grpc.Channel] = {}
-        self._stubs: dict[str, Any] = {}
+        self._stubs: dict[str, tuple[Any, Any]] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(4, len(self.peers)))
 
@@ -165,7 +214,7 @@ class GrpcTransport(Transport):
     def shared_ledger(self) -> bool:
         return False
 
-    def _stub(self, receiver: str) -> Any:
+    def _stub(self, receiver: str) -> tuple[Any, Any]:
         with self._lock:
             if receiver in self._stubs:
                 return self._stubs[receiver]
@@ -183,36 +232,67 @@ class GrpcTransport(Transport):
                 channel = grpc.secure_channel(address, creds,
                                               options=[*options, ("grpc.ssl_target_name_override", receiver)])
             self._channels[receiver] = channel
-            self._stubs[receiver] = channel.unary_unary(PATH)
+            self._stubs[receiver] = (channel.unary_unary(PATH), channel.unary_unary(PATH_MANY))
             return self._stubs[receiver]
 
-    def request(self, message: Message) -> Message:
-        stub = self._stub(message.receiver)
-        frame = encode(message, max_bytes=self.max_message_bytes)
-        entry = self.ledger.record(round=message.round, sender=message.sender, receiver=message.receiver,
-                                   kind=message.kind, direction="request", nbytes=len(frame))
+    def _deliver(self, messages: Sequence[Message]) -> list[Message]:
+        replies: list[Message] = []
+        for chunk in self._chunks(messages):
+            replies.extend(self._call(chunk))
+            if replies[-1].error is not None:
+                break
+        return replies
+
+    def _chunks(self, messages: Sequence[Message]) -> list[list[tuple[Message, bytes]]]:
+        """Encoded messages grouped into calls of at most ``max_message_bytes`` each (one message may be alone)."""
+        chunks: list[list[tuple[Message, bytes]]] = []
+        size = 0
+        for message in messages:
+            frame = encode(message, max_bytes=self.max_message_bytes)
+            if not chunks or size + len(frame) + FRAME_HEADER > self.max_message_bytes or len(chunks[-1]) >= MAX_FRAMES:
+                chunks.append([])
+                size = 0
+            chunks[-1].append((message, frame))
+            size += len(frame) + FRAME_HEADER
+        return chunks
+
+    def _call(self, chunk: Sequence[tuple[Message, bytes]]) -> list[Message]:
+        """One gRPC call carrying ``chunk`` (one message: a plain frame; several: packed frames)."""
+        first = chunk[0][0]
+        receiver = first.receiver
+        stub, stub_many = self._stub(receiver)
+        kinds = " + ".join(dict.fromkeys(m.kind for m, _ in chunk))
+        seqs = [self.ledger.record(round=m.round, sender=m.sender, receiver=m.receiver, kind=m.kind,
+                                   direction="request", nbytes=len(frame)).seq for m, frame in chunk]
+        body = chunk[0][1] if len(chunk) == 1 else pack_frames([frame for _, frame in chunk])
         attempt = 0
         while True:
             try:
-                reply_frame = stub(frame, timeout=self.deadline)
+                reply_body = (stub if len(chunk) == 1 else stub_many)(body, timeout=self.deadline)
                 break
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    raise DeliveryTimeoutError(message.receiver, message.kind, self.deadline) from exc
+                    raise DeliveryTimeoutError(receiver, kinds, self.deadline) from exc
                 if code == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
                     attempt += 1
                     time.sleep(self.backoff * 2 ** (attempt - 1))
                     continue
                 details = exc.details() if hasattr(exc, "details") else str(exc)
                 raise TransportError(
-                    f"party {message.receiver!r} at {self.peers[message.receiver]} could not be reached for "
-                    f"{message.kind!r} ({code.name if code else 'error'}: {details}); is it running, and do its "
+                    f"party {receiver!r} at {self.peers[receiver]} could not be reached for "
+                    f"{kinds!r} ({code.name if code else 'error'}: {details}); is it running, and do its "
                     "address and certificates match the deploy config?") from exc
-        reply = decode(reply_frame, max_bytes=self.max_message_bytes)
-        self.ledger.record(round=reply.round, sender=reply.sender, receiver=reply.receiver, kind=reply.kind,
-                           direction="reply", nbytes=len(reply_frame), reply_to=entry.seq)
-        return reply
+        frames = [reply_body] if len(chunk) == 1 else unpack_frames(reply_body, max_bytes=self.max_message_bytes)
+        replies = []
+        for frame, seq in zip(frames, seqs, strict=False):
+            reply = decode(frame, max_bytes=self.max_message_bytes)
+            self.ledger.record(round=reply.round, sender=reply.sender, receiver=reply.receiver, kind=reply.kind,
+                               direction="reply", nbytes=len(frame), reply_to=seq)
+            replies.append(reply)
+        if len(replies) > len(chunk) or not replies:
+            raise ProtocolError(f"party {receiver!r} answered {len(replies)} messages to {len(chunk)} sent")
+        return replies
 
     def request_each(self, messages: Sequence[Message]) -> list[Message | TransportError]:
         if len(messages) <= 1:

@@ -8,7 +8,7 @@ multi-process one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from vflo.comm.codec import decode, encode
@@ -52,7 +52,16 @@ class LocalTransport(Transport):
             observe(decoded)
         return decoded, entry.seq
 
-    def request(self, message: Message) -> Message:
+    def _deliver(self, messages: Sequence[Message]) -> list[Message]:
+        replies = []
+        for message in messages:
+            reply = self._one(message)
+            replies.append(reply)
+            if reply.error is not None:
+                break
+        return replies
+
+    def _one(self, message: Message) -> Message:
         node = self._nodes.get(message.receiver)
         if node is None:
             raise ProtocolError(unknown_name("party", message.receiver, self._nodes))

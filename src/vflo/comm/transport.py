@@ -14,24 +14,56 @@ from collections.abc import Sequence
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
-from vflo.errors import TransportError
+from vflo.errors import ProtocolError, TransportError
 
 
 class Transport(ABC):
-    """Request/reply delivery between named parties, with a ledger of what crossed."""
+    """Request/reply delivery between named parties, with a ledger of what crossed.
+
+    Besides requests there are *posted* messages: ones whose reply the sender does not wait for
+    (SplitNN's gradients). A posted message waits at the sender and goes out, in order, with the
+    next request to the same party, or at :meth:`flush`; over a network that saves one round trip
+    per posted message. Each posted message is still a message of its own in the ledger, with its
+    own reply, so byte and message counts do not depend on the transport. An error a posted message
+    causes is raised when it is delivered: by the request it went out with, or by :meth:`flush`.
+    """
 
     def __init__(self, *, ledger: Ledger | None = None, max_message_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.ledger = ledger if ledger is not None else Ledger()
         self.max_message_bytes = max_message_bytes
+        self._posted: dict[str, list[Message]] = {}
+
+    def request(self, message: Message) -> Message:
+        """Send ``message`` and return the receiver's reply (which may carry an error).
+
+        Messages posted to the same receiver go first; an error one of them caused is raised here.
+        """
+        posted = self._posted.pop(message.receiver, [])
+        replies = self._deliver([*posted, message])
+        _raise_posted_errors(posted, replies, len(posted) + 1)
+        return replies[-1]
+
+    def post(self, message: Message) -> None:
+        """Queue ``message``; it is delivered before the next request to its receiver, or at :meth:`flush`."""
+        self._posted.setdefault(message.receiver, []).append(message)
+
+    def flush(self) -> None:
+        """Deliver every posted message now; raise the first error one of them caused."""
+        while self._posted:
+            _, posted = self._posted.popitem()
+            _raise_posted_errors(posted, self._deliver(posted), len(posted))
+
+    @abstractmethod
+    def _deliver(self, messages: Sequence[Message]) -> list[Message]:
+        """Deliver ``messages`` (all to one receiver) in order and return their replies in order.
+
+        Delivery may stop after a reply that carries an error; the replies so far are returned.
+        """
 
     @property
     def shared_ledger(self) -> bool:
         """True when every party records into this one ledger (in-process); False when each has its own."""
         return True
-
-    @abstractmethod
-    def request(self, message: Message) -> Message:
-        """Send ``message`` and return the receiver's reply (which may carry an error)."""
 
     def request_each(self, messages: Sequence[Message]) -> list[Message | TransportError]:
         """Send several requests of one round; a party that cannot be reached yields its error.
@@ -57,3 +89,11 @@ class Transport(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the in-process transport has none."""
+
+
+def _raise_posted_errors(posted: Sequence[Message], replies: Sequence[Message], expected: int) -> None:
+    for reply in replies[: len(posted)]:
+        reply.unwrap()  # raises the RemoteError of a posted message that failed
+    if len(replies) < expected:
+        receiver = posted[0].receiver if posted else "?"
+        raise ProtocolError(f"party {receiver!r} answered {len(replies)} of {expected} messages sent together")

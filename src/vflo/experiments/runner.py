@@ -205,6 +205,7 @@ def _run_transductive(
     fed.setup(method)
     t0 = time.perf_counter()
     ids, Z = method.fit_representation(fed)
+    fed.flush()
     represent_seconds = time.perf_counter() - t0
     y = fed.data.subset(ids).require_labels()
     rows = []

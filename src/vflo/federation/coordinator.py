@@ -175,6 +175,23 @@ class Federation:
         self._round += 1
         return self._send_all(kind, payloads, round_no=self._round)
 
+    def post(self, kind: str, payloads: Mapping[str, Payload]) -> None:
+        """One round whose replies the coordinator does not wait for (they carry nothing).
+
+        Each message goes out with the next request to its party, or at :meth:`flush`, so over a
+        network it costs no round trip of its own; an error it causes is raised there.
+        """
+        if self.party in payloads:
+            raise PartyBoundaryError(f"the coordinator {self.party!r} cannot send {kind!r} to itself")
+        self._round += 1
+        for name, payload in payloads.items():
+            self.transport.post(Message(sender=self.party, receiver=name, kind=kind, round=self._round,
+                                        payload=payload))
+
+    def flush(self) -> None:
+        """Deliver every posted message now (the runner calls this when a method's fit returns)."""
+        self.transport.flush()
+
     def exchange_tolerant(
         self, kind: str, payloads: Mapping[str, Payload]
     ) -> tuple[dict[str, Payload], dict[str, TransportError]]:

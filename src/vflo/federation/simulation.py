@@ -76,6 +76,7 @@ def run_method(
     fed.setup(method)
     t0 = time.perf_counter()
     method.fit(fed)
+    fed.flush()
     t1 = time.perf_counter()
     fit_entries = len(fed.transport.ledger)
     if on_fitted is not None:

@@ -237,7 +237,8 @@ class SplitNN(Method):
                     name: {"grad": a.grad.numpy().astype(cfg.payload_dtype)}  # type: ignore[union-attr]
                     for name, a in zip(passives, remote, strict=True)
                 }
-                fed.exchange("splitnn.backward", grads)
+                # Posted: it goes out with the next forward, one round trip per batch over a network.
+                fed.post("splitnn.backward", grads)
             optimizer.step()
             return float(loss.detach())
 
