@@ -93,6 +93,8 @@ def fig5_section(runs: Path, prefix: str, title_suffix: str, protocol_text: str)
     for key, (title, metric, suffix) in DATASETS.items():
         names = [f"{prefix}_{suffix}"] + ([f"apc_vfl_fig16_{suffix}"] if key == "credit" and "fig5" in prefix else [])
         for name in names:
+            if not Path(f"configs/papers/{name}.toml").exists():
+                continue  # this protocol has no config for this dataset
             frame = load(runs, name)
             lines += [f"### {title} ({metric}){' — reduced aligned counts (Figure 16)' if 'fig16' in name else ''}", ""]
             if frame is None:
