@@ -57,9 +57,30 @@ def test_rap_is_close_to_centralized_and_above_single() -> None:
 
 def test_regression_decodes_through_the_label_projection() -> None:
     data = _rap_data(n=1200, task="regression")
-    out = run_method(get_method("rap")(estimator=FAST), data, seed=0)
-    rmse = compute_metrics("regression", data.test_y, out.scores)["rmse"]
-    assert rmse < 0.5 * np.std(data.test_y)
+    central = compute_metrics("regression", data.test_y,
+                              run_method(get_method("centralized")(**FAST), data, seed=0).scores)["rmse"]
+    outs = {k: run_method(get_method("rap")(estimator=FAST, label_models=k), data, seed=0) for k in ("one", "two")}
+    for out in outs.values():  # one server model with two outputs, or the paper's two models
+        rmse = compute_metrics("regression", data.test_y, out.scores)["rmse"]
+        assert rmse < 0.5 * np.std(data.test_y) and rmse < 1.5 * central
+    assert outs["one"].ledger.summary().bytes == outs["two"].ledger.summary().bytes  # the server's choice alone
+    with pytest.raises(ConfigError, match="label_models = 'one' needs a model with several outputs"):
+        get_method("rap")(estimator={"model": "RandomForestRegressor"}, label_models="one")
+
+
+def test_an_mlp_fits_several_regression_targets_at_once() -> None:
+    from vflo.nn.estimators import EstimatorConfig, make_estimator
+    from vflo.nn.train import TrainConfig
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 3)).astype(np.float32)
+    y = np.column_stack([X[:, 0] * 100 + 5, X[:, 1] * 0.01 - 2])  # very different scales: standardised apiece
+    config = EstimatorConfig(model="mlp", hidden=(16,), train=TrainConfig(lr=1e-2, max_epochs=30))
+    est = make_estimator(config, task="regression", n_classes=None, seed=0).fit(X, y)
+    pred = est.predict_scores(X)
+    assert pred.shape == (600, 2)
+    for j in range(2):
+        assert np.corrcoef(pred[:, j], y[:, j])[0, 1] > 0.9
 
 
 def test_label_transforms_round_trip() -> None:

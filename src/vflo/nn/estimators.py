@@ -3,7 +3,7 @@
 All share one shape, as in scikit-learn: ``fit(X, y)`` returns ``self`` and sets
 learned state with a trailing underscore; ``predict_scores(X)`` returns class
 probabilities ``(n, C)`` over *all* C classes (even ones missing from training) or
-regression values ``(n,)``.
+regression values ``(n,)`` (``(n, k)`` for an MLP or ridge fitted on k targets).
 """
 
 from __future__ import annotations
@@ -200,14 +200,20 @@ class MLPEstimator:
         self.seed = seed
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> MLPEstimator:
-        out = 1 if self.task == "regression" else _classes(self.task, self.n_classes)
+        # Regression may have several targets (y of shape (n, k)): one network with k outputs.
+        self.outputs_ = int(y.shape[1]) if self.task == "regression" and y.ndim == 2 else None
+        out = (self.outputs_ or 1) if self.task == "regression" else _classes(self.task, self.n_classes)
         self.model_ = mlp(X.shape[1], self.hidden, out, activation=self.activation,
                           generator=torch_generator(self.seed, "mlp-init"))
         # Regression targets are standardised for training (Adam's steps assume unit scale) and mapped back.
-        self.y_mean_, self.y_scale_ = 0.0, 1.0
+        self.y_mean_: Any = 0.0
+        self.y_scale_: Any = 1.0
         if self.task == "regression":
-            self.y_mean_, self.y_scale_ = float(np.mean(y)), float(np.std(y) or 1.0)
-            y = (np.asarray(y, dtype=np.float64) - self.y_mean_) / self.y_scale_
+            y = np.asarray(y, dtype=np.float64)
+            scale = np.std(y, axis=0)
+            self.y_mean_ = np.mean(y, axis=0)
+            self.y_scale_ = np.where(scale > 0, scale, 1.0) if y.ndim == 2 else float(scale or 1.0)
+            y = (y - self.y_mean_) / self.y_scale_
         target = as_tensor(y, dtype=torch.float32 if self.task == "regression" else torch.long)
         tensors = {"x": as_tensor(X), "y": target}
         self.history_: History = fit_module(
@@ -218,14 +224,15 @@ class MLPEstimator:
     def _loss(self, model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         out = model(batch["x"])
         if self.task == "regression":
-            return F.mse_loss(out.squeeze(1), batch["y"])
+            return F.mse_loss(out if self.outputs_ else out.squeeze(1), batch["y"])
         return F.cross_entropy(out, batch["y"])
 
     def predict_scores(self, X: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             out = self.model_(as_tensor(X))
         if self.task == "regression":
-            values: np.ndarray = out.squeeze(1).double().numpy() * self.y_scale_ + self.y_mean_
+            raw = out.double().numpy() if self.outputs_ else out.squeeze(1).double().numpy()
+            values: np.ndarray = raw * self.y_scale_ + self.y_mean_
             return values
         result: np.ndarray = torch.softmax(out, dim=1).double().numpy()
         return result
