@@ -195,3 +195,11 @@ def test_a_posted_message_that_fails_is_raised_where_it_is_delivered(monkeypatch
     with pytest.raises(RemoteError, match="echo.fail"):
         fed.flush()
     fed.flush()  # nothing left
+
+
+def test_a_new_run_drops_what_a_failed_run_posted(monkeypatch: pytest.MonkeyPatch) -> None:
+    fed, nodes = _federation(monkeypatch)
+    fed.post("echo.scale", {"p": {"x": np.ones(1, np.float32)}})
+    fed.setup(Echo(scale=3.0))  # the next run on the same transport
+    fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})
+    assert nodes["p"].context is not None and nodes["p"].context.state["calls"] == 1

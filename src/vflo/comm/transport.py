@@ -53,6 +53,12 @@ class Transport(ABC):
             _, posted = self._posted.popitem()
             _raise_posted_errors(posted, self._deliver(posted), len(posted))
 
+    def drop_posted(self) -> int:
+        """Forget posted messages that were never delivered (a run that failed left them); how many."""
+        count = sum(len(v) for v in self._posted.values())
+        self._posted.clear()
+        return count
+
     @abstractmethod
     def _deliver(self, messages: Sequence[Message]) -> list[Message]:
         """Deliver ``messages`` (all to one receiver) in order and return their replies in order.

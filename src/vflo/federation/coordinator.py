@@ -9,6 +9,7 @@ Each :meth:`Federation.exchange` is one communication round.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -30,6 +31,8 @@ from vflo.roles import PartyInfo, active_party
 if TYPE_CHECKING:
     from vflo.data.datasets import Task
     from vflo.data.scenario import Oracle
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +132,10 @@ class Federation:
     def setup(self, method: Method) -> None:
         """Install ``method`` at every party (a control message each) and at the coordinator."""
         self._method = method
+        # A transport kept between runs (a deployment) may hold messages a failed run posted; they belong
+        # to that run, not to this one.
+        if dropped := self.transport.drop_posted():
+            logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
         self._node.install(method, seed=self.seed, parties=self.parties)
         payload: Payload = {
             "method": method.name,
