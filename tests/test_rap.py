@@ -11,7 +11,7 @@ from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData, PartySpec, ScenarioSpec
 from vflo.errors import ConfigError, DataError, RemoteError
 from vflo.federation.simulation import run_method
-from vflo.methods.rap import ClientTransform, LabelTransform, label_matrix
+from vflo.methods.rap import ClientTransform, LabelTransform, label_matrix, whiten, whitening
 from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
 from vflo.privacy.attacks import attack_report, known_means
@@ -66,6 +66,22 @@ def test_regression_decodes_through_the_label_projection() -> None:
     assert outs["one"].ledger.summary().bytes == outs["two"].ledger.summary().bytes  # the server's choice alone
     with pytest.raises(ConfigError, match="label_models = 'one' needs a model with several outputs"):
         get_method("rap")(estimator={"model": "RandomForestRegressor"}, label_models="one")
+
+
+def test_the_server_whitens_what_it_received() -> None:
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(2000, 4)) @ rng.normal(size=(4, 4))
+    onehot = np.eye(3)[rng.integers(0, 3, size=2000)]  # its columns sum to 1: one direction has no variance
+    X = np.hstack([Z, onehot]).astype(np.float32)
+    fitted = whitening(X)
+    W = whiten(X, fitted)
+    assert W.shape == (2000, 6)  # 4 + 3 - 1 directions kept
+    assert np.allclose(np.cov(W, rowvar=False), np.eye(6), atol=1e-3)
+    data = _rap_data(n=600, task="binary")
+    plain = run_method(get_method("rap")(estimator=FAST, whiten=False), data, seed=0)
+    white = run_method(get_method("rap")(estimator=FAST), data, seed=0)
+    assert plain.ledger.summary().bytes == white.ledger.summary().bytes  # the server's own step: nothing crosses
+    assert not np.allclose(plain.scores, white.scores)
 
 
 def test_an_mlp_fits_several_regression_targets_at_once() -> None:
