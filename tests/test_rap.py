@@ -79,9 +79,14 @@ def test_the_server_whitens_what_it_received() -> None:
     assert np.allclose(np.cov(W, rowvar=False), np.eye(6), atol=1e-3)
     data = _rap_data(n=600, task="binary")
     plain = run_method(get_method("rap")(estimator=FAST, whiten=False), data, seed=0)
-    white = run_method(get_method("rap")(estimator=FAST), data, seed=0)
+    white = run_method(get_method("rap")(estimator=FAST, whiten_min_rows=1), data, seed=0)
     assert plain.ledger.summary().bytes == white.ledger.summary().bytes  # the server's own step: nothing crosses
     assert not np.allclose(plain.scores, white.scores)
+    # too few rows per column to estimate the covariance: the server trains on what it got
+    few = run_method(get_method("rap")(estimator=FAST, whiten_min_rows=10_000), data, seed=0)
+    assert np.allclose(plain.scores, few.scores)
+    with pytest.raises(ConfigError, match="whiten_min_rows must be at least 1"):
+        get_method("rap")(whiten_min_rows=0)
 
 
 def test_an_mlp_fits_several_regression_targets_at_once() -> None:

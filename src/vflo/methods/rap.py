@@ -60,6 +60,10 @@ class RAPConfig(MethodConfig):
     # undo an ill-conditioned linear map: on the YearPrediction stand-in a 90 x 90 projection alone cost 4%
     # RMSE, and whitening after it recovered Centralized's. No data leaves the server for this.
     whiten: bool = True
+    # ... but only with enough rows to estimate the covariance: with few rows per column its smallest
+    # eigenvalues come out too small and whitening blows up noise (Breast Cancer, 455 rows x 30 columns:
+    # 95.3% accuracy whitened, 97.4% not). Whiten when rows >= this many times the columns.
+    whiten_min_rows: int = 100
 
     def __post_init__(self) -> None:
         if self.label_models not in ("one", "two"):
@@ -69,6 +73,8 @@ class RAPConfig(MethodConfig):
                               f"{self.estimator.model!r}; use label_models = 'two'")
         if any(lr <= 0 for lr in self.lr_grid):
             raise ConfigError("lr_grid values must be positive")
+        if self.whiten_min_rows < 1:
+            raise ConfigError(f"whiten_min_rows must be at least 1, got {self.whiten_min_rows}")
         for name in ("max_condition", "label_max_condition"):
             value = getattr(self, name)
             if value < 0 or 0 < value < 1:
@@ -320,9 +326,12 @@ class RAP(Method):
         requests: dict[str, Payload] = {
             c: {"selector": selectors[cuts[i] : cuts[i + 1]]} for i, c in enumerate(clients)}
         X = self._gather(ctx, payload, "rap.project", requests)
-        if self.config.whiten:
+        if self.config.whiten and len(X) >= self.config.whiten_min_rows * X.shape[1]:
             ctx.state["rap.whitening"] = whitening(X)
             X = whiten(X, ctx.state["rap.whitening"])
+        elif self.config.whiten:
+            logger.info("rap server: %d rows for %d columns, too few to whiten (whiten_min_rows = %d)",
+                        len(X), X.shape[1], self.config.whiten_min_rows)
         labels = payload["labels"]
         assert isinstance(labels, np.ndarray)
         task = str(payload["task"])
