@@ -141,7 +141,8 @@ class PartyServer:
         return encode(reply, max_bytes=self.max_message_bytes)
 
     def _call(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
-        return self._serve(frame, context)[0]
+        with self._lock:
+            return self._serve(frame, context)[0]
 
     def _call_many(self, body: bytes, context: grpc.ServicerContext) -> bytes:
         """Several messages in order, under one hold of the node; stops after the first that fails."""
@@ -152,14 +153,14 @@ class PartyServer:
         replies = []
         with self._lock:
             for frame in frames:
-                reply, failed = self._serve(frame, context, locked=True)
+                reply, failed = self._serve(frame, context)
                 replies.append(reply)
                 if failed:
                     break
         return pack_frames(replies)
 
-    def _serve(self, frame: bytes, context: grpc.ServicerContext, *, locked: bool = False) -> tuple[bytes, bool]:
-        """One message's reply frame, and whether it carries an error."""
+    def _serve(self, frame: bytes, context: grpc.ServicerContext) -> tuple[bytes, bool]:
+        """One message's reply frame, and whether it carries an error (the caller holds the node's lock)."""
         try:
             message = decode(frame, max_bytes=self.max_message_bytes)
         except CodecError as exc:
@@ -169,11 +170,7 @@ class PartyServer:
         except PartyBoundaryError as exc:
             logger.warning("party %s refused a message: %s", self.node.name, exc)
             return self._error(exc, message.sender, message.kind, message.round), True
-        if locked:
-            reply = self.node.handle(message)
-        else:
-            with self._lock:
-                reply = self.node.handle(message)
+        reply = self.node.handle(message)
         try:
             return encode(reply, max_bytes=self.max_message_bytes), reply.error is not None
         except CodecError as exc:
@@ -261,8 +258,7 @@ class GrpcTransport(Transport):
 
     def _call(self, chunk: Sequence[tuple[Message, bytes]]) -> list[Message]:
         """One gRPC call carrying ``chunk`` (one message: a plain frame; several: packed frames)."""
-        first = chunk[0][0]
-        receiver = first.receiver
+        receiver = chunk[0][0].receiver
         stub, stub_many = self._stub(receiver)
         kinds = " + ".join(dict.fromkeys(m.kind for m, _ in chunk))
         seqs = [self.ledger.record(round=m.round, sender=m.sender, receiver=m.receiver, kind=m.kind,
@@ -287,14 +283,14 @@ class GrpcTransport(Transport):
                     f"{kinds!r} ({code.name if code else 'error'}: {details}); is it running, and do its "
                     "address and certificates match the deploy config?") from exc
         frames = [reply_body] if len(chunk) == 1 else unpack_frames(reply_body, max_bytes=self.max_message_bytes)
+        if len(frames) > len(chunk):  # fewer is allowed: the party stops after a message that failed
+            raise ProtocolError(f"party {receiver!r} answered {len(frames)} messages to {len(chunk)} sent")
         replies = []
         for frame, seq in zip(frames, seqs, strict=False):
             reply = decode(frame, max_bytes=self.max_message_bytes)
             self.ledger.record(round=reply.round, sender=reply.sender, receiver=reply.receiver, kind=reply.kind,
                                direction="reply", nbytes=len(frame), reply_to=seq)
             replies.append(reply)
-        if len(replies) > len(chunk) or not replies:
-            raise ProtocolError(f"party {receiver!r} answered {len(replies)} messages to {len(chunk)} sent")
         return replies
 
     def request_each(self, messages: Sequence[Message]) -> list[Message | TransportError]:

@@ -66,8 +66,6 @@ class RAPConfig(MethodConfig):
     whiten_min_rows: int = 100
 
     def __post_init__(self) -> None:
-        if self.label_models not in ("one", "two"):
-            raise ConfigError(f"label_models must be 'one' or 'two', got {self.label_models!r}")
         if self.label_models == "one" and self.estimator.model not in ("mlp", "linear"):
             raise ConfigError(f"label_models = 'one' needs a model with several outputs ('mlp' or 'linear'), not "
                               f"{self.estimator.model!r}; use label_models = 'two'")
