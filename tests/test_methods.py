@@ -164,6 +164,21 @@ def test_splitnn_regression() -> None:
     assert rmse < np.std(data.test_y)
 
 
+def test_splitnn_regression_is_invariant_to_the_target_scale() -> None:
+    """Targets are standardised for training, so y * 1000 + 5000 gives the same fit, mapped back."""
+    import dataclasses
+
+    ds = make_dataset(n=300, n_features=6, task="regression")
+    shifted = dataclasses.replace(ds, y=ds.y * 1000.0 + 5000.0)
+    preds, rmse = [], []
+    for table in (ds, shifted):
+        data = two_party_spec().build(table, seed=0).materialize(test_ids=np.sort(table.ids)[:40])
+        preds.append(run_method(get_method("splitnn")(train=FAST), data, seed=0).scores)
+        rmse.append(compute_metrics("regression", data.test_y, preds[-1])["rmse"] / np.std(data.test_y))
+    assert np.allclose(preds[1], preds[0] * 1000.0 + 5000.0, rtol=1e-4, atol=1e-2)
+    assert rmse[1] < 0.5
+
+
 def test_float16_payloads_halve_activation_bytes() -> None:
     data = _split()
     runs = {}

@@ -57,7 +57,7 @@ class SplitNN(Method):
 
         min_{θ_top, θ_1..θ_K} Σ_{i ∈ aligned} ℓ( h_top([b_1(x_i^1), ..., b_K(x_i^K)]), y_i )
 
-    with ℓ cross-entropy (classification) or squared error (regression). Per batch, one
+    with ℓ cross-entropy (classification) or squared error on the standardised target (regression). Per batch, one
     round sends row positions to every passive party and returns its activations, and
     one round returns the gradients of ℓ with respect to those activations. Inference
     is collaborative: every party must hold the rows to score.
@@ -203,10 +203,17 @@ class SplitNN(Method):
         regression = fed.task == "regression"
         target_dtype = torch.float32 if regression else torch.long
         x_own = {"train": as_tensor(data.subset(train_ids).X), "val": as_tensor(data.subset(val_ids).X)}
-        y_own = {
-            "train": as_tensor(data.subset(train_ids).require_labels(), dtype=target_dtype),
-            "val": as_tensor(data.subset(val_ids).require_labels(), dtype=target_dtype),
-        }
+        y_train = data.subset(train_ids).require_labels()
+        y_val = data.subset(val_ids).require_labels()
+        # Regression targets are standardised on the training rows, as the MLP estimator does: Adam's steps
+        # assume unit scale, and a target of mean 2000 left SplitNN far from it when it stopped.
+        self.y_mean_, self.y_scale_ = 0.0, 1.0
+        if regression:
+            self.y_mean_ = float(np.mean(y_train))
+            self.y_scale_ = float(np.std(y_train)) or 1.0
+            y_train = (y_train - self.y_mean_) / self.y_scale_
+            y_val = (y_val - self.y_mean_) / self.y_scale_
+        y_own = {"train": as_tensor(y_train, dtype=target_dtype), "val": as_tensor(y_val, dtype=target_dtype)}
         improved_last = False
         best: dict[str, Any] | None = None
 
@@ -284,8 +291,10 @@ class SplitNN(Method):
         remote = [self._acts(n, replies[n], len(ids)) for n in self.passives_]
         with torch.no_grad():
             out = self.top_(torch.cat([self.bottom_(own), *remote], dim=1))
-        scores = out.squeeze(1) if fed.task == "regression" else torch.softmax(out, dim=1)
-        result: np.ndarray = scores.double().numpy()
+        if fed.task == "regression":
+            values: np.ndarray = out.squeeze(1).double().numpy() * self.y_scale_ + self.y_mean_
+            return values
+        result: np.ndarray = torch.softmax(out, dim=1).double().numpy()
         return result
 
 
