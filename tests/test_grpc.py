@@ -173,6 +173,33 @@ def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
         server.stop()
 
 
+def test_a_request_started_early_travels_while_the_sender_computes(certs: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from tests.test_transport import Echo
+
+    node = Node(PartyInfo("pas", "passive"), PartyData(party="pas", ids=[1], X=np.ones((1, 1)), columns=("v",)))
+    node.install(Echo(scale=3.0), seed=0, parties=(PartyInfo("act", "active"), PartyInfo("pas", "passive")))
+    release = threading.Event()
+    original = PartyServer._call
+    monkeypatch.setattr(PartyServer, "_call", lambda self, body, ctx: (release.wait(10), original(self, body, ctx))[1])
+    server = PartyServer(node, address="127.0.0.1:0", credentials=PartyCredentials.load(certs, "pas"),
+                         allowed={"act"}).start()
+    client = GrpcTransport("act", {"pas": server.address}, credentials=PartyCredentials.load(certs, "act"))
+    try:
+        future = client.request_many_async([Message("act", "pas", "echo.scale", 1, {"x": np.ones(2, np.float32)})])
+        assert not future.done()  # the party has not answered, yet the sender is free
+        release.set()
+        [reply] = future.result(timeout=10)
+        assert np.allclose(reply.unwrap()["y"], 3.0)
+        assert [e.direction for e in client.ledger.entries] == ["request", "reply"]
+    finally:
+        release.set()
+        client.close()
+        server.stop()
+
+
 def test_a_malformed_multi_message_body_is_a_codec_error() -> None:
     frames = [b"abc", b"", b"defgh"]
     assert unpack_frames(pack_frames(frames), max_bytes=100) == frames

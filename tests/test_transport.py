@@ -203,3 +203,29 @@ def test_a_new_run_drops_what_a_failed_run_posted(monkeypatch: pytest.MonkeyPatc
     fed.setup(Echo(scale=3.0))  # the next run on the same transport
     fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})
     assert nodes["p"].context is not None and nodes["p"].context.state["calls"] == 1
+
+
+def test_an_exchange_started_early_is_an_exchange(monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = Ledger()
+    fed, nodes = _federation(monkeypatch, ledger)
+    fed.post("echo.scale", {"p": {"x": np.ones(2, np.float32)}})
+    pending = fed.exchange_async("echo.scale", {"p": {"x": np.full(3, 2.0, np.float32)}})
+    replies = pending.result()
+    assert np.allclose(replies["p"]["y"], 6.0) and pending.result() is replies
+    # the posted message went first, and each message kept its own round
+    data = [(e.kind, e.direction, e.round) for e in ledger.entries if not e.is_control]
+    assert data == [("echo.scale", d, r) for r in (1, 2) for d in ("request", "reply")]
+    fed.exchange_async("echo.scale", {"p": {"x": np.ones(1, np.float32)}})
+    fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})  # waits for the one in flight first
+    assert nodes["p"].context is not None and nodes["p"].context.state["calls"] == 4
+    assert ledger.summary().rounds == 4
+
+
+def test_an_error_in_an_exchange_started_early_is_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    fed, _ = _federation(monkeypatch)
+    with pytest.raises(RemoteError, match="echo.fail"):
+        fed.exchange_async("echo.fail", {"p": {}}).result()
+    fed.exchange_async("echo.fail", {"p": {}})  # nobody reads its replies...
+    with pytest.raises(RemoteError, match="echo.fail"):
+        fed.flush()  # ...so the next use of the federation raises its error
+    fed.flush()

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -209,6 +209,8 @@ class GrpcTransport(Transport):
         self._stubs: dict[str, tuple[Any, Any]] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(4, len(self.peers)))
+        # One sender thread for request_many_async: requests started early still go out in order.
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vflo-send")
 
     @property
     def shared_ledger(self) -> bool:
@@ -305,9 +307,15 @@ class GrpcTransport(Transport):
 
         return list(self._pool.map(one, messages))
 
+    def request_many_async(self, messages: Sequence[Message]) -> Future[list[Message]]:
+        # The call waits in another thread (gRPC releases the GIL while it waits), so the sender
+        # computes while the messages travel and the receivers work.
+        return self._background.submit(self.request_many, messages)
+
     def close(self) -> None:
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
         self._stubs.clear()
         self._pool.shutdown(wait=False)
+        self._background.shutdown(wait=False)

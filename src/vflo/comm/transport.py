@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.comm.ledger import Ledger
@@ -92,6 +93,20 @@ class Transport(ABC):
                 raise reply
             replies.append(reply)
         return replies
+
+    def request_many_async(self, messages: Sequence[Message]) -> Future[list[Message]]:
+        """:meth:`request_many`, started now; the future holds the replies or the error.
+
+        The sender may compute while the messages travel, but must not use the transport again
+        until the future is done. In process, delivery happens here and now, so the receivers see
+        the same messages in the same order as with :meth:`request_many`.
+        """
+        future: Future[list[Message]] = Future()
+        try:
+            future.set_result(self.request_many(messages))
+        except Exception as exc:  # handed to whoever waits on the future, as a thread would
+            future.set_exception(exc)
+        return future
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the in-process transport has none."""

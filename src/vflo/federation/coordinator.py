@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -65,6 +66,7 @@ class Federation:
         self._oracle = oracle
         self._round = 0
         self._method: Method | None = None
+        self._in_flight: PendingExchange | None = None
         if node.info not in parties:
             raise PartyBoundaryError(f"coordinator {node.name!r} is not one of the parties")
 
@@ -182,6 +184,25 @@ class Federation:
         self._round += 1
         return self._send_all(kind, payloads, round_no=self._round)
 
+    def exchange_async(self, kind: str, payloads: Mapping[str, Payload]) -> PendingExchange:
+        """:meth:`exchange`, started now: the coordinator may compute while the round is under way.
+
+        Call :meth:`PendingExchange.result` for the replies. Any other exchange first waits for this
+        one, so rounds still happen in order; in process the round is done before this returns.
+        """
+        messages = self._messages(kind, payloads, round_no=self._round + 1)
+        self._settle()
+        self._round += 1
+        self._in_flight = PendingExchange(messages, self.transport.request_many_async(messages))
+        return self._in_flight
+
+    def _settle(self) -> None:
+        """Wait for a round started by :meth:`exchange_async` whose replies nobody read yet; an error
+        one of them carries is raised here rather than lost."""
+        pending, self._in_flight = self._in_flight, None
+        if pending is not None and not pending.read:
+            pending.result()
+
     def post(self, kind: str, payloads: Mapping[str, Payload]) -> None:
         """One round whose replies the coordinator does not wait for (they carry nothing).
 
@@ -190,6 +211,7 @@ class Federation:
         """
         if self.party in payloads:
             raise PartyBoundaryError(f"the coordinator {self.party!r} cannot send {kind!r} to itself")
+        self._settle()
         self._round += 1
         for name, payload in payloads.items():
             self.transport.post(Message(sender=self.party, receiver=name, kind=kind, round=self._round,
@@ -197,6 +219,7 @@ class Federation:
 
     def flush(self) -> None:
         """Deliver every posted message now (the runner calls this when a method's fit returns)."""
+        self._settle()
         self.transport.flush()
 
     def exchange_tolerant(
@@ -207,6 +230,7 @@ class Federation:
         Errors a party reports (a :class:`RemoteError`) still raise: only undelivered or
         unanswered messages are tolerated.
         """
+        self._settle()
         self._round += 1
         messages = [
             Message(sender=self.party, receiver=name, kind=kind, round=self._round, payload=payload)
@@ -244,12 +268,34 @@ class Federation:
                 "aligned rows only (protocol aligned_holdout, or test_from = 'aligned')"
             ) from exc
 
-    def _send_all(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> dict[str, Payload]:
+    def _messages(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> list[Message]:
         if self.party in payloads:
             raise PartyBoundaryError(f"the coordinator {self.party!r} cannot send {kind!r} to itself")
-        messages = [
+        return [
             Message(sender=self.party, receiver=name, kind=kind, round=round_no, payload=payload)
             for name, payload in payloads.items()
         ]
+
+    def _send_all(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> dict[str, Payload]:
+        messages = self._messages(kind, payloads, round_no=round_no)
+        self._settle()
         replies = self.transport.request_many(messages)
         return {m.receiver: r.unwrap() for m, r in zip(messages, replies, strict=True)}
+
+
+class PendingExchange:
+    """A round started by :meth:`Federation.exchange_async`; :meth:`result` waits for its replies."""
+
+    def __init__(self, messages: Sequence[Message], future: Future[list[Message]]) -> None:
+        self._messages = list(messages)
+        self._future = future
+        self._replies: dict[str, Payload] | None = None
+        self.read = False  # whether its sender asked for the replies (and so saw any error)
+
+    def result(self) -> dict[str, Payload]:
+        """Each party's reply payload; raises what :meth:`Federation.exchange` would have raised."""
+        self.read = True
+        if self._replies is None:
+            replies = self._future.result()
+            self._replies = {m.receiver: r.unwrap() for m, r in zip(self._messages, replies, strict=True)}
+        return self._replies

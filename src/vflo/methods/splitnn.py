@@ -15,7 +15,7 @@ from torch.nn import functional as F
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, floats
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.federation.coordinator import Federation
+from vflo.federation.coordinator import Federation, PendingExchange
 from vflo.federation.node import NodeContext
 from vflo.methods.base import Inference, Method, MethodConfig, handles
 from vflo.nn.models import mlp
@@ -220,22 +220,35 @@ class SplitNN(Method):
         def loss_of(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return F.mse_loss(out.squeeze(1), y) if regression else F.cross_entropy(out, y)
 
-        def forward_remote(rows: np.ndarray, subset: str, training: bool) -> list[torch.Tensor]:
+        def forward_payloads(rows: np.ndarray, subset: str, training: bool) -> dict[str, Payload]:
             nonlocal improved_last
-            if not passives:
-                return []
             payload: Payload = {"rows": rows.astype(np.int64), "subset": subset, "training": training,
-                       "keep_previous": improved_last and not training}
-            replies = fed.broadcast("splitnn.forward", payload, passives)
+                                "keep_previous": improved_last and not training}
             if not training:
                 improved_last = False
+            return {name: payload for name in passives}
+
+        def forward_remote(rows: np.ndarray, subset: str, training: bool) -> list[torch.Tensor]:
+            if not passives:
+                return []
+            replies = fed.exchange("splitnn.forward", forward_payloads(rows, subset, training))
             return [self._acts(name, replies[name], len(rows)) for name in passives]
 
-        def train_step(idx: np.ndarray) -> float:
-            remote = [a.requires_grad_(True) for a in forward_remote(idx, "train", True)]
+        upcoming: PendingExchange | None = None
+
+        def train_step(idx: np.ndarray, next_idx: np.ndarray | None) -> float:
+            nonlocal upcoming
             self.bottom_.train()
             self.top_.train()
-            out = self.top_(torch.cat([self.bottom_(x_own["train"][idx]), *remote], dim=1))
+            # The own bottom first: over a network the passives' activations are still on their way.
+            own = self.bottom_(x_own["train"][idx])
+            if upcoming is not None:
+                replies, upcoming = upcoming.result(), None
+                remote = [self._acts(name, replies[name], len(idx)) for name in passives]
+            else:
+                remote = forward_remote(idx, "train", True)
+            remote = [a.requires_grad_(True) for a in remote]
+            out = self.top_(torch.cat([own, *remote], dim=1))
             loss = loss_of(out, y_own["train"][idx])
             optimizer.zero_grad()
             loss.backward()
@@ -246,6 +259,10 @@ class SplitNN(Method):
                 }
                 # Posted: it goes out with the next forward, one round trip per batch over a network.
                 fed.post("splitnn.backward", grads)
+                if next_idx is not None:
+                    # The next batch's forward leaves now, before this step's update: the passives'
+                    # work and the transfer overlap the active party's optimizer step and bottom.
+                    upcoming = fed.exchange_async("splitnn.forward", forward_payloads(next_idx, "train", True))
             optimizer.step()
             return float(loss.detach())
 
@@ -264,7 +281,7 @@ class SplitNN(Method):
             best = {"bottom": copy.deepcopy(self.bottom_.state_dict()), "top": copy.deepcopy(self.top_.state_dict())}
 
         self.history_: History = run_epochs(
-            n_train=len(train_ids), config=cfg.train, rng=rng, train_step=train_step,
+            n_train=len(train_ids), config=cfg.train, rng=rng, train_step=train_step, lookahead=True,
             validate=validate if len(val_ids) else None,
             on_improve=on_improve if cfg.train.restore_best else None,
         )

@@ -123,12 +123,15 @@ def split_validation(n: int, fraction: float, rng: np.random.Generator) -> tuple
 
 def run_epochs(
     *, n_train: int, config: TrainConfig, rng: np.random.Generator,
-    train_step: Callable[[np.ndarray], float], validate: Callable[[], float] | None = None,
+    train_step: Callable[..., float], validate: Callable[[], float] | None = None,
     on_improve: Callable[[int], None] | None = None, callbacks: Sequence[Callback] = (),
+    lookahead: bool = False,
 ) -> History:
     """The epoch loop: shuffle with ``rng``, call ``train_step`` per batch, validate, stop early.
 
     ``train_step`` receives positions into the training rows and returns the batch's mean loss.
+    With ``lookahead`` it also receives the next batch's positions (None after the epoch's last),
+    so it can start fetching that batch's inputs before it finishes this one.
     """
     if n_train < 1:
         raise ConfigError("no training rows: the scenario leaves this model nothing to learn from")
@@ -143,7 +146,11 @@ def run_epochs(
         total = 0.0
         for start in range(0, n_train, bs):
             idx = perm[start : start + bs]
-            total += train_step(idx) * len(idx)
+            if lookahead:
+                upcoming = perm[start + bs : start + 2 * bs] if start + bs < n_train else None
+                total += train_step(idx, upcoming) * len(idx)
+            else:
+                total += train_step(idx) * len(idx)
         logs: dict[str, float] = {"epoch": float(epoch), "loss": total / n_train}
         if validate is not None:
             logs["val_loss"] = validate()
