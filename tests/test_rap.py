@@ -89,6 +89,19 @@ def test_the_server_whitens_what_it_received() -> None:
         get_method("rap")(whiten_min_rows=0)
 
 
+def test_one_hot_blocks_are_not_whitened_unless_asked() -> None:
+    import dataclasses
+
+    ds = make_dataset(n=800, n_features=8)
+    X = ds.X.copy()
+    X["f0"] = (X["f0"] > 0).astype(float)  # an indicator column: its client one-hot encodes it
+    data = _rap_data(dataset=dataclasses.replace(ds, X=X, categorical=("f0",)), owner_columns=0, clients=2)
+    scores = [run_method(get_method("rap")(estimator=FAST, whiten_min_rows=1, **k), data, seed=0).scores
+              for k in ({}, {"whiten": False}, {"whiten_dependent": True})]
+    assert np.array_equal(scores[0], scores[1])  # the one-hot block sums to 1: trained on as received
+    assert not np.allclose(scores[0], scores[2])
+
+
 def test_an_mlp_fits_several_regression_targets_at_once() -> None:
     from vflo.nn.estimators import EstimatorConfig, make_estimator
     from vflo.nn.train import TrainConfig

@@ -64,6 +64,12 @@ class RAPConfig(MethodConfig):
     # eigenvalues come out too small and whitening blows up noise (Breast Cancer, 455 rows x 30 columns:
     # 95.3% accuracy whitened, 97.4% not). Whiten when rows >= this many times the columns.
     whiten_min_rows: int = 100
+    # ... and not when the received columns are linearly dependent, which is what one-hot blocks give (each
+    # sums to 1). An indicator's 0/1 scale carries information that whitening, like Centralized's
+    # standardisation, erases by blowing rare categories up: on the Covertype stand-in (44 indicator columns) an MLP
+    # reached 91.4% on the whitened projection, 94.1% on the projection as received, and 91.0% on the
+    # standardised original columns. True whitens these as well.
+    whiten_dependent: bool = False
 
     def __post_init__(self) -> None:
         if self.label_models == "one" and self.estimator.model not in ("mlp", "linear"):
@@ -325,8 +331,14 @@ class RAP(Method):
             c: {"selector": selectors[cuts[i] : cuts[i + 1]]} for i, c in enumerate(clients)}
         X = self._gather(ctx, payload, "rap.project", requests)
         if self.config.whiten and len(X) >= self.config.whiten_min_rows * X.shape[1]:
-            ctx.state["rap.whitening"] = whitening(X)
-            X = whiten(X, ctx.state["rap.whitening"])
+            fitted = whitening(X)
+            if fitted[1].shape[1] < X.shape[1] and not self.config.whiten_dependent:
+                logger.info("rap server: the %d received columns span only %d directions (one-hot blocks); "
+                            "trained on as received, not whitened (whiten_dependent = true whitens them)",
+                            X.shape[1], fitted[1].shape[1])
+            else:
+                ctx.state["rap.whitening"] = fitted
+                X = whiten(X, fitted)
         elif self.config.whiten:
             logger.info("rap server: %d rows for %d columns, too few to whiten (whiten_min_rows = %d)",
                         len(X), X.shape[1], self.config.whiten_min_rows)
