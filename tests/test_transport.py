@@ -229,3 +229,6 @@ def test_an_error_in_an_exchange_started_early_is_not_lost(monkeypatch: pytest.M
     with pytest.raises(RemoteError, match="echo.fail"):
         fed.flush()  # ...so the next use of the federation raises its error
     fed.flush()
+    fed.exchange_async("echo.fail", {"p": {}})  # a run that failed before reading it...
+    fed.setup(Echo(scale=3.0))  # ...does not fail the next one
+    assert fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})["rows"] == 3

@@ -8,6 +8,7 @@ Each :meth:`Federation.exchange` is one communication round.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -138,6 +139,10 @@ class Federation:
         # to that run, not to this one.
         if dropped := self.transport.drop_posted():
             logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
+        if self._in_flight is not None:  # a round a failed run started early: let it end, keep its outcome out
+            stale, self._in_flight = self._in_flight, None
+            with contextlib.suppress(Exception):
+                stale.result()
         self._node.install(method, seed=self.seed, parties=self.parties)
         payload: Payload = {
             "method": method.name,
