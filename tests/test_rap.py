@@ -149,6 +149,19 @@ def test_the_label_matrix_is_redrawn_until_well_conditioned() -> None:
         get_method("rap")(label_max_condition=0.5)
 
 
+def test_the_pseudo_label_scale() -> None:
+    rng = np.random.default_rng(4)
+    y = rng.normal(5.0, 2.0, size=5000)
+    quarter = LabelTransform.fit(y, "regression", None, rng, pseudo_scale=0.25)
+    assert quarter.pseudo is not None and np.isclose(quarter.pseudo[1], 0.25 * y.std())
+    encoded = quarter.encode(y, rng).astype(np.float64)
+    assert np.allclose(quarter.decode(encoded), y, atol=1e-3)  # still decoded exactly
+    pseudo = (encoded @ np.linalg.inv(quarter.A))[:, 1]  # type: ignore[arg-type]
+    assert 0.45 < pseudo.std() < 0.55  # 0.25 x std y
+    with pytest.raises(ConfigError, match="pseudo_label_scale must be positive"):
+        get_method("rap")(pseudo_label_scale=0.0)
+
+
 def test_client_transform_special_cases() -> None:
     rng = np.random.default_rng(0)
     one = PartyData(party="c", ids=np.arange(50), X=rng.normal(size=(50, 1)), columns=("salary",))
