@@ -97,9 +97,16 @@ def test_one_hot_blocks_are_not_whitened_unless_asked() -> None:
     X["f0"] = (X["f0"] > 0).astype(float)  # an indicator column: its client one-hot encodes it
     data = _rap_data(dataset=dataclasses.replace(ds, X=X, categorical=("f0",)), owner_columns=0, clients=2)
     scores = [run_method(get_method("rap")(estimator=FAST, whiten_min_rows=1, **k), data, seed=0).scores
-              for k in ({}, {"whiten": False}, {"whiten_dependent": True})]
-    assert np.array_equal(scores[0], scores[1])  # the one-hot block sums to 1: trained on as received
+              for k in ({}, {"whiten": False}, {"whiten_one_hot": True})]
+    assert np.array_equal(scores[0], scores[1])  # a client said 2 of its columns are one-hot: not whitened
     assert not np.allclose(scores[0], scores[2])
+    # linearly dependent numerical columns are no reason to skip it (the SUSY stand-in has 5 of 18)
+    X = ds.X.copy()
+    X["f1"] = X["f2"] + X["f3"]
+    data = _rap_data(dataset=dataclasses.replace(ds, X=X), owner_columns=0, clients=2)
+    plain, white = (run_method(get_method("rap")(estimator=FAST, whiten_min_rows=1, whiten=w), data, seed=0).scores
+                    for w in (False, True))
+    assert not np.allclose(plain, white)
 
 
 def test_an_mlp_fits_several_regression_targets_at_once() -> None:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from vflo.align.plain import SELECTOR, selected_ids
-from vflo.comm.message import IDS, STR, ArraySpec, Payload
+from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RemoteError
 from vflo.federation.coordinator import Federation
@@ -69,12 +69,12 @@ class RAPConfig(MethodConfig):
     # eigenvalues come out too small and whitening blows up noise (Breast Cancer, 455 rows x 30 columns:
     # 95.3% accuracy whitened, 97.4% not). Whiten when rows >= this many times the columns.
     whiten_min_rows: int = 100
-    # ... and not when the received columns are linearly dependent, which is what one-hot blocks give (each
-    # sums to 1). An indicator's 0/1 scale carries information that whitening, like Centralized's
-    # standardisation, erases by blowing rare categories up: on the Covertype stand-in (44 indicator columns) an MLP
-    # reached 91.4% on the whitened projection, 94.1% on the projection as received, and 91.0% on the
-    # standardised original columns. True whitens these as well.
-    whiten_dependent: bool = False
+    # ... and not when a block holds one-hot columns (each client says how many of its encoded columns are
+    # one-hot; a count, no values). An indicator's 0/1 scale carries information that whitening, like
+    # Centralized's standardisation, erases by blowing rare categories up: on the Covertype stand-in (44
+    # indicator columns) an MLP reached 91.4% on the whitened projection, 94.1% on the projection as
+    # received, and 91.0% on the standardised original columns. True whitens these as well.
+    whiten_one_hot: bool = False
 
     def __post_init__(self) -> None:
         if self.label_models == "one" and self.estimator.model not in ("mlp", "linear"):
@@ -164,6 +164,11 @@ class ClientTransform:
     @property
     def width(self) -> int:
         return int(self.A.shape[0])
+
+    @property
+    def one_hot_width(self) -> int:
+        """How many of the encoded columns are one-hot indicators."""
+        return sum(len(c) + (1 if self.other else 0) for c in self.categories)
 
     def encode(self, X: np.ndarray, rng: np.random.Generator, columns: tuple[str, ...]) -> np.ndarray:
         parts = [X[:, self.numeric].astype(np.float32)]
@@ -305,7 +310,8 @@ class RAP(Method):
         """The one exchange of a client: its projected aligned training rows, to the server."""
         selector = payload["selector"]
         assert isinstance(selector, np.ndarray)
-        return {"x": self._client_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector)))}
+        return {"x": self._client_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector))),
+                "one_hot": self._transform(ctx).one_hot_width}
 
     @handles("rap.project_serve", ids=IDS)
     def _project_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
@@ -315,20 +321,28 @@ class RAP(Method):
 
     # -- server -----------------------------------------------------------------------------------
 
-    def _gather(self, ctx: NodeContext, payload: Payload, kind: str, requests: dict[str, Payload]) -> np.ndarray:
-        """The label owner's block followed by every client's, asked for in the same round."""
+    def _gather(self, ctx: NodeContext, payload: Payload, kind: str,
+                requests: dict[str, Payload]) -> tuple[np.ndarray, int]:
+        """The label owner's block followed by every client's, asked for in the same round; and how many
+        of the encoded columns behind them are one-hot (training only: serving replies leave it out)."""
         own = payload["block"]
         assert isinstance(own, np.ndarray)
         blocks = [own]
+        one_hot = int(payload.get("one_hot", 0))
         for client, request in requests.items():
-            x = ctx.send(client, kind, request).get("x")
+            reply = ctx.send(client, kind, request)
+            x = reply.get("x")
             if not isinstance(x, np.ndarray) or x.ndim != 2 or x.shape[0] != own.shape[0]:
                 raise ProtocolError(f"client {client!r} sent projected rows of the wrong shape")
+            count = reply.get("one_hot", 0)
+            if not isinstance(count, int) or count < 0:
+                raise ProtocolError(f"client {client!r} sent a one-hot column count of {count!r}")
             blocks.append(x)
-        return np.hstack(blocks).astype(np.float32)
+            one_hot += count
+        return np.hstack(blocks).astype(np.float32), one_hot
 
     @handles("rap.train", block=MATRIX, labels=LABELS, clients=STR, selectors=SELECTOR, lengths=LENGTHS,
-             task=STR, classes=ArraySpec(("int64",), (1,)))
+             task=STR, classes=ArraySpec(("int64",), (1,)), one_hot=INT)
     def _train(self, ctx: NodeContext, payload: Payload) -> Payload:
         clients = json.loads(str(payload["clients"]))
         selectors, lengths = payload["selectors"], payload["lengths"]
@@ -336,16 +350,14 @@ class RAP(Method):
         cuts = np.cumsum([0, *lengths.tolist()])
         requests: dict[str, Payload] = {
             c: {"selector": selectors[cuts[i] : cuts[i + 1]]} for i, c in enumerate(clients)}
-        X = self._gather(ctx, payload, "rap.project", requests)
+        X, one_hot = self._gather(ctx, payload, "rap.project", requests)
         if self.config.whiten and len(X) >= self.config.whiten_min_rows * X.shape[1]:
-            fitted = whitening(X)
-            if fitted[1].shape[1] < X.shape[1] and not self.config.whiten_dependent:
-                logger.info("rap server: the %d received columns span only %d directions (one-hot blocks); "
-                            "trained on as received, not whitened (whiten_dependent = true whitens them)",
-                            X.shape[1], fitted[1].shape[1])
+            if one_hot and not self.config.whiten_one_hot:
+                logger.info("rap server: %d of the encoded columns are one-hot; trained on the projections as "
+                            "received, not whitened (whiten_one_hot = true whitens them)", one_hot)
             else:
-                ctx.state["rap.whitening"] = fitted
-                X = whiten(X, fitted)
+                ctx.state["rap.whitening"] = whitening(X)
+                X = whiten(X, ctx.state["rap.whitening"])
         elif self.config.whiten:
             logger.info("rap server: %d rows for %d columns, too few to whiten (whiten_min_rows = %d)",
                         len(X), X.shape[1], self.config.whiten_min_rows)
@@ -386,7 +398,7 @@ class RAP(Method):
         assert isinstance(ids, np.ndarray)
         clients = json.loads(str(payload["clients"]))
         requests: dict[str, Payload] = {c: {"ids": ids} for c in clients}
-        X = self._gather(ctx, payload, "rap.project_serve", requests)
+        X, _ = self._gather(ctx, payload, "rap.project_serve", requests)
         if "rap.whitening" in ctx.state:
             X = whiten(X, ctx.state["rap.whitening"])
         models: list[Estimator] = ctx.state["rap.models"]
@@ -427,6 +439,7 @@ class RAP(Method):
         selectors = [alignment.selector(c) for c in clients]
         payload: Payload = {
             "block": self._own_block(fed, data.subset(ids)), "labels": encoded, "clients": json.dumps(clients),
+            "one_hot": self._transform(fed.ctx).one_hot_width if data.n_features else 0,
             "selectors": np.concatenate(selectors) if selectors else np.empty(0, dtype=bool),
             "lengths": np.array([len(s) for s in selectors], dtype=np.int64),
             "task": "regression" if fed.task == "regression" else "classification",
