@@ -191,9 +191,17 @@ def test_a_request_started_early_travels_while_the_sender_computes(certs: Path,
         future = client.request_many_async([Message("act", "pas", "echo.scale", 1, {"x": np.ones(2, np.float32)})])
         assert not future.done()  # the party has not answered, yet the sender is free
         release.set()
-        [reply] = future.result(timeout=10)
+        [reply] = future.result()
         assert np.allclose(reply.unwrap()["y"], 3.0)
         assert [e.direction for e in client.ledger.entries] == ["request", "reply"]
+        # posted messages go with it, and one that fails is raised when the replies are read
+        client.post(Message("act", "pas", "echo.fail", 2))
+        failing = client.request_many_async([Message("act", "pas", "echo.scale", 3, {"x": np.ones(1, np.float32)})])
+        with pytest.raises(RemoteError, match="echo.fail"):
+            failing.result()
+        with pytest.raises(RemoteError, match="echo.fail"):
+            failing.result()  # the same error again, not a second call
+        assert node.context is not None and node.context.state["calls"] == 1
     finally:
         release.set()
         client.close()
