@@ -137,12 +137,12 @@ class Federation:
         self._method = method
         # A transport kept between runs (a deployment) may hold messages a failed run posted; they belong
         # to that run, not to this one.
-        if dropped := self.transport.drop_posted():
-            logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
         if self._in_flight is not None:  # a round a failed run started early: let it end, keep its outcome out
             stale, self._in_flight = self._in_flight, None
             with contextlib.suppress(Exception):
                 stale.result()
+        if dropped := self.transport.drop_posted():
+            logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
         self._node.install(method, seed=self.seed, parties=self.parties)
         payload: Payload = {
             "method": method.name,
