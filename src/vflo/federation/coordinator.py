@@ -214,13 +214,11 @@ class Federation:
         Each message goes out with the next request to its party, or at :meth:`flush`, so over a
         network it costs no round trip of its own; an error it causes is raised there.
         """
-        if self.party in payloads:
-            raise PartyBoundaryError(f"the coordinator {self.party!r} cannot send {kind!r} to itself")
+        messages = self._messages(kind, payloads, round_no=self._round + 1)
         self._settle()
         self._round += 1
-        for name, payload in payloads.items():
-            self.transport.post(Message(sender=self.party, receiver=name, kind=kind, round=self._round,
-                                        payload=payload))
+        for message in messages:
+            self.transport.post(message)
 
     def flush(self) -> None:
         """Deliver every posted message now (the runner calls this when a method's fit returns)."""
@@ -235,12 +233,9 @@ class Federation:
         Errors a party reports (a :class:`RemoteError`) still raise: only undelivered or
         unanswered messages are tolerated.
         """
+        messages = self._messages(kind, payloads, round_no=self._round + 1)
         self._settle()
         self._round += 1
-        messages = [
-            Message(sender=self.party, receiver=name, kind=kind, round=self._round, payload=payload)
-            for name, payload in payloads.items()
-        ]
         replies: dict[str, Payload] = {}
         failures: dict[str, TransportError] = {}
         for m, r in zip(messages, self.transport.request_each(messages), strict=True):

@@ -124,6 +124,11 @@ def whiten(X: np.ndarray, fitted: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def _one_hot_width(categories: list[np.ndarray], other: bool) -> int:
+    """Encoded indicator columns: one per category seen at fit time, plus an "other" one if configured."""
+    return sum(len(c) + (1 if other else 0) for c in categories)
+
+
 @dataclass
 class ClientTransform:
     """A client's secret: how its columns are encoded, and its Gaussian projection A_m."""
@@ -151,7 +156,7 @@ class ClientTransform:
                     "carries no information: drop it"
                 )
             categories.append(seen)
-        width = len(numeric) + sum(len(c) + (1 if other else 0) for c in categories)
+        width = len(numeric) + _one_hot_width(categories, other)
         pseudo_stats = None
         if width == 1 and pseudo:
             # One numerical feature: add a pseudo feature ~ N(mean, var) so the server cannot undo a scaling.
@@ -168,7 +173,7 @@ class ClientTransform:
     @property
     def one_hot_width(self) -> int:
         """How many of the encoded columns are one-hot indicators."""
-        return sum(len(c) + (1 if self.other else 0) for c in self.categories)
+        return _one_hot_width(self.categories, self.other)
 
     def encode(self, X: np.ndarray, rng: np.random.Generator, columns: tuple[str, ...]) -> np.ndarray:
         parts = [X[:, self.numeric].astype(np.float32)]
