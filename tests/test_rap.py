@@ -109,6 +109,12 @@ def test_one_hot_blocks_are_not_whitened_unless_asked() -> None:
     assert not np.allclose(plain, white)
 
 
+def test_a_client_that_sends_a_bad_one_hot_count_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ClientTransform, "one_hot_width", property(lambda self: -1))
+    with pytest.raises(RemoteError, match="client 'c0' sent a one-hot column count of -1"):
+        run_method(get_method("rap")(estimator=FAST), _rap_data(owner_columns=0, clients=2), seed=0)
+
+
 def test_an_mlp_fits_several_regression_targets_at_once() -> None:
     from vflo.nn.estimators import EstimatorConfig, make_estimator
     from vflo.nn.train import TrainConfig
