@@ -31,8 +31,7 @@ from vflo.data.datasets import load_dataset
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.deploy import Deployment, export_federation, load_deploy_config
 from vflo.federation.coordinator import AlignmentConfig
-from vflo.federation.node import Node
-from vflo.federation.simulation import build_federation, run_method
+from vflo.federation.simulation import build_federation, party_node, run_method
 from vflo.methods.local import Local
 from vflo.methods.splitnn import SplitNN
 from vflo.roles import PartyInfo
@@ -42,7 +41,7 @@ from transport import Ping
 
 
 def latency(secure: bool, size: int, calls: int, certs: Path) -> float:
-    node = Node(PartyInfo("p", "passive"))
+    node = party_node(PartyInfo("p", "passive"))
     node.install(Ping(), seed=0, parties=(PartyInfo("a", "active"), PartyInfo("p", "passive")))
     server_creds = PartyCredentials.load(certs, "p") if secure else None
     server = PartyServer(node, address="127.0.0.1:0", credentials=server_creds, allowed={"a"}).start()

@@ -29,8 +29,8 @@ from vflo.comm.message import INT, Message, Payload
 from vflo.data.datasets import load_dataset
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.federation.coordinator import Federation
-from vflo.federation.node import Node, NodeContext
-from vflo.federation.simulation import run_method
+from vflo.federation.node import NodeContext
+from vflo.federation.simulation import party_node, run_method
 from vflo.methods.base import Method, MethodConfig, handles
 from vflo.methods.splitnn import SplitNN
 from vflo.nn.models import mlp
@@ -84,7 +84,7 @@ class Ping(Method):
 
 def transport_figures(repeats: int) -> dict[str, float]:
     a, p = PartyInfo("a", "active"), PartyInfo("p", "passive")
-    nodes = {"a": Node(a), "p": Node(p)}
+    nodes = {"a": party_node(a), "p": party_node(p)}
     transport = LocalTransport(nodes)
     method = Ping()
     nodes["p"].install(method, seed=0, parties=(a, p))
@@ -138,7 +138,7 @@ def splitnn_figures(data_dir: str | None, repeats: int) -> dict[str, float]:
         out = run_method(method, data, seed=r)
         split_epochs.append(method.history_.epochs[0]["seconds"])
         by_kind = out.ledger.by_kind()
-        bytes_per_epoch = by_kind["splitnn.forward"]["bytes"] + by_kind["splitnn.backward"]["bytes"]
+        bytes_per_epoch = by_kind["splitnn.forward"]["bytes"] + by_kind["split.backward"]["bytes"]
         rounds = out.ledger.summary().rounds
 
     # the same network and batches in one process

@@ -57,11 +57,11 @@ def test_round_trip_every_payload_type(payload: dict[str, object], rnd: int, tex
 @settings(max_examples=50, deadline=None)
 @given(payload=payloads)
 def test_ledger_bytes_equal_encoded_lengths(payload: dict[str, object]) -> None:
-    from vflo.federation.node import Node
+    from vflo.federation.simulation import party_node
     from vflo.roles import PartyInfo
 
     ledger = Ledger()
-    transport = LocalTransport({"b": Node(PartyInfo("b", "passive"))}, ledger=ledger)
+    transport = LocalTransport({"b": party_node(PartyInfo("b", "passive"))}, ledger=ledger)
     msg = Message(sender="a", receiver="b", kind="unknown.kind", round=1, payload=payload)  # type: ignore[arg-type]
     reply = transport.request(msg)
     assert reply.error is not None  # no method installed: the node answers with an error

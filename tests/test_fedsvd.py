@@ -55,11 +55,11 @@ def test_federated_svd_equals_numpy_svd_of_the_joined_columns(mask: str) -> None
     assert np.allclose(result.S, S, rtol=1e-6)
     signs = np.sign(np.sum(result.U * U, axis=0))
     assert np.allclose(result.U * signs, U, atol=1e-8)
-    V = np.vstack([fed.ctx.state["fedsvd.V"], nodes["p"].context.state["fedsvd.V"],
-                   nodes["q"].context.state["fedsvd.V"]])
+    V = np.vstack([fed.ctx.state["svd.V"], nodes["p"].context.state["svd.V"],
+                   nodes["q"].context.state["svd.V"]])
     assert np.allclose(V * signs, Vt.T, atol=1e-8)
     # the server only ever sees masked blocks, never a party's raw columns
-    to_server = [m for m in seen if m.receiver == "server" and m.kind in ("fedsvd.block", "fedsvd.solve")]
+    to_server = [m for m in seen if m.receiver == "server" and m.kind in ("svd.block", "svd.solve")]
     assert len(to_server) == 3
     for msg in to_server:
         block = msg.payload["block"]
@@ -75,7 +75,8 @@ def test_dense_mask_cost_grows_with_the_square_of_the_rows() -> None:
         layout = two_party_spec(active=n, aligned=n).build(ds, seed=0)
         data = layout.materialize(test_ids=np.sort(layout.ids("act"))[:5])
         out = run_method(get_method("vfedtrans")(fedsvd={"mask": "dense"}, train={"max_epochs": 1}), data, seed=0)
-        costs[n] = out.ledger.by_kind()["fedsvd.masks"]["request_bytes"]
+        # the passive party's masks travel as a message; the active party's ride on the deal's reply
+        costs[n] = out.ledger.by_kind()["svd.masks"]["request_bytes"]
     # 95 and 195 aligned training rows (5 test rows held out): bytes follow m²
     assert costs[200] / costs[100] == pytest.approx((195 / 95) ** 2, rel=0.02)
 
@@ -87,7 +88,7 @@ def test_block_masks_cost_linear_bytes() -> None:
     dense = run_method(get_method("vfedtrans")(fedsvd={"mask": "dense"}, train={"max_epochs": 1}), data, seed=0)
     block = run_method(get_method("vfedtrans")(fedsvd={"mask": "block", "block_size": 50},
                                                train={"max_epochs": 1}), data, seed=0)
-    ratio = block.ledger.by_kind()["fedsvd.masks"]["bytes"] / dense.ledger.by_kind()["fedsvd.masks"]["bytes"]
+    ratio = block.ledger.by_kind()["svd.masks"]["bytes"] / dense.ledger.by_kind()["svd.masks"]["bytes"]
     assert ratio == pytest.approx(50 / 395, rel=0.05)
 
 
@@ -98,11 +99,11 @@ def test_vfedtrans_runs_the_five_exchanges_through_the_transport() -> None:
     method = get_method("vfedtrans")(train={"max_epochs": 2})
     out = run_method(method, data, seed=0)
     flows = {(e.sender, e.receiver, e.kind) for e in out.ledger.entries if e.direction == "request" and e.is_method}
-    # dealer -> active, dealer -> passive, passive -> server, active -> server (with the solve request),
-    # and the server -> active reply carrying U'
-    assert {("dealer", "act", "fedsvd.masks"), ("dealer", "pas", "fedsvd.masks"), ("pas", "server", "fedsvd.block"),
-            ("act", "server", "fedsvd.solve")} <= flows
-    replies = [e for e in out.ledger.entries if e.kind == "fedsvd.solve" and e.direction == "reply"]
+    # active -> dealer (its masks come back in the reply), dealer -> passive, active -> passive (upload),
+    # passive -> server, active -> server (with the solve request), and the server -> active reply carrying U'
+    assert flows == {("act", "dealer", "svd.deal"), ("dealer", "pas", "svd.masks"), ("act", "pas", "svd.upload"),
+                     ("pas", "server", "svd.block"), ("act", "server", "svd.solve")}
+    replies = [e for e in out.ledger.entries if e.kind == "svd.solve" and e.direction == "reply"]
     assert replies[0].nbytes > 105 * 8 * 8  # U' of the aligned training rows x 8 components, float64
     assert method.latent_width_ == 8
     assert out.scores.shape == (20, 2)
@@ -114,7 +115,7 @@ def test_fedsvd_scores_new_rows_as_the_joined_projection() -> None:
     out = run_method(method, data, seed=0)
     assert compute_metrics(data.task, data.test_y, out.scores)["accuracy"] > 0.5
     kinds = {e.kind for e in out.ledger.entries if e.is_method}
-    assert "fedsvd.project" in kinds
+    assert "svd.project" in kinds
 
 
 def test_a_dense_mask_over_the_message_limit_says_to_use_blocks() -> None:

@@ -19,8 +19,7 @@ from vflo.comm.tls import PartyCredentials, init_certs, issue
 from vflo.data.partydata import PartyData
 from vflo.deploy import DataConfig, DeployConfig, Deployment, PartyConfig, PeerConfig, TLSConfig, start_party
 from vflo.errors import CodecError, ConfigError, DataError, DataFileError, RemoteError, TransportError
-from vflo.federation.node import Node
-from vflo.federation.simulation import run_method
+from vflo.federation.simulation import party_node, run_method
 from vflo.methods.registry import get_method
 from vflo.roles import PartyInfo
 
@@ -70,7 +69,7 @@ def test_grpc_gives_the_same_numbers_and_bytes_as_in_process(certs: Path, secure
 
 
 def _server(certs: Path, allowed: set[str]) -> PartyServer:
-    node = Node(PartyInfo("pas", "passive"))
+    node = party_node(PartyInfo("pas", "passive"))
     return PartyServer(node, address="127.0.0.1:0", credentials=PartyCredentials.load(certs, "pas"),
                        allowed=allowed).start()
 
@@ -125,7 +124,7 @@ def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
     from tests.test_transport import Echo
 
     rows = PartyData(party="pas", ids=[1, 2], X=np.ones((2, 1)), columns=("v",))
-    node = Node(PartyInfo("pas", "passive"), rows)
+    node = party_node(PartyInfo("pas", "passive"), rows)
     parties = (PartyInfo("act", "active"), PartyInfo("pas", "passive"))
     node.install(Echo(scale=3.0), seed=0, parties=parties)
     calls: list[str] = []
@@ -151,7 +150,7 @@ def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
             client.request(Message("act", "pas", "echo.scale", 6, {"x": np.ones(1, np.float32)}))
         assert node.context.state["calls"] == 3
         # the same messages in process cross with the same bytes
-        local_node = Node(PartyInfo("pas", "passive"), rows)
+        local_node = party_node(PartyInfo("pas", "passive"), rows)
         local_node.install(Echo(scale=3.0), seed=0, parties=parties)
         local = LocalTransport({"pas": local_node})
         for n in (2, 3):
@@ -179,7 +178,7 @@ def test_a_request_started_early_travels_while_the_sender_computes(certs: Path,
 
     from tests.test_transport import Echo
 
-    node = Node(PartyInfo("pas", "passive"), PartyData(party="pas", ids=[1], X=np.ones((1, 1)), columns=("v",)))
+    node = party_node(PartyInfo("pas", "passive"), PartyData(party="pas", ids=[1], X=np.ones((1, 1)), columns=("v",)))
     node.install(Echo(scale=3.0), seed=0, parties=(PartyInfo("act", "active"), PartyInfo("pas", "passive")))
     release = threading.Event()
     original = PartyServer._call
@@ -238,7 +237,7 @@ def test_an_address_already_in_use(certs: Path) -> None:
 
 
 def _server_at(certs: Path, address: str) -> PartyServer:
-    return PartyServer(Node(PartyInfo("pas", "passive")), address=address,
+    return PartyServer(party_node(PartyInfo("pas", "passive")), address=address,
                        credentials=PartyCredentials.load(certs, "pas"), allowed={"act"})
 
 

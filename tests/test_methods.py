@@ -149,10 +149,10 @@ def test_splitnn_learns_from_the_passive_party_features() -> None:
     acc_local = compute_metrics(data.task, data.test_y, local.scores)["accuracy"]
     assert acc > acc_local + 0.1
     kinds = {e.kind for e in out.ledger.entries}
-    assert {"splitnn.forward", "splitnn.backward", "splitnn.init", "splitnn.predict", "align.plain"} <= kinds
+    assert {"splitnn.forward", "split.backward", "splitnn.init", "split.activations", "split.finish", "align.plain"} <= kinds
     # two rounds per training batch: forward, then the gradients (posted: they go out with the next forward)
     forward = sum(1 for e in out.ledger.entries if e.kind == "splitnn.forward" and e.direction == "request")
-    backward = sum(1 for e in out.ledger.entries if e.kind == "splitnn.backward" and e.direction == "request")
+    backward = sum(1 for e in out.ledger.entries if e.kind == "split.backward" and e.direction == "request")
     # plus one validation forward per epoch
     assert forward == backward + len(method.history_)
 

@@ -14,6 +14,7 @@ from vflo.data.partydata import PartyData
 from vflo.errors import PayloadError, ProtocolError, RemoteError
 from vflo.federation.coordinator import Federation
 from vflo.federation.node import Node, NodeContext
+from vflo.federation.simulation import party_node
 from vflo.methods.base import Method, MethodConfig, handles
 from vflo.roles import PartyInfo
 
@@ -69,7 +70,7 @@ def _federation(monkeypatch: pytest.MonkeyPatch, ledger: Ledger | None = None) -
     monkeypatch.setitem(registry._METHODS, "echo", f"{__name__}:Echo")
     own = PartyData(party="a", ids=[1, 2], X=np.zeros((2, 1)), columns=("u",), y=[0, 1])
     other = PartyData(party="p", ids=[1, 2, 3], X=np.ones((3, 2)), columns=("v", "w"))
-    nodes = {"a": Node(ACTIVE, own), "p": Node(PASSIVE, other), "r": Node(RELAY)}
+    nodes = {"a": party_node(ACTIVE, own), "p": party_node(PASSIVE, other), "r": party_node(RELAY)}
     transport = LocalTransport(nodes, ledger=ledger)
     fed = Federation(node=nodes["a"], transport=transport, parties=(ACTIVE, PASSIVE, RELAY), seed=1,
                      task="binary", n_classes=2)
@@ -163,10 +164,10 @@ def test_coordinator_sees_only_its_own_data(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_payload_checks_run_before_the_handler(monkeypatch: pytest.MonkeyPatch) -> None:
     fed, nodes = _federation(monkeypatch)
-    with pytest.raises(RemoteError):
+    with pytest.raises(RemoteError) as caught:
         fed.request("p", "echo.scale", {"x": np.ones((2, 2), np.float32)})
+    assert caught.value.error_type == PayloadError.__name__ and caught.value.exit_code == PayloadError.exit_code
     assert nodes["p"].context is not None and "calls" not in nodes["p"].context.state
-    assert PayloadError.__name__ == "PayloadError"
 
 
 def test_posted_messages_go_out_in_order_with_the_next_request(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,8 +61,9 @@ def test_the_second_hop_party_sends_one_message_and_receives_its_mask() -> None:
     data = _data()
     out = run_method(get_method("vfl_asp")(**SETTINGS), data, seed=0)
     method = [e for e in out.ledger.entries if e.is_method]
-    assert [e.kind for e in method if e.sender == "p2" and e.direction == "request"] == ["asp.block"]
-    assert [e.kind for e in method if e.receiver == "p2" and e.direction == "request"] == ["asp.mask"]
+    assert [e.kind for e in method if e.sender == "p2" and e.direction == "request"] == ["svd.block"]
+    assert [(e.sender, e.kind) for e in method if e.receiver == "p2" and e.direction == "request"] == [
+        ("dealer", "svd.masks"), ("p1", "svd.upload")]
 
 
 def test_teacher_and_student() -> None:
@@ -104,7 +105,7 @@ def test_an_overlap_can_be_a_warning(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_more_components_than_columns() -> None:
-    with pytest.raises(RemoteError, match="components = 50 but the first- and second-hop parties hold only 20"):
+    with pytest.raises(RemoteError, match="50 singular vectors asked for .* hold only 20 columns together"):
         run_method(get_method("vfl_asp")(**SETTINGS, components=50), _data(), seed=0)
     with pytest.raises(ConfigError, match="embedding_weight"):
         get_method("vfl_asp")(embedding_weight=1.5)

@@ -36,7 +36,7 @@ from vflo.data.preprocessing import Standardizer
 from vflo.errors import ConfigError, MethodError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
-from vflo.federation.simulation import RunOutput
+from vflo.federation.simulation import RunOutput, party_node
 from vflo.methods.base import Method
 from vflo.roles import PartyInfo, Role
 
@@ -195,7 +195,7 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
     if data is None and config.data is not None:
         data, serve, _ = load_party_data(config.name, config.data)
     credentials = credentials_for(config.name, config.tls)
-    node = Node(PartyInfo(config.name, config.role), data, serve)
+    node = party_node(PartyInfo(config.name, config.role), data, serve)
     transport = GrpcTransport(config.name, config.peers, credentials=credentials, deadline=config.deadline,
                               max_message_bytes=config.max_message_bytes)
     node.attach(transport)

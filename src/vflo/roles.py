@@ -37,7 +37,3 @@ def active_party(parties: tuple[PartyInfo, ...]) -> PartyInfo:
             "set role = 'active' on exactly one party"
         )
     return actives[0]
-
-
-def passive_parties(parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
-    return tuple(p for p in parties if p.role == "passive")

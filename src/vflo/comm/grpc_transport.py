@@ -28,7 +28,7 @@ from vflo.comm.codec import DEFAULT_MAX_BYTES, decode, encode
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message, MessageError
 from vflo.comm.tls import PartyCredentials
-from vflo.comm.transport import Transport
+from vflo.comm.transport import Endpoint, Transport
 from vflo.errors import (
     CodecError,
     DeliveryTimeoutError,
@@ -37,7 +37,6 @@ from vflo.errors import (
     TransportError,
     unknown_name,
 )
-from vflo.federation.node import Node
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ class PartyServer:
     """Serves one party's node over gRPC (mutual TLS unless ``credentials`` is None)."""
 
     def __init__(
-        self, node: Node, *, address: str, credentials: PartyCredentials | None, allowed: Collection[str],
+        self, node: Endpoint, *, address: str, credentials: PartyCredentials | None, allowed: Collection[str],
         max_message_bytes: int = DEFAULT_MAX_BYTES, workers: int = 8,
     ) -> None:
         self.node = node

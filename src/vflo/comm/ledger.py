@@ -65,14 +65,6 @@ class LedgerSummary:
     # Method requests that got no reply (a party that timed out or dropped its answer).
     unanswered: int = 0
 
-    @property
-    def megabytes(self) -> float:
-        return self.bytes / 1e6
-
-    @property
-    def total_bytes(self) -> int:
-        return self.bytes + self.align_bytes + self.control_bytes
-
 
 class Ledger:
     """Thread-safe append-only record of messages."""

@@ -9,17 +9,13 @@ multi-process one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from vflo.comm.codec import decode, encode
 from vflo.comm.faults import FaultPlan
 from vflo.comm.ledger import Direction, Ledger
 from vflo.comm.message import Message
-from vflo.comm.transport import Transport
+from vflo.comm.transport import Endpoint, Transport
 from vflo.errors import CodecError, DeliveryTimeoutError, ProtocolError, unknown_name
-
-if TYPE_CHECKING:
-    from vflo.federation.node import Node
 
 Observer = Callable[[Message], None]
 
@@ -28,7 +24,7 @@ class LocalTransport(Transport):
     """In-process delivery to registered nodes through the codec."""
 
     def __init__(
-        self, nodes: Mapping[str, Node], *, ledger: Ledger | None = None, max_message_bytes: int | None = None,
+        self, nodes: Mapping[str, Endpoint], *, ledger: Ledger | None = None, max_message_bytes: int | None = None,
         observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
     ) -> None:
         if max_message_bytes is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vflo.errors import PayloadError, RemoteError
+from vflo.errors import PayloadError, ProtocolError, RemoteError
 
 Scalar = int | float | str | bool
 Value = np.ndarray | Scalar
@@ -126,3 +126,19 @@ def check_payload(kind: str, payload: Payload, spec: Mapping[str, FieldSpec]) ->
         )
     for name, fs in spec.items():
         fs.check(kind, name, payload[name])
+
+
+def expect_rows(reply: Payload, field: str, *, party: str, rows: int, width: int | None = None,
+                what: str = "rows") -> np.ndarray:
+    """A reply's float matrix of ``rows`` rows (and ``width`` columns where given), as float32.
+
+    The one check every coordinator applies to what a party sends back (activations, latents,
+    projections), so a party that answers with the wrong shape is named the same way everywhere.
+    """
+    value = reply.get(field)
+    expected = f"({rows}, {'n' if width is None else width})"
+    if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.ndim != 2 or value.shape[0] != rows \
+            or (width is not None and value.shape[1] != width):
+        got = f"shape {value.shape} of {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise ProtocolError(f"party {party!r} sent {what} ({field!r}) as {got}, expected {expected} floats")
+    return value.astype(np.float32, copy=False)

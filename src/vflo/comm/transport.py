@@ -11,11 +11,23 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Future
+from typing import Protocol
 
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
 from vflo.errors import ProtocolError, TransportError
+
+
+class Endpoint(Protocol):
+    """What a transport delivers to: a party that answers each message (a node)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def handle(self, message: Message) -> Message: ...
+
+    def attach(self, transport: Transport) -> None: ...
 
 
 class Transport(ABC):

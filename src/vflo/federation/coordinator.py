@@ -27,12 +27,12 @@ from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.errors import MethodError, PartyBoundaryError, ProtocolError, RemoteError, TransportError
 from vflo.federation.node import LEDGER, SETUP, TEARDOWN, Node, NodeContext
-from vflo.methods.base import Method
 from vflo.roles import PartyInfo, active_party
 
 if TYPE_CHECKING:
     from vflo.data.datasets import Task
     from vflo.data.scenario import Oracle
+    from vflo.methods.base import Method
 
 logger = logging.getLogger(__name__)
 
@@ -84,12 +84,6 @@ class Federation:
     def names(self, *roles: str) -> list[str]:
         """Names of the parties with any of ``roles`` (all if none given), the coordinator excluded."""
         return [p.name for p in self.parties if p.name != self.party and (not roles or p.role in roles)]
-
-    def role_of(self, name: str) -> str:
-        for p in self.parties:
-            if p.name == name:
-                return p.role
-        raise PartyBoundaryError(f"no party named {name!r}")
 
     @property
     def ctx(self) -> NodeContext:
@@ -251,8 +245,10 @@ class Federation:
     def broadcast(self, kind: str, payload: Payload, to: Sequence[str]) -> dict[str, Payload]:
         return self.exchange(kind, {name: payload for name in to})
 
-    def score_together(self, kind: str, ids: np.ndarray, parties: Sequence[str]) -> dict[str, Payload]:
-        """Ask every party in ``parties`` for its share of scoring ``ids`` (collaborative inference).
+    def score_together(self, kind: str, ids: np.ndarray, parties: Sequence[str], *,
+                       extra: Payload | None = None) -> dict[str, Payload]:
+        """Ask every party in ``parties`` for its share of scoring ``ids`` (collaborative inference);
+        ``extra`` fields ride along with the IDs.
 
         A party that does not hold some of the rows turns into a :class:`MethodError` that says
         why: methods whose inference is collaborative can only score rows every party holds.
@@ -260,7 +256,7 @@ class Federation:
         if not parties:
             return {}
         try:
-            return self.broadcast(kind, {"ids": ids}, parties)
+            return self.broadcast(kind, {"ids": ids, **(extra or {})}, parties)
         except RemoteError as exc:
             name = self._method.name if self._method is not None else "this method"
             raise MethodError(

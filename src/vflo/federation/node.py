@@ -1,30 +1,29 @@
 """A party's endpoint: its own data, its private state, and a handler per message kind.
 
 A :class:`Node` is built from one party's :class:`~vflo.data.partydata.PartyData`
-only. When a ``control.setup`` message names a method, the node creates its own
-instance of that method from the config in the message and serves the method's
-handlers. Each handler receives a :class:`NodeContext`: this party's data, state,
-seeded random streams and a way to send onward messages, and nothing of any other
-party.
+only. When a ``control.setup`` message names a method, the node asks the method factory
+it was handed for an instance built from the config in the message and serves that
+method's handlers, beside the protocols it always serves (alignment). Each handler
+receives a :class:`NodeContext`: this party's data, state, seeded random streams and a
+way to send onward messages, and nothing of any other party.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
 
-from vflo.align import plain as plain_align
-from vflo.align import psi
 from vflo.comm.message import INT, STR, FieldSpec, Message, Payload, check_payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.errors import PartyBoundaryError, ProtocolError, VfloError
-from vflo.methods.base import HandlerInfo, Method
+from vflo.federation.handlers import HandlerInfo, HandlerSet
 from vflo.roles import PartyInfo
 from vflo.seeding import numpy_rng, torch_generator
 
@@ -33,13 +32,13 @@ logger = logging.getLogger(__name__)
 SETUP = "control.setup"
 TEARDOWN = "control.teardown"
 LEDGER = "control.ledger"
-# Alignment runs before any method's own exchange, so every node serves it whatever the method.
-ALIGNMENT_HANDLERS = {
-    plain_align.KIND: (plain_align.REQUEST, plain_align.handle),
-    psi.KIND: (psi.REQUEST, psi.handle),
-    psi.RESULT_KIND: (psi.RESULT, psi.handle_result),
-}
 SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR}
+# Builds the method a setup message names from its name and config (JSON): the method registry.
+MethodFactory = Callable[[str, str], HandlerSet]
+
+
+def _no_methods(name: str, _config: str) -> HandlerSet:
+    raise ProtocolError(f"this node serves no methods; it cannot set up {name!r}")
 
 
 class NodeContext:
@@ -95,11 +94,23 @@ class NodeContext:
         message = Message(sender=self.party, receiver=receiver, kind=kind, round=self._current_round, payload=payload)
         return self._transport.request(message).unwrap()
 
+    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Payload]:
+        """Onward requests of one kind to several parties, in the current round; each reply's payload."""
+        return {receiver: self.send(receiver, kind, payload) for receiver, payload in payloads.items()}
+
 
 class Node:
-    """Serves one party's handlers; knows nothing of other parties but their names and roles."""
+    """Serves one party's handlers; knows nothing of other parties but their names and roles.
 
-    def __init__(self, info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None) -> None:
+    ``methods`` builds the method a ``control.setup`` message names (the method registry);
+    ``protocols`` are served whatever the method (alignment). Both are handed in by whoever
+    builds the node, so this module depends on neither.
+    """
+
+    def __init__(
+        self, info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
+        methods: MethodFactory = _no_methods, protocols: Sequence[HandlerSet] = (),
+    ) -> None:
         if data is not None and data.party != info.name:
             raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
         if serving is not None and serving.party != info.name:
@@ -109,7 +120,12 @@ class Node:
         self._serving = serving
         self._transport: Transport | None = None
         self.context: NodeContext | None = None
-        self.method: Method | None = None
+        self.method: HandlerSet | None = None
+        self._methods = methods
+        self._protocols: dict[str, tuple[HandlerSet, HandlerInfo, str]] = {
+            kind: (handler_set, info, attr)
+            for handler_set in protocols for kind, (info, attr) in handler_set.handler_table().items()
+        }
         self._handlers: dict[str, tuple[HandlerInfo, str]] = {}
         self._handling: str | None = None
 
@@ -121,7 +137,7 @@ class Node:
         """The transport this node uses for onward messages."""
         self._transport = transport
 
-    def install(self, method: Method, *, seed: int, parties: tuple[PartyInfo, ...]) -> NodeContext:
+    def install(self, method: HandlerSet, *, seed: int, parties: tuple[PartyInfo, ...]) -> NodeContext:
         """Serve ``method``'s handlers with a fresh private state."""
         self.method = method
         self._handlers = method.handler_table()
@@ -167,20 +183,18 @@ class Node:
             return {"records": self._ledger_records()}
         if self.context is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} got {kind!r} before any method was set up")
-        if kind in ALIGNMENT_HANDLERS:
-            spec, handler = ALIGNMENT_HANDLERS[kind]
-            check_payload(kind, message.payload, spec)
-            return handler(self.context, message.payload)
-        entry = self._handlers.get(kind)
-        if entry is None:
-            raise ProtocolError(
-                f"party {self.name!r} running {self.method.name} has no handler for {kind!r}"
-            )
-        info, attr = entry
+        if kind in self._protocols:
+            handler_set, info, attr = self._protocols[kind]
+        elif kind in self._handlers:
+            handler_set = self.method
+            info, attr = self._handlers[kind]
+        else:
+            name = getattr(self.method, "name", type(self.method).__name__)
+            raise ProtocolError(f"party {self.name!r} running {name} has no handler for {kind!r}")
         check_payload(kind, message.payload, info.accepts)
         self.context._current_round = message.round
         self.context.sender = message.sender
-        result: Payload = getattr(self.method, attr)(self.context, message.payload)
+        result: Payload = getattr(handler_set, attr)(self.context, message.payload)
         return result
 
     def _ledger_records(self) -> str:
@@ -190,11 +204,8 @@ class Node:
         return json.dumps([asdict(e) for e in self._transport.ledger.drain()])
 
     def _setup(self, payload: Payload) -> None:
-        from vflo.methods.registry import get_method
-
         check_payload(SETUP, payload, SETUP_SPEC)
-        method_cls = get_method(str(payload["method"]))
-        method = method_cls.from_config_json(str(payload["config"]))
+        method = self._methods(str(payload["method"]), str(payload["config"]))
         try:
             raw = json.loads(str(payload["parties"]))
             parties = tuple(PartyInfo(str(n), r) for n, r in raw)

@@ -8,14 +8,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vflo.align.protocol import ALIGNMENT
 from vflo.comm.faults import FaultPlan
 from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.comm.local import LocalTransport, Observer
+from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
 from vflo.errors import MethodError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
 from vflo.methods.base import Method
+from vflo.methods.registry import method_from_json
 from vflo.roles import PartyInfo
 
 
@@ -41,18 +44,23 @@ class RunOutput:
         return self.ledger.summary(self.fit_entries)
 
 
+def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None) -> Node:
+    """A node that serves every registered method and alignment: what each party runs."""
+    return Node(info, data, serving, methods=method_from_json, protocols=(ALIGNMENT,))
+
+
 def build_federation(
     data: FederatedData, method: Method, *, seed: int, ledger: Ledger | None = None,
     max_message_bytes: int | None = None, observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
     alignment: AlignmentConfig | None = None,
 ) -> tuple[Federation, dict[str, Node]]:
     """One node per party built from that party's data only, joined by a :class:`LocalTransport`."""
-    nodes = {p.name: Node(p, data.train.get(p.name), data.serve.get(p.name)) for p in data.parties}
+    nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name)) for p in data.parties}
     extras: tuple[PartyInfo, ...] = method.extra_parties(data.parties)
     for info in extras:
         if info.name in nodes:
             raise MethodError(f"{method.name} adds a party named {info.name!r}, but a data party has that name")
-        nodes[info.name] = Node(info)
+        nodes[info.name] = party_node(info)
     parties = (*data.parties, *extras)
     transport = LocalTransport(nodes, ledger=ledger, max_message_bytes=max_message_bytes, observers=observers,
                                faults=faults)

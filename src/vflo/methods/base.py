@@ -18,24 +18,23 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
 from vflo import schema
-from vflo.comm.message import FieldSpec, Payload
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError, MethodError
+from vflo.federation.handlers import HandlerInfo, HandlerSet, handles
 from vflo.roles import PartyInfo
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+
+__all__ = ["ALL_TASKS", "HandlerInfo", "Inference", "Method", "MethodConfig", "handles"]
 
 Inference = Literal["active_only", "collaborative"]
-HandlerFn = Callable[[Any, "NodeContext", Payload], Payload]
 ALL_TASKS: frozenset[Task] = frozenset({"binary", "multiclass", "regression"})
 
 
@@ -44,29 +43,7 @@ class MethodConfig:
     """Base of every method's hyperparameters."""
 
 
-@dataclass(frozen=True)
-class HandlerInfo:
-    kind: str
-    accepts: Mapping[str, FieldSpec]
-
-
-F = TypeVar("F", bound=Callable[..., Payload])
-
-
-def handles(kind: str, **accepts: FieldSpec) -> Callable[[F], F]:
-    """Mark a method function as the handler of message ``kind`` with payload fields ``accepts``."""
-
-    def mark(fn: F) -> F:
-        fn._vflo_handler = HandlerInfo(kind=kind, accepts=accepts)  # type: ignore[attr-defined]
-        return fn
-
-    return mark
-
-
-C = TypeVar("C", bound=MethodConfig)
-
-
-class Method(ABC):
+class Method(HandlerSet, ABC):
     """Base class of every federated algorithm and baseline."""
 
     name: ClassVar[str]
@@ -87,16 +64,6 @@ class Method(ABC):
         self.config = config
 
     # -- what a party runs -----------------------------------------------------------------------
-
-    @classmethod
-    def handler_table(cls) -> dict[str, tuple[HandlerInfo, str]]:
-        table: dict[str, tuple[HandlerInfo, str]] = {}
-        for klass in reversed(cls.__mro__):
-            for attr, value in vars(klass).items():
-                info = getattr(value, "_vflo_handler", None)
-                if isinstance(info, HandlerInfo):
-                    table[info.kind] = (info, attr)
-        return table
 
     def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
         """Data-less parties (server, dealer) this method needs beside the data holders."""

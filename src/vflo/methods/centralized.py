@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from vflo.data.preprocessing import Standardizer
 from vflo.errors import MethodError
-from vflo.federation.coordinator import Federation
 from vflo.methods.base import Method, MethodConfig
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
 from vflo.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 
-from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Payload, floats
+from vflo.comm.message import BOOL, INT, ArraySpec, Payload, expect_rows
 from vflo.data.datasets import Task
-from vflo.errors import MethodError, ProtocolError
-from vflo.federation.coordinator import Federation
-from vflo.federation.node import NodeContext
+from vflo.errors import MethodError, ProtocolError, TransportError
 from vflo.methods.base import Method, MethodConfig, handles
+from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
 from vflo.nn.layers import build, output_size, validate
-from vflo.nn.train import History, TrainConfig, adam, as_tensor
+from vflo.nn.train import History, TrainConfig, adam, as_tensor, split_validation
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +39,10 @@ class EntityAugmentationConfig(MethodConfig):
     order, and labels are interpolated (the method); ``'aligned'``: only entities every guest holds, in
     one shared order (standard split learning with the same networks and loss, the paper's baseline).
     ``on_missing``: what the host does when a guest does not answer a step in time: ``'reuse'`` its last
-    activation and IDs (the paper's queue), ``'skip'`` the step, or ``'fail'``.
+    activation and IDs (the paper's queue), ``'skip'`` the step, or ``'fail'`` (any forward or backward
+    message a guest does not answer ends the run). ``train.validation_fraction`` > 0 holds out that share of
+    the labelled entities every guest holds: they are scored every epoch (true labels, no interpolation)
+    and drive early stopping as for every other network; 0 (the paper's setting) trains ``max_epochs``.
     """
 
     guest: tuple[str, ...] = ("linear 64", "relu")
@@ -56,7 +62,7 @@ class EntityAugmentationConfig(MethodConfig):
             validate(self.host, "entity_augmentation host")
 
 
-class EntityAugmentation(Method):
+class EntityAugmentation(SplitParty, Method):
     """Entity Augmentation: Amalanshu et al., "Entity Augmentation for Efficient Classification of
     Vertically Partitioned Data with Limited Overlap" (Algorithm 1).
 
@@ -97,9 +103,8 @@ class EntityAugmentation(Method):
         if data.n_features == 0:
             raise MethodError(f"guest {ctx.party!r} holds no features; every guest needs at least one column")
         net = build(data.n_features, self._layers(ctx), generator=ctx.torch_generator("ea-guest"))
-        width = output_size(net, data.n_features)
-        ctx.state.update(net=net, optimizer=adam(net.parameters(), self.config.train), pending=None)
-        return {"ids": data.ids, "width": width}
+        self.new_bottom(ctx, net, self.config.train, self.config.payload_dtype)
+        return {"ids": data.ids, "width": output_size(net, data.n_features)}
 
     @handles("ea.entities", mask=MASK, shared=BOOL)
     def _entities(self, ctx: NodeContext, payload: Payload) -> Payload:
@@ -134,45 +139,26 @@ class EntityAugmentation(Method):
         assert isinstance(positions, np.ndarray)
         if len(positions) == 0:
             positions = self._next_positions(st, int(payload["n"]))
-        elif positions.max(initial=-1) >= len(st["ids"]):
+        elif positions.min(initial=0) < 0 or positions.max(initial=-1) >= len(st["ids"]):
             raise ProtocolError("ea.forward: a position beyond this guest's entities")
-        net: nn.Module = st["net"]
-        net.train()
-        out = net(st["x"][torch.as_tensor(positions)])
-        st["pending"] = out
-        return {"acts": out.detach().numpy().astype(self.config.payload_dtype), "ids": st["ids"][positions]}
+        acts = bottom_of(ctx).forward(st["x"][torch.as_tensor(positions)])
+        return {"acts": acts, "ids": st["ids"][positions]}
 
-    @handles("ea.backward", grad=floats(None, None))
-    def _backward(self, ctx: NodeContext, payload: Payload) -> Payload:
-        st = _guest_state(ctx)
-        out = st["pending"]
-        grad = payload["grad"]
-        assert isinstance(grad, np.ndarray)
-        if out is None or grad.shape != tuple(out.shape):
-            raise ProtocolError("ea.backward does not match the last ea.forward of this guest")
-        st["optimizer"].zero_grad()
-        out.backward(torch.as_tensor(grad, dtype=torch.float32))
-        st["optimizer"].step()
-        st["pending"] = None
-        return {}
-
-    @handles("ea.predict", ids=IDS)
-    def _predict_rows(self, ctx: NodeContext, payload: Payload) -> Payload:
-        st = _guest_state(ctx)
+    @handles("ea.validate", ids=ArraySpec(("int64", "str"), (None,)), keep_previous=BOOL)
+    def _validate(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """Evaluation-mode activations of held-out training entities, with a snapshot for early stopping."""
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)
-        net: nn.Module = st["net"]
-        net.eval()
-        with torch.no_grad():
-            acts = net(as_tensor(ctx.rows("serve").subset(ids).X))
-        return {"acts": acts.numpy().astype(self.config.payload_dtype)}
+        bottom = bottom_of(ctx)
+        bottom.validation_pass(bool(payload["keep_previous"]))
+        return {"acts": bottom.infer(as_tensor(ctx.require_data().subset(ids).X))}
 
     # -- host ---------------------------------------------------------------------------------------
 
     def fit(self, fed: Federation) -> None:
         cfg = self.config
         host = fed.data
-        y_all = host.require_labels()
+        host.require_labels()
         if host.n_features:
             raise MethodError(
                 f"entity_augmentation expects a label-only host (the paper's setting), but {fed.party!r} holds "
@@ -183,29 +169,35 @@ class EntityAugmentation(Method):
             raise MethodError("entity_augmentation needs at least one guest (passive party)")
         labelled = set(host.ids.tolist())
         inits = fed.broadcast("ea.init", {}, guests)
-        widths, masks = {}, {}
+        widths, guest_ids, masks = {}, {}, {}
         for g in guests:
             ids, width = inits[g].get("ids"), inits[g].get("width")
             if not isinstance(ids, np.ndarray) or not isinstance(width, int):
                 raise ProtocolError(f"guest {g!r} answered ea.init without its IDs and width")
             if width < 1:
                 raise MethodError(f"guest {g!r} produces activations of width {width}; every guest needs width >= 1")
-            widths[g] = width
+            widths[g], guest_ids[g] = width, ids
             masks[g] = np.fromiter((v in labelled for v in ids.tolist()), dtype=bool, count=len(ids))
             if not masks[g].any():
                 raise MethodError(
                     f"the host {fed.party!r} holds no label for any of guest {g!r}'s {len(ids)} entities; guests "
                     "must share entities with the host (check the ID columns)"
                 )
+        rng = fed.rng("ea-host-order")
+        # Validation entities: labelled and held by every guest, so each can be scored with its true label.
+        common = sorted(set.intersection(*(set(guest_ids[g][masks[g]].tolist()) for g in guests)))
+        val_pos = split_validation(len(common), cfg.train.validation_fraction, fed.rng("ea-validation"))[1]
+        val_ids = np.asarray([common[i] for i in val_pos], dtype=host.ids.dtype)
+        held_out = set(val_ids.tolist())
         shared = cfg.entities == "aligned"
         if shared:
-            common = set.intersection(*(set(np.asarray(inits[g]["ids"])[masks[g]].tolist()) for g in guests))
-            if not common:
+            if not set(common) - held_out:
                 raise MethodError("entities = 'aligned' but no entity is held by every guest")
-            for g in guests:
-                ids = inits[g]["ids"]
-                assert isinstance(ids, np.ndarray)
-                masks[g] = np.fromiter((v in common for v in ids.tolist()), dtype=bool, count=len(ids))
+            keep = set(common) - held_out
+        for g in guests:
+            ids = guest_ids[g]
+            masks[g] &= np.fromiter((v not in held_out and (not shared or v in keep) for v in ids.tolist()),
+                                    dtype=bool, count=len(ids))
         counts = {}
         for g, reply in fed.exchange("ea.entities", {g: {"mask": masks[g], "shared": shared} for g in guests}).items():
             count = reply.get("count")
@@ -214,74 +206,39 @@ class EntityAugmentation(Method):
             counts[g] = count
         self.guests_, self.widths_ = guests, widths
         self.entities_used_ = counts
-        n_out = 1 if fed.task == "binary" else int(fed.n_classes or 2)
-        total = sum(widths.values())
-        self.host_ = build(total, (*cfg.host, f"linear {n_out}"), generator=fed.torch_generator("ea-host"))
-        optimizer = adam(self.host_.parameters(), cfg.train)
-        label_of = {v: i for i, v in enumerate(host.ids.tolist())}
-        onehot = np.eye(max(n_out, 2), dtype=np.float32)[y_all] if n_out > 1 else y_all.astype(np.float32)[:, None]
-        weights = np.array([widths[g] for g in guests], dtype=np.float32)
-        bs = cfg.train.batch_size
-        steps = int(np.ceil(max(counts.values()) / bs))
-        rng = fed.rng("ea-host-order")
-        last: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.n_out_ = 1 if fed.task == "binary" else int(fed.n_classes or 2)
+        self.host_ = build(sum(widths.values()), (*cfg.host, f"linear {self.n_out_}"),
+                           generator=fed.torch_generator("ea-host"))
         self.reuses_ = dict.fromkeys(guests, 0)
         self.skipped_steps_ = 0
-        self.history_ = History(monitor="loss")
-        shared_n = counts[guests[0]]
-        for epoch in range(cfg.train.max_epochs):
-            order = rng.permutation(shared_n) if shared else None
-            total_loss, seen = 0.0, 0
-            for step in range(steps):
-                if order is not None:
-                    positions = order[step * bs : (step + 1) * bs].astype(np.int64)
-                    request: Payload = {"n": len(positions), "positions": positions}
-                else:
-                    # Each guest picks its own next entities: the host asks only for how many.
-                    request = {"n": bs, "positions": np.empty(0, dtype=np.int64)}
-                replies, failures = fed.exchange_tolerant("ea.forward", dict.fromkeys(guests, request))
-                batch = self._assemble(guests, replies, failures, last)
-                if batch is None:
-                    self.skipped_steps_ += 1
-                    continue
-                acts, ids_by_guest, answered = batch
-                rows = min(len(i) for i in ids_by_guest)
-                inputs = [a[:rows].requires_grad_(True) for a in acts]
-                label_rows = np.stack([[label_of[v] for v in ids[:rows].tolist()] for ids in ids_by_guest])
-                target = torch.as_tensor(interpolated_labels(onehot[label_rows], weights))
-                self.host_.train()
-                logits = self.host_(torch.cat(inputs, dim=1))
-                loss = F.binary_cross_entropy_with_logits(logits, target)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                grads = {g: {"grad": inputs[k].grad.numpy().astype(cfg.payload_dtype)}  # type: ignore[union-attr]
-                         for k, g in enumerate(guests) if g in answered}
-                if grads:
-                    fed.exchange_tolerant("ea.backward", grads)
-                total_loss += float(loss.detach()) * rows
-                seen += rows
-            self.history_.epochs.append({"epoch": float(epoch), "loss": total_loss / max(seen, 1)})
+        trainer = _HostTrainer(self, fed, counts=counts, shared=shared, val_ids=val_ids, rng=rng)
+        self.history_: History = trainer.fit()
         for g, n in self.reuses_.items():
             if n:
                 logger.warning("entity_augmentation: guest %r did not answer %d step(s); its last activation was "
                                "reused", g, n)
         self.host_.eval()
 
+    def targets(self, y: np.ndarray) -> np.ndarray:
+        """One-hot labels (several classes) or 0/1 labels as a column (binary): the host's BCE targets."""
+        if self.n_out_ == 1:
+            return y.astype(np.float32)[:, None]
+        onehot: np.ndarray = np.eye(self.n_out_, dtype=np.float32)[y]
+        return onehot
+
     def _assemble(
-        self, guests: list[str], replies: dict[str, Payload], failures: dict[str, Any],
+        self, guests: list[str], replies: dict[str, Payload], failures: dict[str, TransportError],
         last: dict[str, tuple[np.ndarray, np.ndarray]],
     ) -> tuple[list[torch.Tensor], list[np.ndarray], set[str]] | None:
         """Activations and IDs for this step, from replies or (policy permitting) each guest's queue."""
         acts, ids = [], []
         for g in guests:
             if g in replies:
-                a, i = replies[g].get("acts"), replies[g].get("ids")
-                if not (isinstance(a, np.ndarray) and isinstance(i, np.ndarray)):
-                    raise ProtocolError(f"guest {g!r} sent no activations or IDs")
-                if a.shape != (len(i), self.widths_[g]):
-                    raise ProtocolError(f"guest {g!r} sent malformed activations")
-                last[g] = (a.astype(np.float32), i)
+                i = replies[g].get("ids")
+                if not isinstance(i, np.ndarray) or i.ndim != 1:
+                    raise ProtocolError(f"guest {g!r} sent no entity IDs with its activations")
+                a = expect_rows(replies[g], "acts", party=g, rows=len(i), width=self.widths_[g], what="activations")
+                last[g] = (a, i)
             else:
                 if self.config.on_missing == "fail":
                     raise failures[g]
@@ -294,13 +251,8 @@ class EntityAugmentation(Method):
         return acts, ids, set(replies)
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
-        replies = fed.score_together("ea.predict", ids, self.guests_)
-        acts = []
-        for g in self.guests_:
-            a = replies[g].get("acts")
-            if not isinstance(a, np.ndarray) or a.shape != (len(ids), self.widths_[g]):
-                raise ProtocolError(f"guest {g!r} sent malformed activations for scoring")
-            acts.append(torch.as_tensor(a, dtype=torch.float32))
+        replies = fed.score_together("split.activations", ids, self.guests_, extra={"split": "serve"})
+        acts = remote_activations(replies, self.guests_, len(ids), self.widths_)
         with torch.no_grad():
             probs = torch.sigmoid(self.host_(torch.cat(acts, dim=1))).double().numpy()
         if probs.shape[1] == 1:
@@ -313,7 +265,90 @@ class EntityAugmentation(Method):
             "entities_used": float(sum(self.entities_used_.values())),
             "reused_activations": float(sum(self.reuses_.values())),
             "skipped_steps": float(self.skipped_steps_),
+            **self.history_.summary(),
         }
+
+
+class _HostTrainer(RemoteBottomsTrainer):
+    """The host's steps: each guest sends activations of entities it picks, the host trains on interpolated
+    labels and returns each guest's gradient."""
+
+    def __init__(self, method: EntityAugmentation, fed: Federation, *, counts: dict[str, int], shared: bool,
+                 val_ids: np.ndarray, rng: np.random.Generator) -> None:
+        super().__init__(method.config.train, rng, fed, method.guests_)
+        self.m = method
+        self.shared = shared
+        self.counts = counts
+        self.steps = int(np.ceil(max(counts.values()) / self.config.batch_size))
+        self.optimizer = adam(method.host_.parameters(), self.config)
+        host = fed.data
+        y = host.require_labels()
+        self.label_of = {v: i for i, v in enumerate(host.ids.tolist())}
+        self.onehot = method.targets(y)
+        self.weights = np.array([method.widths_[g] for g in method.guests_], dtype=np.float32)
+        self.val_ids = val_ids
+        self.val_target = torch.as_tensor(method.targets(host.subset(val_ids).require_labels())) if len(val_ids) \
+            else None
+        self.last: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    @property
+    def n_train(self) -> int:
+        return self.counts[self.m.guests_[0]] if self.shared else self.steps * self.config.batch_size
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        if self.shared:  # one shared order over the aligned entities
+            return super().batches(epoch)
+        # Each guest picks its own next entities: the host asks only for how many.
+        return [np.arange(self.config.batch_size)] * self.steps
+
+    def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float | None:
+        m, guests = self.m, self.m.guests_
+        if self.shared:
+            request: Payload = {"n": len(batch), "positions": batch.astype(np.int64)}
+        else:
+            request = {"n": len(batch), "positions": np.empty(0, dtype=np.int64)}
+        replies, failures = self.fed.exchange_tolerant("ea.forward", dict.fromkeys(guests, request))
+        step = m._assemble(guests, replies, failures, self.last)
+        if step is None:
+            m.skipped_steps_ += 1
+            return None
+        acts, ids_by_guest, answered = step
+        rows = min(len(i) for i in ids_by_guest)
+        inputs = [a[:rows].requires_grad_(True) for a in acts]
+        label_rows = np.stack([[self.label_of[v] for v in ids[:rows].tolist()] for ids in ids_by_guest])
+        target = torch.as_tensor(interpolated_labels(self.onehot[label_rows], self.weights))
+        m.host_.train()
+        loss = F.binary_cross_entropy_with_logits(m.host_(torch.cat(inputs, dim=1)), target)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        grads = {g: {"grad": inputs[k].grad.numpy().astype(m.config.payload_dtype)}  # type: ignore[union-attr]
+                 for k, g in enumerate(guests) if g in answered}
+        if grads:
+            _, lost = self.fed.exchange_tolerant("split.backward", grads)
+            if lost and m.config.on_missing == "fail":
+                raise next(iter(lost.values()))
+        return float(loss.detach())
+
+    @property
+    def validates(self) -> bool:
+        return self.val_target is not None
+
+    def validation_loss(self) -> float | None:
+        if self.val_target is None:
+            return None
+        payload: Payload = {"ids": self.val_ids, "keep_previous": self.keep_previous()}
+        replies = self.fed.exchange("ea.validate", dict.fromkeys(self.m.guests_, payload))
+        acts = remote_activations(replies, self.m.guests_, len(self.val_ids), self.m.widths_)
+        self.m.host_.eval()
+        with torch.no_grad():
+            return float(F.binary_cross_entropy_with_logits(self.m.host_(torch.cat(acts, dim=1)), self.val_target))
+
+    def snapshot(self) -> Any:
+        return copy.deepcopy(self.m.host_.state_dict())
+
+    def restore(self, state: Any) -> None:
+        self.m.host_.load_state_dict(state)
 
 
 def interpolated_labels(labels: np.ndarray, widths: np.ndarray) -> np.ndarray:

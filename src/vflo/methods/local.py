@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vflo.federation.coordinator import Federation
 from vflo.methods.base import MethodConfig
 from vflo.methods.representation import RepresentationMethod
 from vflo.nn.estimators import EstimatorConfig
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
 
 
 @dataclass(frozen=True, kw_only=True)

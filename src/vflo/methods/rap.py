@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -13,13 +13,15 @@ from vflo.align.plain import SELECTOR, selected_ids
 from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RemoteError
-from vflo.federation.coordinator import Federation
-from vflo.federation.node import NodeContext
 from vflo.methods.base import Method, MethodConfig, handles
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
 from vflo.nn.train import TrainConfig
 from vflo.roles import PartyInfo
 from vflo.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
 
 logger = logging.getLogger(__name__)
 

@@ -33,6 +33,11 @@ def method_names() -> list[str]:
     return sorted(_METHODS)
 
 
+def method_from_json(name: str, config_json: str) -> Method:
+    """The method ``name`` with the config a setup message carries (JSON): what a node installs."""
+    return get_method(name).from_config_json(config_json)
+
+
 def get_method(name: str) -> type[Method]:
     """The method class registered as ``name``."""
     try:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vflo.data.preprocessing import Standardizer
 from vflo.errors import MethodError
-from vflo.federation.coordinator import Federation
 from vflo.methods.base import Method, MethodConfig
 from vflo.metrics import compute_metrics, default_metric, higher_is_better
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
 from vflo.nn.train import split_validation
 from vflo.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,21 +5,22 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 
-from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, floats
-from vflo.data.partydata import PartyData
+from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.federation.coordinator import Federation, PendingExchange
-from vflo.federation.node import NodeContext
 from vflo.methods.base import Inference, Method, MethodConfig, handles
+from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
 from vflo.nn.models import mlp
-from vflo.nn.train import History, TrainConfig, adam, as_tensor, run_epochs, split_validation
+from vflo.nn.train import History, TrainConfig, adam, as_tensor, split_validation
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation, PendingExchange
+    from vflo.federation.node import NodeContext
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class SplitNNConfig(MethodConfig):
             raise ConfigError("splitnn: passive_bottom and active_bottom need at least one layer each")
 
 
-class SplitNN(Method):
+class SplitNN(SplitParty, Method):
     """Each party a bottom network, the active party a top network over their outputs.
 
     Vepakomma et al. 2018, "Split learning for health" (the vertical split used as the
@@ -60,7 +61,8 @@ class SplitNN(Method):
     with ℓ cross-entropy (classification) or squared error on the standardised target (regression). Per batch, one
     round sends row positions to every passive party and returns its activations, and
     one round returns the gradients of ℓ with respect to those activations. Inference
-    is collaborative: every party must hold the rows to score.
+    is collaborative: every party must hold the rows to score. Training stops by the
+    ``train`` config's rule on a validation split of the aligned rows (:class:`~vflo.nn.train.Trainer`).
     """
 
     name = "splitnn"
@@ -72,10 +74,6 @@ class SplitNN(Method):
     config: SplitNNConfig
 
     # -- hooks for methods built on split learning (VFL-ASP's teacher) ---------------------------------
-
-    def _passive_features(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
-        """What a passive party feeds its bottom network for ``rows``: its raw features here."""
-        return rows.X
 
     def _partners(self, fed: Federation) -> list[str]:
         """The passive parties that take part: those named in ``partners``, else all of them."""
@@ -92,80 +90,27 @@ class SplitNN(Method):
         data = ctx.require_data()
         train_ids, val_ids = payload["train_ids"], payload["val_ids"]
         assert isinstance(train_ids, np.ndarray) and isinstance(val_ids, np.ndarray)
-        x_train = self._passive_features(ctx, data.subset(train_ids))
-        x_val = self._passive_features(ctx, data.subset(val_ids))
-        bottom = mlp(x_train.shape[1], self.config.passive_bottom, None, activation=self.config.activation,
-                     generator=ctx.torch_generator("splitnn-bottom"))
-        ctx.state.update(
-            bottom=bottom,
-            optimizer=adam(bottom.parameters(), self.config.train),
-            x={"train": as_tensor(x_train), "val": as_tensor(x_val)},
-            pending=None, candidate=None, best=None,
-        )
+        x_train = self.bottom_input(ctx, data.subset(train_ids))
+        x_val = self.bottom_input(ctx, data.subset(val_ids))
+        net = mlp(x_train.shape[1], self.config.passive_bottom, None, activation=self.config.activation,
+                  generator=ctx.torch_generator("splitnn-bottom"))
+        self.new_bottom(ctx, net, self.config.train, self.config.payload_dtype)
+        ctx.state["x"] = {"train": as_tensor(x_train), "val": as_tensor(x_val)}
         return {"width": self.config.passive_bottom[-1]}
 
     @handles("splitnn.forward", rows=POSITIONS, subset=STR, training=BOOL, keep_previous=BOOL)
     def _forward(self, ctx: NodeContext, payload: Payload) -> Payload:
-        st = _state(ctx)
+        bottom = bottom_of(ctx)
         subset = str(payload["subset"])
-        if subset not in st["x"]:
+        if subset not in ctx.state.get("x", {}):
             raise ProtocolError(f"splitnn.forward: unknown subset {subset!r}")
         rows = payload["rows"]
         assert isinstance(rows, np.ndarray)
-        x = st["x"][subset][torch.as_tensor(rows)]
-        bottom: nn.Module = st["bottom"]
+        x = ctx.state["x"][subset][torch.as_tensor(rows)]
         if payload["training"]:
-            bottom.train()
-            out = bottom(x)
-            st["pending"] = out
-            acts = out.detach()
-        else:
-            if payload["keep_previous"]:
-                st["best"] = st["candidate"]
-            # Snapshot at each validation pass; the coordinator says later whether it was the best.
-            st["candidate"] = copy.deepcopy(bottom.state_dict())
-            bottom.eval()
-            with torch.no_grad():
-                acts = bottom(x)
-        return {"acts": acts.numpy().astype(self.config.payload_dtype)}
-
-    @handles("splitnn.backward", grad=floats(None, None))
-    def _backward(self, ctx: NodeContext, payload: Payload) -> Payload:
-        st = _state(ctx)
-        out = st["pending"]
-        if out is None:
-            raise ProtocolError("splitnn.backward arrived without a training forward before it")
-        grad = payload["grad"]
-        assert isinstance(grad, np.ndarray)
-        if grad.shape != tuple(out.shape):
-            raise ProtocolError(f"splitnn.backward: gradient shape {grad.shape} != activation shape {tuple(out.shape)}")
-        st["optimizer"].zero_grad()
-        out.backward(torch.as_tensor(grad, dtype=torch.float32))
-        st["optimizer"].step()
-        st["pending"] = None
-        return {}
-
-    @handles("splitnn.finish", keep_previous=BOOL)
-    def _finish(self, ctx: NodeContext, payload: Payload) -> Payload:
-        st = _state(ctx)
-        if payload["keep_previous"]:
-            st["best"] = st["candidate"]
-        if self.config.train.restore_best and st["best"] is not None:
-            st["bottom"].load_state_dict(st["best"])
-        st["bottom"].eval()
-        # Training rows are no longer needed; serving rows are read on demand.
-        st.update(x={}, pending=None, candidate=None, best=None, optimizer=None)
-        return {}
-
-    @handles("splitnn.predict", ids=IDS)
-    def _predict_rows(self, ctx: NodeContext, payload: Payload) -> Payload:
-        st = _state(ctx)
-        ids = payload["ids"]
-        assert isinstance(ids, np.ndarray)
-        x = as_tensor(self._passive_features(ctx, ctx.rows("serve").subset(ids)))
-        with torch.no_grad():
-            acts = st["bottom"](x)
-        return {"acts": acts.numpy().astype(self.config.payload_dtype)}
+            return {"acts": bottom.forward(x)}
+        bottom.validation_pass(bool(payload["keep_previous"]))
+        return {"acts": bottom.infer(x)}
 
     # -- the coordinator ------------------------------------------------------------------------------
 
@@ -195,117 +140,27 @@ class SplitNN(Method):
         self.widths_ = widths
         self.bottom_ = mlp(data.n_features, cfg.active_bottom, None, activation=cfg.activation,
                            generator=fed.torch_generator("splitnn-bottom"))
-        in_top = cfg.active_bottom[-1] + sum(widths.values())
-        self.top_ = mlp(in_top, cfg.top, fed.n_outputs, activation=cfg.activation,
-                        generator=fed.torch_generator("splitnn-top"))
-        params = list(self.bottom_.parameters()) + list(self.top_.parameters())
-        optimizer = adam(params, cfg.train)
-        regression = fed.task == "regression"
-        target_dtype = torch.float32 if regression else torch.long
-        x_own = {"train": as_tensor(data.subset(train_ids).X), "val": as_tensor(data.subset(val_ids).X)}
+        self.top_ = mlp(cfg.active_bottom[-1] + sum(widths.values()), cfg.top, fed.n_outputs,
+                        activation=cfg.activation, generator=fed.torch_generator("splitnn-top"))
         y_train = data.subset(train_ids).require_labels()
         y_val = data.subset(val_ids).require_labels()
         # Regression targets are standardised on the training rows, as the MLP estimator does: Adam's steps
         # assume unit scale, and a target of mean 2000 left SplitNN far from it when it stopped.
         self.y_mean_, self.y_scale_ = 0.0, 1.0
-        if regression:
+        if fed.task == "regression":
             self.y_mean_ = float(np.mean(y_train))
             self.y_scale_ = float(np.std(y_train)) or 1.0
             y_train = (y_train - self.y_mean_) / self.y_scale_
             y_val = (y_val - self.y_mean_) / self.y_scale_
-        y_own = {"train": as_tensor(y_train, dtype=target_dtype), "val": as_tensor(y_val, dtype=target_dtype)}
-        improved_last = False
-        best: dict[str, Any] | None = None
-
-        def loss_of(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return F.mse_loss(out.squeeze(1), y) if regression else F.cross_entropy(out, y)
-
-        def forward_payloads(rows: np.ndarray, subset: str, training: bool) -> dict[str, Payload]:
-            nonlocal improved_last
-            payload: Payload = {"rows": rows.astype(np.int64), "subset": subset, "training": training,
-                                "keep_previous": improved_last and not training}
-            if not training:
-                improved_last = False
-            return {name: payload for name in passives}
-
-        def forward_remote(rows: np.ndarray, subset: str, training: bool) -> list[torch.Tensor]:
-            if not passives:
-                return []
-            replies = fed.exchange("splitnn.forward", forward_payloads(rows, subset, training))
-            return [self._acts(name, replies[name], len(rows)) for name in passives]
-
-        upcoming: PendingExchange | None = None
-
-        def train_step(idx: np.ndarray, next_idx: np.ndarray | None) -> float:
-            nonlocal upcoming
-            self.bottom_.train()
-            self.top_.train()
-            # The own bottom first: over a network the passives' activations are still on their way.
-            own = self.bottom_(x_own["train"][idx])
-            if upcoming is not None:
-                replies, upcoming = upcoming.result(), None
-                remote = [self._acts(name, replies[name], len(idx)) for name in passives]
-            else:
-                remote = forward_remote(idx, "train", True)
-            remote = [a.requires_grad_(True) for a in remote]
-            out = self.top_(torch.cat([own, *remote], dim=1))
-            loss = loss_of(out, y_own["train"][idx])
-            optimizer.zero_grad()
-            loss.backward()
-            if passives:
-                grads = {
-                    name: {"grad": a.grad.numpy().astype(cfg.payload_dtype)}  # type: ignore[union-attr]
-                    for name, a in zip(passives, remote, strict=True)
-                }
-                # Posted: it goes out with the next forward, one round trip per batch over a network.
-                fed.post("splitnn.backward", grads)
-                if next_idx is not None:
-                    # The next batch's forward leaves now, before this step's update: the passives'
-                    # work and the transfer overlap the active party's optimizer step and bottom.
-                    upcoming = fed.exchange_async("splitnn.forward", forward_payloads(next_idx, "train", True))
-            optimizer.step()
-            return float(loss.detach())
-
-        def validate() -> float:
-            rows = np.arange(len(val_ids))
-            remote = forward_remote(rows, "val", False)
-            self.bottom_.eval()
-            self.top_.eval()
-            with torch.no_grad():
-                out = self.top_(torch.cat([self.bottom_(x_own["val"]), *remote], dim=1))
-                return float(loss_of(out, y_own["val"]))
-
-        def on_improve(_epoch: int) -> None:
-            nonlocal improved_last, best
-            improved_last = True
-            best = {"bottom": copy.deepcopy(self.bottom_.state_dict()), "top": copy.deepcopy(self.top_.state_dict())}
-
-        self.history_: History = run_epochs(
-            n_train=len(train_ids), config=cfg.train, rng=rng, train_step=train_step, lookahead=True,
-            validate=validate if len(val_ids) else None,
-            on_improve=on_improve if cfg.train.restore_best else None,
-        )
-        if passives:
-            fed.broadcast("splitnn.finish", {"keep_previous": improved_last}, passives)
-        if cfg.train.restore_best and best is not None:
-            self.bottom_.load_state_dict(best["bottom"])
-            self.top_.load_state_dict(best["top"])
-        self.bottom_.eval()
-        self.top_.eval()
+        trainer = _SplitTrainer(self, fed, x={"train": data.subset(train_ids).X, "val": data.subset(val_ids).X},
+                                y={"train": y_train, "val": y_val}, rng=rng)
+        self.history_: History = trainer.fit()
         self.n_train_ = len(train_ids)
-
-    def _acts(self, name: str, reply: Payload, n: int) -> torch.Tensor:
-        acts = reply.get("acts")
-        width = self.widths_[name]
-        if not isinstance(acts, np.ndarray) or acts.shape != (n, width) or acts.dtype.kind != "f":
-            shape = getattr(acts, "shape", None)
-            raise ProtocolError(f"party {name!r} sent activations of shape {shape}, expected ({n}, {width})")
-        return torch.as_tensor(acts, dtype=torch.float32)
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         own = as_tensor(fed.serving.subset(ids).X)
-        replies = fed.score_together("splitnn.predict", ids, self.passives_)
-        remote = [self._acts(n, replies[n], len(ids)) for n in self.passives_]
+        replies = fed.score_together("split.activations", ids, self.passives_, extra={"split": "serve"})
+        remote = remote_activations(replies, self.passives_, len(ids), self.widths_)
         with torch.no_grad():
             out = self.top_(torch.cat([self.bottom_(own), *remote], dim=1))
         if fed.task == "regression":
@@ -314,8 +169,97 @@ class SplitNN(Method):
         result: np.ndarray = torch.softmax(out, dim=1).double().numpy()
         return result
 
+    def summary_stats(self) -> dict[str, float]:
+        return self.history_.summary()
 
-def _state(ctx: NodeContext) -> dict[str, Any]:
-    if "bottom" not in ctx.state:
-        raise ProtocolError(f"party {ctx.party!r} got a splitnn message before splitnn.init")
-    return ctx.state
+
+class _SplitTrainer(RemoteBottomsTrainer):
+    """SplitNN's steps: the passives' activations cross the transport, the loss is computed at the top."""
+
+    lookahead = True
+
+    def __init__(self, method: SplitNN, fed: Federation, *, x: dict[str, np.ndarray], y: dict[str, np.ndarray],
+                 rng: np.random.Generator) -> None:
+        config = method.config.train
+        super().__init__(config, rng, fed, method.passives_)
+        self.m = method
+        self.regression = fed.task == "regression"
+        target = torch.float32 if self.regression else torch.long
+        self.x = {k: as_tensor(v) for k, v in x.items()}
+        self.y = {k: as_tensor(v, dtype=target) for k, v in y.items()}
+        self.optimizer = adam([*method.bottom_.parameters(), *method.top_.parameters()], config)
+        self.payload_dtype = method.config.payload_dtype
+        self.upcoming: PendingExchange | None = None
+
+    @property
+    def n_train(self) -> int:
+        return len(self.y["train"])
+
+    def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(out.squeeze(1), y) if self.regression else F.cross_entropy(out, y)
+
+    def _forward_payloads(self, rows: np.ndarray, subset: str, training: bool) -> dict[str, Payload]:
+        payload: Payload = {"rows": rows.astype(np.int64), "subset": subset, "training": training,
+                            "keep_previous": not training and self.keep_previous()}
+        return dict.fromkeys(self.m.passives_, payload)
+
+    def _remote(self, rows: np.ndarray, subset: str, training: bool) -> list[torch.Tensor]:
+        if not self.m.passives_:
+            return []
+        replies = self.fed.exchange("splitnn.forward", self._forward_payloads(rows, subset, training))
+        return remote_activations(replies, self.m.passives_, len(rows), self.m.widths_)
+
+    def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
+        m, passives = self.m, self.m.passives_
+        m.bottom_.train()
+        m.top_.train()
+        # The own bottom first: over a network the passives' activations are still on their way.
+        own = m.bottom_(self.x["train"][batch])
+        if self.upcoming is not None:
+            replies, self.upcoming = self.upcoming.result(), None
+            remote = remote_activations(replies, passives, len(batch), m.widths_)
+        else:
+            remote = self._remote(batch, "train", True)
+        remote = [a.requires_grad_(True) for a in remote]
+        loss = self._loss(m.top_(torch.cat([own, *remote], dim=1)), self.y["train"][batch])
+        self.optimizer.zero_grad()
+        loss.backward()
+        if passives:
+            grads = {name: {"grad": a.grad.numpy().astype(self.payload_dtype)}  # type: ignore[union-attr]
+                     for name, a in zip(passives, remote, strict=True)}
+            # Posted: it goes out with the next forward, one round trip per batch over a network.
+            self.fed.post("split.backward", grads)
+            if upcoming is not None:
+                # The next batch's forward leaves now, before this step's update: the passives' work and
+                # the transfer overlap the active party's optimizer step and bottom.
+                self.upcoming = self.fed.exchange_async(
+                    "splitnn.forward", self._forward_payloads(upcoming, "train", True))
+        self.optimizer.step()
+        return float(loss.detach())
+
+    @property
+    def validates(self) -> bool:
+        return len(self.y["val"]) > 0
+
+    def validation_loss(self) -> float | None:
+        if not self.validates:
+            return None
+        m = self.m
+        remote = self._remote(np.arange(len(self.y["val"])), "val", False)
+        m.bottom_.eval()
+        m.top_.eval()
+        with torch.no_grad():
+            out = m.top_(torch.cat([m.bottom_(self.x["val"]), *remote], dim=1))
+            return float(self._loss(out, self.y["val"]))
+
+    def snapshot(self) -> Any:
+        return {"bottom": copy.deepcopy(self.m.bottom_.state_dict()), "top": copy.deepcopy(self.m.top_.state_dict())}
+
+    def restore(self, state: Any) -> None:
+        self.m.bottom_.load_state_dict(state["bottom"])
+        self.m.top_.load_state_dict(state["top"])
+
+    def on_train_end(self, history: History) -> None:
+        super().on_train_end(history)
+        self.m.bottom_.eval()
+        self.m.top_.eval()

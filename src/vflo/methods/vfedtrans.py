@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from vflo.errors import ConfigError, MethodError
-from vflo.federation.coordinator import Federation
 from vflo.methods.base import MethodConfig
 from vflo.methods.fedsvd import FedSVDProtocol, FedSVDSettings
 from vflo.nn.distill import DistillLoss, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,14 +78,14 @@ class VFedTrans(FedSVDProtocol):
         target = svd.U if self.config.target == "u" else svd.U * svd.S
         width = target.shape[1]
         targets = np.zeros((data.n_samples, width), dtype=np.float32)
-        targets[data.positions(svd.ids)] = target
+        targets[data.positions(alignment.ids)] = target
         self.autoencoder_ = fit_autoencoder(
             data.X, (*self.config.hidden, width), activation=self.config.activation, train=self.config.train,
             generator=fed.torch_generator("vfedtrans-ae"), rng=fed.rng("vfedtrans-ae"), target=targets,
-            target_mask=np.isin(data.ids, svd.ids), weight=self.config.distill_weight, distill=self.config.distill,
-            reduction=self.config.reduction,
+            target_mask=np.isin(data.ids, alignment.ids), weight=self.config.distill_weight,
+            distill=self.config.distill, reduction=self.config.reduction,
         )
-        self.n_aligned_ = len(svd.ids)
+        self.n_aligned_ = len(alignment.ids)
         self.latent_width_ = width
         return data.ids, self.autoencoder_.encode(data.X)
 

@@ -7,32 +7,29 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 from vflo.align import plain
-from vflo.comm.message import INT, STR, ArraySpec, Payload
+from vflo.comm.message import STR, Payload
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.federation.coordinator import Federation
-from vflo.federation.node import NodeContext
 from vflo.methods.base import Inference, handles
-from vflo.methods.fedsvd import FedSVDSettings
-from vflo.methods.masks import OrthogonalMask
+from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
+from vflo.methods.split_learning import remote_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
 from vflo.nn.distill import FittedAutoencoder, fit_autoencoder
 from vflo.nn.models import mlp
 from vflo.nn.train import TrainConfig, as_tensor, fit_module
-from vflo.roles import PartyInfo
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
 
 logger = logging.getLogger(__name__)
-
-SERVER, DEALER = "server", "dealer"
-MATRIX = ArraySpec(("float64", "float32"), (None, None))
-BLOCKS = ArraySpec(("float64", "float32"), (None, None, None))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +74,7 @@ class VFLASPConfig(SplitNNConfig):
             raise ConfigError("first_hop and second_hop must name two different parties")
 
 
-class VFLASP(SplitNN):
+class VFLASP(MaskedSVD, SplitNN):
     """VFL-ASP: "Vertical Federated Learning Across Second-hop Parties" (four modules).
 
     1. Embedding extraction: a dealer hands one orthogonal mask P to the first-hop party P1 and the
@@ -100,60 +97,8 @@ class VFLASP(SplitNN):
 
     config: VFLASPConfig
 
-    def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
-        return (PartyInfo(SERVER, "server"), PartyInfo(DEALER, "dealer"))
-
-    # -- dealer and server ------------------------------------------------------------------------
-
-    @handles("asp.deal", m=INT, second_hop=STR)
-    def _deal(self, ctx: NodeContext, payload: Payload) -> Payload:
-        """One mask P for the shared rows of P1 and P2: to P2 in a message (it uploads on receipt), to P1 in the reply.
-
-        P1 asked for it, so its copy rides on the reply: a message to P1 while P1 still waits on this call
-        would deadlock a deployed party.
-        """
-        mask = OrthogonalMask.random(int(payload["m"]), self.config.svd.row_block, ctx.rng("asp-mask"),
-                                     self.config.svd.dtype)
-        ctx.send(str(payload["second_hop"]), "asp.mask", mask.to_payload("p"))
-        return mask.to_payload("p")
-
-    @handles("asp.block", block=MATRIX)
-    def _block(self, ctx: NodeContext, payload: Payload) -> Payload:
-        ctx.state["asp.block"] = payload["block"]
-        return {}
-
-    @handles("asp.solve", block=MATRIX, components=INT)
-    def _solve(self, ctx: NodeContext, payload: Payload) -> Payload:
-        """SVD of [P X_P1, P X_P2]: the first ``components`` columns of U^ε, and Σ."""
-        theirs = ctx.state.pop("asp.block", None)
-        mine = payload["block"]
-        assert isinstance(mine, np.ndarray)
-        if not isinstance(theirs, np.ndarray) or theirs.shape[0] != mine.shape[0]:
-            raise ProtocolError("the server has no masked block from the second-hop party for these rows")
-        joined = np.hstack([mine.astype(np.float64), theirs.astype(np.float64)])
-        k = int(payload["components"]) or joined.shape[1]
-        if k > joined.shape[1]:
-            raise ConfigError(f"components = {k} but the first- and second-hop parties hold only "
-                              f"{joined.shape[1]} columns together; ask for at most that many")
-        U, S, _ = np.linalg.svd(joined, full_matrices=False)
-        return {"u": U[:, :k].astype(self.config.svd.dtype), "s": S[:k]}
-
-    # -- second-hop party -------------------------------------------------------------------------
-
-    @handles("asp.mask", p_blocks=BLOCKS, p_tail=MATRIX)
-    def _mask(self, ctx: NodeContext, payload: Payload) -> Payload:
-        """Keep the mask; the second hop then sends its one message: P X of its shared rows, to the server."""
-        ctx.state["asp.P"] = OrthogonalMask.from_payload(payload, "p")
-        shared = plain.selected_ids(ctx, np.ones(len(ctx.state.get(plain.STATE_KEY, ())), dtype=bool))
-        ctx.send(SERVER, "asp.block", {"block": self._masked(ctx, ctx.require_data().subset(shared))})
-        return {}
-
-    def _masked(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
-        P = ctx.state.get("asp.P")
-        if not isinstance(P, OrthogonalMask):
-            raise ProtocolError(f"party {ctx.party!r} was asked to mask its rows before it got the mask")
-        masked: np.ndarray = P.left(rows.X.astype(np.float64)).astype(self.config.svd.dtype)
-        return masked
+    def svd_settings(self) -> FedSVDSettings:
+        return self.config.svd
 
     # -- first-hop party --------------------------------------------------------------------------
 
@@ -172,15 +117,10 @@ class VFLASP(SplitNN):
         if len(shared) == 0:
             raise MethodError(f"the first-hop party {ctx.party!r} shares no sample with the second-hop party "
                               f"{second!r}; VFL-ASP needs their overlap to extract embeddings")
-        ctx.state["asp.P"] = OrthogonalMask.from_payload(
-            ctx.send(DEALER, "asp.deal", {"m": len(shared), "second_hop": second}), "p")
-        answer = ctx.send(SERVER, "asp.solve", {"block": self._masked(ctx, data.subset(shared)),
-                                                 "components": self.config.components})
-        u, s = answer.get("u"), answer.get("s")
-        if not (isinstance(u, np.ndarray) and isinstance(s, np.ndarray)) or u.shape[0] != len(shared):
-            raise ProtocolError("the server's asp.solve reply is malformed")
-        P = ctx.state["asp.P"]
-        E = P.left_t(u.astype(np.float64)) * s
+        # One row mask, no column masks: the second hop uploads P X of every row it shares with this party.
+        svd = self.masked_svd(ctx, ctx, shared, {second: np.ones(len(shared), dtype=bool)}, widths=None,
+                              rank=self.config.components)
+        E = svd.U * svd.S
         ctx.state["asp.embeddings"] = (shared, E)
         svd_seconds = time.perf_counter() - t0
         targets = np.zeros((data.n_samples, E.shape[1]), dtype=np.float32)
@@ -196,7 +136,7 @@ class VFLASP(SplitNN):
                     len(shared), svd_seconds, ctx.state["asp.seconds"]["autoencoder"])
         return {"shared": len(shared), "components": int(E.shape[1])}
 
-    def _passive_features(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+    def bottom_input(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
         encoder = ctx.state.get("asp.encoder")
         if not isinstance(encoder, FittedAutoencoder):
             raise ProtocolError(f"party {ctx.party!r} has no embedding encoder: it is not VFL-ASP's first hop")
@@ -204,16 +144,6 @@ class VFLASP(SplitNN):
 
     def _partners(self, fed: Federation) -> list[str]:
         return [self.config.first_hop]
-
-    @handles("asp.teacher_train", ids=ArraySpec(("int64", "str"), (None,)))
-    def _teacher_rows(self, ctx: NodeContext, payload: Payload) -> Payload:
-        """P1's bottom network on training rows, for the teacher's soft labels."""
-        ids = payload["ids"]
-        assert isinstance(ids, np.ndarray)
-        bottom = ctx.state["bottom"]
-        with torch.no_grad():
-            acts = bottom(as_tensor(self._passive_features(ctx, ctx.require_data().subset(ids))))
-        return {"acts": acts.numpy().astype(self.config.payload_dtype)}
 
     # -- active party -----------------------------------------------------------------------------
 
@@ -245,8 +175,8 @@ class VFLASP(SplitNN):
         cfg = self.config
         data = fed.data
         ids = fed.align(data.ids, [cfg.first_hop]).ids
-        reply = fed.request(cfg.first_hop, "asp.teacher_train", {"ids": ids})
-        remote = [self._acts(cfg.first_hop, reply, len(ids))]
+        reply = fed.request(cfg.first_hop, "split.activations", {"ids": ids, "split": "train"})
+        remote = remote_activations({cfg.first_hop: reply}, [cfg.first_hop], len(ids), self.widths_)
         own = as_tensor(data.subset(ids).X)
         with torch.no_grad():
             soft = torch.softmax(self.top_(torch.cat([self.bottom_(own), *remote], dim=1)), dim=1)
@@ -271,7 +201,8 @@ class VFLASP(SplitNN):
         return result
 
     def summary_stats(self) -> dict[str, float]:
-        return {"second_hop_shared": float(self.shared_), "components": float(self.components_)}
+        return {"second_hop_shared": float(self.shared_), "components": float(self.components_),
+                **super().summary_stats()}
 
 
 class VFLASPStudent(VFLASP):

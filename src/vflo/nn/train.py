@@ -1,9 +1,9 @@
 """The fit loop: seeded mini-batches, Adam, early stopping on a validation split, callbacks, history.
 
-:func:`run_epochs` owns the epoch and batch structure and knows nothing about where
-the loss comes from, so a model trained in one process (:func:`fit_module`) and a
-SplitNN whose forward and backward passes cross the transport walk the same batches
-in the same order for the same seed.
+:class:`Trainer` owns the epoch and batch structure and knows nothing about where the loss
+comes from, so a model trained in one process (:class:`ModuleTrainer`, :func:`fit_module`) and a
+SplitNN or Entity Augmentation whose forward and backward passes cross the transport walk the
+same batches in the same order for the same seed, and stop by the same rules.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -58,18 +59,28 @@ class TrainConfig:
 
 @dataclass
 class History:
-    """One dict per epoch (``epoch``, ``loss``, ``val_loss`` when validating, ``seconds``), plus why it stopped."""
+    """One dict per epoch (``epoch``, ``loss``, ``val_loss`` when validating, ``seconds``), and how it ended.
+
+    ``stop_reason`` says what ended training: ``'patience'`` or ``'plateau'`` (the early-stopping rule
+    fired), ``'callback'``, ``'diverged'``, or ``'max_epochs'`` (the cap was reached: the rule never fired).
+    """
 
     epochs: list[dict[str, float]] = field(default_factory=list)
     best_epoch: int | None = None
     stopped_early: bool = False
     monitor: Literal["loss", "val_loss"] = "val_loss"
+    stop_reason: str = ""
 
     def __getitem__(self, key: str) -> list[float]:
         return [e[key] for e in self.epochs if key in e]
 
     def __len__(self) -> int:
         return len(self.epochs)
+
+    def summary(self, prefix: str = "") -> dict[str, float]:
+        """Epochs run and whether the stopping rule (not the cap) ended training, for a results row."""
+        return {f"{prefix}epochs": float(len(self.epochs)),
+                f"{prefix}stopped_by_rule": float(self.stop_reason in ("patience", "plateau"))}
 
 
 class Callback:
@@ -93,6 +104,10 @@ class EarlyStopping(Callback):
         self.flat = 0
         self.previous: float | None = None
         self.improved = False
+
+    @property
+    def reason(self) -> str:
+        return "patience" if self.plateau is None else "plateau"
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, float]) -> bool:
         value = logs[self.monitor]
@@ -121,56 +136,155 @@ def split_validation(n: int, fraction: float, rng: np.random.Generator) -> tuple
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
 
+class Trainer(ABC):
+    """The fit loop, split into named steps in the spirit of skorch's ``NeuralNet``.
+
+    :meth:`fit` owns the epochs: it asks :meth:`batches` for each epoch's batches, runs
+    :meth:`train_step` on each, asks :meth:`validation_loss`, applies the early-stopping rule and the
+    callbacks, keeps a :meth:`snapshot` of the best epoch (``restore_best``) and restores it
+    (:meth:`restore`) at the end. Subclasses say where the loss comes from (one module in this process, or a SplitNN
+    whose forward and backward passes cross the transport) and inherit the rest, so every network
+    vflo trains stops, validates and reports the same way.
+    """
+
+    #: Pass the next batch to :meth:`train_step`, so it can start fetching that batch's inputs.
+    lookahead: bool = False
+
+    def __init__(self, config: TrainConfig, rng: np.random.Generator, *, callbacks: Sequence[Callback] = ()) -> None:
+        self.config = config
+        self.rng = rng
+        self.callbacks = list(callbacks)
+        self.best_state: Any = None
+
+    # -- steps a subclass provides ------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def n_train(self) -> int:
+        """Training rows: what :meth:`batches` shuffles."""
+
+    @abstractmethod
+    def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float | None:
+        """One optimiser step on ``batch`` (positions into the training rows); the batch's mean loss, or
+        None when the step was skipped (it then counts toward neither the loss nor the rows)."""
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """This epoch's batches: a fresh shuffle of the training rows, ``batch_size`` at a time."""
+        perm = self.rng.permutation(self.n_train)
+        bs = self.config.batch_size
+        return [perm[start : start + bs] for start in range(0, self.n_train, bs)]
+
+    def validation_loss(self) -> float | None:
+        """The loss on the validation rows, or None when there are none (training loss is monitored)."""
+        return None
+
+    @property
+    def validates(self) -> bool:
+        return False
+
+    def snapshot(self) -> Any:
+        """The state to keep from the best epoch so far (``restore_best``); None keeps nothing."""
+        return None
+
+    def restore(self, state: Any) -> None:  # noqa: B027 - optional step: nothing to restore by default
+        """Go back to a state :meth:`snapshot` returned."""
+
+    def on_improve(self, epoch: int) -> None:
+        """The monitored loss improved at ``epoch``: remember this state if the config asks to."""
+        if self.config.restore_best:
+            self.best_state = self.snapshot()
+
+    def on_train_end(self, history: History) -> None:
+        """Training is over: by default, go back to the best epoch's state."""
+        if self.config.restore_best and self.best_state is not None:
+            self.restore(self.best_state)
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def fit(self) -> History:
+        if self.n_train < 1:
+            raise ConfigError("no training rows: the scenario leaves this model nothing to learn from")
+        config = self.config
+        monitor: Literal["loss", "val_loss"] = "val_loss" if self.validates else "loss"
+        stopper = EarlyStopping(monitor, config.patience, config.min_delta,
+                                config.plateau if config.stop == "plateau" else None)
+        history = History(monitor=monitor, stop_reason="max_epochs")
+        for epoch in range(config.max_epochs):
+            started = time.perf_counter()
+            batches = self.batches(epoch)
+            total, rows = 0.0, 0
+            for i, batch in enumerate(batches):
+                upcoming = batches[i + 1] if self.lookahead and i + 1 < len(batches) else None
+                loss = self.train_step(batch, upcoming)
+                if loss is not None:
+                    total += loss * len(batch)
+                    rows += len(batch)
+            logs: dict[str, float] = {"epoch": float(epoch), "loss": total / max(rows, 1)}
+            val = self.validation_loss()
+            if val is not None:
+                logs["val_loss"] = val
+            logs["seconds"] = time.perf_counter() - started
+            history.epochs.append(logs)
+            if not np.isfinite(logs[monitor]):
+                logger.warning("training diverged at epoch %d (%s = %s); stopping", epoch, monitor, logs[monitor])
+                history.stopped_early, history.stop_reason = True, "diverged"
+                break
+            stop = stopper.on_epoch_end(epoch, logs)
+            if stop:
+                history.stop_reason = stopper.reason
+            if stopper.improved:
+                self.on_improve(epoch)
+            for cb in self.callbacks:
+                if cb.on_epoch_end(epoch, logs) and not stop:
+                    stop, history.stop_reason = True, "callback"
+            if stop:
+                history.stopped_early = True
+                break
+        history.best_epoch = stopper.best_epoch
+        self.on_train_end(history)
+        return history
+
+
+class _StepTrainer(Trainer):
+    """A trainer around plain functions (for :func:`run_epochs`)."""
+
+    def __init__(
+        self, n_train: int, config: TrainConfig, rng: np.random.Generator, train_step: Callable[..., float],
+        validate: Callable[[], float] | None, on_improve: Callable[[int], None] | None,
+        callbacks: Sequence[Callback], lookahead: bool,
+    ) -> None:
+        super().__init__(config, rng, callbacks=callbacks)
+        self._n, self._step, self._validate, self._improve = n_train, train_step, validate, on_improve
+        self.lookahead = lookahead
+
+    @property
+    def n_train(self) -> int:
+        return self._n
+
+    def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
+        return self._step(batch, upcoming) if self.lookahead else self._step(batch)
+
+    @property
+    def validates(self) -> bool:
+        return self._validate is not None
+
+    def validation_loss(self) -> float | None:
+        return self._validate() if self._validate is not None else None
+
+    def on_improve(self, epoch: int) -> None:
+        if self._improve is not None:
+            self._improve(epoch)
+
+
 def run_epochs(
     *, n_train: int, config: TrainConfig, rng: np.random.Generator,
     train_step: Callable[..., float], validate: Callable[[], float] | None = None,
     on_improve: Callable[[int], None] | None = None, callbacks: Sequence[Callback] = (),
     lookahead: bool = False,
 ) -> History:
-    """The epoch loop: shuffle with ``rng``, call ``train_step`` per batch, validate, stop early.
-
-    ``train_step`` receives positions into the training rows and returns the batch's mean loss.
-    With ``lookahead`` it also receives the next batch's positions (None after the epoch's last),
-    so it can start fetching that batch's inputs before it finishes this one.
-    """
-    if n_train < 1:
-        raise ConfigError("no training rows: the scenario leaves this model nothing to learn from")
-    monitor: Literal["loss", "val_loss"] = "val_loss" if validate is not None else "loss"
-    stopper = EarlyStopping(monitor, config.patience, config.min_delta,
-                            config.plateau if config.stop == "plateau" else None)
-    history = History(monitor=monitor)
-    bs = config.batch_size
-    for epoch in range(config.max_epochs):
-        started = time.perf_counter()
-        perm = rng.permutation(n_train)
-        total = 0.0
-        for start in range(0, n_train, bs):
-            idx = perm[start : start + bs]
-            if lookahead:
-                upcoming = perm[start + bs : start + 2 * bs] if start + bs < n_train else None
-                total += train_step(idx, upcoming) * len(idx)
-            else:
-                total += train_step(idx) * len(idx)
-        logs: dict[str, float] = {"epoch": float(epoch), "loss": total / n_train}
-        if validate is not None:
-            logs["val_loss"] = validate()
-        logs["seconds"] = time.perf_counter() - started
-        if not np.isfinite(logs[monitor]):
-            logger.warning("training diverged at epoch %d (%s = %s); stopping", epoch, monitor, logs[monitor])
-            history.epochs.append(logs)
-            history.stopped_early = True
-            break
-        stop = stopper.on_epoch_end(epoch, logs)
-        if stopper.improved and on_improve is not None:
-            on_improve(epoch)
-        history.epochs.append(logs)
-        for cb in callbacks:
-            stop = cb.on_epoch_end(epoch, logs) or stop
-        if stop:
-            history.stopped_early = True
-            break
-    history.best_epoch = stopper.best_epoch
-    return history
+    """:class:`Trainer`'s loop around plain functions: ``train_step(positions)`` returns the batch's mean
+    loss (with ``lookahead``, ``train_step(positions, next_positions)``)."""
+    return _StepTrainer(n_train, config, rng, train_step, validate, on_improve, callbacks, lookahead).fit()
 
 
 LossFn = Callable[[nn.Module, Mapping[str, torch.Tensor]], torch.Tensor]
@@ -186,48 +300,61 @@ def as_tensor(x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor
     return torch.tensor(np.asarray(x), dtype=dtype)
 
 
+class ModuleTrainer(Trainer):
+    """One module in this process, trained with Adam on row-aligned tensors and a loss function."""
+
+    def __init__(
+        self, module: nn.Module, loss_fn: LossFn, tensors: Mapping[str, torch.Tensor], *, config: TrainConfig,
+        rng: np.random.Generator, callbacks: Sequence[Callback] = (),
+    ) -> None:
+        super().__init__(config, rng, callbacks=callbacks)
+        self.module = module
+        self.loss_fn = loss_fn
+        train_pos, val_pos = split_validation(_rows(tensors), config.validation_fraction, rng)
+        self.train_tensors = {k: v[train_pos] for k, v in tensors.items()}
+        self.val_tensors = {k: v[val_pos] for k, v in tensors.items()} if len(val_pos) else None
+        self.optimizer = adam(module.parameters(), config)
+
+    @property
+    def n_train(self) -> int:
+        return _rows(self.train_tensors)
+
+    def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
+        self.module.train()
+        self.optimizer.zero_grad()
+        loss = self.loss_fn(self.module, {k: v[batch] for k, v in self.train_tensors.items()})
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
+    @property
+    def validates(self) -> bool:
+        return self.val_tensors is not None
+
+    def validation_loss(self) -> float | None:
+        if self.val_tensors is None:
+            return None
+        self.module.eval()
+        with torch.no_grad():
+            return float(self.loss_fn(self.module, self.val_tensors))
+
+    def snapshot(self) -> Any:
+        return copy.deepcopy(self.module.state_dict())
+
+    def restore(self, state: Any) -> None:
+        self.module.load_state_dict(state)
+
+    def on_train_end(self, history: History) -> None:
+        super().on_train_end(history)
+        self.module.eval()
+
+
 def fit_module(
     module: nn.Module, loss_fn: LossFn, tensors: Mapping[str, torch.Tensor], *, config: TrainConfig,
     rng: np.random.Generator, callbacks: Sequence[Callback] = (),
 ) -> History:
     """Train ``module`` with Adam on row-aligned ``tensors``; ``loss_fn`` maps a batch to a scalar loss."""
-    n = _rows(tensors)
-    train_pos, val_pos = split_validation(n, config.validation_fraction, rng)
-    train_t = {k: v[train_pos] for k, v in tensors.items()}
-    val_t = {k: v[val_pos] for k, v in tensors.items()} if len(val_pos) else None
-    optimizer = adam(module.parameters(), config)
-    best_state: dict[str, Any] | None = None
-
-    def train_step(idx: np.ndarray) -> float:
-        batch = {k: v[idx] for k, v in train_t.items()}
-        optimizer.zero_grad()
-        loss = loss_fn(module, batch)
-        loss.backward()
-        optimizer.step()
-        return float(loss.detach())
-
-    def validate() -> float:
-        assert val_t is not None
-        module.eval()
-        with torch.no_grad():
-            value = float(loss_fn(module, val_t))
-        module.train()
-        return value
-
-    def remember(_epoch: int) -> None:
-        nonlocal best_state
-        best_state = copy.deepcopy(module.state_dict())
-
-    module.train()
-    history = run_epochs(
-        n_train=len(train_pos), config=config, rng=rng, train_step=train_step,
-        validate=validate if val_t is not None else None,
-        on_improve=remember if config.restore_best else None, callbacks=callbacks,
-    )
-    if config.restore_best and best_state is not None:
-        module.load_state_dict(best_state)
-    module.eval()
-    return history
+    return ModuleTrainer(module, loss_fn, tensors, config=config, rng=rng, callbacks=callbacks).fit()
 
 
 def _rows(tensors: Mapping[str, torch.Tensor]) -> int:

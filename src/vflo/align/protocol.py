@@ -1,0 +1,36 @@
+"""Alignment as a handler set: every node serves it, whatever method is installed.
+
+Finding the shared IDs runs before a method's own exchanges (and some methods align again
+mid-run), so a node serves these kinds next to the method's; they are handed to the node by
+whoever builds it, like any other protocol.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vflo.align import plain, psi
+from vflo.comm.message import Payload
+from vflo.federation.handlers import HandlerSet, handles
+
+if TYPE_CHECKING:
+    from vflo.federation.node import NodeContext
+
+
+class AlignmentHandlers(HandlerSet):
+    """Plain alignment (the coordinator's IDs in the clear) and ECDH private set intersection."""
+
+    @handles(plain.KIND, **plain.REQUEST)
+    def _plain(self, ctx: NodeContext, payload: Payload) -> Payload:
+        return plain.handle(ctx, payload)
+
+    @handles(psi.KIND, **psi.REQUEST)
+    def _psi(self, ctx: NodeContext, payload: Payload) -> Payload:
+        return psi.handle(ctx, payload)
+
+    @handles(psi.RESULT_KIND, **psi.RESULT)
+    def _psi_result(self, ctx: NodeContext, payload: Payload) -> Payload:
+        return psi.handle_result(ctx, payload)
+
+
+ALIGNMENT = AlignmentHandlers()

@@ -1,0 +1,264 @@
+"""The masked-SVD exchange: the SVD of vertically split rows through a dealer and a server.
+
+One protocol, used by FedSVD, VFedTrans and VFL-ASP (Chai et al. 2022, "Practical Lossless
+Federated Singular Vector Decomposition over Billion-Scale Data"; VFL-ASP's one-mask variant):
+
+1. the requester asks the dealer for masks: one orthogonal m x m row mask P for the m shared rows
+   and, with column masks, one orthogonal mask Q_i per party for its own columns. The dealer sends
+   every other party its masks and returns the requester's in the reply;
+2. each other party sends P X_i Q_i of its shared rows to the server (``svd.upload``);
+3. the requester sends its own masked block with ``svd.solve``; the server joins the blocks,
+   X' = P [X_1 .. X_K] diag(Q_1 .. Q_K) = P X Q, takes the thin SVD X' = U' Σ V'^T and returns U'
+   and Σ (and, where asked, the requester's rows of V'), sending each other party its rows of V';
+4. parties remove the masks: U = P^T U' (the requester), V_i = Q_i V'_i (each party).
+
+Because P and Q are orthogonal, U Σ V^T is exactly the SVD of the joined matrix X; the server
+sees only masked blocks and masked factors. Without column masks (VFL-ASP) Q_i = I. Masks are dense
+or block-diagonal (:mod:`vflo.methods.masks`); blocks make time and bytes grow linearly with m
+instead of m² and m³, at the cost of mixing rows only within blocks.
+
+The requester may be the coordinator (FedSVD, VFedTrans) or a party inside a handler (VFL-ASP's
+first hop); everything it needs back rides on replies, so no message returns to a party that is
+still waiting on its own call.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import numpy as np
+
+from vflo.align.plain import SELECTOR, selected_ids
+from vflo.comm.message import BOOL, IDS, INT, STR, ArraySpec, Payload
+from vflo.errors import ConfigError, ProtocolError
+from vflo.federation.handlers import HandlerSet, handles
+from vflo.methods.masks import OrthogonalMask
+from vflo.roles import PartyInfo
+
+if TYPE_CHECKING:
+    from vflo.federation.node import NodeContext
+
+SERVER, DEALER = "server", "dealer"
+MATRIX = ArraySpec(("float64", "float32"), (None, None))
+BLOCKS = ArraySpec(("float64", "float32"), (None, None, None))
+MASKS = {"p_blocks": BLOCKS, "p_tail": MATRIX, "q_blocks": BLOCKS, "q_tail": MATRIX}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedSVDSettings:
+    """``mask = 'block'`` uses block-diagonal masks of ``block_size`` rows; ``'dense'`` one full m x m mask.
+    ``dtype`` is the precision of masks and masked data on the wire."""
+
+    mask: Literal["dense", "block"] = "block"
+    block_size: int = 1000
+    dtype: Literal["float64", "float32"] = "float64"
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ConfigError(f"fedsvd.block_size must be positive, got {self.block_size}")
+
+    @property
+    def row_block(self) -> int | None:
+        return None if self.mask == "dense" else self.block_size
+
+
+@dataclass(frozen=True)
+class SVDResult:
+    """What the requester ends with: X = U diag(S) V^T over the shared rows, and its own rows of V."""
+
+    U: np.ndarray
+    S: np.ndarray
+    V: np.ndarray | None
+
+
+class Sender(Protocol):
+    """Who drives the exchange: the coordinator's federation, or a party's context inside a handler."""
+
+    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Payload]: ...
+
+
+def _no_mask(dtype: str) -> OrthogonalMask:
+    return OrthogonalMask(np.zeros((0, 0, 0), dtype=dtype), np.zeros((0, 0), dtype=dtype))
+
+
+class MaskedSVD(HandlerSet):
+    """Handlers of the dealer, the server and the data parties, and the requester's side of the exchange."""
+
+    @abstractmethod
+    def svd_settings(self) -> FedSVDSettings:
+        """Mask kind and wire precision, from the method's config."""
+
+    def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
+        return (PartyInfo(SERVER, "server"), PartyInfo(DEALER, "dealer"))
+
+    # -- dealer -----------------------------------------------------------------------------------
+
+    @handles("svd.deal", m=INT, parties=STR, column_masks=BOOL)
+    def _deal(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """Draw P (and each party's Q_i), send every other party its masks, return the requester's."""
+        settings = self.svd_settings()
+        rng = ctx.rng("svd-masks")
+        try:
+            widths = {str(name): int(width) for name, width in json.loads(str(payload["parties"]))}
+        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"svd.deal: malformed party list: {exc}") from exc
+        if ctx.sender not in widths:
+            raise ProtocolError(f"svd.deal: the requester {ctx.sender!r} is not among the parties it names")
+        P = OrthogonalMask.random(int(payload["m"]), settings.row_block, rng, settings.dtype)
+        own: Payload = {}
+        for party, width in widths.items():
+            Q = OrthogonalMask.random(width, None, rng, settings.dtype) if payload["column_masks"] else \
+                _no_mask(settings.dtype)
+            masks = {**P.to_payload("p"), **Q.to_payload("q")}
+            if party == ctx.sender:
+                own = masks
+            else:
+                ctx.send(party, "svd.masks", masks)
+        return own
+
+    # -- data parties -----------------------------------------------------------------------------
+
+    @handles("svd.masks", **MASKS)
+    def _masks(self, ctx: NodeContext, payload: Payload) -> Payload:
+        keep_masks(ctx, payload)
+        return {}
+
+    def masked_block(self, ctx: NodeContext, ids: np.ndarray) -> np.ndarray:
+        """P X_i Q_i of this party's training rows ``ids``."""
+        P, Q = ctx.state.get("svd.P"), ctx.state.get("svd.Q")
+        if not isinstance(P, OrthogonalMask):
+            raise ProtocolError(f"party {ctx.party!r} was asked for its masked block before it got its masks")
+        X = ctx.require_data().subset(ids).X.astype(np.float64)
+        if isinstance(Q, OrthogonalMask):
+            X = Q.right(X)
+        masked: np.ndarray = P.left(X).astype(self.svd_settings().dtype)
+        return masked
+
+    @handles("svd.upload", selector=SELECTOR)
+    def _upload(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """Send P X_i Q_i of the shared rows (picked from this party's aligned list) to the server."""
+        selector = payload["selector"]
+        assert isinstance(selector, np.ndarray)
+        ctx.send(SERVER, "svd.block", {"block": self.masked_block(ctx, selected_ids(ctx, selector))})
+        return {}
+
+    @handles("svd.right", v=MATRIX)
+    def _right(self, ctx: NodeContext, payload: Payload) -> Payload:
+        v = payload["v"]
+        assert isinstance(v, np.ndarray)
+        ctx.state["svd.V"] = unmask_right(ctx, v)
+        return {}
+
+    @handles("svd.project", ids=IDS)
+    def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """x_i V_i for rows to score: this party's share of U Σ for a new row."""
+        ids = payload["ids"]
+        V = ctx.state.get("svd.V")
+        assert isinstance(ids, np.ndarray)
+        if not isinstance(V, np.ndarray):
+            raise ProtocolError(f"party {ctx.party!r} has no V to project with")
+        return {"p": ctx.rows("serve").subset(ids).X.astype(np.float64) @ V}
+
+    # -- server -----------------------------------------------------------------------------------
+
+    @handles("svd.block", block=MATRIX)
+    def _block(self, ctx: NodeContext, payload: Payload) -> Payload:
+        ctx.state.setdefault("svd.blocks", {})[ctx.sender] = payload["block"]
+        return {}
+
+    @handles("svd.solve", order=STR, rank=INT, right=BOOL, block=MATRIX)
+    def _solve(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """Join the masked blocks (the requester's comes with the request), SVD, return U', Σ (and its V')."""
+        try:
+            order = [str(name) for name in json.loads(str(payload["order"]))]
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise ProtocolError(f"svd.solve: malformed party order: {exc}") from exc
+        if not order or order[0] != ctx.sender:
+            raise ProtocolError(f"svd.solve: the requester {ctx.sender!r} must come first in the party order")
+        blocks: dict[str, np.ndarray] = ctx.state.pop("svd.blocks", {})
+        blocks[ctx.sender] = payload["block"]  # type: ignore[assignment]
+        missing = [p for p in order if p not in blocks]
+        if missing:
+            raise ProtocolError(f"the server has no masked block from {missing}")
+        rows = {blocks[p].shape[0] for p in order}
+        if len(rows) != 1:
+            raise ProtocolError(f"the masked blocks have different numbers of rows: {sorted(rows)}")
+        joined = np.hstack([np.asarray(blocks[p], dtype=np.float64) for p in order])
+        rank = int(payload["rank"])
+        if rank < 0 or rank > joined.shape[1]:
+            raise ConfigError(f"{rank} singular vectors asked for (rank, or VFL-ASP's components), but the parties "
+                              f"hold only {joined.shape[1]} columns together; ask for at most that many (0: all)")
+        U, S, Vt = np.linalg.svd(joined, full_matrices=False)
+        keep = min(rank or len(S), len(S))
+        U, S, Vt = U[:, :keep], S[:keep], Vt[:keep]
+        dtype = self.svd_settings().dtype
+        own_v = np.zeros((0, 0), dtype=dtype)
+        if payload["right"]:
+            start = 0
+            for party in order:
+                width = blocks[party].shape[1]
+                part = Vt[:, start : start + width].T.astype(dtype)
+                start += width
+                if party == ctx.sender:
+                    own_v = part
+                else:
+                    ctx.send(party, "svd.right", {"v": part})
+        return {"u": U.astype(dtype), "s": S.astype(np.float64), "v": own_v}
+
+    # -- the requester ----------------------------------------------------------------------------
+
+    def masked_svd(
+        self, via: Sender, ctx: NodeContext, ids: np.ndarray, uploads: Mapping[str, np.ndarray], *,
+        widths: Mapping[str, int] | None, rank: int = 0, right: bool = False,
+    ) -> SVDResult:
+        """The SVD of the requester's rows ``ids`` joined with each uploader's selected rows.
+
+        ``uploads`` maps each other party to the selector of its shared rows (from alignment), in
+        the order of ``ids``. ``widths`` (every party's column count, the requester's included)
+        asks for column masks; ``None`` masks rows only.
+        """
+        me = ctx.party
+        parties = [me, *uploads]
+        column_masks = widths is not None
+        listed = [[p, int(widths[p]) if widths is not None else 0] for p in parties]
+        masks = via.exchange("svd.deal", {DEALER: {"m": len(ids), "parties": json.dumps(listed),
+                                                   "column_masks": column_masks}})[DEALER]
+        keep_masks(ctx, masks)
+        if uploads:
+            via.exchange("svd.upload", {p: {"selector": sel} for p, sel in uploads.items()})
+        reply = via.exchange("svd.solve", {SERVER: {"order": json.dumps(parties), "rank": rank, "right": right,
+                                                   "block": self.masked_block(ctx, ids)}})[SERVER]
+        u, s, v = reply.get("u"), reply.get("s"), reply.get("v")
+        if not (isinstance(u, np.ndarray) and isinstance(s, np.ndarray) and isinstance(v, np.ndarray)) \
+                or u.ndim != 2 or u.shape[0] != len(ids) or s.shape != (u.shape[1],):
+            raise ProtocolError("the server's svd.solve reply is malformed")
+        P = ctx.state["svd.P"]
+        assert isinstance(P, OrthogonalMask)
+        V = unmask_right(ctx, v) if right else None
+        if V is not None:
+            ctx.state["svd.V"] = V
+        return SVDResult(U=P.left_t(u.astype(np.float64)), S=s, V=V)
+
+
+def keep_masks(ctx: NodeContext, payload: Payload) -> None:
+    """Store the row mask P and, where one was dealt, the column mask Q (absent: Q = I)."""
+    try:
+        ctx.state["svd.P"] = OrthogonalMask.from_payload(payload, "p")
+        Q = OrthogonalMask.from_payload(payload, "q")
+    except KeyError as exc:
+        raise ProtocolError(f"the dealer's masks lack {exc}") from exc
+    ctx.state["svd.Q"] = Q if Q.size else None
+
+
+def unmask_right(ctx: NodeContext, v: np.ndarray) -> np.ndarray:
+    """V_i = Q_i V'_i: this party's rows of the right singular vectors."""
+    Q = ctx.state.get("svd.Q")
+    v64 = v.astype(np.float64)
+    if not isinstance(Q, OrthogonalMask):
+        return v64
+    unmasked: np.ndarray = Q.left(v64)
+    return unmasked

@@ -1,0 +1,172 @@
+"""Split learning's shared pieces: used by SplitNN, VFL-ASP's teacher and Entity Augmentation.
+
+A party keeps a *bottom* network over its own rows. The coordinator asks for its activations,
+computes the loss at the top, and sends back the gradient of the loss with respect to those
+activations (``split.backward``); the party finishes the backward pass through its own network
+and steps its optimiser. For scoring (and for soft labels), the coordinator asks for activations
+of rows by ID (``split.activations``), computed in evaluation mode.
+
+Early stopping spans the parties: at every validation pass a party snapshots its bottom, and the
+coordinator tells it with the next validation request, or with ``split.finish``, whether that
+pass was the best so far (:class:`RemoteBottomsTrainer`), so every party ends at the same epoch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vflo.comm.message import BOOL, IDS, STR, Payload, expect_rows, floats
+from vflo.data.partydata import PartyData
+from vflo.errors import ProtocolError
+from vflo.federation.handlers import HandlerSet, handles
+from vflo.nn.train import History, TrainConfig, Trainer, adam, as_tensor
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
+
+BOTTOM = "split.bottom"
+
+
+class Bottom:
+    """A party's bottom network and its optimiser. A training forward keeps its output for the backward."""
+
+    def __init__(self, net: nn.Module, train: TrainConfig, payload_dtype: str) -> None:
+        self.net = net
+        self.optimizer: torch.optim.Optimizer | None = adam(net.parameters(), train)
+        self.payload_dtype = payload_dtype
+        self.restore_best = train.restore_best
+        self.pending: torch.Tensor | None = None
+        self.candidate: dict[str, Any] | None = None
+        self.best: dict[str, Any] | None = None
+
+    def forward(self, x: torch.Tensor) -> np.ndarray:
+        """Training-mode activations; the graph is kept for the :meth:`backward` that follows."""
+        self.net.train()
+        out = self.net(x)
+        self.pending = out
+        return self._wire(out.detach())
+
+    def backward(self, grad: np.ndarray) -> None:
+        """Finish the backward pass with the coordinator's gradient and take one optimiser step."""
+        out = self.pending
+        if out is None or self.optimizer is None:
+            raise ProtocolError("split.backward arrived without a training forward before it")
+        if grad.shape != tuple(out.shape):
+            raise ProtocolError(f"split.backward: gradient shape {grad.shape} != activation shape {tuple(out.shape)}")
+        self.optimizer.zero_grad()
+        out.backward(torch.as_tensor(grad, dtype=torch.float32))
+        self.optimizer.step()
+        self.pending = None
+
+    def infer(self, x: torch.Tensor) -> np.ndarray:
+        """Evaluation-mode activations, no graph kept."""
+        self.net.eval()
+        with torch.no_grad():
+            return self._wire(self.net(x))
+
+    def validation_pass(self, keep_previous: bool) -> None:
+        """Snapshot the network at a validation pass; ``keep_previous``: the last pass was the best so far."""
+        if keep_previous:
+            self.best = self.candidate
+        self.candidate = state_copy(self.net)
+
+    def finish(self, keep_previous: bool) -> None:
+        """Training is over: go back to the best validation pass (if asked) and drop the optimiser."""
+        if keep_previous:
+            self.best = self.candidate
+        if self.restore_best and self.best is not None:
+            self.net.load_state_dict(self.best)
+        self.net.eval()
+        self.optimizer, self.pending, self.candidate, self.best = None, None, None, None
+
+    def _wire(self, acts: torch.Tensor) -> np.ndarray:
+        out: np.ndarray = acts.numpy().astype(self.payload_dtype)
+        return out
+
+
+def bottom_of(ctx: NodeContext) -> Bottom:
+    bottom = ctx.state.get(BOTTOM)
+    if not isinstance(bottom, Bottom):
+        raise ProtocolError(f"party {ctx.party!r} got a split-learning message before its bottom network was built")
+    return bottom
+
+
+class SplitParty(HandlerSet):
+    """Handlers of a party that holds a bottom network; methods add how it is built and fed."""
+
+    def bottom_input(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+        """What this party feeds its bottom network for ``rows``: its raw features unless overridden."""
+        return rows.X
+
+    def new_bottom(self, ctx: NodeContext, net: nn.Module, train: TrainConfig, payload_dtype: str) -> Bottom:
+        bottom = Bottom(net, train, payload_dtype)
+        ctx.state[BOTTOM] = bottom
+        return bottom
+
+    @handles("split.backward", grad=floats(None, None))
+    def _split_backward(self, ctx: NodeContext, payload: Payload) -> Payload:
+        grad = payload["grad"]
+        assert isinstance(grad, np.ndarray)
+        bottom_of(ctx).backward(grad)
+        return {}
+
+    @handles("split.finish", keep_previous=BOOL)
+    def _split_finish(self, ctx: NodeContext, payload: Payload) -> Payload:
+        bottom_of(ctx).finish(bool(payload["keep_previous"]))
+        # Training rows are no longer needed; serving rows are read on demand.
+        ctx.state.pop("x", None)
+        return {}
+
+    @handles("split.activations", ids=IDS, split=STR)
+    def _split_activations(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """Evaluation-mode activations of rows ``ids`` of this party's training or serving rows."""
+        ids = payload["ids"]
+        assert isinstance(ids, np.ndarray)
+        rows = ctx.rows(str(payload["split"])).subset(ids)
+        return {"acts": bottom_of(ctx).infer(as_tensor(self.bottom_input(ctx, rows)))}
+
+
+def remote_activations(replies: dict[str, Payload], parties: list[str], rows: int,
+                       widths: dict[str, int]) -> list[torch.Tensor]:
+    """Each party's activations from its reply, checked, as float32 tensors in ``parties`` order."""
+    return [torch.as_tensor(expect_rows(replies[p], "acts", party=p, rows=rows, width=widths[p], what="activations"))
+            for p in parties]
+
+
+def state_copy(module: nn.Module) -> dict[str, Any]:
+    """A deep copy of a module's parameters (a snapshot of the best epoch)."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+class RemoteBottomsTrainer(Trainer):
+    """A coordinator's trainer whose parties hold bottom networks: it keeps their snapshots in step.
+
+    Subclasses send :meth:`keep_previous` with each validation request; :meth:`on_train_end` sends
+    ``split.finish``, so every party returns to the best epoch when ``restore_best`` asks for it.
+    """
+
+    def __init__(self, config: TrainConfig, rng: np.random.Generator, fed: Federation, parties: list[str]) -> None:
+        super().__init__(config, rng)
+        self.fed = fed
+        self.parties = parties
+        self.improved_last = False
+
+    def keep_previous(self) -> bool:
+        """Whether the last validation pass was the best so far (the flag is read once per pass)."""
+        flag, self.improved_last = self.improved_last, False
+        return flag
+
+    def on_improve(self, epoch: int) -> None:
+        if self.config.restore_best:
+            self.improved_last = True
+        super().on_improve(epoch)
+
+    def on_train_end(self, history: History) -> None:
+        if self.parties:
+            self.fed.broadcast("split.finish", {"keep_previous": self.improved_last}, self.parties)
+        super().on_train_end(history)
