@@ -149,7 +149,8 @@ def test_splitnn_learns_from_the_passive_party_features() -> None:
     acc_local = compute_metrics(data.task, data.test_y, local.scores)["accuracy"]
     assert acc > acc_local + 0.1
     kinds = {e.kind for e in out.ledger.entries}
-    assert {"splitnn.forward", "split.backward", "splitnn.init", "split.activations", "split.finish", "align.plain"} <= kinds
+    assert {"splitnn.forward", "split.backward", "splitnn.init", "split.activations", "split.finish",
+            "align.plain"} <= kinds
     # two rounds per training batch: forward, then the gradients (posted: they go out with the next forward)
     forward = sum(1 for e in out.ledger.entries if e.kind == "splitnn.forward" and e.direction == "request")
     backward = sum(1 for e in out.ledger.entries if e.kind == "split.backward" and e.direction == "request")
@@ -270,3 +271,22 @@ def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     raw = {id(n._data.X) for n in others if n._data is not None}
     assert not any(id(o) in raw for o in reachable)
     assert not any(o is n for o in reachable for n in others if isinstance(o, Node))
+
+
+def test_single_reads_only_rows_each_party_holds() -> None:
+    """With partial overlap, a party's model is trained on its own rows, never on the oracle's other rows."""
+    data = _split(n=300, aligned=120, test=30)
+    asked: list[tuple[str | None, set[object]]] = []
+    real = data.oracle.features
+
+    def spy(ids: np.ndarray, party: str | None = None) -> np.ndarray:
+        asked.append((party, set(np.asarray(ids).tolist())))
+        return real(ids, party)
+
+    object.__setattr__(data.oracle, "features", spy)
+    out = run_method(get_method("single")(), data, seed=0)
+    assert out.scores.shape == (30, 2)
+    for party, ids in asked:
+        assert party is not None
+        assert ids <= set(data.train[party].ids.tolist()) | set(data.serve[party].ids.tolist())
+    assert {party for party, _ in asked} == {"act", "pas"}

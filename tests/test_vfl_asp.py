@@ -66,18 +66,67 @@ def test_the_second_hop_party_sends_one_message_and_receives_its_mask() -> None:
         ("dealer", "svd.masks"), ("p1", "svd.upload")]
 
 
-def test_teacher_and_student() -> None:
-    data = _data()
-    teacher = run_method(get_method("vfl_asp")(**SETTINGS), data, seed=0)
-    acc = compute_metrics(data.task, data.test_y, teacher.scores)["accuracy"]
-    majority = max(data.test_y.mean(), 1 - data.test_y.mean())
-    assert acc > majority
-    # the student scores rows of the active party that no other party holds
-    unseen = _data(test_from="active")
+def _chain(n: int = 900, seed: int = 0) -> FederatedData:
+    """A chain with a known answer: the label is a function of the second hop's columns, the first hop holds
+    a noisy copy of them, and the active party holds pure noise. Only what crosses the chain can predict."""
+    import pandas as pd
+
+    from vflo.data.datasets import Dataset
+
+    rng = np.random.default_rng(seed)
+    p2 = rng.normal(size=(n, 4))
+    p1 = p2 @ rng.normal(size=(4, 4)) + 0.3 * rng.normal(size=(n, 4))
+    a = rng.normal(size=(n, 4))
+    y = (p2 @ np.array([1.0, -1.0, 0.5, 0.0]) > 0).astype(np.int64)
+    columns = [f"p2_{i}" for i in range(4)] + [f"p1_{i}" for i in range(4)] + [f"a_{i}" for i in range(4)]
+    ds = Dataset(name="chain", X=pd.DataFrame(np.hstack([p2, p1, a]), columns=columns), y=y,
+                 ids=np.arange(n, dtype=np.int64), task="binary", n_classes=2, standin=False, source="test")
+    spec = ScenarioSpec(
+        parties=(PartySpec(name="p2", columns=tuple(columns[:4])), PartySpec(name="p1", columns=tuple(columns[4:8])),
+                 PartySpec(name="a", role="active", columns=tuple(columns[8:]))),
+        samples=SamplesSpec(layout="blocks", blocks=(BlockSpec(parties=("p1", "p2"), rows=n // 3),
+                                                     BlockSpec(parties=("p1", "a"), rows=2 * n // 3))))
+    layout = spec.build(ds, seed=seed)
+    return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:120])
+
+
+def test_the_teacher_learns_what_only_the_chain_carries() -> None:
+    data = _chain()
+    teacher = compute_metrics(data.task, data.test_y, run_method(get_method("vfl_asp")(**SETTINGS), data,
+                                                                 seed=0).scores)["accuracy"]
+    local = compute_metrics(data.task, data.test_y, run_method(get_method("local")(), data, seed=0).scores)["accuracy"]
+    assert local < 0.65  # the active party's columns are noise
+    assert teacher > local + 0.2
+
+
+def test_the_student_learns_from_the_teacher_not_from_any_soft_labels() -> None:
+    import torch
+    from torch.nn import functional as F
+
+    from vflo.nn.models import mlp
+    from vflo.nn.train import TrainConfig, as_tensor, fit_module
+    from vflo.seeding import numpy_rng, torch_generator
+
+    unseen = _data(test_from="active")  # the student scores rows of the active party no other party holds
     assert not unseen.train["p1"].contains(unseen.test_ids).any() and len(unseen.serve["p1"]) == 0
-    student = run_method(get_method("vfl_asp_student")(**SETTINGS), unseen, seed=0)
+    method = get_method("vfl_asp_student")(**SETTINGS)
+    student = run_method(method, unseen, seed=0)
     assert student.scores.shape == (30, 2)
     assert not [e for e in student.ledger.entries[student.fit_entries:] if e.is_method]
+    # the same network, trained on the same rows with random soft labels instead of the teacher's
+    a = unseen.train["a"]
+    rows = a.subset(a.ids[unseen.train["p1"].contains(a.ids)])
+    assert method.student_rows_ == rows.n_samples
+    soft = torch.as_tensor(numpy_rng(0, "random-soft").dirichlet([1.0, 1.0], size=rows.n_samples), dtype=torch.float32)
+    control = mlp(a.n_features, method.config.student_hidden, 2, activation=method.config.activation,
+                  generator=torch_generator(0, "control"))
+    fit_module(control, lambda m, b: F.kl_div(F.log_softmax(m(b["x"]), dim=1), b["soft"], reduction="batchmean"),
+               {"x": as_tensor(rows.X), "soft": soft}, config=TrainConfig(**FAST), rng=numpy_rng(0, "control"))
+    with torch.no_grad():
+        control_scores = torch.softmax(control(as_tensor(unseen.serve["a"].subset(unseen.test_ids).X)), 1).numpy()
+    acc = compute_metrics(unseen.task, unseen.test_y, student.scores)["accuracy"]
+    acc_control = compute_metrics(unseen.task, unseen.test_y, control_scores)["accuracy"]
+    assert acc > acc_control + 0.2 and acc > 0.85
 
 
 def test_vfl_std_baseline_uses_the_first_hop_only() -> None:

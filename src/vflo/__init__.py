@@ -4,8 +4,7 @@ from vflo.data.datasets import Dataset, load_dataset
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData, Layout, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import VfloError
-
-__version__ = "0.1.0"
+from vflo.version import __version__
 
 __all__ = [
     "Dataset",

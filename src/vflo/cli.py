@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vflo import __version__
 from vflo.errors import EXIT_CODES, ConfigError, VfloError
+from vflo.version import __version__
 
 logger = logging.getLogger("vflo")
 

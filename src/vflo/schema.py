@@ -12,7 +12,7 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from vflo.errors import ConfigError, did_you_mean
@@ -69,66 +69,84 @@ def _describe(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def _literal(tp: Any, value: Any, path: str) -> Any:
+    if value in get_args(tp) and type(value) in {type(a) for a in get_args(tp)}:
+        return value
+    options = [str(a) for a in get_args(tp)]
+    raise ConfigError(
+        f"{path} = {value!r} is not allowed{did_you_mean(str(value), options)}; choose one of {_describe(tp)}"
+    )
+
+
+def _union(tp: Any, value: Any, path: str) -> Any:
+    args = get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    # Try exact-type matches first so 3 stays an int in int | float.
+    for arg in sorted(args, key=lambda a: 0 if a is type(value) else 1):
+        if arg is type(None):
+            continue
+        try:
+            return coerce(arg, value, path)
+        except ConfigError:
+            continue
+    raise ConfigError(f"{path} = {value!r} must be {_describe(tp)}")
+
+
+def _tuple(tp: Any, value: Any, path: str) -> Any:
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"{path} must be {_describe(tp)}, got {value!r}")
+    args = get_args(tp)
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+    if len(args) != len(value):
+        raise ConfigError(f"{path} must have {len(args)} entries, got {len(value)}")
+    return tuple(coerce(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+
+
+def _mapping(tp: Any, value: Any, path: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path} must be a table, got {value!r}")
+    args = get_args(tp)
+    if args:
+        return {str(k): coerce(args[1], v, f"{path}.{k}") for k, v in value.items()}
+    return dict(value)
+
+
+def _scalar(kind: type, text: str) -> Callable[[Any, Any, str], Any]:
+    """A converter that accepts values of ``kind`` (never a bool where a number is meant)."""
+
+    def convert(_tp: Any, value: Any, path: str) -> Any:
+        accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
+        if isinstance(value, accepted) and (kind is bool or not isinstance(value, bool)):
+            return float(value) if isinstance(value, int | float) and kind is float else value
+        raise ConfigError(f"{path} must be {text}, got {value!r}")
+
+    return convert
+
+
+# (does this converter handle the type?, the converter): the first that matches converts.
+_CONVERTERS: tuple[tuple[Callable[[Any, Any], bool], Callable[[Any, Any, str], Any]], ...] = (
+    (lambda tp, origin: origin is Literal, _literal),
+    (lambda tp, origin: origin in (Union, types.UnionType), _union),
+    (lambda tp, origin: origin is tuple, _tuple),
+    (lambda tp, origin: origin in (dict, Mapping) or tp in (dict, Mapping), _mapping),
+    (lambda tp, origin: dataclasses.is_dataclass(tp) and isinstance(tp, type), build),
+    (lambda tp, origin: tp is bool, _scalar(bool, "true or false")),
+    (lambda tp, origin: tp is int, _scalar(int, "an integer")),
+    (lambda tp, origin: tp is float, _scalar(float, "a number")),
+    (lambda tp, origin: tp is str, _scalar(str, "a string")),
+)
+
+
 def coerce(tp: Any, value: Any, path: str) -> Any:
     """Check ``value`` against type ``tp`` and convert lists to tuples and tables to dataclasses."""
-    origin = get_origin(tp)
     if tp is Any:
         return value
-    if origin is Literal:
-        if value in get_args(tp) and type(value) in {type(a) for a in get_args(tp)}:
-            return value
-        options = [str(a) for a in get_args(tp)]
-        raise ConfigError(
-            f"{path} = {value!r} is not allowed{did_you_mean(str(value), options)}; choose one of {_describe(tp)}"
-        )
-    if origin in (Union, types.UnionType):
-        errors = []
-        args = get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        # Try exact-type matches first so 3 stays an int in int | float.
-        for arg in sorted(args, key=lambda a: 0 if a is type(value) else 1):
-            if arg is type(None):
-                continue
-            try:
-                return coerce(arg, value, path)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(f"{path} = {value!r} must be {_describe(tp)}")
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{path} must be {_describe(tp)}, got {value!r}")
-        args = get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
-        if len(args) != len(value):
-            raise ConfigError(f"{path} must have {len(args)} entries, got {len(value)}")
-        return tuple(coerce(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
-    if origin in (dict, Mapping) or tp in (dict, Mapping):
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{path} must be a table, got {value!r}")
-        args = get_args(tp)
-        if args:
-            return {str(k): coerce(args[1], v, f"{path}.{k}") for k, v in value.items()}
-        return dict(value)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return build(tp, value, path)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path} must be true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path} must be an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{path} must be a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{path} must be a string, got {value!r}")
+    origin = get_origin(tp)
+    for handles_type, convert in _CONVERTERS:
+        if handles_type(tp, origin):
+            return convert(tp, value, path)
     if isinstance(tp, type) and isinstance(value, tp):
         return value
     raise ConfigError(f"{path} = {value!r} must be {_describe(tp)}")  # pragma: no cover

@@ -497,7 +497,8 @@ class Layout:
         return FederatedData(
             parties=self.parties, train=train, serve=serve, test_ids=test_ids, test_y=ds.y[test_pos],
             task=ds.task, n_classes=ds.n_classes,
-            oracle=Oracle(self, {name: frozenset(d.ids.tolist()) for name, d in train.items()}),
+            oracle=Oracle(self, {name: frozenset(d.ids.tolist()) for name, d in train.items()},
+                          {name: frozenset(d.ids.tolist()) for name, d in serve.items()}),
         )
 
 
@@ -511,6 +512,7 @@ class Oracle:
 
     layout: Layout
     train_ids: Mapping[str, frozenset[object]]
+    serve_ids: Mapping[str, frozenset[object]] = field(default_factory=dict)
 
     def columns(self) -> tuple[str, ...]:
         return tuple(c for p in self.layout.parties for c in self.layout.columns[p.name])

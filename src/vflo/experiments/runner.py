@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from vflo import __version__
 from vflo.comm.ledger import Ledger
 from vflo.data.datasets import Dataset, load_dataset
 from vflo.data.scenario import FederatedData, Layout
@@ -30,6 +29,7 @@ from vflo.methods.representation import RepresentationMethod
 from vflo.metrics import compute_metrics, metric_names
 from vflo.progress import progress_bar
 from vflo.seeding import derive_seed, numpy_rng
+from vflo.version import __version__
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 
 from vflo.align.plain import SELECTOR, Alignment, selected_ids
-from vflo.comm.message import IDS, Payload
-from vflo.errors import ConfigError, MethodError, ProtocolError
+from vflo.comm.message import IDS, Payload, expect_rows
+from vflo.errors import ConfigError, MethodError
 from vflo.methods.base import Inference, MethodConfig, handles
 from vflo.methods.representation import RepresentationMethod
 from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
@@ -176,12 +176,8 @@ class APCVFL(RepresentationMethod):
         return [self._latent(p, replies[p], len(alignment.ids)) for p in passives]
 
     def _latent(self, party: str, reply: Payload, n: int) -> np.ndarray:
-        z = reply.get("z")
-        width = self.config.passive_encoder[-1]
-        if not isinstance(z, np.ndarray) or z.shape != (n, width) or z.dtype.kind != "f":
-            raise ProtocolError(f"party {party!r} sent representations of shape {getattr(z, 'shape', None)}, "
-                                f"expected ({n}, {width})")
-        return z.astype(np.float32)
+        return expect_rows(reply, "z", party=party, rows=n, width=self.config.passive_encoder[-1],
+                           what="representations")
 
     def _fit_teacher(self, fed: Federation, joint: np.ndarray) -> FittedAutoencoder:
         return fit_autoencoder(

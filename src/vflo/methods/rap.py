@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vflo.align.plain import SELECTOR, selected_ids
-from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload
+from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, expect_rows
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RemoteError
 from vflo.methods.base import Method, MethodConfig, handles
@@ -338,9 +338,7 @@ class RAP(Method):
         one_hot = int(payload.get("one_hot", 0))
         for client, request in requests.items():
             reply = ctx.send(client, kind, request)
-            x = reply.get("x")
-            if not isinstance(x, np.ndarray) or x.ndim != 2 or x.shape[0] != own.shape[0]:
-                raise ProtocolError(f"client {client!r} sent projected rows of the wrong shape")
+            x = expect_rows(reply, "x", party=client, rows=own.shape[0], what="projected rows")
             count = reply.get("one_hot", 0)
             if not isinstance(count, int) or count < 0:
                 raise ProtocolError(f"client {client!r} sent a one-hot column count of {count!r}")

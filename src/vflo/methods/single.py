@@ -31,7 +31,8 @@ class Single(Method):
     alone, as if it held the labels, min_θ Σ ℓ(f(x^m; θ), y); the party whose model scores best on a
     validation split is reported. Simulation only (a passive party has no labels in reality). The
     paper picks the best party on the test set; here a validation split picks it, so the test set stays
-    unseen.
+    unseen. Each party trains on the labelled rows it holds itself, and only parties that hold every
+    row to score are candidates: with partial overlap a party cannot score people it does not have.
     """
 
     name = "single"
@@ -46,15 +47,22 @@ class Single(Method):
     def fit(self, fed: Federation) -> None:
         oracle = fed.oracle
         data = fed.data
-        y = data.require_labels()
-        parties = [p.name for p in fed.parties if p.holds_data and oracle.layout.columns.get(p.name)]
+        y_all = data.require_labels()
+        to_score = oracle.serve_ids.get(data.party, frozenset())
+        parties = [p.name for p in fed.parties if p.holds_data and oracle.layout.columns.get(p.name)
+                   and to_score <= oracle.serve_ids.get(p.name, frozenset())]
         if not parties:
-            raise MethodError("single needs at least one party with features")
-        train, val = split_validation(len(y), self.config.validation_fraction, fed.rng("single-validation"))
+            raise MethodError("single needs at least one party with features that holds every row to score")
         metric = default_metric(fed.task)
         best: tuple[float, str, Estimator, Standardizer] | None = None
         for party in parties:
-            X = oracle.features(data.ids, party)
+            held = np.fromiter((v in oracle.train_ids[party] for v in data.ids.tolist()), dtype=bool,
+                               count=data.n_samples)
+            if not held.any():
+                continue
+            ids, y = data.ids[held], y_all[held]
+            train, val = split_validation(len(y), self.config.validation_fraction, fed.rng("single-validation"))
+            X = oracle.features(ids, party)
             scaler = Standardizer.fit(X[train])
             est = make_estimator(self.config, task=fed.task, n_classes=fed.n_classes,
                                  seed=derive_seed(fed.seed, "single", party))
@@ -64,11 +72,9 @@ class Single(Method):
             key = score if higher_is_better(metric) else -score
             if best is None or key > best[0]:
                 best = (key, party, est, scaler)
-        assert best is not None
+        if best is None:
+            raise MethodError("single found no party that holds labelled training rows")
         _, self.party_, self.estimator_, self.scaler_ = best
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.estimator_.predict_scores(self.scaler_.transform(fed.oracle.features(ids, self.party_)))
-
-    def summary_stats(self) -> dict[str, float]:
-        return {}

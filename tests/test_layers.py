@@ -1,0 +1,83 @@
+"""The package's import arrows point down: a module imports only from its own layer or the ones below.
+
+Every import counts, at module level or inside a function (a lazy import is still a dependency);
+only imports under ``if TYPE_CHECKING:`` are exempt, as they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# Bottom to top. A module belongs to the most specific prefix that names it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("vflo.errors", "vflo.roles", "vflo.seeding", "vflo.schema", "vflo.progress", "vflo.version"),
+    ("vflo.comm",),
+    ("vflo.data", "vflo.metrics"),
+    ("vflo.nn",),
+    ("vflo.federation.handlers", "vflo.federation.node"),
+    ("vflo.align",),
+    ("vflo.federation.coordinator",),
+    ("vflo.methods",),
+    ("vflo.federation.simulation", "vflo.privacy"),
+    ("vflo.deploy", "vflo.artifacts"),
+    ("vflo.experiments", "vflo.api"),
+    ("vflo.cli", "vflo.__main__", "vflo"),
+)
+
+
+def rank(module: str) -> int:
+    best, best_len = -1, -1
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = i, len(prefix)
+    assert best >= 0, f"module {module} is in no layer: add it to LAYERS"
+    return best
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _runtime_imports(tree: ast.Module, module: str) -> list[str]:
+    """Names of vflo modules imported anywhere except under ``if TYPE_CHECKING:``."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "vflo"]
+        elif isinstance(node, ast.ImportFrom):
+            assert not node.level, f"{module}: vflo uses absolute imports only"
+            base = node.module or ""
+            if base.split(".")[0] == "vflo":
+                # `from vflo.data import images` imports the module vflo.data.images
+                found += [f"{base}.{a.name}" if (SRC / Path(*base.split("."), a.name)).with_suffix(".py").exists()
+                          else base for a in node.names]
+    return found
+
+
+def test_imports_point_down() -> None:
+    upward = []
+    for path in sorted((SRC / "vflo").rglob("*.py")):
+        module = _module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for imported in _runtime_imports(tree, module):
+            if rank(imported) > rank(module):
+                upward.append(f"{module} (layer {rank(module)}) imports {imported} (layer {rank(imported)})")
+    assert not upward, "imports that point up:\n" + "\n".join(upward)
+
+
+def test_every_module_has_a_layer() -> None:
+    for path in (SRC / "vflo").rglob("*.py"):
+        rank(_module_name(path))
