@@ -292,3 +292,32 @@ def test_named_blocks_sweep_and_test_rows_only_the_active_party_holds() -> None:
     layout = parse_config(raw).variants[0].spec.build(load_dataset("wine"), seed=0)
     with pytest.raises(ScenarioError, match="every row of the active party is also held"):
         parse_config(raw).protocol.splits(layout, np.random.default_rng(0))
+
+
+def test_a_fixed_split_keeps_the_rows_and_varies_only_the_seeds() -> None:
+    # Local's logistic regression ignores its seed, so equal scores mean equal rows.
+    raw = tiny_config(protocol={"name": "repeated_runs", "runs": 3, "test_fraction": 0.2, "test_from": "aligned",
+                                "fixed_split": True}, methods=[{"name": "local"}])
+    raw["scenario"] = {k: v for k, v in raw["scenario"].items() if k != "sweep"}  # type: ignore[union-attr]
+    fixed = pd.DataFrame(run_experiment(parse_config(raw)).rows)
+    assert fixed.seed.nunique() == 3 and fixed.f1_macro.nunique() == 1
+    raw["protocol"]["fixed_split"] = False  # type: ignore[index]
+    drawn = pd.DataFrame(run_experiment(parse_config(raw)).rows)
+    assert drawn.f1_macro.nunique() > 1
+    # the fixed split is the first run's
+    assert fixed.iloc[0].f1_macro == drawn.iloc[0].f1_macro and list(fixed.seed) == list(drawn.seed)
+
+
+def test_local_on_aligned_rows_only() -> None:
+    from vflo.federation.simulation import run_method
+    from vflo.methods.registry import get_method
+
+    ds = make_dataset(n=300)
+    layout = two_party_spec(active=300, aligned=120).build(ds, seed=0)
+    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:20])
+    method = get_method("local")(rows="aligned")
+    out = run_method(method, data, seed=0)
+    assert method.n_train_ == 100 and out.ledger.summary().bytes == 0 and out.ledger.summary().align_bytes > 0
+    everything = get_method("local")()
+    run_method(everything, data, seed=0)
+    assert everything.n_train_ == 280

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from vflo.experiments.report import markdown_table as table
 
-__all__ = ["load", "provenance", "table", "write_report"]
+__all__ = ["fill", "load", "provenance", "table", "write_report"]
+
+_FIELD = re.compile(r"\{\{([\w.]+)\|([^}]+)\}\}")
 
 
 def load(runs: Path, name: str) -> pd.DataFrame | None:
@@ -32,15 +37,50 @@ def provenance(frame: pd.DataFrame, name: str) -> str:
            f"{reps} repeat(s){quick}._"
 
 
+def _lookup(values: Mapping[str, Any], path: str) -> Any:
+    """``a.b.c`` in nested mappings; a key may itself contain dots (``pseudo_0.25``): the longest match wins."""
+    node: Any = values
+    parts = path.split(".")
+    while parts:
+        for k in range(len(parts), 0, -1):
+            key = ".".join(parts[:k])
+            if isinstance(node, Mapping) and key in node:
+                node, parts = node[key], parts[k:]
+                break
+        else:
+            raise KeyError(path)
+    return node
+
+
+def fill(text: str, values: Mapping[str, Any]) -> str:
+    """Replace each ``{{path|format}}`` with the measured value at ``path`` (format ``pct``: a share in %).
+
+    A figure that was not measured reads "**not measured**" with its path, so a page never shows a number
+    no script produced."""
+
+    def one(match: re.Match[str]) -> str:
+        path, fmt = match.group(1), match.group(2)
+        try:
+            value = _lookup(values, path)
+        except KeyError:
+            return f"**not measured ({path})**"
+        if fmt == "pct":
+            return f"{100 * float(value):.1f}%"
+        return format(float(value), fmt)
+
+    return _FIELD.sub(one, text)
+
+
 def write_report(out: Path, sections: list[str], *, preamble: Path | None = None,
-                 epilogue: Path | None = None) -> int:
-    """Write the page: the hand-written preamble and epilogue (where those files exist) around the sections."""
+                 epilogue: Path | None = None, values: Mapping[str, Any] | None = None) -> int:
+    """Write the page: the hand-written preamble and epilogue (where those files exist) around the sections;
+    ``{{path|format}}`` fields in them are filled from ``values`` (figures read from runs and benchmarks)."""
     lines: list[str] = []
     if preamble is not None and preamble.is_file():
-        lines += [preamble.read_text().rstrip(), ""]
+        lines += [fill(preamble.read_text().rstrip(), values or {}), ""]
     lines += sections
     if epilogue is not None and epilogue.is_file():
-        lines += [epilogue.read_text().rstrip(), ""]
+        lines += [fill(epilogue.read_text().rstrip(), values or {}), ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}")

@@ -56,8 +56,12 @@ def table3(runs: Path) -> list[str]:
             rows.append([label, "–", "not run yet", "", "", "", "", "", ""])
             continue
         scale = 100.0 if metric == "accuracy" else 1.0
+        for col in ("epochs", "stopped_by_rule"):
+            if col not in frame:
+                frame[col] = np.nan
         g = frame.groupby("method").agg(value=(metric, "mean"), sd=(metric, "std"), fit=("fit_seconds", "mean"),
-                                        rounds=("fit_rounds", "mean"), mb=("fit_bytes", "mean"))
+                                        rounds=("fit_rounds", "mean"), mb=("fit_bytes", "mean"),
+                                        epochs=("epochs", "mean"), by_rule=("stopped_by_rule", "mean"))
         digits = 4 if metric != "accuracy" and g["value"].max() < 1 else 2  # HousePricing's RMSE is about 0.08
         for method in ("centralized", "single", "splitnn", "rap", "rap_two", "rap_pseudo_quarter"):
             if method not in g.index:
@@ -67,7 +71,8 @@ def table3(runs: Path) -> list[str]:
             rows.append([label, method,
                          f"{r.value * scale:.{digits}f} ± {np.nan_to_num(r.sd) * scale:.{digits}f}",
                          "–" if p is None else f"{p[0]:.2f}", f"{r.fit:.1f}", "–" if p is None else f"{p[1]:g}",
-                         f"{r.rounds:.0f}", f"{r.mb / 1e6:.2f}", frame["repeat"].nunique()])
+                         f"{r.rounds:.0f}", f"{r.mb / 1e6:.2f}", _epochs(r.epochs, r.by_rule),
+                         frame["repeat"].nunique()])
         if {"rap", "centralized", "single"} <= set(g.index):
             rap, cen, sin = g.loc["rap"], g.loc["centralized"], g.loc["single"]
             if metric == "accuracy":
@@ -86,13 +91,49 @@ def table3(runs: Path) -> list[str]:
                                    "yes" if two.value <= cen.value * 1.02 else "no",
                                    "yes" if two.value < sin.value else "no", f"{two.fit / cen.fit:.2f}x"])
         lines.append(provenance(frame, name))
-    lines += ["", table(["dataset", "method", "ours", "paper", "fit s (ours)", "s (paper)", "rounds", "MB", "seeds"],
-                        rows), ""]
+    lines += ["", table(["dataset", "method", "ours", "paper", "fit s (ours)", "s (paper)", "rounds", "MB", "epochs",
+                         "seeds"], rows), "",
+              "*epochs*: mean epochs the method's network trained (the server's, for RAP), and in how many runs the "
+              "stopping rule, not the 200-epoch cap, ended it.", ""]
     if checks:
         lines += ["**Checks**: RAP against Centralized (at most 0.5 accuracy points or 2% RMSE worse), above Single, "
                   "and RAP's training time as a multiple of Centralized's:", "",
                   table(["dataset", "RAP - Centralized", "within", "above Single", "time vs Centralized"], checks), ""]
     return lines
+
+
+def _epochs(epochs: float, by_rule: float) -> str:
+    if not np.isfinite(epochs):
+        return "not recorded"
+    return f"{epochs:.0f} ({by_rule:.0%} by rule)"
+
+
+def measured(runs: Path) -> dict[str, dict[str, float]]:
+    """Figures the preamble quotes that come from the runs (rather than from rap_ablation.py)."""
+    out: dict[str, dict[str, float]] = {}
+    counts = {"total": 0.0, "at_cap": 0.0, "by_rule": 0.0}
+    for key in PAPER:
+        frame = load(runs, f"rap_table3_{key}")
+        if frame is None or "epochs" not in frame:
+            continue
+        trained = frame.dropna(subset=["epochs"])
+        counts["total"] += len(trained)
+        counts["at_cap"] += float((trained["epochs"] >= 200).sum())
+        counts["by_rule"] += float((trained["stopped_by_rule"] == 1).sum())
+    if counts["total"]:
+        out["cap"] = counts
+    clients = load(runs, "rap_clients_susy")
+    if clients is not None:
+        split = clients[clients.method == "splitnn"].sort_values("parties.client.count")
+        out["clients_susy"] = {"first": float(split["parties.client.count"].iloc[0]),
+                               "last": float(split["parties.client.count"].iloc[-1]),
+                               "splitnn_first": 100 * float(split.accuracy.iloc[0]),
+                               "splitnn_last": 100 * float(split.accuracy.iloc[-1])}
+    solo = load(runs, "rap_onefeature_susy")
+    if solo is not None:
+        rap = solo[solo.method == "rap"].sort_values("parties.solo.count")
+        out["onefeature_susy"] = {"rap_max_drop": 100 * float(rap.accuracy.iloc[0] - rap.accuracy.min())}
+    return out
 
 
 def sweeps(runs: Path) -> list[str]:
@@ -166,9 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--privacy", type=Path, default=Path("runs/bench/rap_privacy.json"))
     parser.add_argument("--preamble", type=Path, default=Path("docs/reproductions/rap.preamble.md"))
     parser.add_argument("--epilogue", type=Path, default=Path("docs/reproductions/rap.epilogue.md"))
+    parser.add_argument("--ablation", type=Path, default=Path("runs/bench/rap_ablation.json"))
     args = parser.parse_args(argv)
     sections = table3(args.runs) + sweeps(args.runs) + privacy(args.privacy) + scale(args.scale)
-    return write_report(args.out, sections, preamble=args.preamble, epilogue=args.epilogue)
+    values = {"runs": measured(args.runs),
+              "ablation": json.loads(args.ablation.read_text()) if args.ablation.is_file() else {}}
+    return write_report(args.out, sections, preamble=args.preamble, epilogue=args.epilogue, values=values)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,10 @@ class Protocol(ABC):
     def describe(self) -> str:
         return f"{self.name}: " + ", ".join(f"{k} = {v}" for k, v in schema.to_plain(self).items())
 
+    def split_repeat(self, repeat: int) -> int:
+        """Which repeat's layout and test rows ``repeat`` uses: its own, unless the protocol fixes them."""
+        return 0 if getattr(self, "fixed_split", False) else repeat
+
 
 def pool(layout: Layout, test_from: TestFrom) -> tuple[np.ndarray, np.ndarray]:
     """Candidate test IDs and their labels."""
@@ -149,8 +153,13 @@ class Holdout(_SingleSplit):
 
 @dataclass(frozen=True, kw_only=True)
 class RepeatedRuns(_SingleSplit):
+    """``fixed_split = true``: every run keeps the first run's layout and test rows and differs only in the
+    methods' seeds (initial weights, batches), as the VFL-ASP authors' code runs; the interval then reflects
+    initialisation alone."""
+
     name: ClassVar[str] = "repeated_runs"
     runs: int = 20
+    fixed_split: bool = False
 
     def repetitions(self) -> int:
         return self.runs

@@ -79,8 +79,9 @@ def run_experiment(
     with progress_bar(enabled=progress, description=config.name) as bar:
         task = bar.add_task(config.name, total=len(plan) * len(config.methods))
         for variant, repeat in plan:
-            layout = variant.spec.build(dataset, seed=derive_seed(config.seed, "layout", repeat))
-            rng = numpy_rng(config.seed, "split", repeat)
+            drawn = protocol.split_repeat(repeat)
+            layout = variant.spec.build(dataset, seed=derive_seed(config.seed, "layout", drawn))
+            rng = numpy_rng(config.seed, "split", drawn)
             if transductive:
                 assert isinstance(protocol, ActiveCV)
                 data = layout.materialize(train_scope=protocol.train_scope)

@@ -224,6 +224,15 @@ class APCVFL(RepresentationMethod):
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.student_.encode(fed.serving.subset(ids).X)
 
+    def summary_stats(self) -> dict[str, float]:
+        """Epochs of each autoencoder the active party trained (g1, g2 the teacher, g3 the student)."""
+        stats = super().summary_stats()
+        for prefix, attr in (("g1_", "g1_active_"), ("g2_", "teacher_"), ("g3_", "student_")):
+            encoder = getattr(self, attr, None)
+            if isinstance(encoder, FittedAutoencoder):
+                stats.update(encoder.history.summary(prefix))
+        return stats
+
 
 class APCVFLAligned(APCVFL):
     """APC-VFL's fully aligned variant (Irureta et al., Figure 4), for the comparison with SplitNN.

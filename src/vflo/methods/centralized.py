@@ -10,7 +10,7 @@ import numpy as np
 from vflo.data.preprocessing import Standardizer
 from vflo.errors import MethodError
 from vflo.methods.base import Method, MethodConfig
-from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
+from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.seeding import derive_seed
 
 if TYPE_CHECKING:
@@ -63,3 +63,6 @@ class Centralized(Method):
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.estimator_.predict_scores(self._scale(fed.oracle.features(ids)))
+
+    def summary_stats(self) -> dict[str, float]:
+        return training_stats(self.estimator_)

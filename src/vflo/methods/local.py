@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from vflo.errors import ConfigError, MethodError
 from vflo.methods.base import MethodConfig
 from vflo.methods.representation import RepresentationMethod
-from vflo.nn.estimators import EstimatorConfig
+from vflo.nn.estimators import EstimatorConfig, training_stats
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -17,7 +18,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class LocalConfig(EstimatorConfig, MethodConfig):
-    """The active party's model: ``model`` is 'logistic' (default), 'linear', 'mlp' or a scikit-learn name."""
+    """The active party's model: ``model`` is 'logistic' (default), 'linear', 'mlp' or a scikit-learn name.
+
+    ``rows = 'all'`` (default) trains on every labelled row the active party holds; ``'aligned'`` only on
+    those it shares with the ``partners`` (all passive parties if empty), as the VFL-ASP authors' LOCAL does.
+    Finding them is an alignment exchange (reported apart); the model itself still sends nothing.
+    """
+
+    rows: Literal["all", "aligned"] = "all"
+    partners: tuple[str, ...] = ()
 
 
 class Local(RepresentationMethod):
@@ -41,7 +50,19 @@ class Local(RepresentationMethod):
 
     def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
         data = fed.data
-        return data.ids, data.X
+        if self.config.rows == "all":
+            return data.ids, data.X
+        partners = list(self.config.partners) or fed.names("passive")
+        unknown = [p for p in partners if p not in fed.names("passive")]
+        if unknown:
+            raise ConfigError(f"local: partners {unknown} are not passive parties ({fed.names('passive')})")
+        ids = fed.align(data.ids, partners).ids
+        if len(ids) == 0:
+            raise MethodError(f"local with rows = 'aligned' found no training row shared with {partners}")
+        return ids, data.subset(ids).X
 
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return fed.serving.subset(ids).X
+
+    def summary_stats(self) -> dict[str, float]:
+        return training_stats(self.estimator_)

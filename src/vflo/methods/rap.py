@@ -14,7 +14,7 @@ from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, expect_rows
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RemoteError
 from vflo.methods.base import Method, MethodConfig, handles
-from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
+from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import TrainConfig
 from vflo.roles import PartyInfo
 from vflo.seeding import derive_seed
@@ -379,7 +379,10 @@ class RAP(Method):
         else:
             models = [self._fit_server(ctx, X, labels[:, 0], "multiclass", int(classes[0]))]
         ctx.state.update({"rap.models": models, "rap.task": task})
-        return {"features": int(X.shape[1])}
+        stats = [training_stats(m) for m in models]
+        # How the server's training ended: what a report needs to say whether the stopping rule fired.
+        return {"features": int(X.shape[1]), "epochs": int(max((st.get("epochs", 0) for st in stats), default=0)),
+                "stopped_by_rule": all(st.get("stopped_by_rule", 0.0) == 1.0 for st in stats) and bool(stats[0])}
 
     def _fit_server(self, ctx: NodeContext, X: np.ndarray, y: np.ndarray, task: str, n_classes: int | None) -> Any:
         cfg = self.config.estimator
@@ -453,8 +456,14 @@ class RAP(Method):
         reply = fed.request(SERVER, "rap.train", payload)
         self.clients_ = clients
         self.n_train_ = len(ids)
-        features = reply.get("features")
+        features, epochs, stopped = reply.get("features"), reply.get("epochs"), reply.get("stopped_by_rule")
         self.server_features_ = features if isinstance(features, int) else 0
+        self.server_stats_ = {"epochs": float(epochs), "stopped_by_rule": float(bool(stopped))} \
+            if isinstance(epochs, int) and epochs > 0 else {}
+
+    def summary_stats(self) -> dict[str, float]:
+        """How the server's model trained, as its reply said."""
+        return dict(self.server_stats_)
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         own = self._own_block(fed, fed.serving.subset(ids))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vflo.methods.base import Method
-from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
+from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.seeding import derive_seed
 
 if TYPE_CHECKING:
@@ -52,3 +52,7 @@ class RepresentationMethod(Method):
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.estimator_.predict_scores(self.represent(fed, ids))
+
+    def summary_stats(self) -> dict[str, float]:
+        """How the classifier trained (``classifier_epochs``, where it trains by epochs)."""
+        return training_stats(self.estimator_, "classifier_") if hasattr(self, "estimator_") else {}

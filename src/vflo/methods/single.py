@@ -11,7 +11,7 @@ from vflo.data.preprocessing import Standardizer
 from vflo.errors import MethodError
 from vflo.methods.base import Method, MethodConfig
 from vflo.metrics import compute_metrics, default_metric, higher_is_better
-from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator
+from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import split_validation
 from vflo.seeding import derive_seed
 
@@ -78,3 +78,6 @@ class Single(Method):
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.estimator_.predict_scores(self.scaler_.transform(fed.oracle.features(ids, self.party_)))
+
+    def summary_stats(self) -> dict[str, float]:
+        return training_stats(self.estimator_)

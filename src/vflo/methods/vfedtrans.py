@@ -91,3 +91,6 @@ class VFedTrans(FedSVDProtocol):
 
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.autoencoder_.encode(fed.serving.subset(ids).X)
+
+    def summary_stats(self) -> dict[str, float]:
+        return {**super().summary_stats(), **self.autoencoder_.history.summary()}

@@ -73,6 +73,12 @@ class Estimator(Protocol):
     def predict_scores(self, X: np.ndarray) -> np.ndarray: ...
 
 
+def training_stats(estimator: Estimator, prefix: str = "") -> dict[str, float]:
+    """Epochs run and whether the stopping rule fired, for estimators trained by epochs (the MLP); else none."""
+    history = getattr(estimator, "history_", None)
+    return history.summary(prefix) if isinstance(history, History) else {}
+
+
 def make_estimator(config: EstimatorConfig, *, task: Task, n_classes: int | None, seed: int) -> Estimator:
     if config.model not in BUILTIN_MODELS:
         return SklearnEstimator(config.model, dict(config.params), task=task, n_classes=n_classes, seed=seed)
