@@ -9,7 +9,7 @@ from tests.conftest import make_dataset
 from vflo.data.datasets import Dataset
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData, PartySpec, ScenarioSpec
-from vflo.errors import ConfigError, DataError, RemoteError
+from vflo.errors import ConfigError, DataError, RemoteError, ScenarioError
 from vflo.federation.simulation import run_method
 from vflo.methods.rap import ClientTransform, LabelTransform, label_matrix, whiten, whitening
 from vflo.methods.registry import get_method
@@ -64,8 +64,11 @@ def test_regression_decodes_through_the_label_projection() -> None:
         rmse = compute_metrics("regression", data.test_y, out.scores)["rmse"]
         assert rmse < 0.5 * np.std(data.test_y) and rmse < 1.5 * central
     assert outs["one"].ledger.summary().bytes == outs["two"].ledger.summary().bytes  # the server's choice alone
-    with pytest.raises(ConfigError, match="label_models = 'one' needs a model with several outputs"):
-        get_method("rap")(estimator={"model": "RandomForestRegressor"}, label_models="one")
+    with pytest.raises(ConfigError, match="label_models = 'one' fits both .* needs several outputs"):
+        run_method(get_method("rap")(estimator={"model": "RandomForestRegressor"}, label_models="one"), data, seed=0)
+    # for classes there is one server target, so any classifier will do
+    classes = _rap_data(n=300)
+    run_method(get_method("rap")(estimator={"model": "logistic"}), classes, seed=0)
 
 
 def test_the_server_whitens_what_it_received() -> None:
@@ -199,13 +202,16 @@ def test_client_transform_special_cases() -> None:
 
 
 def test_bad_input() -> None:
-    with pytest.raises(RemoteError, match="holds no feature column"):
-        ds = make_dataset(n=200, n_features=4)
-        spec = ScenarioSpec(parties=(PartySpec(name="owner", role="active", n_columns=4),
-                                     PartySpec(name="empty", columns=())))
-        layout = spec.build(ds, seed=0)
-        run_method(get_method("rap")(estimator=FAST), layout.materialize(test_ids=np.sort(layout.ids("owner"))[:10]),
-                   seed=0)
+    # a client without columns is refused when the scenario is built, before any method runs ...
+    ds = make_dataset(n=200, n_features=4)
+    spec = ScenarioSpec(parties=(PartySpec(name="owner", role="active", n_columns=4),
+                                 PartySpec(name="empty", columns=())))
+    with pytest.raises(ScenarioError, match=r"passive parties \['empty'\] would hold no columns"):
+        spec.build(ds, seed=0)
+    # ... and RAP's client says so too if handed one anyway
+    with pytest.raises(DataError, match="holds no feature column"):
+        ClientTransform.fit(PartyData(party="c", ids=[1, 2], X=np.zeros((2, 0)), columns=()), np.random.default_rng(0),
+                            other=False, pseudo=True)
     with pytest.raises(ConfigError, match="lr_grid values must be positive"):
         get_method("rap")(lr_grid=(0.0,))
     with pytest.raises(DataError, match="NaN or infinite"):

@@ -35,6 +35,12 @@ class DataFileError(DataError):
     exit_code = 3
 
 
+class AlignmentError(DataError):
+    """The parties' IDs do not overlap as the run needs (no shared ID at all, or rows to score a party lacks)."""
+
+    exit_code = 3
+
+
 class ScenarioError(ConfigError):
     """A scenario cannot be built from the dataset as asked (too many rows, overlapping columns)."""
 

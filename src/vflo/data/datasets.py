@@ -42,6 +42,8 @@ class Dataset:
     standin_for: str | None = None
     views: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     categorical: tuple[str, ...] = ()
+    # Class names in code order, where labels were text (or numbers other than 0..C-1) in the source.
+    classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.X) != len(self.y) or len(self.X) != len(self.ids):

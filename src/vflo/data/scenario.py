@@ -24,7 +24,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -32,8 +33,11 @@ import pandas as pd
 from vflo.data.datasets import Dataset, Task
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
-from vflo.errors import ConfigError, ScenarioError
+from vflo.errors import AlignmentError, ConfigError, DataError, ScenarioError
 from vflo.roles import PartyInfo, Role, active_party
+
+if TYPE_CHECKING:
+    from vflo.data.files import TableEncoding
 
 Count = int | float
 
@@ -42,11 +46,17 @@ Count = int | float
 class PartySpec:
     """One party of a scenario.
 
-    ``columns`` is a list of names, ``"rest"`` (every column no other party takes) or
-    ``None`` (a share of the unassigned columns, sized by ``n_columns`` or ``share``).
-    An empty list makes a label-only party. ``views`` gives the party whole views of a
-    multiview dataset instead (e.g. ``["pix"]``, or an image's ``["left"]`` half). ``count = k``
-    stands for k alike parties named ``NAME1`` ... ``NAMEk`` (so a sweep can vary how many there are).
+    From a dataset: ``columns`` is a list of names, ``"rest"`` (every column no other party takes)
+    or ``None`` (a part of the unassigned columns, sized by ``n_columns`` or ``share``). ``share`` is a
+    relative weight: open parties split the unassigned columns in proportion to their shares (two
+    parties with share 1 get half each). An empty list makes a label-only party. ``views`` gives the
+    party whole views of a multiview dataset instead (e.g. ``["pix"]``, or an image's ``["left"]`` half).
+    ``count = k`` stands for k alike parties named ``NAME1`` ... ``NAMEk`` (so a sweep can vary how
+    many there are).
+
+    From the party's own table: ``file`` (CSV, .csv.gz, TSV or Parquet, relative to the config file),
+    ``id_column``, at the active party ``label_column`` (and optionally ``task``), and optionally
+    ``feature_columns`` / ``drop_columns`` and ``categorical`` (one-hot encoded at the owner).
     """
 
     name: str
@@ -56,6 +66,38 @@ class PartySpec:
     n_columns: int | None = None
     share: float | None = None
     count: int = 1
+    file: str | None = None
+    id_column: str | None = None
+    label_column: str | None = None
+    feature_columns: tuple[str, ...] | None = None
+    drop_columns: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = ()
+    task: Task | None = None
+
+    @property
+    def from_file(self) -> bool:
+        return self.file is not None
+
+    def _check_file_entry(self) -> None:
+        if self.file is None:
+            table_keys = [k for k in ("id_column", "label_column", "feature_columns", "task")
+                          if getattr(self, k) is not None]
+            table_keys += [k for k in ("drop_columns", "categorical") if getattr(self, k)]
+            if table_keys:
+                raise ConfigError(f"party {self.name!r}: {table_keys} describe a party's own file; give file = '...'")
+            return
+        dataset_keys = [k for k in ("columns", "views", "n_columns", "share") if getattr(self, k) is not None]
+        if dataset_keys or self.count != 1:
+            raise ConfigError(f"party {self.name!r} reads its own file, so {dataset_keys or ['count']} (which split a "
+                              "dataset's columns) do not apply: choose its columns with feature_columns or "
+                              "drop_columns")
+        if not self.id_column:
+            raise ConfigError(f"party {self.name!r}: give id_column, the column of {self.file} that holds the IDs")
+        if self.role == "active" and not self.label_column:
+            raise ConfigError(f"party {self.name!r} is the active party: give label_column, the column of "
+                              f"{self.file} that holds the labels")
+        if self.role != "active" and (self.label_column or self.task):
+            raise ConfigError(f"party {self.name!r} is passive: only the active party has label_column and task")
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -86,6 +128,10 @@ class PartySpec:
             raise ConfigError(f"party {self.name!r}: n_columns must be at least 1")
         if self.share is not None and not self.share > 0:
             raise ConfigError(f"party {self.name!r}: share must be positive")
+        for name in ("feature_columns", "drop_columns", "categorical"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        self._check_file_entry()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,6 +241,62 @@ class ScenarioSpec:
             unknown = [n for n in block.parties if n not in names]
             if unknown:
                 raise ConfigError(f"block names unknown parties {unknown}; parties are {names}")
+        files = [p.from_file for p in parties]
+        if any(files) and not all(files):
+            raise ConfigError(
+                f"parties {[p.name for p in parties if p.from_file]} read their own files but "
+                f"{[p.name for p in parties if not p.from_file]} do not: a scenario is built either from every party's "
+                "own file or from one dataset")
+        if all(files):
+            s = self.samples
+            if s.layout != "overlap" or s.total is not None or s.active is not None or s.passive_only or s.blocks:
+                raise ConfigError("with the parties' own files, who holds which person comes from their IDs: of "
+                                  "[scenario.samples] only aligned applies (how many of the shared people to keep)")
+        if any(p.share is not None for p in parties) and any(p.columns == "rest" for p in parties):
+            raise ConfigError(
+                "share is a relative weight among the parties sized by share, so beside a 'rest' party it leaves "
+                "'rest' nothing; give those parties n_columns instead, or drop 'rest' and give every open party a "
+                "share")
+
+    @property
+    def from_files(self) -> bool:
+        """Whether every party reads its own file (rather than a part of one dataset)."""
+        return all(p.from_file for p in self.parties)
+
+    def load_tables(self, base: Path | None = None,
+                    cache: dict[tuple[object, ...], tuple[PartyData, TableEncoding]] | None = None,
+                    ) -> list[tuple[PartyData, TableEncoding]]:
+        """Each party's own file, read and encoded (file paths relative to ``base``); ``cache`` keeps reads."""
+        from vflo.data.files import TableEncoding, read_table
+
+        out = []
+        for p in self.parties:
+            assert p.file is not None and p.id_column is not None
+            path = Path(p.file) if base is None or Path(p.file).is_absolute() else base / p.file
+            key = (str(path.resolve()), p.name, p.id_column, p.label_column, p.feature_columns, p.drop_columns,
+                   p.categorical, p.task)
+            if cache is not None and key in cache:
+                out.append(cache[key])
+                continue
+            frame = read_table(path, party=p.name, id_column=p.id_column)
+            encoding = TableEncoding.fit(frame, party=p.name, id_column=p.id_column, label_column=p.label_column,
+                                         feature_columns=p.feature_columns, drop_columns=p.drop_columns,
+                                         categorical=p.categorical, task=p.task)
+            table = (encoding.party_data(frame), encoding)
+            if cache is not None:
+                cache[key] = table
+            out.append(table)
+        return out
+
+    def build_from_tables(self, tables: Sequence[tuple[PartyData, TableEncoding]], seed: int,
+                          name: str = "own data") -> Layout:
+        """The layout of the parties' own tables; ``samples.aligned`` keeps that many of the shared people."""
+        active = next(enc for _, enc in tables if enc.label_column is not None)
+        layout = Layout.from_parties([data for data, _ in tables], seed=seed, standardize=self.standardize,
+                                     aligned=self.samples.aligned, task=active.task, classes=active.classes,
+                                     name=name, source=", ".join(f"{p.name}: {p.file}" for p in self.parties))
+        _refuse_empty_parties(layout)
+        return layout
 
     @property
     def party_infos(self) -> tuple[PartyInfo, ...]:
@@ -236,13 +338,17 @@ class ScenarioSpec:
             raise ScenarioError(
                 f"parties {empty} would hold no rows; give them aligned, passive_only or block rows"
             )
+        featureless = [p.name for p in self.parties if p.role != "active" and not columns[p.name]]
+        if featureless:
+            raise ScenarioError(f"passive parties {featureless} would hold no columns; every party but the label "
+                                "holder needs at least one: adjust n_columns, share or columns")
         rows_by_party = {}
         for name, chunks in holders.items():
             rows = np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
             # Each party keeps its rows in its own random order, so row position reveals nothing.
             rows_by_party[name] = order_rng.permutation(rows)
         return Layout(
-            spec=self, dataset=dataset, parties=self.party_infos, columns=columns,
+            standardize=self.standardize, dataset=dataset, parties=self.party_infos, columns=columns,
             rows=rows_by_party, blocks=tuple(block_rows), seed=seed,
         )
 
@@ -370,6 +476,53 @@ class ScenarioSpec:
         return [b for b in blocks if b[1] > 0]
 
 
+def _refuse_empty_parties(layout: Layout) -> None:
+    featureless = [p.name for p in layout.parties if p.role != "active" and not layout.columns[p.name]]
+    if featureless:
+        raise ScenarioError(f"passive parties {featureless} hold no feature columns; every party but the label "
+                            "holder needs at least one: check feature_columns and drop_columns")
+
+
+def _the_active(parties: Sequence[PartyData]) -> PartyData:
+    if not parties:
+        raise ConfigError("no parties given: pass the active party's table and at least one other")
+    names = [p.party for p in parties]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"party names must be unique, got {names}")
+    labelled = [p for p in parties if p.has_labels]
+    if len(labelled) != 1:
+        raise ConfigError(
+            f"exactly one party holds the labels (the active party), but {[p.party for p in labelled] or 'none'} "
+            "do; give label_column to the active party only")
+    return labelled[0]
+
+
+def _check_ids_and_columns(parties: Sequence[PartyData]) -> None:
+    kinds = {p.party: p.ids.dtype.kind for p in parties if p.n_samples}
+    if len({"text" if k == "U" else "number" for k in kinds.values()}) > 1:
+        raise DataError(f"the parties' IDs are of different kinds ({kinds}: U is text, i is numbers); IDs must "
+                        "match exactly: read every ID column as text (files are read that way)")
+    owner: dict[str, str] = {}
+    for p in parties:
+        for c in p.columns:
+            if c in owner:
+                raise DataError(f"column {c!r} is in both {owner[c]!r}'s and {p.party!r}'s table; each feature "
+                                f"belongs to one party: leave it out of one (drop_columns = [{c!r}])")
+            owner[c] = p.party
+
+
+def _blocks_of(parties: Sequence[PartyInfo], rows: Mapping[str, np.ndarray],
+               n: int) -> tuple[tuple[tuple[str, ...], np.ndarray], ...]:
+    """Group the rows by the exact set of parties that hold them."""
+    held = np.zeros((n, len(parties)), dtype=bool)
+    for j, p in enumerate(parties):
+        held[rows[p.name], j] = True
+    blocks: dict[tuple[str, ...], list[int]] = {}
+    for i, flags in enumerate(held):
+        blocks.setdefault(tuple(p.name for p, f in zip(parties, flags, strict=True) if f), []).append(i)
+    return tuple((members, np.asarray(idx, dtype=np.int64)) for members, idx in blocks.items())
+
+
 _IMPORTANCE: dict[str, list[str]] = {}
 
 
@@ -398,9 +551,14 @@ def importance_ranking(dataset: Dataset, *, rows: int = 4000, seed: int = 0) -> 
 
 @dataclass(frozen=True, eq=False)
 class Layout:
-    """Ground truth of a built scenario: which dataset rows and columns each party holds."""
+    """Ground truth of a built scenario: which dataset rows and columns each party holds.
 
-    spec: ScenarioSpec
+    Built from a full dataset by a :class:`ScenarioSpec`, or from the parties' own tables by
+    :meth:`from_parties`, where the overlap is whatever their IDs say. Everything downstream
+    (protocols, methods, reports) is the same for both.
+    """
+
+    standardize: bool
     dataset: Dataset
     parties: tuple[PartyInfo, ...]
     columns: Mapping[str, tuple[str, ...]]
@@ -415,6 +573,62 @@ class Layout:
     @property
     def task(self) -> Task:
         return self.dataset.task
+
+    @classmethod
+    def from_parties(
+        cls, parties: Sequence[PartyData], *, seed: int = 0, standardize: bool = True, aligned: Count | None = None,
+        task: Task | None = None, classes: Sequence[str] = (), name: str = "own data",
+        source: str = "the parties' own tables",
+    ) -> Layout:
+        """A layout whose rows are the parties' own: who holds which person is what their IDs say.
+
+        The active party is the one with labels. ``aligned`` (a count, or a fraction of the real overlap)
+        keeps only that many of the people the active party shares with the others, drawn with ``seed``:
+        the others leave every passive party, to ask "what if we shared fewer people?".
+        """
+        parties = list(parties)
+        active = _the_active(parties)
+        infos = tuple(PartyInfo(p.party, "active" if p is active else "passive") for p in parties)
+        _check_ids_and_columns(parties)
+        passive_ids: set[object] = set().union(*(set(p.ids.tolist()) for p in parties if p is not active))
+        shared = sorted(set(active.ids.tolist()) & passive_ids)
+        if len(parties) > 1 and not shared:
+            raise AlignmentError(
+                f"the active party {active.party!r} shares no ID with {[p.party for p in parties if p is not active]}: "
+                f"its IDs look like {active.ids[:3].tolist()} and theirs like "
+                f"{[p.ids[:3].tolist() for p in parties if p is not active]}; check the ID columns (same column, "
+                "same format: leading zeros, spaces, case)")
+        rng = np.random.default_rng(np.random.SeedSequence([seed, 0xF1E5]))
+        if aligned is not None and shared:
+            keep = _resolve_count("samples.aligned", aligned, len(shared))
+            dropped = set(np.asarray(shared, dtype=object)[rng.permutation(len(shared))[keep:]].tolist())
+            parties = [p if p is active else p.subset(p.ids[~np.isin(p.ids, list(dropped))]) for p in parties]
+        all_ids = np.asarray(sorted(set().union(*(set(p.ids.tolist()) for p in parties))))
+        position = {v: i for i, v in enumerate(all_ids.tolist())}
+        columns = {p.party: p.columns for p in parties}
+        # The pooled table: a cell a party does not hold (a person it lacks) stays NaN.
+        pooled = np.full((len(all_ids), sum(len(c) for c in columns.values())), np.nan)
+        rows: dict[str, np.ndarray] = {}
+        start = 0
+        for p in parties:
+            pos = np.fromiter((position[v] for v in p.ids.tolist()), dtype=np.int64, count=p.n_samples)
+            rows[p.party] = pos
+            pooled[pos, start : start + p.n_features] = p.X.astype(np.float64)
+            start += p.n_features
+        X = pd.DataFrame(pooled, columns=[c for cols in columns.values() for c in cols])
+        y_active = active.require_labels()
+        if task is None:
+            task = ("regression" if y_active.dtype.kind == "f"
+                    else "binary" if int(y_active.max()) <= 1 else "multiclass")
+        regression = task == "regression"
+        y = np.full(len(all_ids), np.nan if regression else -1, dtype=np.float64 if regression else np.int64)
+        y[rows[active.party]] = y_active
+        n_classes = None if regression else max(len(classes), int(y_active.max()) + 1, 2)
+        dataset = Dataset(name=name, X=X, y=y, ids=all_ids, task=task, n_classes=n_classes, standin=False,
+                          source=source, categorical=tuple(c for p in parties for c in p.categorical),
+                          classes=tuple(classes))
+        return cls(standardize=standardize, dataset=dataset, parties=infos, columns=columns, rows=rows,
+                   blocks=_blocks_of(infos, rows, len(all_ids)), seed=seed)
 
     def ids(self, party: str) -> np.ndarray:
         ids: np.ndarray = self.dataset.ids[self.rows[party]]
@@ -439,7 +653,10 @@ class Layout:
         return pd.DataFrame(data, index=names, columns=names)
 
     def describe(self) -> str:
-        lines = [f"dataset: {self.dataset.label}", f"seed: {self.seed}", "parties:"]
+        classes = f", classes {list(self.dataset.classes)} (codes 0..{len(self.dataset.classes) - 1})" \
+            if self.dataset.classes else ""
+        lines = [f"dataset: {self.dataset.label}", f"task: {self.dataset.task}{classes}", f"seed: {self.seed}",
+                 "parties:"]
         for p in self.parties:
             cols = self.columns[p.name]
             shown = ", ".join(cols[:8]) + (f", ... ({len(cols)} in all)" if len(cols) > 8 else "")
@@ -488,7 +705,7 @@ class Layout:
             serve_data = PartyData(party=p.name, ids=ids[is_test], X=X[is_test], columns=cols, categorical=categorical)
             # A party left with no training rows by this split keeps raw values; methods that need
             # its rows report that themselves.
-            if self.spec.standardize and train_data.n_features and train_data.n_samples:
+            if self.standardize and train_data.n_features and train_data.n_samples:
                 scaler = Standardizer.for_party(train_data)
                 train_data, serve_data = scaler.apply(train_data), scaler.apply(serve_data)
             train[p.name] = train_data

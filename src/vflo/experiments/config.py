@@ -22,8 +22,8 @@ from typing import Any
 
 from vflo import schema
 from vflo.comm.codec import DEFAULT_MAX_BYTES
-from vflo.data.datasets import get_spec
-from vflo.data.scenario import ScenarioSpec
+from vflo.data.datasets import Dataset, Task, get_spec, load_dataset
+from vflo.data.scenario import Layout, ScenarioSpec
 from vflo.errors import ConfigError, did_you_mean
 from vflo.experiments.protocols import Protocol, parse_protocol
 from vflo.federation.coordinator import AlignmentConfig
@@ -82,10 +82,14 @@ class Variant:
 
 @dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
+    """A parsed, validated experiment. ``dataset`` is None when every party reads its own file; then
+    ``base_dir`` is where relative file paths start (the config file's folder)."""
+
     name: str
     description: str
     seed: int
-    dataset: DatasetConfig
+    dataset: DatasetConfig | None
+    task: Task
     variants: tuple[Variant, ...]
     sweep_paths: tuple[str, ...]
     protocol: Protocol
@@ -95,10 +99,31 @@ class ExperimentConfig:
     alignment: AlignmentConfig = field(default_factory=AlignmentConfig)
     raw: Mapping[str, Any] = field(repr=False)
     quick: bool = False
+    base_dir: Path | None = None
+    _tables: dict[tuple[object, ...], Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def metric(self) -> str:
-        return self.report.metric or default_metric(get_spec(self.dataset.name).task)
+        return self.report.metric or default_metric(self.task)
+
+    @property
+    def from_files(self) -> bool:
+        return self.dataset is None
+
+    def load_dataset(self, data_dir: str | Path | None = None) -> Dataset | None:
+        """The dataset the scenarios split (None when the parties bring their own files)."""
+        if self.dataset is None:
+            return None
+        return load_dataset(self.dataset.name, data_dir if data_dir is not None else self.dataset.data_dir)
+
+    def layout(self, variant: Variant, seed: int, dataset: Dataset | None) -> Layout:
+        """Who holds which rows and columns in ``variant``: a split of ``dataset``, or the parties' own files."""
+        if self.dataset is None:
+            tables = variant.spec.load_tables(self.base_dir, self._tables)
+            return variant.spec.build_from_tables(tables, seed, name=self.name)
+        if dataset is None:
+            raise ConfigError(f"experiment {self.name!r} splits dataset {self.dataset.name!r}; load it first")
+        return variant.spec.build(dataset, seed=seed)
 
 
 # -- paths ----------------------------------------------------------------------------------------
@@ -162,12 +187,17 @@ def load_config(path: str | Path, *, quick: bool = False) -> ExperimentConfig:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-    return parse_config(raw, quick=quick, default_name=path.stem)
+    return parse_config(raw, quick=quick, default_name=path.stem, base_dir=path.parent)
 
 
 def parse_config(
-    raw_in: Mapping[str, Any], *, quick: bool = False, default_name: str = "experiment"
+    raw_in: Mapping[str, Any], *, quick: bool = False, default_name: str = "experiment",
+    base_dir: str | Path | None = None,
 ) -> ExperimentConfig:
+    """Validate an experiment given as a mapping (a TOML file's tables, or a dict in Python).
+
+    Party files named in the scenario are read now, relative to ``base_dir`` (default: the current folder),
+    so a missing file or column fails here, before anything trains."""
     raw = copy.deepcopy(dict(raw_in))
     for key in raw:
         if key not in TOP_LEVEL:
@@ -189,27 +219,36 @@ def parse_config(
     if not isinstance(description, str):
         raise ConfigError("description must be a string")
 
-    dataset = schema.build(DatasetConfig, raw.get("dataset"), where="dataset")
-    spec = get_spec(dataset.name)
     variants, sweep_paths = _variants(raw.get("scenario"))
+    base = Path(base_dir) if base_dir is not None else Path()
+    tables: dict[tuple[object, ...], Any] = {}
+    dataset: DatasetConfig | None = None
+    if variants[0].spec.from_files:
+        if raw.get("dataset") is not None:
+            raise ConfigError("the scenario's parties read their own files, so there is no dataset to split: remove "
+                              "[dataset]")
+        encodings = [enc for _, enc in variants[0].spec.load_tables(base, tables)]
+        task: Task = next(enc.task for enc in encodings if enc.task is not None)
+    else:
+        dataset = schema.build(DatasetConfig, raw.get("dataset"), where="dataset")
+        task = get_spec(dataset.name).task
     protocol = parse_protocol(raw.get("protocol"))
     methods = _methods(raw.get("methods"))
     transport = schema.build(TransportConfig, raw.get("transport"), where="transport")
     alignment = schema.build(AlignmentConfig, raw.get("alignment"), where="alignment")
     report = schema.build(ReportConfig, raw.get("report"), where="report")
     if report.metric is not None:
-        check_metric(report.metric, spec.task)
+        check_metric(report.metric, task)
     if report.x is not None and report.x not in sweep_paths:
         raise ConfigError(f"report.x = {report.x!r} is not a sweep path; sweep paths: {list(sweep_paths)}")
+    source = f"dataset {dataset.name!r}" if dataset is not None else "the parties' files"
     for entry in methods:
-        if spec.task not in entry.method_cls.tasks:
-            raise ConfigError(
-                f"method {entry.label!r} does not support {spec.task} tasks (dataset {dataset.name!r})"
-            )
+        if task not in entry.method_cls.tasks:
+            raise ConfigError(f"method {entry.label!r} does not support {task} tasks ({source})")
     return ExperimentConfig(
-        name=name, description=description, seed=seed, dataset=dataset, variants=variants,
+        name=name, description=description, seed=seed, dataset=dataset, task=task, variants=variants,
         sweep_paths=sweep_paths, protocol=protocol, methods=methods, transport=transport, report=report,
-        alignment=alignment, raw=raw, quick=quick,
+        alignment=alignment, raw=raw, quick=quick, base_dir=base, _tables=tables,
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vflo.comm.ledger import Ledger
-from vflo.data.datasets import Dataset, load_dataset
+from vflo.data.datasets import Dataset
 from vflo.data.scenario import FederatedData, Layout
 from vflo.errors import ConfigError
 from vflo.experiments.config import ExperimentConfig, MethodEntry, Variant
@@ -70,8 +70,9 @@ def run_experiment(
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> ExperimentResult:
     """Run everything the config describes; raises on the first failure (no partial result)."""
-    dataset = load_dataset(config.dataset.name, data_dir if data_dir is not None else config.dataset.data_dir)
-    result = ExperimentResult(config=config, dataset=dataset, started=datetime.now(UTC).isoformat(timespec="seconds"))
+    source = config.load_dataset(data_dir)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    result: ExperimentResult | None = None
     t0 = time.perf_counter()
     protocol = config.protocol
     transductive = isinstance(protocol, ActiveCV) and protocol.transductive
@@ -80,7 +81,10 @@ def run_experiment(
         task = bar.add_task(config.name, total=len(plan) * len(config.methods))
         for variant, repeat in plan:
             drawn = protocol.split_repeat(repeat)
-            layout = variant.spec.build(dataset, seed=derive_seed(config.seed, "layout", drawn))
+            layout = config.layout(variant, derive_seed(config.seed, "layout", drawn), source)
+            if result is None:
+                result = ExperimentResult(config=config, dataset=layout.dataset, started=started)
+            dataset = layout.dataset
             rng = numpy_rng(config.seed, "split", drawn)
             if transductive:
                 assert isinstance(protocol, ActiveCV)
@@ -100,6 +104,7 @@ def run_experiment(
                     row, comm = _run_one(config, dataset, variant, repeat, split.fold, entry, data, facts)
                     _collect(result, [row], comm, on_row)
                 bar.advance(task, len(config.methods) / len(splits))
+    assert result is not None
     result.seconds = time.perf_counter() - t0
     return result
 

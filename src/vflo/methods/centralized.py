@@ -30,7 +30,9 @@ class Centralized(Method):
     """Every party's features pooled in one place: the upper bound of APC-VFL, RAP and VFL-ASP.
 
     Simulation only: no deployment can run it, since it needs raw features from every party.
-    Loss: min_θ Σ_i ℓ(f_θ([x_i^1, ..., x_i^K]), y_i) over the chosen rows.
+    Loss: min_θ Σ_i ℓ(f_θ([x_i^1, ..., x_i^K]), y_i) over the chosen rows. With the parties' own
+    files the pool holds only what the files hold: a person a party does not have gets that party's
+    column means from the training rows (so it is an upper bound only where the overlap is complete).
     """
 
     name = "centralized"
@@ -53,12 +55,23 @@ class Centralized(Method):
                 raise MethodError("centralized with rows = 'aligned' found no row that every party holds")
             ids, y = ids[keep], y[keep]
         X = oracle.features(ids)
+        # Cells no party holds (people missing from a party's own file) are filled with training means.
+        self.means_ = np.nan_to_num(np.nanmean(X, axis=0)) if np.isnan(X).any() else None
+        X = self._fill(X)
         self.scaler_ = Standardizer.fit(X) if self.config.standardize else None
         self.estimator_: Estimator = make_estimator(
             self.config, task=fed.task, n_classes=fed.n_classes, seed=derive_seed(fed.seed, "centralized"),
         ).fit(self._scale(X), y)
 
+    def _fill(self, X: np.ndarray) -> np.ndarray:
+        missing = np.isnan(X)
+        if not missing.any():
+            return X
+        means = self.means_ if self.means_ is not None else np.zeros(X.shape[1])
+        return np.where(missing, means, X)
+
     def _scale(self, X: np.ndarray) -> np.ndarray:
+        X = self._fill(X)
         return X.astype(np.float32) if self.scaler_ is None else self.scaler_.transform(X)
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:

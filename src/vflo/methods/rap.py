@@ -79,9 +79,6 @@ class RAPConfig(MethodConfig):
     whiten_one_hot: bool = False
 
     def __post_init__(self) -> None:
-        if self.label_models == "one" and self.estimator.model not in ("mlp", "linear"):
-            raise ConfigError(f"label_models = 'one' needs a model with several outputs ('mlp' or 'linear'), not "
-                              f"{self.estimator.model!r}; use label_models = 'two'")
         if any(lr <= 0 for lr in self.lr_grid):
             raise ConfigError("lr_grid values must be positive")
         if not self.pseudo_label_scale > 0:
@@ -434,6 +431,11 @@ class RAP(Method):
     def fit(self, fed: Federation) -> None:
         data = fed.data
         data.require_labels()
+        cfg = self.config
+        if fed.task == "regression" and cfg.label_models == "one" and cfg.estimator.model not in ("mlp", "linear"):
+            raise ConfigError(f"label_models = 'one' fits both projected regression targets with one model, which "
+                              f"needs several outputs ('mlp' or 'linear'), not {cfg.estimator.model!r}; use "
+                              "label_models = 'two'")
         clients = fed.names("passive")
         if not clients and data.n_features == 0:
             raise MethodError("rap needs at least one client with features")

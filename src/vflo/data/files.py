@@ -1,0 +1,250 @@
+"""A party's own table on disk: reading it, and turning it into features the same way every time.
+
+A party brings a CSV (optionally gzipped), TSV or Parquet file with an ID column, feature columns and, at
+the active party, a label column. :class:`TableEncoding` is what the party learns from its own *training*
+file: which columns are features, the categories of each categorical column (one-hot encoded here, at the
+owner), and the class names when labels are text. Applied to any later file of the same party (rows to
+score, next month's people) it gives the same columns in the same order, so a model trained today can
+score tomorrow's rows. It holds names and categories only, never a value of any row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from vflo.errors import DataError, DataFileError, did_you_mean
+
+logger = logging.getLogger(__name__)
+
+Task = Literal["binary", "multiclass", "regression"]
+# Integer-valued labels with at most this many distinct values are read as classes, others as a quantity.
+MAX_CLASSES_GUESSED = 20
+SUFFIXES = ".csv, .csv.gz, .tsv, .tsv.gz, .txt or .parquet"
+
+
+def read_table(path: str | Path, *, party: str, id_column: str) -> pd.DataFrame:
+    """The file as a table, its ID column as text (so ``007`` stays ``007`` and matches across parties)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataFileError(f"party {party!r}: data file {path} does not exist")
+    name = path.name.lower()
+    try:
+        if name.endswith((".parquet", ".pq")):
+            frame = pd.read_parquet(path)
+            if id_column in frame.columns:
+                frame[id_column] = frame[id_column].astype(str)
+        elif name.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz")):
+            sep = "\t" if ".tsv" in name else ","
+            frame = pd.read_csv(path, sep=sep, dtype={id_column: str}, keep_default_na=True)
+        else:
+            raise DataFileError(f"party {party!r}: cannot tell the format of {path.name}; use a {SUFFIXES} file")
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise DataFileError(f"party {party!r}: could not read {path}: {exc}") from exc
+    frame.columns = [str(c) for c in frame.columns]
+    return frame
+
+
+def _require_columns(frame: pd.DataFrame, names: Sequence[str], *, party: str, what: str, fix: str) -> None:
+    absent = [c for c in names if c not in frame.columns]
+    if absent:
+        raise DataError(f"party {party!r}: {what} {absent} not in the table{did_you_mean(absent[0], frame.columns)} "
+                        f"(its columns: {list(frame.columns)[:12]}{' ...' if len(frame.columns) > 12 else ''}); "
+                        f"{fix}")
+
+
+def _is_integer_valued(values: pd.Series) -> bool:
+    numbers = pd.to_numeric(values, errors="coerce")
+    return bool(numbers.notna().all() and np.all(np.asarray(numbers) == np.round(np.asarray(numbers))))
+
+
+@dataclass(frozen=True)
+class TableEncoding:
+    """How one party turns a table of its own into features (and labels); fitted on its training file."""
+
+    party: str
+    id_column: str
+    columns: tuple[str, ...]
+    categories: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    label_column: str | None = None
+    task: Task | None = None
+    classes: tuple[str, ...] = ()
+
+    @classmethod
+    def fit(
+        cls, frame: pd.DataFrame, *, party: str, id_column: str, label_column: str | None = None,
+        feature_columns: Sequence[str] | None = None, drop_columns: Sequence[str] = (),
+        categorical: Sequence[str] = (), task: Task | None = None,
+    ) -> TableEncoding:
+        """Learn the feature columns, categories and classes from ``frame`` (the party's training rows)."""
+        _require_columns(frame, [id_column], party=party, what="ID column",
+                         fix="set id_column to the column that holds the sample IDs")
+        if label_column is not None:
+            _require_columns(frame, [label_column], party=party, what="label column",
+                             fix="the active party must bring its labels: add the column or fix label_column")
+        _require_columns(frame, list(drop_columns), party=party, what="drop_columns",
+                         fix="list only columns the file has")
+        _require_columns(frame, list(categorical), party=party, what="categorical columns",
+                         fix="list only columns the file has")
+        reserved = {id_column, label_column, *drop_columns}
+        if feature_columns is None:
+            columns = [c for c in frame.columns if c not in reserved]
+        else:
+            _require_columns(frame, list(feature_columns), party=party, what="feature columns",
+                             fix="list only columns the file has")
+            clash = [c for c in feature_columns if c in reserved]
+            if clash:
+                raise DataError(f"party {party!r}: {clash} are listed as features but are the ID or label column, or "
+                                "dropped; take them out of feature_columns")
+            columns = list(feature_columns)
+        loose = [c for c in categorical if c not in columns]
+        if loose:
+            raise DataError(f"party {party!r}: categorical columns {loose} are not among its feature columns")
+        categories: dict[str, tuple[str, ...]] = {}
+        for c in categorical:
+            seen = sorted({str(v) for v in frame[c].dropna()})
+            if len(seen) < 2:
+                raise DataError(f"party {party!r}: categorical column {c!r} has {len(seen)} distinct value(s); it "
+                                f"carries no information: drop it (drop_columns = [{c!r}])")
+            categories[c] = tuple(seen)
+        text = [c for c in columns if c not in categories and not pd.api.types.is_numeric_dtype(frame[c])
+                and len(frame)]
+        if text:
+            raise DataError(
+                f"party {party!r}: columns {text} hold text; list them under categorical = [...] to one-hot encode "
+                "them, or leave them out with drop_columns = [...] (or feature_columns = [...])")
+        label_task: Task | None = None
+        classes: tuple[str, ...] = ()
+        if label_column is not None:
+            label_task, classes = _label_kind(frame[label_column], party=party, column=label_column, task=task)
+        elif task is not None:
+            raise DataError(f"party {party!r}: task is set but there is no label_column; only the active party "
+                            "(the label holder) says what its labels are")
+        return cls(party=party, id_column=id_column, columns=tuple(columns), categories=categories,
+                   label_column=label_column, task=label_task, classes=classes)
+
+    # -- applying it ---------------------------------------------------------------------------------
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """Encoded feature columns: numerical columns as they are, ``name=category`` for each category."""
+        names: list[str] = []
+        for c in self.columns:
+            names += [f"{c}={v}" for v in self.categories[c]] if c in self.categories else [c]
+        return tuple(names)
+
+    @property
+    def one_hot_names(self) -> tuple[str, ...]:
+        return tuple(f"{c}={v}" for c in self.columns if c in self.categories for v in self.categories[c])
+
+    def features(self, frame: pd.DataFrame) -> np.ndarray:
+        """The encoded feature matrix of ``frame`` (float64); a category never seen in training is all zeros."""
+        _require_columns(frame, list(self.columns), party=self.party, what="feature columns",
+                         fix="every file of a party must have the columns its training file had")
+        blocks: list[np.ndarray] = []
+        for c in self.columns:
+            if c in self.categories:
+                known = self.categories[c]
+                values = frame[c].astype(str).to_numpy()
+                unseen = sorted(set(values.tolist()) - set(known))
+                if unseen:
+                    logger.warning("party %s: column %r has categories %s not seen in training; their one-hot "
+                                   "columns are all zero", self.party, c, unseen[:5])
+                blocks.append(np.stack([values == v for v in known], axis=1).astype(np.float64))
+            else:
+                try:
+                    blocks.append(pd.to_numeric(frame[c]).to_numpy(dtype=np.float64)[:, None])
+                except (TypeError, ValueError) as exc:
+                    raise DataError(f"party {self.party!r}: column {c!r} holds text where its training file had "
+                                    f"numbers ({exc})") from exc
+        return np.hstack(blocks) if blocks else np.zeros((len(frame), 0))
+
+    def labels(self, frame: pd.DataFrame) -> np.ndarray:
+        """Class codes 0..C-1 (in the order of :attr:`classes`) or float targets."""
+        assert self.label_column is not None
+        _require_columns(frame, [self.label_column], party=self.party, what="label column",
+                         fix="a labelled file needs the label column its training file had")
+        values = frame[self.label_column]
+        if values.isna().any():
+            raise DataError(f"party {self.party!r}: label column {self.label_column!r} has "
+                            f"{int(values.isna().sum())} missing values; drop those rows or fill them")
+        if self.task == "regression":
+            return pd.to_numeric(values).to_numpy(dtype=np.float64)
+        index = {name: i for i, name in enumerate(self.classes)}
+        names = [_class_name(v) for v in values.tolist()]
+        unknown = sorted(set(names) - set(index))
+        if unknown:
+            raise DataError(f"party {self.party!r}: labels {unknown[:5]} were not among the training labels "
+                            f"{list(self.classes)}")
+        return np.asarray([index[n] for n in names], dtype=np.int64)
+
+    def party_data(self, frame: pd.DataFrame, *, labelled: bool = True) -> Any:
+        """The party's :class:`~vflo.data.partydata.PartyData` from a table of its own."""
+        from vflo.data.partydata import PartyData
+
+        _require_columns(frame, [self.id_column], party=self.party, what="ID column",
+                         fix="every file of a party must carry its ID column")
+        if frame[self.id_column].isna().any():
+            raise DataError(f"party {self.party!r}: ID column {self.id_column!r} has missing values")
+        y = self.labels(frame) if labelled and self.label_column is not None else None
+        return PartyData(party=self.party, ids=frame[self.id_column].astype(str).to_numpy(), X=self.features(frame),
+                         columns=self.feature_names, y=y, categorical=self.one_hot_names)
+
+    # -- as plain data (results, model artifacts) ---------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"party": self.party, "id_column": self.id_column, "columns": list(self.columns),
+                "categories": {k: list(v) for k, v in self.categories.items()}, "label_column": self.label_column,
+                "task": self.task, "classes": list(self.classes)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> TableEncoding:
+        try:
+            return cls(party=str(raw["party"]), id_column=str(raw["id_column"]),
+                       columns=tuple(str(c) for c in raw["columns"]),
+                       categories={str(k): tuple(str(v) for v in vs) for k, vs in raw["categories"].items()},
+                       label_column=None if raw["label_column"] is None else str(raw["label_column"]),
+                       task=raw["task"], classes=tuple(str(c) for c in raw["classes"]))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise DataError(f"a table encoding is malformed: {exc}") from exc
+
+
+def _class_name(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _label_kind(values: pd.Series, *, party: str, column: str, task: Task | None) -> tuple[Task, tuple[str, ...]]:
+    """The task the labels describe (unless ``task`` says it) and, for classes, their names in code order."""
+    if values.isna().any():
+        raise DataError(f"party {party!r}: label column {column!r} has {int(values.isna().sum())} missing values; "
+                        "drop those rows or fill them")
+    numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    distinct = values.nunique()
+    if task is None:
+        if not numeric or (_is_integer_valued(values) and distinct <= MAX_CLASSES_GUESSED):
+            task = "binary" if distinct <= 2 else "multiclass"
+        else:
+            task = "regression"
+        logger.info("party %s: labels in %r read as a %s task (%d distinct values); set task to change it", party,
+                    column, task, distinct)
+    if task == "regression":
+        if not numeric:
+            raise DataError(f"party {party!r}: task = 'regression' but label column {column!r} holds text")
+        return task, ()
+    if distinct < 2:
+        raise DataError(f"party {party!r}: label column {column!r} has a single value; a classifier needs two "
+                        "classes or more")
+    if task == "binary" and distinct > 2:
+        raise DataError(f"party {party!r}: task = 'binary' but label column {column!r} has {distinct} classes; "
+                        "use task = 'multiclass'")
+    unique = values.unique().tolist()
+    order = sorted(unique, key=lambda v: (0, float(v)) if numeric else (1, str(v)))
+    return task, tuple(_class_name(v) for v in order)
