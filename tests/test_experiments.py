@@ -238,8 +238,8 @@ def test_transductive_cv_fits_the_representation_once_and_cross_validates_the_cl
 def test_transductive_cv_refuses_methods_without_a_representation() -> None:
     raw = tiny_config(protocol={"name": "active_cv", "folds": 3, "repeats": 1, "transductive": True})
     raw["methods"] = [{"name": "splitnn"}]
-    with pytest.raises(ConfigError, match="transductive protocol .* has none"):
-        run_experiment(parse_config(raw))
+    with pytest.raises(ConfigError, match=r"transductive protocol .* \['splitnn'\] have none"):
+        parse_config(raw)
 
 
 def test_party_counts_and_zipped_sweeps() -> None:

@@ -1,20 +1,43 @@
-"""vflo: vertical federated learning for parties whose records only partly overlap."""
+"""vflo: vertical federated learning for parties whose records only partly overlap.
 
-from vflo.data.datasets import Dataset, load_dataset
-from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData, Layout, PartySpec, SamplesSpec, ScenarioSpec
-from vflo.errors import VfloError
+The public names are loaded on first use, so ``import vflo`` (and the command line's help) stays fast
+and does not import PyTorch until something trains.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from vflo.version import __version__
 
+if TYPE_CHECKING:
+    from vflo.api import FittedModel, evaluate, fit, run_experiment, split
+    from vflo.data.datasets import Dataset, load_dataset
+    from vflo.data.partydata import PartyData
+    from vflo.data.scenario import FederatedData, Layout, PartySpec, SamplesSpec, ScenarioSpec
+    from vflo.errors import VfloError
+    from vflo.methods.registry import method_names
+
+_EXPORTS = {
+    "Dataset": "vflo.data.datasets", "load_dataset": "vflo.data.datasets", "PartyData": "vflo.data.partydata",
+    "FederatedData": "vflo.data.scenario", "Layout": "vflo.data.scenario", "PartySpec": "vflo.data.scenario",
+    "SamplesSpec": "vflo.data.scenario", "ScenarioSpec": "vflo.data.scenario", "VfloError": "vflo.errors",
+    "FittedModel": "vflo.api", "evaluate": "vflo.api", "fit": "vflo.api", "run_experiment": "vflo.api",
+    "split": "vflo.api", "method_names": "vflo.methods.registry",
+}
+
 __all__ = [
-    "Dataset",
-    "FederatedData",
-    "Layout",
-    "PartyData",
-    "PartySpec",
-    "SamplesSpec",
-    "ScenarioSpec",
-    "VfloError",
-    "__version__",
-    "load_dataset",
+    "Dataset", "FederatedData", "FittedModel", "Layout", "PartyData", "PartySpec", "SamplesSpec", "ScenarioSpec",
+    "VfloError", "__version__", "evaluate", "fit", "load_dataset", "method_names", "run_experiment", "split",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'vflo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -195,10 +195,13 @@ def _run_deployed(args: argparse.Namespace) -> int:
     write_deployed(experiment, deployment, rows, out_dir, overwrite=args.overwrite)
     console = _console()
     for r in rows:
+        if r["status"] == "failed":
+            print(f"vflo: error: {r['method']} failed: {r['error_type']}: {r['error']}", file=sys.stderr)
+            continue
         console.print(f"{r['method']}: " + ", ".join(f"{k} = {r[k]:.4f}" for k in ("accuracy", "rmse") if k in r)
                       + f"; {r['fit_bytes'] / 1e6:.3f} MB in {r['fit_rounds']} training rounds")
     console.print(f"results written to {out_dir}/")
-    return 0
+    return next((int(r["exit_code"]) for r in rows if r["status"] == "failed"), 0)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -221,7 +224,10 @@ def _run(args: argparse.Namespace) -> int:
     write_results(result, out_dir, overwrite=args.overwrite)
     console.print(f"results written to {out_dir}/ (results.csv, results.json, report.md, plots) "
                   f"in {result.seconds:.1f} s")
-    return 0
+    for failure in result.failures:
+        print(f"vflo: error: {failure['method']} failed ({failure['variant']}, repeat {failure['repeat']}): "
+              f"{failure['error_type']}: {failure['error']}", file=sys.stderr)
+    return result.exit_code
 
 
 def _print_summary(console, result, summary) -> None:  # type: ignore[no-untyped-def]

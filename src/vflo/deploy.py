@@ -31,9 +31,10 @@ from vflo.comm.grpc_transport import DEFAULT_DEADLINE, GrpcTransport, PartyServe
 from vflo.comm.ledger import Ledger
 from vflo.comm.tls import PartyCredentials
 from vflo.data.datasets import Dataset
+from vflo.data.files import TableEncoding, read_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
-from vflo.errors import ConfigError, MethodError
+from vflo.errors import AlignmentError, ConfigError, DataError, MethodError, RemoteError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
 from vflo.federation.simulation import RunOutput, party_node
@@ -45,14 +46,21 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
-    """A party's table: training rows in ``file``; rows to score in ``serve_file`` (optional)."""
+    """A party's table: training rows in ``file``; rows to score in ``serve_file`` (optional).
+
+    ``feature_columns`` / ``drop_columns`` choose the features, ``categorical`` columns are one-hot encoded
+    here, at the owner, with the categories of the training file; ``task`` (active party only) says what the
+    labels are when the guess from their values is wrong. ``standardize``: per column, fitted on ``file``."""
 
     file: str
     id_column: str
     label_column: str | None = None
     serve_file: str | None = None
-    standardize: bool = True
+    feature_columns: tuple[str, ...] | None = None
+    drop_columns: tuple[str, ...] = ()
     categorical: tuple[str, ...] = ()
+    task: Literal["binary", "multiclass", "regression"] | None = None
+    standardize: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,16 +160,19 @@ def load_deploy_config(path: str | Path) -> DeployConfig:
 def load_party_data(
     party: str, config: DataConfig, *, extra: str | None = None,
 ) -> tuple[PartyData, PartyData | None, PartyData | None]:
-    """Training rows, rows to score, and (``extra``) a labelled test file: standardised on the training rows."""
-    train = PartyData.from_file(config.file, party=party, id_column=config.id_column, label_column=config.label_column,
-                                categorical=config.categorical)
+    """Training rows, rows to score, and (``extra``) a labelled test file: read with the encoding fitted on the
+    training file and standardised on the training rows."""
+    encoding = TableEncoding.fit(read_table(config.file, party=party, id_column=config.id_column), party=party,
+                                 id_column=config.id_column, label_column=config.label_column,
+                                 feature_columns=config.feature_columns, drop_columns=config.drop_columns,
+                                 categorical=config.categorical, task=config.task)
+    train = encoding.party_data(read_table(config.file, party=party, id_column=config.id_column))
     serve = test = None
     if config.serve_file:
-        serve = PartyData.from_file(config.serve_file, party=party, id_column=config.id_column,
-                                    feature_columns=train.columns, categorical=config.categorical)
+        serve = encoding.party_data(read_table(config.serve_file, party=party, id_column=config.id_column),
+                                    labelled=False)
     if extra:
-        test = PartyData.from_file(extra, party=party, id_column=config.id_column, label_column=config.label_column,
-                                   feature_columns=train.columns, categorical=config.categorical)
+        test = encoding.party_data(read_table(extra, party=party, id_column=config.id_column))
     if config.standardize and train.n_features:
         scaler = Standardizer.for_party(train)
         train = scaler.apply(train)
@@ -217,6 +228,14 @@ def serve_forever(config: PartyConfig) -> int:
     return 0
 
 
+def _refuse_leaks(party: str, leaked: np.ndarray, where: str) -> None:
+    if len(leaked):
+        raise DataError(
+            f"{len(leaked)} test IDs are also in party {party!r}'s {where} (e.g. {leaked[:5].tolist()}): a test row "
+            "must be held out of every party's training data, or the scores measure rows it trained on; remove them "
+            "from the training files (vflo split cuts train, test and serve files that never overlap)")
+
+
 def _task_of(train: PartyData, test: PartyData | None, deploy: DeployConfig) -> tuple[str, int | None]:
     y = train.require_labels()
     if deploy.task is not None:
@@ -251,19 +270,69 @@ class Deployment:
         self.party = start_party(config, data=train, serve=serving)
         self.parties = (PartyInfo(active.name, "active"), *(PartyInfo(p.name, p.role) for p in deploy.parties))
 
+    @property
+    def data_parties(self) -> tuple[PartyInfo, ...]:
+        return tuple(p for p in self.parties if p.holds_data)
+
+    def parties_for(self, method: Method) -> tuple[PartyInfo, ...]:
+        """The data parties and the data-less parties ``method`` needs: a server or dealer no method of the run
+        uses need not be running."""
+        extras = method.extra_parties(self.data_parties)
+        missing = [p for p in extras if p not in self.parties]
+        if missing:
+            raise MethodError(
+                f"{method.name} needs {[f'{p.name} ({p.role})' for p in missing]} in the deploy config's [[parties]]")
+        return (*self.data_parties, *extras)
+
+    def preflight(self, methods: list[Method], *, alignment: AlignmentConfig | None = None) -> None:
+        """Before anything trains: no test row is in any party's training rows, the active party shares IDs
+        with the others, and every party a collaborative method scores with holds the rows to score.
+
+        Each check is an alignment exchange (plain, or PSI as configured), reported apart like any alignment.
+        """
+        own = self.train
+        fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
+                         task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+        test_ids = np.empty(0, dtype=own.ids.dtype) if self.test is None else self.test.ids
+        _refuse_leaks(own.party, test_ids[own.contains(test_ids)], "training file")
+        passives = [p.name for p in self.data_parties if p.role == "passive"]
+        for name in passives:
+            if len(test_ids):
+                held = fed.align(test_ids, [name]).held.get(name)
+                leaked = np.sort(test_ids)[held] if held is not None else np.empty(0)
+                _refuse_leaks(name, leaked, "training rows")
+        if passives and not any(fed.align(own.ids, [name]).held[name].any() for name in passives):
+            raise AlignmentError(
+                f"the active party {own.party!r} shares no ID with {passives}: its training IDs look like "
+                f"{own.ids[:3].tolist()}; check that every party's id_column holds the same IDs in the same format")
+        for method in methods:
+            for name in method.scoring_parties(self.data_parties):
+                if not len(test_ids):
+                    continue
+                try:
+                    held = fed.align(test_ids, [name], split="serve").held[name]
+                except RemoteError as exc:
+                    raise AlignmentError(
+                        f"{method.name} scores together with {name!r}, which has no rows to score "
+                        f"({exc.remote_message}); give {name!r} a serve_file with the test rows, or leave "
+                        f"{method.name} out") from exc
+                if not held.all():
+                    missing = np.sort(test_ids)[~held]
+                    raise AlignmentError(
+                        f"{method.name} scores together with {name!r}, which does not hold {len(missing)} of the "
+                        f"{len(test_ids)} rows to score (e.g. {missing[:5].tolist()}); add them to its serve_file, or "
+                        f"leave {method.name} out")
+
     def run(self, method: Method, *, seed: int, alignment: AlignmentConfig | None = None) -> RunOutput:
         """Fit ``method`` over the network and score the test rows; the ledger holds every party's messages."""
         if method.simulation_only:
             raise MethodError(f"{method.name} needs the pooled raw data of every party, so it exists only in "
                               "simulation; it cannot run over a deployment")
-        missing = [p for p in method.extra_parties(self.parties) if p not in self.parties]
-        if missing:
-            raise MethodError(
-                f"{method.name} needs {[f'{p.name} ({p.role})' for p in missing]} in the deploy config's [[parties]]")
+        parties = self.parties_for(method)
         method.check_task(self.task)  # type: ignore[arg-type]
         transport = self.party.transport
         transport.ledger = Ledger()
-        fed = Federation(node=self.party.node, transport=transport, parties=self.parties, seed=seed,
+        fed = Federation(node=self.party.node, transport=transport, parties=parties, seed=seed,
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
         fed.setup(method)
         t0 = time.perf_counter()

@@ -82,6 +82,10 @@ def _union(tp: Any, value: Any, path: str) -> Any:
     args = get_args(tp)
     if value is None and type(None) in args:
         return None
+    # A table for an optional table: its own error (an unknown key, with a hint) says more than "must be a table".
+    tables = [a for a in args if dataclasses.is_dataclass(a)]
+    if isinstance(value, Mapping) and len(tables) == 1:
+        return coerce(tables[0], value, path)
     # Try exact-type matches first so 3 stays an int in int | float.
     for arg in sorted(args, key=lambda a: 0 if a is type(value) else 1):
         if arg is type(None):

@@ -125,8 +125,10 @@ def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str
     local_train, local_serve = {}, {}
     for name in data.train:
         local_train[name], local_serve[name], _ = load_party_data(name, files[name])
+    # Files are read with their IDs as text, on both sides.
     local = FederatedData(parties=data.parties, train=local_train, serve=local_serve,  # type: ignore[arg-type]
-                          test_ids=data.test_ids, test_y=data.test_y, task=data.task, n_classes=data.n_classes,
+                          test_ids=data.test_ids.astype(str), test_y=data.test_y, task=data.task,
+                          n_classes=data.n_classes,
                           oracle=data.oracle)
     return Federation(deploy=deploy, local=local, processes=processes, directory=directory)
 

@@ -128,7 +128,7 @@ def test_simulation_only_methods_cannot_be_deployed(vertical: Federation, name: 
         deployment.close()
 
 
-def test_a_party_killed_mid_training_fails_the_run_and_writes_nothing(
+def test_a_party_killed_mid_training_fails_the_method_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     ds = make_dataset(n=400, n_features=6)
@@ -159,7 +159,12 @@ def test_a_party_killed_mid_training_fails_the_run_and_writes_nothing(
         assert code == TransportError.exit_code == 4
         err = capsys.readouterr().err
         assert "party 'pas'" in err and "splitnn.forward" in err
-        assert not out.exists()
+        # the failure is recorded, whole: a results folder with the failed row and its error, nothing half-written
+        import json
+
+        results = json.loads((out / "results.json").read_text())
+        assert [r["status"] for r in results["rows"]] == ["failed"] and results["failures"][0]["exit_code"] == 4
+        assert "## Failures" in (out / "report.md").read_text()
         assert elapsed < 8.0 + 20.0 + 30.0  # the kill, the deadline, and start-up
     finally:
         federation.stop()

@@ -54,7 +54,8 @@ def read_table(path: str | Path, *, party: str, id_column: str) -> pd.DataFrame:
 def _require_columns(frame: pd.DataFrame, names: Sequence[str], *, party: str, what: str, fix: str) -> None:
     absent = [c for c in names if c not in frame.columns]
     if absent:
-        raise DataError(f"party {party!r}: {what} {absent} not in the table{did_you_mean(absent[0], frame.columns)} "
+        shown = repr(absent[0]) if len(absent) == 1 else str(absent)
+        raise DataError(f"party {party!r}: {what} {shown} not in the table{did_you_mean(absent[0], frame.columns)} "
                         f"(its columns: {list(frame.columns)[:12]}{' ...' if len(frame.columns) > 12 else ''}); "
                         f"{fix}")
 
@@ -193,8 +194,8 @@ class TableEncoding:
         if frame[self.id_column].isna().any():
             raise DataError(f"party {self.party!r}: ID column {self.id_column!r} has missing values")
         y = self.labels(frame) if labelled and self.label_column is not None else None
-        return PartyData(party=self.party, ids=frame[self.id_column].astype(str).to_numpy(), X=self.features(frame),
-                         columns=self.feature_names, y=y, categorical=self.one_hot_names)
+        return PartyData(party=self.party, ids=frame[self.id_column].to_numpy(), X=self.features(frame),
+                         columns=self.feature_names, y=y, categorical=self.one_hot_names, encoding=self)
 
     # -- as plain data (results, model artifacts) ---------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vflo.errors import DataError, DataFileError
+from vflo.errors import DataError
 
 IdArray = np.ndarray
 
@@ -53,6 +53,8 @@ class PartyData:
         y: labels (int64 class indices or float64 targets) or ``None`` for a passive party.
         categorical: the columns that hold category codes (0, 1, 2, ...) rather than quantities;
             they are not standardised, and methods that care (RAP) one-hot encode them.
+        encoding: how the table was read from the party's file (:class:`~vflo.data.files.TableEncoding`:
+            feature columns, categories, class names), where it came from one; names only, no values.
     """
 
     party: str
@@ -61,6 +63,7 @@ class PartyData:
     columns: tuple[str, ...]
     y: np.ndarray | None = None
     categorical: tuple[str, ...] = ()
+    encoding: Any = field(default=None, compare=False)
     _index: dict[Any, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -192,6 +195,7 @@ class PartyData:
             columns=self.columns,
             y=None if self.y is None else self.y[pos],
             categorical=self.categorical,
+            encoding=self.encoding,
         )
 
     def require_labels(self) -> np.ndarray:
@@ -220,50 +224,22 @@ class PartyData:
         id_column: str,
         label_column: str | None = None,
         feature_columns: Sequence[str] | None = None,
+        drop_columns: Sequence[str] = (),
         categorical: Sequence[str] = (),
+        task: str | None = None,
     ) -> PartyData:
-        """Build from a table with an ID column, feature columns and optionally a label column."""
-        if id_column not in frame.columns:
-            raise DataError(
-                f"party {party!r}: ID column {id_column!r} not in the table (columns: {list(frame.columns)[:10]}); "
-                "set id_column to the column that holds the sample IDs"
-            )
-        if label_column is not None and label_column not in frame.columns:
-            raise DataError(
-                f"party {party!r}: label column {label_column!r} not in the table; the active party must "
-                "bring its labels: add the column or fix label_column"
-            )
-        reserved = {id_column} | ({label_column} if label_column else set())
-        if feature_columns is None:
-            feature_columns = [str(c) for c in frame.columns if c not in reserved]
-        else:
-            absent = [c for c in feature_columns if c not in frame.columns]
-            if absent:
-                raise DataError(f"party {party!r}: feature columns {absent} not in the table")
-        # A header-only table (a party with no rows to serve) reads back as object columns; nothing to convert.
-        non_numeric = [c for c in feature_columns
-                       if len(frame) and not pd.api.types.is_numeric_dtype(frame[c])]
-        if non_numeric:
-            raise DataError(
-                f"party {party!r}: non-numeric feature columns {non_numeric}; "
-                "encode them as numbers (e.g. one-hot) or leave them out with feature_columns=..."
-            )
-        if frame[id_column].isna().any():
-            raise DataError(f"party {party!r}: ID column {id_column!r} has missing values")
-        y = None
-        if label_column is not None:
-            labels = frame[label_column]
-            if labels.isna().any():
-                raise DataError(f"party {party!r}: label column {label_column!r} has missing values")
-            y = labels.to_numpy()
-        return cls(
-            party=party,
-            ids=frame[id_column].to_numpy(),
-            X=frame[list(feature_columns)].to_numpy(dtype=np.float64),
-            columns=tuple(feature_columns),
-            y=y,
-            categorical=tuple(categorical),
-        )
+        """Build from a table with an ID column, feature columns and optionally a label column.
+
+        ``categorical`` columns (text or numbers) are one-hot encoded here, one column per category seen;
+        text labels become class codes 0..C-1 in sorted order, their names kept in ``encoding.classes``.
+        """
+        from vflo.data.files import TableEncoding
+
+        encoding = TableEncoding.fit(frame, party=party, id_column=id_column, label_column=label_column,
+                                     feature_columns=feature_columns, drop_columns=drop_columns,
+                                     categorical=categorical, task=task)  # type: ignore[arg-type]
+        data: PartyData = encoding.party_data(frame)
+        return data
 
     @classmethod
     def from_file(
@@ -274,27 +250,14 @@ class PartyData:
         id_column: str,
         label_column: str | None = None,
         feature_columns: Sequence[str] | None = None,
+        drop_columns: Sequence[str] = (),
         categorical: Sequence[str] = (),
+        task: str | None = None,
     ) -> PartyData:
-        """Read a CSV (optionally gzipped) or Parquet file."""
-        path = Path(path)
-        if not path.is_file():
-            raise DataFileError(f"party {party!r}: data file {path} does not exist")
-        suffixes = "".join(path.suffixes).lower()
-        try:
-            if suffixes.endswith(".parquet") or suffixes.endswith(".pq"):
-                frame = pd.read_parquet(path)
-            elif ".csv" in suffixes or ".tsv" in suffixes or suffixes.endswith(".txt"):
-                sep = "\t" if ".tsv" in suffixes else ","
-                frame = pd.read_csv(path, sep=sep)
-            else:
-                raise DataFileError(
-                    f"party {party!r}: cannot tell the format of {path.name}; use a .csv, .csv.gz, .tsv or "
-                    ".parquet file"
-                )
-        except (OSError, ValueError, pd.errors.ParserError) as exc:
-            raise DataFileError(f"party {party!r}: could not read {path}: {exc}") from exc
-        return cls.from_frame(
-            frame, party=party, id_column=id_column, label_column=label_column, feature_columns=feature_columns,
-            categorical=categorical,
-        )
+        """Read a CSV (optionally gzipped), TSV or Parquet file; IDs are read as text."""
+        from vflo.data.files import read_table
+
+        frame = read_table(path, party=party, id_column=id_column)
+        return cls.from_frame(frame, party=party, id_column=id_column, label_column=label_column,
+                              feature_columns=feature_columns, drop_columns=drop_columns, categorical=categorical,
+                              task=task)

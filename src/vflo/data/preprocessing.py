@@ -41,4 +41,4 @@ class Standardizer:
 
     def apply(self, data: PartyData) -> PartyData:
         return PartyData(party=data.party, ids=data.ids, X=self.transform(data.X), columns=data.columns, y=data.y,
-                         categorical=data.categorical)
+                         categorical=data.categorical, encoding=data.encoding)

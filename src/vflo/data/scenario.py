@@ -565,6 +565,7 @@ class Layout:
     rows: Mapping[str, np.ndarray]
     blocks: tuple[tuple[tuple[str, ...], np.ndarray], ...]
     seed: int
+    encodings: Mapping[str, TableEncoding] = field(default_factory=dict)
 
     @property
     def active(self) -> str:
@@ -617,6 +618,9 @@ class Layout:
             start += p.n_features
         X = pd.DataFrame(pooled, columns=[c for cols in columns.values() for c in cols])
         y_active = active.require_labels()
+        if active.encoding is not None:
+            task = task or active.encoding.task
+            classes = classes or active.encoding.classes
         if task is None:
             task = ("regression" if y_active.dtype.kind == "f"
                     else "binary" if int(y_active.max()) <= 1 else "multiclass")
@@ -627,8 +631,9 @@ class Layout:
         dataset = Dataset(name=name, X=X, y=y, ids=all_ids, task=task, n_classes=n_classes, standin=False,
                           source=source, categorical=tuple(c for p in parties for c in p.categorical),
                           classes=tuple(classes))
+        encodings = {p.party: p.encoding for p in parties if p.encoding is not None}
         return cls(standardize=standardize, dataset=dataset, parties=infos, columns=columns, rows=rows,
-                   blocks=_blocks_of(infos, rows, len(all_ids)), seed=seed)
+                   blocks=_blocks_of(infos, rows, len(all_ids)), seed=seed, encodings=encodings)
 
     def ids(self, party: str) -> np.ndarray:
         ids: np.ndarray = self.dataset.ids[self.rows[party]]
@@ -686,6 +691,7 @@ class Layout:
         position = {v: i for i, v in enumerate(ds.ids.tolist())}
         train: dict[str, PartyData] = {}
         serve: dict[str, PartyData] = {}
+        scalers: dict[str, Standardizer] = {}
         for p in self.parties:
             ids = self.ids(p.name)
             is_test = np.fromiter((v in test_set for v in ids.tolist()), dtype=bool, count=len(ids))
@@ -697,23 +703,26 @@ class Layout:
             X = ds.X[list(cols)].to_numpy(np.float64)[pos]
             y = ds.y[pos] if p.role == "active" else None
             categorical = tuple(c for c in cols if c in ds.categorical)
+            encoding = self.encodings.get(p.name)
             train_data = PartyData(
                 party=p.name, ids=ids[in_scope], X=X[in_scope], columns=cols,
-                y=None if y is None else y[in_scope], categorical=categorical,
+                y=None if y is None else y[in_scope], categorical=categorical, encoding=encoding,
             )
             # Test labels stay with the evaluator: serving rows carry features only.
-            serve_data = PartyData(party=p.name, ids=ids[is_test], X=X[is_test], columns=cols, categorical=categorical)
+            serve_data = PartyData(party=p.name, ids=ids[is_test], X=X[is_test], columns=cols, categorical=categorical,
+                                   encoding=encoding)
             # A party left with no training rows by this split keeps raw values; methods that need
             # its rows report that themselves.
             if self.standardize and train_data.n_features and train_data.n_samples:
                 scaler = Standardizer.for_party(train_data)
+                scalers[p.name] = scaler
                 train_data, serve_data = scaler.apply(train_data), scaler.apply(serve_data)
             train[p.name] = train_data
             serve[p.name] = serve_data
         test_pos = np.fromiter((position[v] for v in test_ids.tolist()), dtype=np.int64, count=len(test_ids))
         return FederatedData(
             parties=self.parties, train=train, serve=serve, test_ids=test_ids, test_y=ds.y[test_pos],
-            task=ds.task, n_classes=ds.n_classes,
+            task=ds.task, n_classes=ds.n_classes, scalers=scalers, encodings=dict(self.encodings), classes=ds.classes,
             oracle=Oracle(self, {name: frozenset(d.ids.tolist()) for name, d in train.items()},
                           {name: frozenset(d.ids.tolist()) for name, d in serve.items()}),
         )
@@ -761,6 +770,11 @@ class FederatedData:
     task: Task
     n_classes: int | None
     oracle: Oracle
+    # What each party did to its raw table before training: standardisation fitted on its training rows, and
+    # how its file was read (where it came from one). Both are the party's own and stay with its model part.
+    scalers: Mapping[str, Standardizer] = field(default_factory=dict)
+    encodings: Mapping[str, TableEncoding] = field(default_factory=dict)
+    classes: tuple[str, ...] = ()
 
     @property
     def active(self) -> str:

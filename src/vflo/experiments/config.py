@@ -241,6 +241,14 @@ def parse_config(
         check_metric(report.metric, task)
     if report.x is not None and report.x not in sweep_paths:
         raise ConfigError(f"report.x = {report.x!r} is not a sweep path; sweep paths: {list(sweep_paths)}")
+    if getattr(protocol, "transductive", False):
+        from vflo.methods.representation import RepresentationMethod
+
+        lacking = [e.label for e in methods if not issubclass(e.method_cls, RepresentationMethod)]
+        if lacking:
+            raise ConfigError(
+                f"the transductive protocol cross-validates a classifier on a learned representation, and {lacking} "
+                "have none; run them with transductive = false, or in a config of their own")
     source = f"dataset {dataset.name!r}" if dataset is not None else "the parties' files"
     for entry in methods:
         if task not in entry.method_cls.tasks:

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from vflo.deploy import Deployment
-from vflo.errors import ConfigError
+from vflo.errors import ConfigError, VfloError
 from vflo.experiments.config import DeploymentExperiment
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table
@@ -26,24 +26,38 @@ logger = logging.getLogger(__name__)
 
 
 def run_deployed(experiment: DeploymentExperiment, deployment: Deployment) -> list[dict[str, Any]]:
-    """One row per method: metrics on the test file, and the traffic from every party's ledger."""
+    """One row per method: metrics on the test file, and the traffic from every party's ledger.
+
+    Checks that concern every method (test rows held out of every party's training rows, shared IDs, rows
+    to score at the parties that score collaboratively) run first, before anything trains. A method that
+    fails later is recorded as a failed row and the others go on.
+    """
     if deployment.test is None or deployment.test.y is None:
         raise ConfigError("a deployed experiment needs the active party's labelled test file: set test_file in the "
                           "deploy config")
-    rows = []
+    entries = [e for e in experiment.methods if not e.method_cls.simulation_only]
     for entry in experiment.methods:
         if entry.method_cls.simulation_only:
             logger.warning("%s is simulation-only (it pools every party's raw features): skipped in a deployment",
                            entry.label)
-            continue
+    deployment.preflight([e.instantiate() for e in entries], alignment=experiment.alignment)
+    rows = []
+    for entry in entries:
         seed = derive_seed(experiment.seed, "method", 0, 0)
         t0 = time.perf_counter()
-        out = deployment.run(entry.instantiate(), seed=seed, alignment=experiment.alignment)
+        try:
+            out = deployment.run(entry.instantiate(), seed=seed, alignment=experiment.alignment)
+        except Exception as exc:  # one method failing must not discard the others' results
+            code = exc.exit_code if isinstance(exc, VfloError) else 1
+            logger.error("%s: %s failed: %s", experiment.name, entry.label, exc)
+            rows.append({"experiment": experiment.name, "method": entry.label, "method_name": entry.method_cls.name,
+                         "status": "failed", "error_type": type(exc).__name__, "error": str(exc), "exit_code": code})
+            continue
         wall = time.perf_counter() - t0
         summary, fit = out.ledger.summary(), out.fit_summary
         metrics = compute_metrics(deployment.task, deployment.test.y, out.scores)  # type: ignore[arg-type]
         rows.append({
-            "experiment": experiment.name, "method": entry.label, "method_name": entry.method_cls.name,
+            "status": "ok", "experiment": experiment.name, "method": entry.label, "method_name": entry.method_cls.name,
             "inference": entry.method_cls.inference, "n_train_active": deployment.train.n_samples,
             "n_test": deployment.test.n_samples, **metrics, "comm_bytes": summary.bytes,
             "comm_messages": summary.messages, "comm_rounds": summary.rounds, "fit_bytes": fit.bytes,
@@ -58,11 +72,16 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment) -> li
 def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, rows: list[dict[str, Any]],
                    out_dir: Path, *, overwrite: bool = False) -> Path:
     metric = experiment.metric or default_metric(deployment.task)  # type: ignore[arg-type]
+    done = [r for r in rows if r["status"] == "ok"]
+    failed = [r for r in rows if r["status"] == "failed"]
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         pd.DataFrame(rows).to_csv(tmp / "results.csv", index=False)
-        (tmp / "results.json").write_text(json.dumps({"experiment": experiment.name, "rows": rows}, indent=1))
+        (tmp / "results.json").write_text(json.dumps({"experiment": experiment.name, "rows": rows,
+                                                      "failures": failed}, indent=1))
         body = [[r["method"], f"{r[metric]:.4f}", f"{r['fit_bytes'] / 1e6:.3f} MB", r["fit_rounds"],
-                 f"{r['align_bytes'] / 1e6:.3f} MB", f"{r['fit_seconds']:.2f}"] for r in rows]
+                 f"{r['align_bytes'] / 1e6:.3f} MB", f"{r['fit_seconds']:.2f}"] for r in done]
+        failures = ["## Failures", "", markdown_table(["method", "error"], [
+            [r["method"], f"{r['error_type']}: {r['error']}"] for r in failed]), ""] if failed else []
         parties = ", ".join(f"{p.name} ({p.role})" for p in deployment.parties)
         (tmp / "report.md").write_text("\n".join([
             f"# {experiment.name} (deployed)", "", f"- Parties: {parties}",
@@ -70,6 +89,7 @@ def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, row
             f"{0 if deployment.test is None else deployment.test.n_samples}",
             f"- Alignment: {experiment.alignment.method}", "",
             markdown_table(["method", metric, "train comm", "train rounds", "alignment", "fit s"], body), "",
+            *failures,
             "Communication is the sum of every party's own ledger of the messages it sent and the replies it got.",
             "",
         ]))

@@ -81,7 +81,9 @@ def write_results(result: ExperimentResult, out_dir: Path, *, overwrite: bool = 
         payload = {
             "experiment": result.config.name,
             "dataset": {"name": result.dataset.name, "label": result.dataset.label,
-                        "standin": result.dataset.standin, "source": result.dataset.source},
+                        "standin": result.dataset.standin, "source": result.dataset.source,
+                        "task": result.dataset.task, "classes": list(result.dataset.classes)},
+            "failures": result.failures,
             "config": result.config.raw,
             "protocol": {"name": result.config.protocol.name, **schema.to_plain(result.config.protocol)},
             "quick": result.config.quick,

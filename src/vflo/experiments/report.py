@@ -35,6 +35,8 @@ def t_halfwidth(values: Sequence[float], confidence: float = 0.95) -> float:
 def summarize(result: ExperimentResult) -> pd.DataFrame:
     """One row per variant x method: mean, std and 95% CI half-width of every metric, means of the rest."""
     frame = pd.DataFrame(result.rows)
+    if "status" in frame:
+        frame = frame[frame["status"] == "ok"]
     if frame.empty:
         return frame
     metrics = [m for m in result.metrics if m in frame.columns]
@@ -102,6 +104,8 @@ def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
         ]
     lines += [
         f"- Dataset: {ds.label} ({len(ds.ids)} rows x {len(ds.columns)} features, {ds.task}); {ds.source}",
+        *([f"- Classes (score columns in this order): {', '.join(f'{i} = {c}' for i, c in enumerate(ds.classes))}"]
+          if ds.classes else []),
         f"- Protocol: {cfg.protocol.describe()}",
         f"- Parties: {', '.join(f'{p.name} ({p.role})' for p in cfg.variants[0].spec.parties)}",
         f"- Sweep: {', '.join(cfg.sweep_paths) or 'none'} ({len(cfg.variants)} variant(s))",
@@ -128,6 +132,14 @@ def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
             f"{r['fit_seconds']:.2f}", r["inference"],
         ])
     lines += [markdown_table(header, body), ""]
+    failures = result.failures
+    if failures:
+        lines += ["## Failures", "",
+                  f"{len(failures)} run(s) failed; the rows above are the methods that finished. The run's exit "
+                  f"code is {result.exit_code}.", "",
+                  markdown_table(["variant", "repeat", "fold", "method", "error"],
+                                 [[f["variant"], f["repeat"], f["fold"], f["method"],
+                                   f"{f['error_type']}: {f['error']}"] for f in failures]), ""]
     others = [m for m in result.metrics if m != metric and m in summary.columns]
     if others:
         lines += ["## All metrics (means)", ""]

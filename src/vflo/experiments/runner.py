@@ -21,7 +21,7 @@ import numpy as np
 from vflo.comm.ledger import Ledger
 from vflo.data.datasets import Dataset
 from vflo.data.scenario import FederatedData, Layout
-from vflo.errors import ConfigError
+from vflo.errors import AlignmentError, ConfigError, VfloError
 from vflo.experiments.config import ExperimentConfig, MethodEntry, Variant
 from vflo.experiments.protocols import ActiveCV, pool
 from vflo.federation.simulation import build_federation, run_method
@@ -49,6 +49,17 @@ class ExperimentResult:
     def metrics(self) -> tuple[str, ...]:
         return metric_names(self.dataset.task)
 
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """Rows of methods that failed (the others ran and are in :attr:`rows` too)."""
+        return [r for r in self.rows if r.get("status") == "failed"]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every method ran; else the exit code of the first failure."""
+        failures = self.failures
+        return int(failures[0]["exit_code"]) if failures else 0
+
     def environment(self) -> dict[str, str]:
         import sklearn
         import torch
@@ -69,7 +80,12 @@ def run_experiment(
     config: ExperimentConfig, *, data_dir: str | None = None, progress: bool = False,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> ExperimentResult:
-    """Run everything the config describes; raises on the first failure (no partial result)."""
+    """Run everything the config describes.
+
+    Problems that concern the whole run (a file, the scenario, rows a collaborative method would need
+    to score) are raised before anything trains. A method that fails while running is recorded as a
+    failed row (``status``, ``error``, ``exit_code``) and the others go on.
+    """
     source = config.load_dataset(data_dir)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     result: ExperimentResult | None = None
@@ -92,13 +108,18 @@ def run_experiment(
                 folds = protocol.fold_ids(*pool(layout, protocol.test_from), rng)
                 facts = _facts(layout, data, n_test=len(folds[0]))
                 for entry in config.methods:
-                    rows, comm = _run_transductive(config, dataset, variant, repeat, entry, data, facts, folds)
+                    try:
+                        rows, comm = _run_transductive(config, dataset, variant, repeat, entry, data, facts, folds)
+                    except Exception as exc:  # recorded; the other methods go on
+                        seed = derive_seed(config.seed, "method", repeat, 0)
+                        rows, comm = [_failure(config, dataset, variant, repeat, 0, seed, entry, facts, exc)], {}
                     _collect(result, rows, comm, on_row)
                     bar.advance(task, 1)
                 continue
             splits = protocol.splits(layout, rng)
             for split in splits:
                 data = layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+                check_scoring_rows(config, data)
                 facts = _facts(layout, data, n_test=len(split.test_ids))
                 for entry in config.methods:
                     row, comm = _run_one(config, dataset, variant, repeat, split.fold, entry, data, facts)
@@ -109,10 +130,26 @@ def run_experiment(
     return result
 
 
+def check_scoring_rows(config: ExperimentConfig, data: FederatedData) -> None:
+    """Before anything trains: every party a collaborative method scores with holds the rows to score."""
+    for entry in config.methods:
+        method = entry.instantiate()
+        for party in method.scoring_parties(data.parties):
+            served = data.serve.get(party)
+            held = served.contains(data.test_ids) if served is not None else np.zeros(len(data.test_ids), bool)
+            if not held.all():
+                missing = data.test_ids[~held]
+                raise AlignmentError(
+                    f"{entry.label} scores together with {party!r}, which does not hold {len(missing)} of the "
+                    f"{len(data.test_ids)} rows to score (e.g. {missing[:5].tolist()}); draw test rows every party "
+                    "holds (protocol test_from = 'aligned', or aligned_holdout), or leave the method out")
+
+
 def _collect(result: ExperimentResult, rows: list[dict[str, Any]], comm: dict[str, Any],
              on_row: Callable[[dict[str, Any]], None] | None) -> None:
     result.rows.extend(rows)
-    result.communication.append(comm)
+    if comm:
+        result.communication.append(comm)
     if on_row is not None:
         for row in rows:
             on_row(row)
@@ -141,6 +178,7 @@ def _row(
         metrics.get(config.metric, float("nan")), summary.bytes, summary.rounds, wall,
     )
     return {
+        "status": "ok",
         "experiment": config.name,
         "dataset": dataset.name,
         "standin": dataset.standin,
@@ -177,14 +215,32 @@ def _comm(variant: Variant, repeat: int, fold: int, entry: MethodEntry, ledger: 
             "by_kind": ledger.by_kind(), "by_party": ledger.by_party()}
 
 
+def _failure(config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, seed: int,
+             entry: MethodEntry, facts: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    code = exc.exit_code if isinstance(exc, VfloError) else 1
+    if isinstance(exc, VfloError):
+        logger.error("%s | %s | repeat %d fold %d | %s failed: %s", config.name, variant.label, repeat, fold,
+                     entry.label, exc)
+    else:
+        logger.exception("%s: %s failed with an unexpected error (a bug: please report it)", config.name, entry.label)
+    return {"experiment": config.name, "dataset": dataset.name, "standin": dataset.standin, "variant": variant.label,
+            **{path: _plain(value) for path, value in variant.values.items()}, **facts, "repeat": repeat,
+            "fold": fold, "seed": seed, "method": entry.label, "method_name": entry.method_cls.name,
+            "inference": entry.method_cls.inference, "simulation_only": entry.method_cls.simulation_only,
+            "status": "failed", "error_type": type(exc).__name__, "error": str(exc), "exit_code": code}
+
+
 def _run_one(
     config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, entry: MethodEntry,
     data: FederatedData, facts: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     seed = derive_seed(config.seed, "method", repeat, fold)
     t0 = time.perf_counter()
-    out = run_method(entry.instantiate(), data, seed=seed, max_message_bytes=config.transport.max_message_bytes,
-                     alignment=config.alignment)
+    try:
+        out = run_method(entry.instantiate(), data, seed=seed, max_message_bytes=config.transport.max_message_bytes,
+                         alignment=config.alignment)
+    except Exception as exc:  # one method failing must not discard the others' results
+        return _failure(config, dataset, variant, repeat, fold, seed, entry, facts, exc), {}
     wall = time.perf_counter() - t0
     metrics = compute_metrics(data.task, data.test_y, out.scores)
     row = _row(config, dataset, variant, repeat, fold, seed, entry, facts, metrics, out.ledger, out.fit_entries,

@@ -181,10 +181,15 @@ class Node:
             return {}
         if kind == LEDGER:
             return {"records": self._ledger_records()}
-        if self.context is None or self.method is None:
-            raise ProtocolError(f"party {self.name!r} got {kind!r} before any method was set up")
         if kind in self._protocols:
+            # Protocols every node serves (alignment) work before any method is set up: a deployment checks
+            # the rows to score before anything trains.
+            if self.context is None:
+                self.context = NodeContext(info=self.info, data=self._data, serving=self._serving,
+                                           parties=(self.info,), seed=0, transport=self._transport)
             handler_set, info, attr = self._protocols[kind]
+        elif self.context is None or self.method is None:
+            raise ProtocolError(f"party {self.name!r} got {kind!r} before any method was set up")
         elif kind in self._handlers:
             handler_set = self.method
             info, attr = self._handlers[kind]

@@ -65,6 +65,13 @@ class Method(HandlerSet, ABC):
 
     # -- what a party runs -----------------------------------------------------------------------
 
+    def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
+        """The parties whose rows a prediction needs besides the active party's: none for a method that
+        scores from the active party alone, the passive parties it trains with otherwise."""
+        if self.inference == "active_only":
+            return []
+        return [p.name for p in parties if p.role == "passive"]
+
     def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
         """Data-less parties (server, dealer) this method needs beside the data holders."""
         return ()

@@ -21,6 +21,7 @@ from vflo.nn.train import History, TrainConfig, adam, as_tensor, split_validatio
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation, PendingExchange
     from vflo.federation.node import NodeContext
+    from vflo.roles import PartyInfo
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,9 @@ class SplitNN(SplitParty, Method):
         if unknown:
             raise ConfigError(f"partners {unknown} are not passive parties of this federation ({passives})")
         return list(self.config.partners) or passives
+
+    def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
+        return list(self.config.partners) or super().scoring_parties(parties)
 
     # -- the passive parties' side -----------------------------------------------------------------
 

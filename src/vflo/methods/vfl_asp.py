@@ -28,6 +28,7 @@ from vflo.nn.train import TrainConfig, as_tensor, fit_module
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
     from vflo.federation.node import NodeContext
+    from vflo.roles import PartyInfo
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,9 @@ class VFLASP(MaskedSVD, SplitNN):
 
     def svd_settings(self) -> FedSVDSettings:
         return self.config.svd
+
+    def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
+        return [] if self.inference == "active_only" else [self.config.first_hop]
 
     # -- first-hop party --------------------------------------------------------------------------
 
