@@ -272,3 +272,49 @@ def test_bad_party_and_deploy_configs(tmp_path: Path) -> None:
         load_deploy_config(tmp_path / "d.toml")
     with pytest.raises(ConfigError, match="give \\[tls\\] dir"):
         PartyConfig(name="x", data=DataConfig(file="f", id_column="i"))
+
+
+def test_each_connection_mistake_is_named(certs: Path, tmp_path: Path) -> None:
+    """Another CA, TLS on one side only, another party's port and nothing listening: each says which."""
+    init_certs(tmp_path / "other", ["act", "pas"])
+    secure = _server(certs, {"act"})
+    plain = PartyServer(party_node(PartyInfo("pas", "passive")), address="127.0.0.1:0", credentials=None,
+                        allowed={"act"}).start()
+    own = PartyCredentials.load(certs, "act")
+    cases = [
+        (PartyCredentials.load(tmp_path / "other", "act"), "pas", secure.address, "not signed by this party's CA"),
+        (None, "pas", secure.address, "expects TLS but this one runs with --insecure"),
+        (own, "pas", plain.address, "does not speak TLS"),
+        (own, "stranger", secure.address, "is not 'stranger' .*every party has its own port"),
+        (own, "pas", f"127.0.0.1:{_unused_port()}", "nothing answers at"),
+    ]
+    try:
+        for credentials, receiver, address, expected in cases:
+            client = GrpcTransport("act", {receiver: address}, credentials=credentials, deadline=5, retries=0)
+            with pytest.raises(TransportError, match=expected):
+                client.request(Message("act", receiver, "control.teardown", 0))
+            client.close()
+    finally:
+        secure.stop()
+        plain.stop()
+
+
+def _unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_deploy_guide_lists_every_config_key() -> None:
+    import dataclasses
+    import re
+
+    from vflo.deploy import DataConfig, DeployConfig, PartyConfig, PeerConfig, TLSConfig
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    reference = text[text.index("## Every key of PARTY.toml and deploy.toml"):text.index("## Alignment")]
+    listed = set(re.findall(r"`(?:\[\w+\] |\[\[\w+\]\] )?(\w+)", reference))
+    listed |= set(re.findall(r"`\[+(\w+)\]", reference))  # the tables themselves: [data], [tls], [[parties]]
+    for cls in (PartyConfig, DataConfig, TLSConfig, PeerConfig, DeployConfig):
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in listed]
+        assert not missing, f"docs/deploy.md does not describe {cls.__name__} keys {missing}"

@@ -79,6 +79,23 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--data-dir", type=Path)
     probe.add_argument("--overwrite", action="store_true")
 
+    cut = sub.add_parser("split", help="cut the parties' own files into train, serve and test files for a deployment",
+                         epilog="The first file is the active party's (it holds the labels). Test rows are held out "
+                                "of every party's training file.\n\n" + _exit_code_text(),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cut.add_argument("files", nargs="+", type=Path, help="each party's file (CSV, .csv.gz, TSV or Parquet)")
+    cut.add_argument("--parties", required=True, help="their names, in the same order, e.g. hospital,lab")
+    cut.add_argument("--id-column", required=True,
+                     help="the ID column: one name for every file, or NAME:COLUMN,... per party")
+    cut.add_argument("--label-column", required=True, help="the active party's label column")
+    cut.add_argument("--test", type=float, default=0.2, help="test rows: a fraction (< 1) or a count (default 0.2)")
+    cut.add_argument("--test-from", choices=["aligned", "active", "active_only"], default="aligned",
+                     help="where test rows come from (default aligned: rows every party holds)")
+    cut.add_argument("--seed", type=int, default=0)
+    cut.add_argument("--out", type=Path, required=True, help="folder for NAME_train.csv, NAME_serve.csv, "
+                                                             "ACTIVE_test.csv")
+    cut.add_argument("--overwrite", action="store_true")
+
     ds = sub.add_parser("datasets", help="list datasets and whether their files are in place")
     ds.add_argument("--data-dir", type=Path)
     sub.add_parser("methods", help="list methods")
@@ -88,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(args.verbose)
+    _quiet_grpc(args.verbose)
     _configure_threads(args.threads)
     try:
         if args.command == "run":
@@ -104,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _party(args)
         if args.command == "methods":
             return _methods()
+        if args.command == "split":
+            return _split(args)
     except VfloError as exc:
         print(f"vflo: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -111,6 +131,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("vflo: interrupted", file=sys.stderr)
         return 130
     return 2  # pragma: no cover - argparse requires a command
+
+
+def _quiet_grpc(verbose: int) -> None:
+    """gRPC's C core logs handshake failures on stderr in its own format; vflo says what they mean instead.
+    Its lines come back with -v. (Read when gRPC is first imported, which is after this.)"""
+    import os
+
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE" if verbose == 0 else "INFO")
 
 
 def _configure_threads(threads: int | None) -> None:
@@ -305,6 +333,30 @@ def _export(args: argparse.Namespace, config: Any, dataset: Any, seed: int) -> i
             print(f"  cd {args.export} && vflo party serve {path.name}")
     print(f"then, for the active party {active!r}:")
     print(f"  cd {args.export} && vflo run EXPERIMENT.toml --deploy deploy.toml")
+    return 0
+
+
+def _split(args: argparse.Namespace) -> int:
+    from vflo.experiments.cut import PartyFileSpec, cut_files
+
+    names = [n.strip() for n in args.parties.split(",") if n.strip()]
+    if len(names) != len(args.files):
+        raise ConfigError(f"{len(args.files)} files but {len(names)} party names in --parties; give one name per file")
+    columns = dict(pair.split(":", 1) for pair in args.id_column.split(",")) if ":" in args.id_column else {}
+    unknown = sorted(set(columns) - set(names))
+    if unknown:
+        raise ConfigError(f"--id-column names parties {unknown} that are not in --parties {names}")
+    specs = [PartyFileSpec(name, path, columns.get(name, args.id_column if not columns else "")) for name, path in
+             zip(names, args.files, strict=True)]
+    missing = [s.name for s in specs if not s.id_column]
+    if missing:
+        raise ConfigError(f"--id-column gives no ID column for {missing}; give NAME:COLUMN for every party")
+    test = int(args.test) if args.test >= 1 else args.test
+    written = cut_files(specs, label_column=args.label_column, out=args.out, test=test, test_from=args.test_from,
+                        seed=args.seed, overwrite=args.overwrite)
+    for name, paths in written.items():
+        print(f"{name}: " + ", ".join(str(p) for p in paths))
+    print(f"give each party its own files; {names[0]}_test.csv (with labels) stays with the active party {names[0]!r}")
     return 0
 
 

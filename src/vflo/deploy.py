@@ -384,6 +384,8 @@ def export_federation(
 
     assert isinstance(data, FederatedData)
     directory.mkdir(parents=True, exist_ok=True)
+    # Private keys and party data: git must never pick them up, wherever the folder is.
+    (directory / ".gitignore").write_text("# written by vflo scenario --export: keys and party data, never commit\n*\n")
     roles: dict[str, Role] = {p.name: p.role for p in data.parties} | (extra_roles or {})
     addresses = {name: f"{host}:{base_port + i}" for i, name in enumerate(roles)}
     if tls:

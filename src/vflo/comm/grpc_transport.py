@@ -80,6 +80,26 @@ def unpack_frames(body: bytes, *, max_bytes: int) -> list[bytes]:
     return frames
 
 
+def diagnose(details: str, receiver: str, address: str, *, secure: bool) -> str:
+    """What a failed connection most likely means, in the words of the deploy config."""
+    text = details.lower()
+    if "certificate signature failure" in text or "certificate_verify_failed" in text or "bad_signature" in text:
+        return ("its certificate was not signed by this party's CA (ca.pem): the two come from different "
+                "`vflo certs init` runs; give every party certificates from one CA")
+    if "hostname verification" in text or "no match found for server name" in text or "peer name" in text:
+        return (f"the party listening at {address} is not {receiver!r} (its certificate names another party): "
+                f"check the address given for {receiver!r}; every party has its own port")
+    if "wrong_version_number" in text and secure:
+        return (f"the party at {address} does not speak TLS (it runs with --insecure or [tls] insecure = true) while "
+                "this one does: use TLS on both sides, or --insecure on both (loopback only)")
+    if not secure and ("socket closed" in text or "handshake" in text):
+        return (f"the party at {address} expects TLS but this one runs with --insecure: use TLS on both sides, or "
+                "--insecure on both (loopback only)")
+    if "connection refused" in text or "failed to connect" in text:
+        return f"nothing answers at {address}: is {receiver!r} running, and is that its address in the deploy config?"
+    return f"is {receiver!r} running, and do its address and certificates match the deploy config?"
+
+
 def warn_insecure(who: str) -> None:
     text = (f"INSECURE: {who} runs without TLS: messages are unencrypted and parties are not authenticated. "
             "Use this only for experiments on a loopback interface.")
@@ -280,9 +300,9 @@ class GrpcTransport(Transport):
                     continue
                 details = exc.details() if hasattr(exc, "details") else str(exc)
                 raise TransportError(
-                    f"party {receiver!r} at {self.peers[receiver]} could not be reached for "
-                    f"{kinds!r} ({code.name if code else 'error'}: {details}); is it running, and do its "
-                    "address and certificates match the deploy config?") from exc
+                    f"party {receiver!r} at {self.peers[receiver]} could not be reached for {kinds!r}: "
+                    f"{diagnose(details, receiver, self.peers[receiver], secure=self.credentials is not None)} "
+                    f"(gRPC: {code.name if code else 'error'}: {details})") from exc
         frames = [reply_body] if len(chunk) == 1 else unpack_frames(reply_body, max_bytes=self.max_message_bytes)
         if len(frames) > len(chunk):  # fewer is allowed: the party stops after a message that failed
             raise ProtocolError(f"party {receiver!r} answered {len(frames)} messages to {len(chunk)} sent")

@@ -87,7 +87,7 @@ def pool(layout: Layout, test_from: TestFrom) -> tuple[np.ndarray, np.ndarray]:
     return ids, y
 
 
-def _holdout(ids: np.ndarray, y: np.ndarray, n_test: Count, rng: np.random.Generator, stratify: bool,
+def draw_test(ids: np.ndarray, y: np.ndarray, n_test: Count, rng: np.random.Generator, stratify: bool,
              what: str) -> np.ndarray:
     from sklearn.model_selection import train_test_split
 
@@ -125,7 +125,7 @@ class AlignedHoldout(Protocol):
 
     def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
         ids, y = pool(layout, "aligned")
-        return [Split(0, _holdout(ids, y, self.test_rows, rng, self.stratify, "test_rows"), self.train_scope)]
+        return [Split(0, draw_test(ids, y, self.test_rows, rng, self.stratify, "test_rows"), self.train_scope)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +139,7 @@ class _SingleSplit(Protocol):
 
     def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
         ids, y = pool(layout, self.test_from)
-        return [Split(0, _holdout(ids, y, self.test_fraction, rng, self.stratify, "test_fraction"), self.train_scope)]
+        return [Split(0, draw_test(ids, y, self.test_fraction, rng, self.stratify, "test_fraction"), self.train_scope)]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,100 @@
+"""Every command in docs/deploy.md, run exactly as written, in order, from a copy of the repository's
+configs and example files: servers (``vflo party serve``) in the background, everything else to completion."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "deploy.md"
+STARTUP_SECONDS = 90
+RUN_SECONDS = 600
+
+pytestmark = pytest.mark.slow
+
+
+def doc_steps(text: str) -> list[tuple[str, str]]:
+    """("file PATH", content) for each TOML block named just before it, ("run", command) for each bash line."""
+    steps: list[tuple[str, str]] = []
+    position = 0
+    for match in re.finditer(r"```(\w+)\n(.*?)```", text, flags=re.DOTALL):
+        language, body = match.group(1), match.group(2)
+        before = text[position : match.start()]
+        position = match.end()
+        if language == "toml":
+            named = re.findall(r"`([^`\s]+\.toml)`", before)
+            assert named, f"a TOML block in {DOC.name} is not preceded by the file it goes into:\n{body[:80]}"
+            steps.append((f"file {named[-1]}", body))
+        elif language == "bash":
+            for line in body.splitlines():
+                command = re.sub(r"\s{2,}#.*$", "", line).strip()
+                if command and not command.startswith("#"):
+                    steps.append(("run", command))
+    return steps
+
+
+def test_the_docs_commands_are_parsed() -> None:
+    steps = doc_steps(DOC.read_text())
+    runs = [c for kind, c in steps if kind == "run"]
+    assert runs[0] == "source .venv/bin/activate"
+    assert sum(c.startswith("vflo party serve") for c in runs) == 4
+    assert sum(c.startswith("vflo run") for c in runs) == 2
+    assert {k for k, _ in steps if k.startswith("file")} == {"file runs/own/lab.toml", "file runs/own/deploy.toml",
+                                                             "file runs/own/experiment.toml"}
+
+
+def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
+    for folder in ("configs", "examples"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    # `source .venv/bin/activate` puts the venv's vflo on the path; the test's interpreter is that venv.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    servers: list[subprocess.Popen[str]] = []
+    try:
+        for kind, content in doc_steps(DOC.read_text()):
+            if kind.startswith("file "):
+                path = tmp_path / kind.removeprefix("file ")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(content)
+            elif content == "source .venv/bin/activate":
+                continue
+            elif content.startswith("vflo party serve"):
+                proc = subprocess.Popen(content.split(), cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT)
+                servers.append(proc)
+                _wait_listening(proc, content)
+            else:
+                done = subprocess.run(content.split(), cwd=tmp_path, env=env, text=True, capture_output=True,
+                                      timeout=RUN_SECONDS)
+                assert done.returncode == 0, f"`{content}` exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    finally:
+        for proc in servers:
+            proc.terminate()
+        for proc in servers:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    for results in ("runs/demo/results", "runs/own/results"):
+        frame = pd.read_csv(tmp_path / results / "results.csv")
+        assert (frame.status == "ok").all() and len(frame) >= 2
+    assert (tmp_path / "runs/demo/.gitignore").read_text().strip().endswith("*")
+
+
+def _wait_listening(proc: subprocess.Popen[str], command: str) -> None:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + STARTUP_SECONDS
+    line = ""
+    while "listening on" not in line:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise AssertionError(f"`{command}` did not start: {line!r}{proc.stdout.read() if proc.poll() else ''}")
+        line = proc.stdout.readline()
