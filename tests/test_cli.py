@@ -125,3 +125,22 @@ def test_scenario_export_writes_loadable_party_configs(tmp_path: Path, capsys: p
     assert train.n_features == 13 - 4 and serve is not None
     assert load_party_config(out / "server.toml").data is None
     assert (out / "certs" / "bank.pem").is_file()
+
+
+def test_listing_help_and_config_errors_do_not_import_torch(tmp_path: Path) -> None:
+    """They answer in well under a second because PyTorch (and scikit-learn) load only when something trains."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[dataset]\nname = "wine"\n[scenario]\n[[scenario.parties]]\nname = "a"\nrole = "active"\n'
+                   'n_columns = 4\n[[scenario.parties]]\nname = "b"\ncolumns = "rest"\n[[methods]]\nname = "splitnn"\n'
+                   "trian = {}\n")
+    script = (
+        "import sys\nfrom vflo.cli import main\n"
+        f"assert main(['methods']) == 0\nassert main(['run', {str(bad)!r}]) == 2\n"
+        "loaded = [m for m in ('torch', 'sklearn') if m in sys.modules]\nassert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "unknown key 'methods.splitnn.trian' (did you mean 'train'?)" in done.stderr

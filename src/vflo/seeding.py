@@ -7,9 +7,15 @@ seed, party and purpose always give the same numbers, in any process, in any ord
 from __future__ import annotations
 
 import zlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
+else:
+    from vflo.lazy import torch
+
 
 
 def _key(part: int | str) -> int:

@@ -113,11 +113,15 @@ def load_dataset(name: str, data_dir: str | Path | None = None) -> Dataset:
 # --- scikit-learn datasets --------------------------------------------------------------------
 
 
-def _sklearn(name: str, fetch: Callable[..., object], task: Task, source: str) -> Callable[..., Dataset]:
+def _sklearn(name: str, loader: str, task: Task, source: str) -> Callable[..., Dataset]:
+    """A loader for scikit-learn's bundled dataset ``loader`` (imported when the dataset is loaded, not before)."""
+
     def load(_data_dir: Path | str | None) -> Dataset:
-        bunch = fetch(as_frame=True)
-        frame: pd.DataFrame = bunch.data.astype(np.float64)  # type: ignore[attr-defined]
-        y = np.asarray(bunch.target, dtype=np.int64)  # type: ignore[attr-defined]
+        from sklearn import datasets as skd
+
+        bunch = getattr(skd, loader)(as_frame=True)
+        frame: pd.DataFrame = bunch.data.astype(np.float64)
+        y = np.asarray(bunch.target, dtype=np.int64)
         return Dataset(
             name=name, X=frame.reset_index(drop=True), y=y, ids=np.arange(len(y), dtype=np.int64),
             task=task, n_classes=int(y.max()) + 1, standin=False, source=source,
@@ -127,23 +131,21 @@ def _sklearn(name: str, fetch: Callable[..., object], task: Task, source: str) -
 
 
 def _register_sklearn() -> None:
-    from sklearn import datasets as skd
-
     register_dataset(DatasetSpec(
         name="breast_cancer", task="binary", n_classes=2, shape=(569, 30),
         source="Breast Cancer Wisconsin (Diagnostic), Wolberg et al. 1995, via scikit-learn",
-        loader=_sklearn("breast_cancer", skd.load_breast_cancer, "binary",
+        loader=_sklearn("breast_cancer", "load_breast_cancer", "binary",
                         "Breast Cancer Wisconsin (Diagnostic), via scikit-learn"),
     ))
     register_dataset(DatasetSpec(
         name="wine", task="multiclass", n_classes=3, shape=(178, 13),
         source="UCI Wine, via scikit-learn",
-        loader=_sklearn("wine", skd.load_wine, "multiclass", "UCI Wine, via scikit-learn"),
+        loader=_sklearn("wine", "load_wine", "multiclass", "UCI Wine, via scikit-learn"),
     ))
     register_dataset(DatasetSpec(
         name="digits", task="multiclass", n_classes=10, shape=(1797, 64),
         source="UCI optical digits 8x8, via scikit-learn",
-        loader=_sklearn("digits", skd.load_digits, "multiclass", "UCI optical digits 8x8, via scikit-learn"),
+        loader=_sklearn("digits", "load_digits", "multiclass", "UCI optical digits 8x8, via scikit-learn"),
     ))
 
 

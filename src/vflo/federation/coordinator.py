@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
 
 from vflo.align import plain, psi
 from vflo.align.plain import Alignment
@@ -28,6 +27,10 @@ from vflo.data.partydata import PartyData
 from vflo.errors import MethodError, PartyBoundaryError, ProtocolError, RemoteError, TransportError
 from vflo.federation.node import LEDGER, SETUP, TEARDOWN, Node, NodeContext
 from vflo.roles import PartyInfo, active_party
+
+if TYPE_CHECKING:
+    import torch
+
 
 if TYPE_CHECKING:
     from vflo.data.datasets import Task

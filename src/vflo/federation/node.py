@@ -14,10 +14,9 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from vflo.comm.message import INT, STR, FieldSpec, Message, Payload, check_payload
 from vflo.comm.transport import Transport
@@ -26,6 +25,10 @@ from vflo.errors import PartyBoundaryError, ProtocolError, VfloError
 from vflo.federation.handlers import HandlerInfo, HandlerSet
 from vflo.roles import PartyInfo
 from vflo.seeding import numpy_rng, torch_generator
+
+if TYPE_CHECKING:
+    import torch
+
 
 logger = logging.getLogger(__name__)
 

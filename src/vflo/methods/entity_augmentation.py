@@ -8,20 +8,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import torch
-from torch.nn import functional as F
 
 from vflo.comm.message import BOOL, INT, ArraySpec, Payload, expect_rows
 from vflo.data.datasets import Task
 from vflo.errors import MethodError, ProtocolError, TransportError
 from vflo.methods.base import Method, MethodConfig, handles
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
-from vflo.nn.layers import build, output_size, validate
 from vflo.nn.train import History, TrainConfig, adam, as_tensor, split_validation
+from vflo.nn.words import validate
 
 if TYPE_CHECKING:
+    import torch
+    from torch.nn import functional as F
+
     from vflo.federation.coordinator import Federation
     from vflo.federation.node import NodeContext
+else:
+    from vflo.lazy import functional as F
+    from vflo.lazy import torch
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +106,8 @@ class EntityAugmentation(SplitParty, Method):
         data = ctx.require_data()
         if data.n_features == 0:
             raise MethodError(f"guest {ctx.party!r} holds no features; every guest needs at least one column")
+        from vflo.nn.layers import build, output_size
+
         net = build(data.n_features, self._layers(ctx), generator=ctx.torch_generator("ea-guest"))
         self.new_bottom(ctx, net, self.config.train, self.config.payload_dtype)
         return {"ids": data.ids, "width": output_size(net, data.n_features)}
@@ -207,6 +213,8 @@ class EntityAugmentation(SplitParty, Method):
         self.guests_, self.widths_ = guests, widths
         self.entities_used_ = counts
         self.n_out_ = 1 if fed.task == "binary" else int(fed.n_classes or 2)
+        from vflo.nn.layers import build
+
         self.host_ = build(sum(widths.values()), (*cfg.host, f"linear {self.n_out_}"),
                            generator=fed.torch_generator("ea-host"))
         self.reuses_ = dict.fromkeys(guests, 0)

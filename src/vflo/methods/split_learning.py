@@ -16,8 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from vflo.comm.message import BOOL, IDS, STR, Payload, expect_rows, floats
 from vflo.data.partydata import PartyData
@@ -26,8 +24,13 @@ from vflo.federation.handlers import HandlerSet, handles
 from vflo.nn.train import History, TrainConfig, Trainer, adam, as_tensor
 
 if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
     from vflo.federation.coordinator import Federation
     from vflo.federation.node import NodeContext
+else:
+    from vflo.lazy import torch
 
 BOTTOM = "split.bottom"
 

@@ -8,20 +8,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import torch
-from torch.nn import functional as F
 
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Method, MethodConfig, handles
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
-from vflo.nn.models import mlp
 from vflo.nn.train import History, TrainConfig, adam, as_tensor, split_validation
 
 if TYPE_CHECKING:
+    import torch
+    from torch.nn import functional as F
+
     from vflo.federation.coordinator import Federation, PendingExchange
     from vflo.federation.node import NodeContext
     from vflo.roles import PartyInfo
+else:
+    from vflo.lazy import functional as F
+    from vflo.lazy import torch
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +99,8 @@ class SplitNN(SplitParty, Method):
         assert isinstance(train_ids, np.ndarray) and isinstance(val_ids, np.ndarray)
         x_train = self.bottom_input(ctx, data.subset(train_ids))
         x_val = self.bottom_input(ctx, data.subset(val_ids))
+        from vflo.nn.models import mlp
+
         net = mlp(x_train.shape[1], self.config.passive_bottom, None, activation=self.config.activation,
                   generator=ctx.torch_generator("splitnn-bottom"))
         self.new_bottom(ctx, net, self.config.train, self.config.payload_dtype)
@@ -142,6 +147,8 @@ class SplitNN(SplitParty, Method):
                 widths[name] = width
         self.passives_ = passives
         self.widths_ = widths
+        from vflo.nn.models import mlp
+
         self.bottom_ = mlp(data.n_features, cfg.active_bottom, None, activation=cfg.activation,
                            generator=fed.torch_generator("splitnn-bottom"))
         self.top_ = mlp(cfg.active_bottom[-1] + sum(widths.values()), cfg.top, fed.n_outputs,

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
-import torch
-from torch.nn import functional as F
 
 from vflo.align import plain
 from vflo.comm.message import STR, Payload
@@ -22,13 +20,18 @@ from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
 from vflo.methods.split_learning import remote_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
 from vflo.nn.distill import FittedAutoencoder, fit_autoencoder
-from vflo.nn.models import mlp
 from vflo.nn.train import TrainConfig, as_tensor, fit_module
 
 if TYPE_CHECKING:
+    import torch
+    from torch.nn import functional as F
+
     from vflo.federation.coordinator import Federation
     from vflo.federation.node import NodeContext
     from vflo.roles import PartyInfo
+else:
+    from vflo.lazy import functional as F
+    from vflo.lazy import torch
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +187,8 @@ class VFLASP(MaskedSVD, SplitNN):
         own = as_tensor(data.subset(ids).X)
         with torch.no_grad():
             soft = torch.softmax(self.top_(torch.cat([self.bottom_(own), *remote], dim=1)), dim=1)
+        from vflo.nn.models import mlp
+
         student = mlp(data.n_features, cfg.student_hidden, fed.n_outputs, activation=cfg.activation,
                       generator=fed.torch_generator("asp-student"))
 

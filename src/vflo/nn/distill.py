@@ -17,15 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
-from torch.nn import functional as F
 
 from vflo.errors import ConfigError
-from vflo.nn.models import Autoencoder, autoencoder
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module
+
+if TYPE_CHECKING:
+    import torch
+    from torch.nn import functional as F
+
+    from vflo.nn.models import Autoencoder
+else:
+    from vflo.lazy import functional as F
+    from vflo.lazy import torch
+
 
 DistillLoss = Literal["mse", "mae"]
 Reduction = Literal["sum", "mean"]
@@ -62,6 +69,8 @@ def fit_autoencoder(
         raise ConfigError(f"distill must be 'mse' or 'mae', got {distill!r}")
     if reduction not in ("sum", "mean"):
         raise ConfigError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+    from vflo.nn.models import autoencoder
+
     model = autoencoder(X.shape[1], hidden, activation=activation, generator=generator)
     tensors = {"x": as_tensor(X)}
     if target is not None:

@@ -10,18 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import torch
-from torch import nn
-from torch.nn import functional as F
 
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError
-from vflo.nn.models import mlp
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module
 from vflo.seeding import numpy_rng, torch_generator
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+else:
+    from vflo.lazy import functional as F
+    from vflo.lazy import torch
+
 
 BUILTIN_MODELS = ("logistic", "linear", "mlp")
 
@@ -209,6 +214,8 @@ class MLPEstimator:
         # Regression may have several targets (y of shape (n, k)): one network with k outputs.
         self.outputs_ = int(y.shape[1]) if self.task == "regression" and y.ndim == 2 else None
         out = (self.outputs_ or 1) if self.task == "regression" else _classes(self.task, self.n_classes)
+        from vflo.nn.models import mlp
+
         self.model_ = mlp(X.shape[1], self.hidden, out, activation=self.activation,
                           generator=torch_generator(self.seed, "mlp-init"))
         # Regression targets are standardised for training (Adam's steps assume unit scale) and mapped back.

@@ -19,6 +19,9 @@ from torch import nn
 
 from vflo.errors import ConfigError
 from vflo.nn.models import ACTIVATIONS, activation_layer, init_parameters
+from vflo.nn.words import ints, validate
+
+__all__ = ["build", "output_size", "validate"]
 
 
 class Reshape(nn.Module):
@@ -30,34 +33,22 @@ class Reshape(nn.Module):
         return x.reshape(x.shape[0], *self.shape)
 
 
-def _ints(word: str, args: list[str], count: int) -> list[int]:
-    if len(args) != count and not (word == "reshape" and args):
-        raise ConfigError(f"layer {word!r} takes {count} number(s), got {args}")
-    try:
-        values = [int(a) for a in args]
-    except ValueError:
-        raise ConfigError(f"layer {word!r} takes whole numbers, got {args}") from None
-    if any(v < 1 for v in values):
-        raise ConfigError(f"layer {word!r} sizes must be positive, got {values}")
-    return values
-
-
 def _layer(word: str, args: list[str], shape: tuple[int, ...]) -> nn.Module:
     if word == "linear":
-        (n,) = _ints(word, args, 1)
+        (n,) = ints(word, args, 1)
         if len(shape) != 1:
             raise ConfigError(f"'linear' needs a flat input, got shape {shape}; add 'flatten' first")
         return nn.Linear(shape[0], n)
     if word == "conv":
-        out, k = _ints(word, args, 2)
+        out, k = ints(word, args, 2)
         if len(shape) != 3:
             raise ConfigError(f"'conv' needs a (channels, height, width) input, got {shape}; add 'reshape C H W'")
         return nn.Conv2d(shape[0], out, k, padding=k // 2)
     if word == "maxpool":
-        (k,) = _ints(word, args, 1)
+        (k,) = ints(word, args, 1)
         return nn.MaxPool2d(k)
     if word == "reshape":
-        dims = tuple(_ints(word, args, len(args)))
+        dims = tuple(ints(word, args, len(args)))
         if torch.Size(dims).numel() != torch.Size(shape).numel():
             raise ConfigError(f"cannot reshape {shape} into {dims}: the sizes differ")
         return Reshape(dims)
@@ -75,30 +66,6 @@ def _layer(word: str, args: list[str], shape: tuple[int, ...]) -> nn.Module:
 
     words = ["linear", "conv", "maxpool", "reshape", "flatten", "resnet18", *ACTIVATIONS]
     raise ConfigError(f"unknown layer {word!r}{did_you_mean(word, words)}; use one of {', '.join(words)}")
-
-
-def validate(spec: Sequence[str], what: str) -> None:
-    """Check layer words and their numbers without building anything (input sizes are checked at build)."""
-    if not spec:
-        raise ConfigError(f"{what} needs at least one layer")
-    counts = {"linear": 1, "conv": 2, "maxpool": 1, "flatten": 0, "resnet18": 0}
-    for text in spec:
-        word, *args = str(text).split()
-        word = word.lower()
-        if word == "reshape":
-            _ints(word, args, len(args))
-        elif counts.get(word):
-            _ints(word, args, counts[word])
-        elif word in counts:
-            if args:
-                raise ConfigError(f"{what}: layer {word!r} takes no numbers, got {args}")
-        elif word not in ACTIVATIONS or args:
-            from vflo.errors import did_you_mean
-
-            words = [*counts, "reshape", *ACTIVATIONS]
-            raise ConfigError(
-                f"{what}: unknown layer {text!r}{did_you_mean(word, words)}; use one of {', '.join(words)}"
-            )
 
 
 def build(in_dim: int, spec: Sequence[str], *, generator: torch.Generator) -> nn.Sequential:

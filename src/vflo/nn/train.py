@@ -14,13 +14,19 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
-from torch import nn
 
 from vflo.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    LossFn = Callable[[nn.Module, Mapping[str, torch.Tensor]], torch.Tensor]
+else:
+    from vflo.lazy import torch
 
 logger = logging.getLogger(__name__)
 
@@ -287,17 +293,15 @@ def run_epochs(
     return _StepTrainer(n_train, config, rng, train_step, validate, on_improve, callbacks, lookahead).fit()
 
 
-LossFn = Callable[[nn.Module, Mapping[str, torch.Tensor]], torch.Tensor]
-
-
 def adam(params: Iterable[torch.nn.Parameter], config: TrainConfig) -> torch.optim.Adam:
     """Adam with the config's learning rate and weight decay (betas 0.9, 0.999 as in Kingma & Ba)."""
     return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay, foreach=True)
 
 
-def as_tensor(x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A tensor that owns its memory (party data arrays are read-only and must stay untouched)."""
-    return torch.tensor(np.asarray(x), dtype=dtype)
+def as_tensor(x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A tensor that owns its memory (party data arrays are read-only and must stay untouched); float32
+    unless ``dtype`` says otherwise."""
+    return torch.tensor(np.asarray(x), dtype=torch.float32 if dtype is None else dtype)
 
 
 class ModuleTrainer(Trainer):
