@@ -318,3 +318,57 @@ def test_the_deploy_guide_lists_every_config_key() -> None:
     for cls in (PartyConfig, DataConfig, TLSConfig, PeerConfig, DeployConfig):
         missing = [f.name for f in dataclasses.fields(cls) if f.name not in listed]
         assert not missing, f"docs/deploy.md does not describe {cls.__name__} keys {missing}"
+
+
+def _deployed(train_pas: PartyData, serve_pas: PartyData | None, train_act: PartyData, test: PartyData):  # type: ignore[no-untyped-def]
+    tls = TLSConfig(insecure=True)
+    dummy = DataConfig(file="unused", id_column="id")
+    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": "x"}),
+                      data=train_pas, serve=serve_pas)
+    deploy = DeployConfig(active=PartyConfig(name="act", role="active", listen="127.0.0.1:0", data=dummy, tls=tls),
+                          parties=(PeerConfig(name="pas", role="passive", address=pas.server.address),
+                                   PeerConfig(name="server", role="server", address="127.0.0.1:1")))
+    dep = Deployment(deploy, train=train_act, test=test)
+    pas.transport.peers["act"] = dep.party.server.address
+    return dep, pas
+
+
+def test_deployed_runs_are_checked_before_anything_trains() -> None:
+    """Test rows in a training file, rows a partner lacks, no shared ID: each refused before training; a
+    server no method uses (here at a dead address) is never contacted."""
+    from vflo.errors import AlignmentError
+
+    data = _split()
+    act, pas, serve = data.train["act"], data.train["pas"], data.serve["pas"]
+    test = PartyData(party="act", ids=data.test_ids, X=data.serve["act"].subset(data.test_ids).X,
+                     columns=act.columns, y=data.test_y)
+    splitnn = get_method("splitnn")(train={"max_epochs": 1})
+    leaky = PartyData(party="pas", ids=np.concatenate([pas.ids, data.test_ids[:3]]),
+                      X=np.vstack([pas.X, serve.subset(data.test_ids[:3]).X]), columns=pas.columns)
+    own_leak = PartyData(party="act", ids=np.concatenate([act.ids, data.test_ids[:2]]), y=np.concatenate(
+        [act.require_labels(), data.test_y[:2]]), X=np.vstack([act.X, test.X[:2]]), columns=act.columns)
+    cases = [
+        (pas, serve, own_leak, DataError, "2 test IDs are also in party 'act''s training file"),
+        (leaky, serve, act, DataError, "3 test IDs are also in party 'pas''s training rows"),
+        (pas, serve.subset(data.test_ids[5:]), act, AlignmentError, "splitnn scores together with 'pas', which does "
+                                                                    "not hold 5 of the 30 rows"),
+        (pas, None, act, AlignmentError, "has no rows to score"),
+        (PartyData(party="pas", ids=pas.ids + 10_000, X=pas.X, columns=pas.columns), serve, act, AlignmentError,
+         "shares no ID with"),
+    ]
+    for train_pas, serve_pas, train_act, error, message in cases:
+        dep, party = _deployed(train_pas, serve_pas, train_act, test)
+        try:
+            with pytest.raises(error, match=message):
+                dep.preflight([splitnn])
+        finally:
+            dep.close()
+            party.stop()
+    dep, party = _deployed(pas, serve, act, test)
+    try:
+        dep.preflight([splitnn])
+        out = dep.run(splitnn, seed=0)  # the dead server is never contacted: splitnn needs no server
+        assert out.scores.shape == (30, 2)
+    finally:
+        dep.close()
+        party.stop()

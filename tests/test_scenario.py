@@ -184,3 +184,19 @@ def test_test_ids_must_belong_to_the_active_party() -> None:
     outsider = np.setdiff1d(layout.ids("pas"), layout.ids("act"))[:1]
     with pytest.raises(ScenarioError, match="not held by the active party"):
         layout.materialize(test_ids=outsider)
+
+
+def test_a_negative_block_inside_a_sweep_is_refused() -> None:
+    from vflo.errors import ConfigError
+    from vflo.experiments.config import parse_config
+
+    raw = {
+        "dataset": {"name": "wine"},
+        "scenario": {"parties": [{"name": "a", "role": "active", "n_columns": 4}, {"name": "b", "columns": "rest"}],
+                     "samples": {"layout": "blocks", "blocks": [{"name": "ab", "parties": ["a", "b"], "rows": 50},
+                                                                {"name": "a", "parties": ["a"], "rows": 50}]},
+                     "sweep": {"samples.blocks.ab.rows": [40, -5]}},
+        "methods": [{"name": "local"}],
+    }
+    with pytest.raises(ConfigError, match="samples.blocks.ab.rows must be non-negative, got -5"):
+        parse_config(raw)

@@ -150,6 +150,7 @@ class BlockSpec:
             object.__setattr__(self, "parties", tuple(self.parties))
         if not self.parties:
             raise ConfigError("a block must name at least one party")
+        _check_count(f"samples.blocks.{self.name or '/'.join(self.parties)}.rows", self.rows, allow_zero=True)
 
 
 @dataclass(frozen=True, kw_only=True)

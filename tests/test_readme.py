@@ -1,0 +1,39 @@
+"""The README's examples, run as a newcomer would run them: every Python block, and the own-files command."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_every_python_block_in_the_readme_runs() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
+    assert len(blocks) >= 2
+    for block in blocks:
+        done = subprocess.run([sys.executable, "-c", block], cwd=REPO, env=ENV, capture_output=True, text=True,
+                              check=False, timeout=300)
+        assert done.returncode == 0, f"README block failed:\n{block}\n{done.stderr[-2000:]}"
+
+
+def test_the_own_files_commands_as_written(tmp_path: Path) -> None:
+    commands = [line.removeprefix(".venv/bin/") for line in re.findall(r"^\.venv/bin/vflo [^\n#]+", README, flags=re.M)
+                if "own_files" in line]
+    assert len(commands) == 2
+    for folder in ("configs", "examples"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    for command in commands:
+        done = subprocess.run(command.split(), cwd=tmp_path, env=ENV, capture_output=True, text=True, check=False,
+                              timeout=300)
+        assert done.returncode == 0, f"`{command}` failed:\n{done.stderr[-2000:]}"
+    frame = pd.read_csv(tmp_path / "runs/own_files/results.csv")
+    assert (frame.status == "ok").all() and {"local", "splitnn", "apc_vfl", "rap", "centralized"} <= set(frame.method)
