@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_dataset, two_party_spec
+from vflo.align import psi
 from vflo.align.psi import blind, hash_ids, new_key
 from vflo.comm.message import Message
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
@@ -32,7 +33,6 @@ def test_blinding_commutes_and_hides_the_ids() -> None:
 def test_blinding_in_worker_processes_gives_the_same_points() -> None:
     points = hash_ids(np.arange(300), b"x" * 32)
     key = new_key()
-    from vflo.align import psi
 
     old = psi.PARALLEL_FROM
     psi.PARALLEL_FROM = 100
@@ -92,3 +92,15 @@ def test_active_only_mode_keeps_the_intersection_from_the_passive_party() -> Non
         run_method(get_method("apc_vfl")(train={"max_epochs": 2}), data, seed=0, alignment=active_only)
     out = run_method(get_method("splitnn")(train={"max_epochs": 2}), data, seed=0, alignment=active_only)
     assert out.ledger.summary().align_rounds == 1
+
+
+def test_hashing_and_blinding_in_workers_equals_the_serial_path() -> None:
+    ids = np.array([f"p{i}" for i in range(500)])
+    key, salt = psi.new_key(), b"q" * 32
+    serial = blind(hash_ids(ids, salt), key, workers=1)
+    with psi.Blinder(key, size=psi.PARALLEL_FROM, workers=2) as blinder:
+        assert blinder.workers == 2
+        parallel = blinder.ids(ids, salt)()
+    assert np.array_equal(parallel, serial)
+    # matching compares whole 32-byte points
+    assert psi.matches(serial[[3, 7]], serial).all() and not psi.matches(serial[:1], serial[1:]).any()

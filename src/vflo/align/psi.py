@@ -20,9 +20,9 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
@@ -52,14 +52,19 @@ def _id_bytes(value: object) -> bytes:
     return b"s:" + str(value).encode("utf-8")
 
 
-def hash_ids(ids: np.ndarray, salt: bytes) -> np.ndarray:
-    """One 32-byte curve point (an X25519 u-coordinate) per ID."""
+def _check_unique(ids: np.ndarray) -> None:
     if len(np.unique(ids)) != len(ids):
         raise DataError("private set intersection needs unique IDs; this party's list repeats some: deduplicate it")
-    out = np.empty((len(ids), 32), dtype=np.uint8)
-    for i, v in enumerate(ids.tolist()):
-        out[i] = np.frombuffer(hashlib.sha256(salt + _id_bytes(v)).digest(), dtype=np.uint8)
-    return out
+
+
+def hash_ids(ids: np.ndarray, salt: bytes) -> np.ndarray:
+    """One 32-byte curve point (an X25519 u-coordinate) per ID."""
+    _check_unique(ids)
+    return np.frombuffer(_hash_chunk(salt, ids.tolist()), dtype=np.uint8).reshape(len(ids), 32).copy()
+
+
+def _hash_chunk(salt: bytes, ids: list[object]) -> bytes:
+    return b"".join(hashlib.sha256(salt + _id_bytes(v)).digest() for v in ids)
 
 
 def _blind_chunk(key: bytes, points: bytes) -> bytes:
@@ -68,21 +73,73 @@ def _blind_chunk(key: bytes, points: bytes) -> bytes:
                     for i in range(0, len(points), 32))
 
 
+def _hash_blind_chunk(key: bytes, salt: bytes, ids: list[object]) -> bytes:
+    """Hash to the curve and blind in one pass, in the worker (the parent only splits and joins)."""
+    return _blind_chunk(key, _hash_chunk(salt, ids))
+
+
+class Blinder:
+    """Raises points (or hashed IDs) to one secret scalar, in worker processes for long lists.
+
+    Each job is cut into several chunks per worker so every core stays busy, and a party's two jobs of one
+    step (its own IDs and the other party's points) share one pool. About 28 µs per point per core here:
+    the four blindings of a 1M x 1M intersection are its whole cost.
+    """
+
+    def __init__(self, key: bytes, *, size: int, workers: int | None = None) -> None:
+        self.key = key
+        workers = workers if workers is not None else (os.cpu_count() or 1)
+        self.workers = workers if size >= PARALLEL_FROM and workers >= 2 else 1
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> Blinder:
+        if self.workers > 1:
+            self._pool = ProcessPoolExecutor(self.workers)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def _chunks(self, n: int) -> int:
+        """Items per chunk: several chunks per worker, so the slowest chunk does not leave a core idle."""
+        return max(1, -(-n // (4 * self.workers)))
+
+    def _start(self, fn: Any, head: tuple[object, ...], chunks: list[Any], n: int) -> Callable[[], np.ndarray]:
+        if self._pool is None:
+            out = b"".join(fn(*head, c) for c in chunks)
+            return lambda: np.frombuffer(out, dtype=np.uint8).reshape(n, 32).copy()
+        pool = self._pool
+        futures = [pool.submit(fn, *(*head, c)) for c in chunks]
+        return lambda: np.frombuffer(b"".join(f.result() for f in futures), dtype=np.uint8).reshape(n, 32).copy()
+
+    def points(self, points: np.ndarray) -> Callable[[], np.ndarray]:
+        """Start blinding ``points`` (n, 32); call the result for the blinded points."""
+        if points.ndim != 2 or points.shape[1] != 32:
+            raise ProtocolError(f"PSI points must be an (n, 32) byte array, got {points.shape}")
+        data, step = points.tobytes(), 32 * self._chunks(len(points))
+        return self._start(_blind_chunk, (self.key,), [data[i : i + step] for i in range(0, len(data), step)],
+                           len(points))
+
+    def ids(self, ids: np.ndarray, salt: bytes) -> Callable[[], np.ndarray]:
+        """Start hashing ``ids`` to the curve with ``salt`` and blinding them; call the result for the points."""
+        _check_unique(ids)
+        values, step = ids.tolist(), self._chunks(len(ids))
+        chunks = [values[i : i + step] for i in range(0, len(values), step)]
+        return self._start(_hash_blind_chunk, (self.key, salt), chunks, len(ids))
+
+
 def blind(points: np.ndarray, key: bytes, *, workers: int | None = None) -> np.ndarray:
     """Raise every point to the scalar ``key`` (X25519), in worker processes for long lists."""
-    if points.ndim != 2 or points.shape[1] != 32:
-        raise ProtocolError(f"PSI points must be an (n, 32) byte array, got {points.shape}")
-    data = points.tobytes()
-    n = len(points)
-    workers = workers if workers is not None else (os.cpu_count() or 1)
-    if n < PARALLEL_FROM or workers < 2:
-        out = _blind_chunk(key, data)
-    else:
-        step = -(-n // workers) * 32
-        with ProcessPoolExecutor(workers) as pool:
-            chunks = [data[i : i + step] for i in range(0, len(data), step)]
-            out = b"".join(pool.map(_blind_chunk, [key] * len(chunks), chunks))
-    return np.frombuffer(out, dtype=np.uint8).reshape(n, 32).copy()
+    with Blinder(key, size=len(points), workers=workers) as blinder:
+        return blinder.points(points)()
+
+
+def matches(queries: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """Which rows of ``queries`` (n, 32) appear among the rows of ``pool`` (m, 32)."""
+    as_rows = np.dtype((np.void, 32))
+    return np.isin(np.ascontiguousarray(queries).view(as_rows).ravel(),
+                   np.ascontiguousarray(pool).view(as_rows).ravel())
 
 
 def new_key() -> bytes:
@@ -94,12 +151,14 @@ def handle(ctx: NodeContext, payload: Payload) -> Payload:
     salt, points = payload["salt"], payload["points"]
     assert isinstance(salt, np.ndarray) and isinstance(points, np.ndarray)
     rows = ctx.rows(str(payload["split"]))
-    key = new_key()
     order = np.array(secrets.SystemRandom().sample(range(rows.n_samples), rows.n_samples), dtype=np.int64)
-    own = blind(hash_ids(rows.ids[order], salt.tobytes()), key)
+    with Blinder(new_key(), size=len(points) + rows.n_samples) as blinder:
+        own = blinder.ids(rows.ids[order], salt.tobytes())   # both jobs run in one pool, side by side
+        double = blinder.points(points)
+        reply: Payload = {"double": double(), "points": own(), "n_features": rows.n_features}
     ctx.state["psi.order"] = rows.ids[order]
     ctx.state.pop(STATE_KEY, None)
-    return {"double": blind(points, key), "points": own, "n_features": rows.n_features}
+    return reply
 
 
 def handle_result(ctx: NodeContext, payload: Payload) -> Payload:
@@ -123,7 +182,8 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, split
         raise ProtocolError("PSI alignment expects the active party's IDs sorted")
     salt = secrets.token_bytes(32)
     key = new_key()
-    mine = blind(hash_ids(ids, salt), key)
+    with Blinder(key, size=len(ids)) as blinder:
+        mine = blinder.ids(ids, salt)()
     payload: Payload = {
         "salt": np.frombuffer(salt, dtype=np.uint8).copy(), "points": mine, "split": split, "mode": mode,
     }
@@ -138,13 +198,10 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, split
         if double.shape != mine.shape:
             raise ProtocolError(f"party {party!r} returned {len(double)} points for {len(mine)}")
         theirs_double = blind(theirs, key)
-        their_set = {bytes(p) for p in theirs_double}
-        held[party] = np.fromiter((bytes(p) in their_set for p in double), dtype=bool, count=len(double))
+        held[party] = matches(double, theirs_double)
         widths[party] = int(reply["n_features"])
         if mode == "both":
-            my_set = {bytes(p) for p in double}
-            results[party] = {"matched": np.fromiter((bytes(p) in my_set for p in theirs_double), dtype=bool,
-                                                     count=len(theirs_double))}
+            results[party] = {"matched": matches(theirs_double, double)}
     if mode == "both":
         fed.exchange(RESULT_KIND, results)
     keep = np.logical_and.reduce([held[p] for p in parties])
