@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(4):
         party = data.train[f"client{i}"]
         t = ClientTransform.fit(party, rng, other=False, pseudo=True, max_condition=10.0)
-        Xt = t.project(party, rng, party.columns)
+        Xt = t.project(party, rng)
         blocks.append((party.X.astype(np.float64), Xt.astype(np.float64)))
         for n_known in (party.n_features, 10 * party.n_features):
             attacks[f"client{i} ({party.n_features} features), {n_known} known rows"] = attack_report(
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     for pseudo in (False, True):
         t = ClientTransform.fit(one, rng, other=False, pseudo=pseudo)
         one_feature["with pseudo feature" if pseudo else "without pseudo feature"] = known_means(
-            t.project(one, rng, one.columns), one.X)
+            t.project(one, rng), one.X)
     X = np.hstack([b[0] for b in blocks])
     Xt = np.hstack([b[1] for b in blocks])
     low, high = distortion(X, Xt)

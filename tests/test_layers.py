@@ -21,8 +21,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.align",),
     ("vflo.federation.coordinator",),
     ("vflo.methods",),
-    ("vflo.federation.simulation", "vflo.privacy"),
-    ("vflo.deploy", "vflo.artifacts"),
+    ("vflo.federation.simulation", "vflo.privacy", "vflo.artifacts"),
+    ("vflo.deploy", "vflo.scoring"),
     ("vflo.experiments", "vflo.api"),
     ("vflo.cli", "vflo.__main__", "vflo"),
 )

@@ -190,15 +190,15 @@ def test_client_transform_special_cases() -> None:
     unseen = PartyData(party="c", ids=[9], X=np.array([[5, 1.0]]), columns=("colour", "size"),
                        categorical=("colour",))
     with pytest.raises(DataError, match="categories \\[5.0\\] not seen in training"):
-        tc.project(unseen, rng, cat.columns)
+        tc.project(unseen, rng)
     with_other = ClientTransform.fit(cat, rng, other=True, pseudo=True)
-    assert with_other.width == 5 and with_other.project(unseen, rng, cat.columns).shape == (1, 5)
+    assert with_other.width == 5 and with_other.project(unseen, rng).shape == (1, 5)
     single = PartyData(party="c", ids=np.arange(3), X=np.array([[1, 0.2], [1, 0.3], [1, 0.1]]),
                        columns=("kind", "v"), categorical=("kind",))
     with pytest.raises(DataError, match="has a single category"):
         ClientTransform.fit(single, rng, other=False, pseudo=True)
     with pytest.raises(DataError, match="not\\s+the 2 columns"):
-        tc.project(PartyData(party="c", ids=[1], X=np.zeros((1, 2)), columns=("size", "colour")), rng, cat.columns)
+        tc.project(PartyData(party="c", ids=[1], X=np.zeros((1, 2)), columns=("size", "colour")), rng)
 
 
 def test_bad_input() -> None:
@@ -233,7 +233,7 @@ def test_server_attacks_and_the_pseudo_feature_defence() -> None:
     X = rng.normal(3.0, 1.0, size=(500, 4))
     data = PartyData(party="c", ids=np.arange(500), X=X, columns=tuple("abcd"))
     t = ClientTransform.fit(data, rng, other=False, pseudo=True)
-    Xt = t.project(data, rng, data.columns)
+    Xt = t.project(data, rng)
     report = attack_report(Xt, X, n_known=10)
     assert report["known_rows_with_collusion"] < 1e-3           # n >= F and IDs revealed: recovered
     assert report["known_rows_no_collusion"] > 0.5              # blind pairing: not recovered
@@ -241,9 +241,9 @@ def test_server_attacks_and_the_pseudo_feature_defence() -> None:
     salary = X[:, :1]
     one = PartyData(party="c", ids=np.arange(500), X=salary, columns=("salary",))
     bare = ClientTransform.fit(one, rng, other=False, pseudo=False)
-    assert known_means(bare.project(one, rng, one.columns), salary) < 1e-4  # the scale estimate recovers it
+    assert known_means(bare.project(one, rng), salary) < 1e-4  # the scale estimate recovers it
     defended = ClientTransform.fit(one, rng, other=False, pseudo=True)
-    assert known_means(defended.project(one, rng, one.columns), salary) > 0.3
+    assert known_means(defended.project(one, rng), salary) > 0.3
 
 
 def test_projections_preserve_distances_for_clustering_and_search() -> None:

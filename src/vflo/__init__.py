@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from vflo.version import __version__
 
 if TYPE_CHECKING:
-    from vflo.api import FittedModel, evaluate, fit, run_experiment, split
+    from vflo.api import FittedModel, SavedModel, evaluate, fit, load, run_experiment, split
     from vflo.data.datasets import Dataset, load_dataset
     from vflo.data.partydata import PartyData
     from vflo.data.scenario import FederatedData, Layout, PartySpec, SamplesSpec, ScenarioSpec
@@ -24,12 +24,13 @@ _EXPORTS = {
     "FederatedData": "vflo.data.scenario", "Layout": "vflo.data.scenario", "PartySpec": "vflo.data.scenario",
     "SamplesSpec": "vflo.data.scenario", "ScenarioSpec": "vflo.data.scenario", "VfloError": "vflo.errors",
     "FittedModel": "vflo.api", "evaluate": "vflo.api", "fit": "vflo.api", "run_experiment": "vflo.api",
-    "split": "vflo.api", "method_names": "vflo.methods.registry",
+    "split": "vflo.api", "method_names": "vflo.methods.registry", "load": "vflo.api", "SavedModel": "vflo.api",
 }
 
 __all__ = [
-    "Dataset", "FederatedData", "FittedModel", "Layout", "PartyData", "PartySpec", "SamplesSpec", "ScenarioSpec",
-    "VfloError", "__version__", "evaluate", "fit", "load_dataset", "method_names", "run_experiment", "split",
+    "Dataset", "FederatedData", "FittedModel", "Layout", "PartyData", "PartySpec", "SamplesSpec", "SavedModel",
+    "ScenarioSpec", "VfloError", "__version__", "evaluate", "fit", "load", "load_dataset", "method_names",
+    "run_experiment", "split",
 ]
 
 

@@ -33,13 +33,15 @@ from vflo.experiments.config import ExperimentConfig, load_config, parse_config
 from vflo.experiments.protocols import Holdout, TestFrom
 from vflo.experiments.runner import ExperimentResult
 from vflo.federation.coordinator import AlignmentConfig, Federation
-from vflo.federation.simulation import build_federation
+from vflo.federation.node import Node
+from vflo.federation.simulation import build_federation, save_model
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
+from vflo.scoring import SavedModel
 from vflo.seeding import derive_seed, numpy_rng
 
-__all__ = ["FittedModel", "evaluate", "fit", "run_experiment", "split"]
+__all__ = ["FittedModel", "SavedModel", "evaluate", "fit", "load", "run_experiment", "split"]
 
 
 def split(
@@ -69,6 +71,7 @@ class FittedModel:
     method: Method
     data: FederatedData
     federation: Federation = field(repr=False)
+    nodes: Mapping[str, Node] = field(repr=False)
     fit_seconds: float
     fit_entries: int
 
@@ -89,6 +92,12 @@ class FittedModel:
     def classes(self) -> tuple[str, ...]:
         """Class names in the order of the score columns (where the labels were text), else empty."""
         return self.data.classes
+
+    def save(self, folder: str | Path, *, label: str | None = None) -> Path:
+        """Every party writes its own part under ``folder/LABEL/PARTY`` (LABEL: the method's name by default);
+        load it again with :func:`load`."""
+        card = save_model(self.federation, self.nodes, self.method, self.data, Path(folder), label=label)
+        return Path(folder) / card.label
 
     def predict(self, ids: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
         """Scores for ``ids`` (default: the split's test rows): class probabilities (n, C) or values (n,)."""
@@ -111,14 +120,20 @@ def fit(
         raise ConfigError("settings go either into the Method you pass or as keyword arguments with its name, "
                           "not both")
     method.check_task(data.task)
-    fed, _ = build_federation(data, method, seed=derive_seed(seed, "method", 0, 0),
-                              max_message_bytes=max_message_bytes, alignment=alignment)
+    fed, nodes = build_federation(data, method, seed=derive_seed(seed, "method", 0, 0),
+                                  max_message_bytes=max_message_bytes, alignment=alignment)
     fed.setup(method)
     started = time.perf_counter()
     method.fit(fed)
     fed.flush()
-    return FittedModel(method=method, data=data, federation=fed, fit_seconds=time.perf_counter() - started,
+    return FittedModel(method=method, data=data, federation=fed, nodes=nodes,
+                       fit_seconds=time.perf_counter() - started,
                        fit_entries=len(fed.transport.ledger))
+
+
+def load(folder: str | Path, label: str | None = None) -> SavedModel:
+    """A model saved by :meth:`FittedModel.save` or ``vflo run --save``: ``.predict(rows)`` scores new people."""
+    return SavedModel.load(folder, label)
 
 
 def evaluate(model: FittedModel, data: FederatedData | None = None) -> dict[str, float]:

@@ -25,7 +25,7 @@ from vflo.comm.message import Message, Payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.errors import MethodError, PartyBoundaryError, ProtocolError, RemoteError, TransportError
-from vflo.federation.node import LEDGER, SETUP, TEARDOWN, Node, NodeContext
+from vflo.federation.node import LEDGER, LOAD, SAVE, SETUP, TEARDOWN, Node, NodeContext
 from vflo.roles import PartyInfo, active_party
 
 if TYPE_CHECKING:
@@ -129,8 +129,9 @@ class Federation:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def setup(self, method: Method) -> None:
-        """Install ``method`` at every party (a control message each) and at the coordinator."""
+    def setup(self, method: Method, *, save: bool = False) -> None:
+        """Install ``method`` at every party (a control message each) and at the coordinator. With ``save``,
+        a party that has no folder for model parts refuses now, before anything trains."""
         self._method = method
         # A transport kept between runs (a deployment) may hold messages a failed run posted; they belong
         # to that run, not to this one.
@@ -141,15 +142,34 @@ class Federation:
         if dropped := self.transport.drop_posted():
             logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
         self._node.install(method, seed=self.seed, parties=self.parties)
-        payload: Payload = {
-            "method": method.name,
-            "config": method.config_json(),
-            "seed": self.seed,
-            "parties": json.dumps([[p.name, p.role] for p in self.parties]),
-        }
+        payload: Payload = {**self._method_payload(method), "save": save}
         others = self.names()
         if others:
             self._send_all(SETUP, {n: payload for n in others}, round_no=0)
+
+    def _method_payload(self, method: Method) -> dict[str, str | int]:
+        return {"method": method.name, "config": method.config_json(), "seed": self.seed,
+                "parties": json.dumps([[p.name, p.role] for p in self.parties])}
+
+    def save_parts(self, label: str, model_id: str) -> dict[str, str]:
+        """Each other party writes its own part into its own folder; the checksum of each one's manifest."""
+        others = self.names()
+        if not others:
+            return {}
+        request: Payload = {"label": label, "model_id": model_id}
+        replies = self._send_all(SAVE, {name: request for name in others}, round_no=self._round)
+        return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
+
+    def load_parts(self, method: Method, label: str, model_id: str) -> dict[str, str]:
+        """Install ``method`` here and have every other party restore its saved part; each one's manifest checksum."""
+        self._method = method
+        self._node.install(method, seed=self.seed, parties=self.parties)
+        others = self.names()
+        if not others:
+            return {}
+        payload: Payload = {**self._method_payload(method), "label": label, "model_id": model_id}
+        replies = self._send_all(LOAD, {name: payload for name in others}, round_no=0)
+        return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
 
     def collect_ledgers(self) -> None:
         """Merge the other parties' own ledgers into this one (when each process keeps its own)."""

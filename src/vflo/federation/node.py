@@ -14,11 +14,11 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from vflo.comm.message import INT, STR, FieldSpec, Message, Payload, check_payload
+from vflo.comm.message import BOOL, INT, STR, FieldSpec, Message, Payload, check_payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.errors import PartyBoundaryError, ProtocolError, VfloError
@@ -35,7 +35,33 @@ logger = logging.getLogger(__name__)
 SETUP = "control.setup"
 TEARDOWN = "control.teardown"
 LEDGER = "control.ledger"
-SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR}
+SAVE = "control.save"
+LOAD = "control.load"
+SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "save": BOOL}
+SAVE_SPEC: dict[str, FieldSpec] = {"label": STR, "model_id": STR}
+LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "label": STR,
+                                   "model_id": STR}
+
+
+class SavedPart(Protocol):
+    """A party's saved part as its store hands it back: the state, and the checksum of its manifest."""
+
+    @property
+    def state(self) -> dict[str, Any]: ...
+
+    @property
+    def manifest_sha256(self) -> str: ...
+
+    @property
+    def manifest(self) -> Mapping[str, Any]: ...
+
+
+class PartStoreLike(Protocol):
+    """Where a party keeps its model parts: a folder of its own, chosen by its own config (vflo.artifacts)."""
+
+    def save(self, *, label: str, method: str, config: str, model_id: str, state: Mapping[str, Any]) -> str: ...
+
+    def load(self, *, label: str, model_id: str | None) -> SavedPart: ...
 # Builds the method a setup message names from its name and config (JSON): the method registry.
 MethodFactory = Callable[[str, str], HandlerSet]
 
@@ -112,7 +138,7 @@ class Node:
 
     def __init__(
         self, info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
-        methods: MethodFactory = _no_methods, protocols: Sequence[HandlerSet] = (),
+        methods: MethodFactory = _no_methods, protocols: Sequence[HandlerSet] = (), store: PartStoreLike | None = None,
     ) -> None:
         if data is not None and data.party != info.name:
             raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
@@ -131,6 +157,8 @@ class Node:
         }
         self._handlers: dict[str, tuple[HandlerInfo, str]] = {}
         self._handling: str | None = None
+        # Where this party saves and loads its model parts: its own folder, never one a peer names.
+        self.store = store
 
     @property
     def name(self) -> str:
@@ -179,6 +207,10 @@ class Node:
         if kind == SETUP:
             self._setup(message.payload)
             return {}
+        if kind == SAVE:
+            return self._save(message.payload)
+        if kind == LOAD:
+            return self._load(message.payload)
         if kind == TEARDOWN:
             self.context, self.method, self._handlers = None, None, {}
             return {}
@@ -211,14 +243,52 @@ class Node:
             return "[]"
         return json.dumps([asdict(e) for e in self._transport.ledger.drain()])
 
+    def _require_store(self) -> PartStoreLike:
+        if self.store is None:
+            raise ProtocolError(f"party {self.name!r} has no folder for model parts: start it with --save DIR (or "
+                                "models = 'DIR' in its config)")
+        return self.store
+
+    def _save(self, payload: Payload) -> Payload:
+        """Write this party's own part of the fitted method into its own folder."""
+        check_payload(SAVE, payload, SAVE_SPEC)
+        if self.context is None or self.method is None:
+            raise ProtocolError(f"party {self.name!r} was asked to save a model before any method was set up")
+        method: Any = self.method
+        state = method.party_state(self.context)
+        sha = self._require_store().save(label=str(payload["label"]), method=method.name, config=method.config_json(),
+                                         model_id=str(payload["model_id"]), state=state)
+        logger.info("party %s saved its part of %s (model %s)", self.name, payload["label"], payload["model_id"])
+        return {"manifest": sha}
+
+    def _load(self, payload: Payload) -> Payload:
+        """Set the method up from this party's saved part, ready to score (its training data is not needed)."""
+        check_payload(LOAD, payload, LOAD_SPEC)
+        part = self._require_store().load(label=str(payload["label"]), model_id=str(payload["model_id"]))
+        saved = part.manifest.get("method"), json.dumps(part.manifest.get("config"), sort_keys=True)
+        asked = str(payload["method"]), json.dumps(json.loads(str(payload["config"])), sort_keys=True)
+        if saved != asked:
+            raise ProtocolError(f"party {self.name!r}'s saved part is {saved[0]} with another configuration than the "
+                                f"coordinator's {asked[0]}: the two come from different models")
+        method: Any = self._methods(asked[0], str(payload["config"]))
+        self.install(method, seed=int(payload["seed"]), parties=_parties(payload))
+        assert self.context is not None
+        method.load_party_state(self.context, part.state)
+        return {"manifest": part.manifest_sha256}
+
     def _setup(self, payload: Payload) -> None:
         check_payload(SETUP, payload, SETUP_SPEC)
+        if payload["save"]:
+            self._require_store()
         method = self._methods(str(payload["method"]), str(payload["config"]))
-        try:
-            raw = json.loads(str(payload["parties"]))
-            parties = tuple(PartyInfo(str(n), r) for n, r in raw)
-        except (json.JSONDecodeError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"setup message has a malformed party list: {exc}") from exc
         seed = payload["seed"]
         assert isinstance(seed, int)
-        self.install(method, seed=seed, parties=parties)
+        self.install(method, seed=seed, parties=_parties(payload))
+
+
+def _parties(payload: Payload) -> tuple[PartyInfo, ...]:
+    try:
+        raw = json.loads(str(payload["parties"]))
+        return tuple(PartyInfo(str(n), r) for n, r in raw)
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"a control message has a malformed party list: {exc}") from exc

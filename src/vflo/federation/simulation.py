@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from vflo.align.protocol import ALIGNMENT
+from vflo.artifacts import ModelCard, PartStore, Preprocessing, new_model_id
 from vflo.comm.faults import FaultPlan
 from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.comm.local import LocalTransport, Observer
@@ -44,9 +46,43 @@ class RunOutput:
         return self.ledger.summary(self.fit_entries)
 
 
-def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None) -> Node:
+def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
+               store: PartStore | None = None) -> Node:
     """A node that serves every registered method and alignment: what each party runs."""
-    return Node(info, data, serving, methods=method_from_json, protocols=(ALIGNMENT,))
+    return Node(info, data, serving, methods=method_from_json, protocols=(ALIGNMENT,), store=store)
+
+
+def preprocessing_of(data: FederatedData, party: str) -> Preprocessing | None:
+    """What ``party`` did to its raw table before training (columns, file encoding, standardisation)."""
+    if party not in data.train:
+        return None
+    return Preprocessing(columns=data.train[party].columns, encoding=data.encodings.get(party),
+                         scaler=data.scalers.get(party))
+
+
+def save_model(fed: Federation, nodes: Mapping[str, Node], method: Method, data: FederatedData, folder: Path,
+               *, label: str | None = None) -> ModelCard:
+    """Every party writes its own part of ``method`` (fitted over ``fed``) under ``folder/LABEL/PARTY``.
+
+    In one process each node gets a store in that folder; the coordinator's part is its state, the others'
+    arrive by ``control.save`` messages as in a deployment, and the model card records each manifest's
+    checksum so a part swapped later is noticed when the model is loaded.
+    """
+    label = label or method.name
+    model_id = new_model_id()
+    for name, node in nodes.items():
+        node.store = PartStore(folder, party=name, role=node.info.role, preprocessing=preprocessing_of(data, name))
+    own = nodes[fed.party].store
+    assert own is not None
+    manifests = {fed.party: own.save(label=label, method=method.name, config=method.config_json(),
+                                     model_id=model_id, state=method.coordinator_state(fed))}
+    manifests |= fed.save_parts(label, model_id)
+    card = ModelCard(label=label, method=method.name, config=method.config_json(), model_id=model_id, seed=fed.seed,
+                     task=fed.task, n_classes=fed.n_classes, classes=tuple(data.classes), active=fed.party,
+                     parties=tuple((p.name, p.role) for p in fed.parties), inference=method.inference,
+                     manifests=manifests)
+    card.write(folder / label)
+    return card
 
 
 def build_federation(
@@ -75,12 +111,13 @@ def build_federation(
 def run_method(
     method: Method, data: FederatedData, *, seed: int, max_message_bytes: int | None = None,
     observers: tuple[Observer, ...] = (), on_fitted: Callable[[Federation], None] | None = None,
-    faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None,
+    faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None, save: tuple[Path, str] | None = None,
 ) -> RunOutput:
-    """Fit ``method`` and score the test IDs, all over a fresh in-process federation."""
+    """Fit ``method`` and score the test IDs, all over a fresh in-process federation; with ``save`` (a folder
+    and a label) every party also writes its part of the fitted model there."""
     method.check_task(data.task)
-    fed, _ = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
-                              faults=faults, alignment=alignment)
+    fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
+                                  faults=faults, alignment=alignment)
     fed.setup(method)
     t0 = time.perf_counter()
     method.fit(fed)
@@ -89,6 +126,8 @@ def run_method(
     fit_entries = len(fed.transport.ledger)
     if on_fitted is not None:
         on_fitted(fed)
+    if save is not None:
+        save_model(fed, nodes, method, data, save[0], label=save[1])
     scores = method.predict(fed, data.test_ids) if len(data.test_ids) else np.empty((0,))
     t2 = time.perf_counter()
     fed.teardown()

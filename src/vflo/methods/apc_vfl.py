@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
 from vflo.align.plain import SELECTOR, Alignment, selected_ids
-from vflo.comm.message import IDS, Payload, expect_rows
+from vflo.comm.message import IDS, Payload, Value, expect_rows
 from vflo.errors import ConfigError, MethodError
-from vflo.methods.base import Inference, MethodConfig, handles
+from vflo.methods.base import Inference, MethodConfig, State, handles, need
 from vflo.methods.representation import RepresentationMethod
 from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
@@ -224,6 +226,13 @@ class APCVFL(RepresentationMethod):
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.student_.encode(fed.serving.subset(ids).X)
 
+    def representation_state(self, fed: Federation) -> State:
+        return self.student_.state("g3.")
+
+    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        self.student_ = FittedAutoencoder.from_state(state, "g3.", self.config.student_encoder,
+                                                     activation=self.config.activation)
+
     def summary_stats(self) -> dict[str, float]:
         """Epochs of each autoencoder the active party trained (g1, g2 the teacher, g3 the student)."""
         stats = super().summary_stats()
@@ -251,6 +260,23 @@ class APCVFLAligned(APCVFL):
         result = self._teacher_steps(fed, clock)
         self.timings_ = clock.laps
         return result
+
+    def representation_state(self, fed: Federation) -> State:
+        return {**self.g1_active_.state("g1."), **self.teacher_.state("g2."), "passives": json.dumps(self.passives_)}
+
+    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        cfg = self.config
+        self.g1_active_ = FittedAutoencoder.from_state(state, "g1.", cfg.active_encoder, activation=cfg.activation)
+        self.teacher_ = FittedAutoencoder.from_state(state, "g2.", cfg.joint_encoder, activation=cfg.activation)
+        self.passives_ = [str(p) for p in json.loads(str(need(state, "passives")))]
+
+    def party_state(self, ctx: NodeContext) -> State:
+        """A passive party keeps its g1: it encodes the rows to score."""
+        return self._local_encoder(ctx).state("g1.")
+
+    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
+        ctx.state["apc.g1"] = FittedAutoencoder.from_state(state, "g1.", self.config.passive_encoder,
+                                                           activation=self.config.activation)
 
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         replies = fed.score_together("apc.encode_serve", ids, self.passives_)

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
 from vflo import schema
+from vflo.comm.message import Value
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError, MethodError
 from vflo.federation.handlers import HandlerInfo, HandlerSet, handles
@@ -31,8 +33,28 @@ from vflo.roles import PartyInfo
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
 
-__all__ = ["ALL_TASKS", "HandlerInfo", "Inference", "Method", "MethodConfig", "handles"]
+__all__ = ["ALL_TASKS", "HandlerInfo", "Inference", "Method", "MethodConfig", "State", "handles", "prefixed",
+           "unprefixed"]
+
+# What a fitted model keeps: named arrays and plain values, the kinds the message codec carries.
+State = dict[str, Value]
+
+
+def prefixed(prefix: str, state: Mapping[str, Value]) -> State:
+    return {prefix + k: v for k, v in state.items()}
+
+
+def unprefixed(prefix: str, state: Mapping[str, Value]) -> State:
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def need(state: Mapping[str, Value], key: str) -> Value:
+    """A saved value the method cannot score without; its absence means the part is not this method's."""
+    if key not in state:
+        raise MethodError(f"a saved model part lacks {key!r}: it was saved by another method or version")
+    return state[key]
 
 Inference = Literal["active_only", "collaborative"]
 ALL_TASKS: frozenset[Task] = frozenset({"binary", "multiclass", "regression"})
@@ -106,3 +128,23 @@ class Method(HandlerSet, ABC):
     def summary_stats(self) -> dict[str, float]:
         """Method-specific facts for the results table (e.g. how many entities were used)."""
         return {}
+
+    # -- saving and loading a fitted model ---------------------------------------------------------------
+
+    def coordinator_state(self, fed: Federation) -> State:
+        """What the active party keeps of the fitted model: enough, with the other parties' parts, to score."""
+        if self.simulation_only:
+            raise MethodError(f"{self.name} is an oracle baseline that pools every party's raw features: it exists "
+                              "only in simulation, so there is no deployable model to save")
+        raise MethodError(f"{self.name} does not save its models yet")  # pragma: no cover - every method overrides
+
+    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        """Restore what :meth:`coordinator_state` returned, on a federation of the same parties."""
+        raise MethodError(f"{self.name} does not load saved models")  # pragma: no cover
+
+    def party_state(self, ctx: NodeContext) -> State:
+        """What another party keeps of the fitted model (its own part only): nothing, by default."""
+        return {}
+
+    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
+        """Restore what :meth:`party_state` returned, at that party."""

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.comm.message import BOOL, INT, ArraySpec, Payload, expect_rows
+from vflo.comm.message import BOOL, INT, ArraySpec, Payload, Value, expect_rows
 from vflo.data.datasets import Task
 from vflo.errors import MethodError, ProtocolError, TransportError
-from vflo.methods.base import Method, MethodConfig, handles
+from vflo.methods.base import Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
-from vflo.nn.train import History, TrainConfig, adam, as_tensor, split_validation
+from vflo.nn.train import History, TrainConfig, adam, as_tensor, load_module_state, module_state, split_validation
 from vflo.nn.words import validate
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
     from torch.nn import functional as F
 
     from vflo.federation.coordinator import Federation
@@ -106,11 +109,18 @@ class EntityAugmentation(SplitParty, Method):
         data = ctx.require_data()
         if data.n_features == 0:
             raise MethodError(f"guest {ctx.party!r} holds no features; every guest needs at least one column")
-        from vflo.nn.layers import build, output_size
+        from vflo.nn.layers import output_size
 
-        net = build(data.n_features, self._layers(ctx), generator=ctx.torch_generator("ea-guest"))
-        self.new_bottom(ctx, net, self.config.train, self.config.payload_dtype)
-        return {"ids": data.ids, "width": output_size(net, data.n_features)}
+        bottom = self.new_bottom(ctx, data.n_features)
+        return {"ids": data.ids, "width": output_size(bottom.net, data.n_features)}
+
+    def build_bottom(self, ctx: NodeContext, in_dim: int) -> nn.Module:
+        from vflo.nn.layers import build
+
+        return build(in_dim, self._layers(ctx), generator=ctx.torch_generator("ea-guest"))
+
+    def bottom_settings(self) -> tuple[TrainConfig, str]:
+        return self.config.train, self.config.payload_dtype
 
     @handles("ea.entities", mask=MASK, shared=BOOL)
     def _entities(self, ctx: NodeContext, payload: Payload) -> Payload:
@@ -267,6 +277,21 @@ class EntityAugmentation(SplitParty, Method):
             return np.hstack([1.0 - probs, probs])
         result: np.ndarray = probs / np.clip(probs.sum(axis=1, keepdims=True), 1e-12, None)
         return result
+
+    def coordinator_state(self, fed: Federation) -> State:
+        return {**module_state(self.host_, "host."), "guests": json.dumps(self.guests_),
+                "widths": json.dumps(self.widths_), "n_out": self.n_out_}
+
+    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        from vflo.nn.layers import build
+
+        self.guests_ = [str(g) for g in json.loads(str(need(state, "guests")))]
+        self.widths_ = {str(k): int(v) for k, v in json.loads(str(need(state, "widths"))).items()}
+        self.n_out_ = int(need(state, "n_out"))
+        self.host_ = build(sum(self.widths_.values()), (*self.config.host, f"linear {self.n_out_}"),
+                           generator=fed.torch_generator("ea-host"))
+        load_module_state(self.host_, state, "host.")
+        self.host_.eval()
 
     def summary_stats(self) -> dict[str, float]:
         return {

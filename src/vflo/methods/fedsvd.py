@@ -7,20 +7,24 @@ side, every party's right factor for scoring, and the classifier on U Σ.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vflo.align.plain import Alignment
+from vflo.comm.message import Value
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import MethodConfig
+from vflo.methods.base import MethodConfig, State, need
 from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD, SVDResult
 from vflo.methods.representation import RepresentationMethod
 from vflo.nn.estimators import EstimatorConfig
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
 
 __all__ = ["FedSVD", "FedSVDConfig", "FedSVDProtocol", "FedSVDSettings"]
 
@@ -80,6 +84,23 @@ class FedSVD(FedSVDProtocol):
         self.passives_ = passives
         self.rank_ = len(result.S)
         return alignment.ids, result.U * result.S
+
+    def representation_state(self, fed: Federation) -> State:
+        return {"V": fed.ctx.state["svd.V"], "passives": json.dumps(self.passives_), "rank": self.rank_}
+
+    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        fed.ctx.state["svd.V"] = need(state, "V")
+        self.passives_ = [str(p) for p in json.loads(str(need(state, "passives")))]
+        self.rank_ = int(need(state, "rank"))
+
+    def party_state(self, ctx: NodeContext) -> State:
+        """Each party keeps its rows of V: it projects the rows to score."""
+        V = ctx.state.get("svd.V")
+        return {} if V is None else {"V": V}
+
+    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
+        if "V" in state:
+            ctx.state["svd.V"] = state["V"]
 
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         V = fed.ctx.state["svd.V"]

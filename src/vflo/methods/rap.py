@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from vflo.align.plain import SELECTOR, selected_ids
-from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, expect_rows
+from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, Value, expect_rows
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RemoteError
-from vflo.methods.base import Method, MethodConfig, handles
+from vflo.methods.base import Method, MethodConfig, State, handles, need, prefixed, unprefixed
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import TrainConfig
 from vflo.roles import PartyInfo
@@ -138,6 +139,7 @@ class ClientTransform:
     other: bool
     pseudo: tuple[float, float] | None
     A: np.ndarray
+    columns: tuple[str, ...] = ()
 
     @classmethod
     def fit(cls, data: PartyData, rng: np.random.Generator, *, other: bool, pseudo: bool,
@@ -163,11 +165,34 @@ class ClientTransform:
             pseudo_stats = (float(x.mean()), float(x.std() or 1.0))
             width = 2
         A = gaussian_matrix(width, rng, max_condition)
-        return cls(numeric=numeric, categorical=cat, categories=categories, other=other, pseudo=pseudo_stats, A=A)
+        return cls(numeric=numeric, categorical=cat, categories=categories, other=other, pseudo=pseudo_stats, A=A,
+                   columns=data.columns)
 
     @property
     def width(self) -> int:
         return int(self.A.shape[0])
+
+    def state(self, prefix: str) -> dict[str, Any]:
+        """The client's secret transform, for its own model part (never sent anywhere)."""
+        out: dict[str, Any] = {prefix + "A": self.A, prefix + "numeric": np.asarray(self.numeric, dtype=np.int64),
+                               prefix + "categorical": np.asarray(self.categorical, dtype=np.int64),
+                               prefix + "other": self.other, prefix + "columns": json.dumps(list(self.columns))}
+        for i, seen in enumerate(self.categories):
+            out[f"{prefix}categories.{i}"] = np.asarray(seen, dtype=np.float64)
+        if self.pseudo is not None:
+            out[prefix + "pseudo"] = np.asarray(self.pseudo, dtype=np.float64)
+        return out
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], prefix: str) -> ClientTransform:
+        categorical = [int(i) for i in np.asarray(need(state, prefix + "categorical"))]
+        pseudo = state.get(prefix + "pseudo")
+        return cls(numeric=[int(i) for i in np.asarray(need(state, prefix + "numeric"))], categorical=categorical,
+                   categories=[np.asarray(need(state, f"{prefix}categories.{i}")) for i in range(len(categorical))],
+                   other=bool(need(state, prefix + "other")),
+                   pseudo=None if pseudo is None else (float(pseudo[0]), float(pseudo[1])),
+                   A=np.asarray(need(state, prefix + "A"), dtype=np.float32),
+                   columns=tuple(json.loads(str(need(state, prefix + "columns")))))
 
     @property
     def one_hot_width(self) -> int:
@@ -193,11 +218,11 @@ class ClientTransform:
             parts.append(rng.normal(self.pseudo[0], self.pseudo[1], size=(len(X), 1)).astype(np.float32))
         return np.hstack(parts)
 
-    def project(self, data: PartyData, rng: np.random.Generator, expected: tuple[str, ...]) -> np.ndarray:
+    def project(self, data: PartyData, rng: np.random.Generator) -> np.ndarray:
         """X_m A_m, in chunks so a million rows never need more than a chunk of the encoded matrix."""
-        if data.columns != expected:
+        if data.columns != self.columns:
             raise DataError(f"client {data.party!r}: rows to project have columns {list(data.columns)[:6]}..., not "
-                            f"the {len(expected)} columns the transform was fitted on")
+                            f"the {len(self.columns)} columns the transform was fitted on")
         out = np.empty((data.n_samples, self.width), dtype=np.float32)
         for start in range(0, data.n_samples, CHUNK):
             block = self.encode(data.X[start : start + CHUNK], rng, data.columns)
@@ -238,6 +263,25 @@ class LabelTransform:
             raise DataError("a classification task needs class codes 0..C-1, got numerical labels; check the task")
         assert n_classes is not None
         return cls(kind="classes", mapping=rng.permutation(2 * n_classes).reshape(n_classes, 2))
+
+    def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"labels.kind": self.kind}
+        for name in ("mapping", "A"):
+            value = getattr(self, name)
+            if value is not None:
+                out[f"labels.{name}"] = value
+        if self.pseudo is not None:
+            out["labels.pseudo"] = np.asarray(self.pseudo, dtype=np.float64)
+        return out
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> LabelTransform:
+        kind = str(need(state, "labels.kind"))
+        if kind not in ("classes", "projection", "plain"):
+            raise MethodError(f"a saved RAP label transform has kind {kind!r}")
+        pseudo = state.get("labels.pseudo")
+        return cls(kind=kind, mapping=state.get("labels.mapping"), A=state.get("labels.A"),  # type: ignore[arg-type]
+                   pseudo=None if pseudo is None else (float(pseudo[0]), float(pseudo[1])))
 
     @property
     def server_classes(self) -> int:
@@ -307,7 +351,7 @@ class RAP(Method):
 
     def _client_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
         transform = self._transform(ctx)
-        return transform.project(rows, ctx.rng("rap-pseudo", rows.n_samples), ctx.require_data().columns)
+        return transform.project(rows, ctx.rng("rap-pseudo", rows.n_samples))
 
     @handles("rap.project", selector=SELECTOR)
     def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
@@ -375,7 +419,8 @@ class RAP(Method):
                       for j in range(labels.shape[1])]
         else:
             models = [self._fit_server(ctx, X, labels[:, 0], "multiclass", int(classes[0]))]
-        ctx.state.update({"rap.models": models, "rap.task": task})
+        ctx.state.update({"rap.models": models, "rap.task": task,
+                          "rap.n_classes": None if task == "regression" else int(classes[0])})
         stats = [training_stats(m) for m in models]
         # How the server's training ended: what a report needs to say whether the stopping rule fired.
         return {"features": int(X.shape[1]), "epochs": int(max((st.get("epochs", 0) for st in stats), default=0)),
@@ -424,7 +469,7 @@ class RAP(Method):
         return labels
 
     def _own_block(self, fed: Federation, rows: PartyData) -> np.ndarray:
-        if fed.data.n_features == 0:
+        if rows.n_features == 0:
             return np.zeros((rows.n_samples, 0), dtype=np.float32)
         return self._client_rows(fed.ctx, rows)
 
@@ -466,6 +511,48 @@ class RAP(Method):
     def summary_stats(self) -> dict[str, float]:
         """How the server's model trained, as its reply said."""
         return dict(self.server_stats_)
+
+    # -- saving: the label owner keeps its label transform, each client its projection, the server its model --
+
+    def coordinator_state(self, fed: Federation) -> State:
+        own = fed.ctx.state.get("rap.transform")
+        return {**self.labels_.state(), "clients": json.dumps(self.clients_), "server_features": self.server_features_,
+                **(own.state("transform.") if isinstance(own, ClientTransform) else {})}
+
+    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        self.labels_ = LabelTransform.from_state(state)
+        self.clients_ = [str(c) for c in json.loads(str(need(state, "clients")))]
+        self.server_features_ = int(need(state, "server_features"))
+        self.server_stats_ = {}
+        if "transform.A" in state:
+            fed.ctx.state["rap.transform"] = ClientTransform.from_state(state, "transform.")
+
+    def party_state(self, ctx: NodeContext) -> State:
+        if ctx.info.role == "server":
+            models: list[Estimator] = ctx.state.get("rap.models", [])
+            out: State = {"task": str(ctx.state.get("rap.task", "")), "models": len(models),
+                          "n_classes": int(ctx.state.get("rap.n_classes") or 0)}
+            for i, model in enumerate(models):
+                out.update(prefixed(f"model.{i}.", model.get_state()))
+            if "rap.whitening" in ctx.state:
+                out["whitening.mean"], out["whitening.W"] = ctx.state["rap.whitening"]
+            return out
+        transform = ctx.state.get("rap.transform")
+        return transform.state("transform.") if isinstance(transform, ClientTransform) else {}
+
+    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
+        if ctx.info.role == "server":
+            task = str(need(state, "task"))
+            n_classes = int(need(state, "n_classes")) or None
+            kind = "regression" if task == "regression" else "multiclass"
+            seed = derive_seed(ctx.seed, "rap-server")
+            models = [make_estimator(self.config.estimator, task=kind, n_classes=n_classes, seed=seed)  # type: ignore[arg-type]
+                      .set_state(unprefixed(f"model.{i}.", state)) for i in range(int(need(state, "models")))]
+            ctx.state.update({"rap.models": models, "rap.task": task, "rap.n_classes": n_classes})
+            if "whitening.mean" in state:
+                ctx.state["rap.whitening"] = (need(state, "whitening.mean"), need(state, "whitening.W"))
+        elif "transform.A" in state:
+            ctx.state["rap.transform"] = ClientTransform.from_state(state, "transform.")
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         own = self._own_block(fed, fed.serving.subset(ids))
@@ -509,7 +596,7 @@ class LocalDP(RAP):
     config: LDPConfig
 
     def _client_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
-        if ctx.require_data().columns != rows.columns:
+        if ctx.data is not None and ctx.data.columns != rows.columns:
             raise DataError(f"client {ctx.party!r}: rows to send have a different column set from its training rows")
         c = self.config.clip
         clipped = np.clip(rows.X.astype(np.float64), -c, c)

@@ -11,11 +11,13 @@ their results (the *transductive* protocol, see ``active_cv`` with
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vflo.methods.base import Method
+from vflo.comm.message import Value
+from vflo.methods.base import Method, State, prefixed, unprefixed
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.seeding import derive_seed
 
@@ -56,3 +58,21 @@ class RepresentationMethod(Method):
     def summary_stats(self) -> dict[str, float]:
         """How the classifier trained (``classifier_epochs``, where it trains by epochs)."""
         return training_stats(self.estimator_, "classifier_") if hasattr(self, "estimator_") else {}
+
+    # -- saving: the classifier here, the representation in each subclass ------------------------------------
+
+    def representation_state(self, fed: Federation) -> State:
+        """The fitted representation (encoders, factors) at the active party; nothing for raw features."""
+        return {}
+
+    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        """Restore what :meth:`representation_state` returned."""
+
+    def coordinator_state(self, fed: Federation) -> State:
+        if self.simulation_only:
+            return super().coordinator_state(fed)
+        return {**prefixed("classifier.", self.estimator_.get_state()), **self.representation_state(fed)}
+
+    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        self.estimator_ = self.new_estimator(fed).set_state(unprefixed("classifier.", state))
+        self.load_representation_state(fed, state)

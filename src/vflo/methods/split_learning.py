@@ -13,15 +13,17 @@ pass was the best so far (:class:`RemoteBottomsTrainer`), so every party ends at
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, STR, Payload, expect_rows, floats
+from vflo.comm.message import BOOL, IDS, STR, Payload, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
 from vflo.errors import ProtocolError
 from vflo.federation.handlers import HandlerSet, handles
-from vflo.nn.train import History, TrainConfig, Trainer, adam, as_tensor
+from vflo.methods.base import State
+from vflo.nn.train import History, TrainConfig, Trainer, adam, as_tensor, load_module_state, module_state
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +48,7 @@ class Bottom:
         self.pending: torch.Tensor | None = None
         self.candidate: dict[str, Any] | None = None
         self.best: dict[str, Any] | None = None
+        self.in_dim = 0
 
     def forward(self, x: torch.Tensor) -> np.ndarray:
         """Training-mode activations; the graph is kept for the :meth:`backward` that follows."""
@@ -106,10 +109,34 @@ class SplitParty(HandlerSet):
         """What this party feeds its bottom network for ``rows``: its raw features unless overridden."""
         return rows.X
 
-    def new_bottom(self, ctx: NodeContext, net: nn.Module, train: TrainConfig, payload_dtype: str) -> Bottom:
-        bottom = Bottom(net, train, payload_dtype)
+    def build_bottom(self, ctx: NodeContext, in_dim: int) -> nn.Module:
+        """This party's bottom network for inputs of width ``in_dim`` (freshly initialised from its seed)."""
+        raise NotImplementedError  # pragma: no cover - every method with bottoms says how to build them
+
+    def bottom_settings(self) -> tuple[TrainConfig, str]:
+        """The bottoms' training settings and the dtype of activations on the wire."""
+        raise NotImplementedError  # pragma: no cover
+
+    def new_bottom(self, ctx: NodeContext, in_dim: int) -> Bottom:
+        train, payload_dtype = self.bottom_settings()
+        bottom = Bottom(self.build_bottom(ctx, in_dim), train, payload_dtype)
+        bottom.in_dim = in_dim
         ctx.state[BOTTOM] = bottom
         return bottom
+
+    def party_state(self, ctx: NodeContext) -> State:
+        """A party keeps its bottom network: it computes its share of every score."""
+        bottom = ctx.state.get(BOTTOM)
+        if not isinstance(bottom, Bottom):
+            return {}
+        return {**module_state(bottom.net, "bottom."), "bottom.in_dim": bottom.in_dim}
+
+    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
+        if "bottom.in_dim" not in state:
+            return
+        bottom = self.new_bottom(ctx, int(state["bottom.in_dim"]))
+        load_module_state(bottom.net, {k: v for k, v in state.items() if k != "bottom.in_dim"}, "bottom.")
+        bottom.finish(False)
 
     @handles("split.backward", grad=floats(None, None))
     def _split_backward(self, ctx: NodeContext, payload: Payload) -> Payload:

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload
+from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import Inference, Method, MethodConfig, handles
+from vflo.methods.base import Inference, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
-from vflo.nn.train import History, TrainConfig, adam, as_tensor, split_validation
+from vflo.nn.train import History, TrainConfig, adam, as_tensor, load_module_state, module_state, split_validation
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
     from torch.nn import functional as F
 
     from vflo.federation.coordinator import Federation, PendingExchange
@@ -90,6 +93,15 @@ class SplitNN(SplitParty, Method):
     def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
         return list(self.config.partners) or super().scoring_parties(parties)
 
+    def build_bottom(self, ctx: NodeContext, in_dim: int) -> nn.Module:
+        from vflo.nn.models import mlp
+
+        return mlp(in_dim, self.config.passive_bottom, None, activation=self.config.activation,
+                   generator=ctx.torch_generator("splitnn-bottom"))
+
+    def bottom_settings(self) -> tuple[TrainConfig, str]:
+        return self.config.train, self.config.payload_dtype
+
     # -- the passive parties' side -----------------------------------------------------------------
 
     @handles("splitnn.init", train_ids=IDS, val_ids=IDS)
@@ -99,11 +111,7 @@ class SplitNN(SplitParty, Method):
         assert isinstance(train_ids, np.ndarray) and isinstance(val_ids, np.ndarray)
         x_train = self.bottom_input(ctx, data.subset(train_ids))
         x_val = self.bottom_input(ctx, data.subset(val_ids))
-        from vflo.nn.models import mlp
-
-        net = mlp(x_train.shape[1], self.config.passive_bottom, None, activation=self.config.activation,
-                  generator=ctx.torch_generator("splitnn-bottom"))
-        self.new_bottom(ctx, net, self.config.train, self.config.payload_dtype)
+        self.new_bottom(ctx, int(x_train.shape[1]))
         ctx.state["x"] = {"train": as_tensor(x_train), "val": as_tensor(x_val)}
         return {"width": self.config.passive_bottom[-1]}
 
@@ -182,6 +190,27 @@ class SplitNN(SplitParty, Method):
 
     def summary_stats(self) -> dict[str, float]:
         return self.history_.summary()
+
+    def coordinator_state(self, fed: Federation) -> State:
+        return {**module_state(self.bottom_, "bottom."), **module_state(self.top_, "top."),
+                "in_dim": fed.data.n_features, "passives": json.dumps(self.passives_),
+                "widths": json.dumps(self.widths_), "y_mean": self.y_mean_, "y_scale": self.y_scale_}
+
+    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        from vflo.nn.models import mlp
+
+        cfg = self.config
+        self.passives_ = [str(p) for p in json.loads(str(need(state, "passives")))]
+        self.widths_ = {str(k): int(v) for k, v in json.loads(str(need(state, "widths"))).items()}
+        self.y_mean_, self.y_scale_ = float(need(state, "y_mean")), float(need(state, "y_scale"))
+        self.bottom_ = mlp(int(need(state, "in_dim")), cfg.active_bottom, None, activation=cfg.activation,
+                           generator=fed.torch_generator("splitnn-bottom"))
+        self.top_ = mlp(cfg.active_bottom[-1] + sum(self.widths_.values()), cfg.top, fed.n_outputs,
+                        activation=cfg.activation, generator=fed.torch_generator("splitnn-top"))
+        load_module_state(self.bottom_, state, "bottom.")
+        load_module_state(self.top_, state, "top.")
+        self.bottom_.eval()
+        self.top_.eval()
 
 
 class _SplitTrainer(RemoteBottomsTrainer):

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from vflo.comm.message import Value
 from vflo.errors import ConfigError, MethodError
-from vflo.methods.base import MethodConfig
+from vflo.methods.base import MethodConfig, State, need
 from vflo.methods.fedsvd import FedSVDProtocol, FedSVDSettings
-from vflo.nn.distill import DistillLoss, Reduction, fit_autoencoder
+from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
 
@@ -94,3 +96,11 @@ class VFedTrans(FedSVDProtocol):
 
     def summary_stats(self) -> dict[str, float]:
         return {**super().summary_stats(), **self.autoencoder_.history.summary()}
+
+    def representation_state(self, fed: Federation) -> State:
+        return {**self.autoencoder_.state("ae."), "latent": self.latent_width_}
+
+    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        self.latent_width_ = int(need(state, "latent"))
+        self.autoencoder_ = FittedAutoencoder.from_state(state, "ae.", (*self.config.hidden, self.latent_width_),
+                                                         activation=self.config.activation)

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 
 from vflo.align import plain
-from vflo.comm.message import STR, Payload
+from vflo.comm.message import STR, Payload, Value
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import Inference, handles
+from vflo.methods.base import Inference, State, handles, need
 from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
 from vflo.methods.split_learning import remote_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
 from vflo.nn.distill import FittedAutoencoder, fit_autoencoder
-from vflo.nn.train import TrainConfig, as_tensor, fit_module
+from vflo.nn.train import TrainConfig, as_tensor, fit_module, load_module_state, module_state
 
 if TYPE_CHECKING:
     import torch
@@ -212,6 +212,43 @@ class VFLASP(MaskedSVD, SplitNN):
     def summary_stats(self) -> dict[str, float]:
         return {"second_hop_shared": float(self.shared_), "components": float(self.components_),
                 **super().summary_stats()}
+
+    # -- saving: the teacher as SplitNN's parts, P1's embedding encoder with P1's bottom; the student alone ----
+
+    def coordinator_state(self, fed: Federation) -> State:
+        if self.student:
+            return {**module_state(self.student_, "student."), "in_dim": fed.data.n_features}
+        return {**super().coordinator_state(fed), "shared": self.shared_, "components": self.components_}
+
+    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        if not self.student:
+            super().load_coordinator_state(fed, state)
+            self.shared_, self.components_ = int(need(state, "shared")), int(need(state, "components"))
+            return
+        from vflo.nn.models import mlp
+
+        self.student_ = mlp(int(need(state, "in_dim")), self.config.student_hidden, fed.n_outputs,
+                            activation=self.config.activation, generator=fed.torch_generator("asp-student"))
+        load_module_state(self.student_, state, "student.")
+        self.student_.eval()
+        self.shared_ = self.components_ = 0
+
+    def party_state(self, ctx: NodeContext) -> State:
+        encoder = ctx.state.get("asp.encoder")
+        if self.student or not isinstance(encoder, FittedAutoencoder):
+            return {}
+        return {**super().party_state(ctx), **encoder.state("encoder."),
+                "encoder.components": int(ctx.state["asp.embeddings"][1].shape[1])}
+
+    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
+        if "encoder.components" not in state:
+            return
+        cfg = self.config
+        hidden = (*cfg.embedding_encoder, int(state["encoder.components"]))
+        ctx.state["asp.encoder"] = FittedAutoencoder.from_state(
+            {k: v for k, v in state.items() if k != "encoder.components"}, "encoder.", hidden,
+            activation=cfg.embedding_activation)
+        super().load_party_state(ctx, state)
 
 
 class VFLASPStudent(VFLASP):

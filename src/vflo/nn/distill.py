@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from vflo.errors import ConfigError
-from vflo.nn.train import History, TrainConfig, as_tensor, fit_module
+from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
 
 if TYPE_CHECKING:
     import torch
@@ -42,6 +42,26 @@ Reduction = Literal["sum", "mean"]
 class FittedAutoencoder:
     model: Autoencoder
     history: History
+
+    def state(self, prefix: str) -> dict[str, Any]:
+        """Its weights and input width, for a model artifact."""
+        first = next(m for m in self.model.encoder.modules() if isinstance(m, torch.nn.Linear))
+        return {**module_state(self.model, prefix), prefix + "in_dim": int(first.in_features)}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], prefix: str, hidden: tuple[int, ...], *,
+                   activation: str) -> FittedAutoencoder:
+        """The autoencoder :meth:`state` saved (built with the same ``hidden`` widths and ``activation``)."""
+        from vflo.nn.models import autoencoder
+        from vflo.seeding import torch_generator
+
+        in_dim = state.get(prefix + "in_dim")
+        if not isinstance(in_dim, int):
+            raise ConfigError(f"a saved autoencoder lacks {prefix}in_dim: the artifact is from another model")
+        model = autoencoder(in_dim, hidden, activation=activation, generator=torch_generator(0, "restore"))
+        load_module_state(model, {k: v for k, v in state.items() if k != prefix + "in_dim"}, prefix)
+        model.eval()
+        return cls(model=model, history=History())
 
     def encode(self, X: np.ndarray) -> np.ndarray:
         self.model.eval()

@@ -16,7 +16,7 @@ import numpy as np
 
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError
-from vflo.nn.train import History, TrainConfig, as_tensor, fit_module
+from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
 from vflo.seeding import numpy_rng, torch_generator
 
 if TYPE_CHECKING:
@@ -76,6 +76,21 @@ class Estimator(Protocol):
     def fit(self, X: np.ndarray, y: np.ndarray) -> Estimator: ...
 
     def predict_scores(self, X: np.ndarray) -> np.ndarray: ...
+
+    def get_state(self) -> dict[str, Any]:
+        """What it learned, as arrays and plain values (no code): enough to score again after a restart."""
+        ...
+
+    def set_state(self, state: Mapping[str, Any]) -> Estimator:
+        """The fitted estimator back from :meth:`get_state` (on an estimator built from the same config)."""
+        ...
+
+
+def _array(state: Mapping[str, Any], key: str) -> np.ndarray:
+    value = state.get(key)
+    if not isinstance(value, np.ndarray):
+        raise ConfigError(f"a saved estimator lacks {key!r}; the artifact is incomplete or from another model")
+    return value
 
 
 def training_stats(estimator: Estimator, prefix: str = "") -> dict[str, float]:
@@ -143,6 +158,25 @@ class LogisticEstimator:
         proba = self.model_.predict_proba(np.asarray(X, dtype=np.float64))
         return full_proba(proba, self.model_.classes_, self.n_classes)
 
+    def get_state(self) -> dict[str, Any]:
+        if self.model_ is None:
+            return {"classes": self.classes_}
+        return {"classes": self.classes_, "coef": self.model_.coef_, "intercept": self.model_.intercept_}
+
+    def set_state(self, state: Mapping[str, Any]) -> LogisticEstimator:
+        from sklearn.linear_model import LogisticRegression
+
+        self.classes_ = _array(state, "classes")
+        if "coef" not in state:
+            self.model_ = None
+            return self
+        model = LogisticRegression(C=self.C, max_iter=5000, random_state=self.seed % (2**32), **self.params)
+        model.coef_, model.intercept_ = _array(state, "coef"), _array(state, "intercept")
+        model.classes_ = self.classes_
+        model.n_features_in_ = model.coef_.shape[1]
+        self.model_ = model
+        return self
+
 
 class SklearnEstimator:
     """Any scikit-learn classifier (with ``predict_proba``) or regressor, by class name."""
@@ -179,6 +213,32 @@ class SklearnEstimator:
             return np.asarray(self.model_.predict(X64), dtype=np.float64)
         return full_proba(self.model_.predict_proba(X64), self.model_.classes_, _classes(self.task, self.n_classes))
 
+    def get_state(self) -> dict[str, Any]:
+        """The fitted model in skops' format, which loads without running code (no pickle)."""
+        sio = _skops()
+        return {"skops": np.frombuffer(sio.dumps(self.model_), dtype=np.uint8)}
+
+    def set_state(self, state: Mapping[str, Any]) -> SklearnEstimator:
+        sio = _skops()
+        blob = _array(state, "skops").tobytes()
+        # Only types scikit-learn and numpy define may come back: anything else is refused, not loaded.
+        untrusted = sio.get_untrusted_types(data=blob)
+        suspicious = [t for t in untrusted if not t.startswith(("sklearn.", "numpy.", "scipy.", "builtins."))]
+        if suspicious:
+            raise ConfigError(f"a saved scikit-learn model names types {suspicious[:5]} that are not scikit-learn's; "
+                              "refused: the file is not one vflo wrote")
+        self.model_ = sio.loads(blob, trusted=untrusted)
+        return self
+
+
+def _skops() -> Any:
+    try:
+        import skops.io as sio
+    except ImportError as exc:
+        raise ConfigError("saving or loading a scikit-learn model other than logistic or linear needs skops: "
+                          "pip install 'vflo[artifacts]'") from exc
+    return sio
+
 
 class LinearEstimator:
     """Ridge regression (scikit-learn)."""
@@ -194,6 +254,20 @@ class LinearEstimator:
 
     def predict_scores(self, X: np.ndarray) -> np.ndarray:
         return np.asarray(self.model_.predict(np.asarray(X, dtype=np.float64)), dtype=np.float64)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"coef": np.asarray(self.model_.coef_), "intercept": np.atleast_1d(self.model_.intercept_)}
+
+    def set_state(self, state: Mapping[str, Any]) -> LinearEstimator:
+        from sklearn.linear_model import Ridge
+
+        model = Ridge(alpha=self.alpha)
+        model.coef_ = _array(state, "coef")
+        intercept = _array(state, "intercept")
+        model.intercept_ = intercept if model.coef_.ndim == 2 else float(intercept[0])
+        model.n_features_in_ = model.coef_.shape[-1]
+        self.model_ = model
+        return self
 
 
 class MLPEstimator:
@@ -216,6 +290,7 @@ class MLPEstimator:
         out = (self.outputs_ or 1) if self.task == "regression" else _classes(self.task, self.n_classes)
         from vflo.nn.models import mlp
 
+        self.in_dim_ = int(X.shape[1])
         self.model_ = mlp(X.shape[1], self.hidden, out, activation=self.activation,
                           generator=torch_generator(self.seed, "mlp-init"))
         # Regression targets are standardised for training (Adam's steps assume unit scale) and mapped back.
@@ -239,6 +314,27 @@ class MLPEstimator:
         if self.task == "regression":
             return F.mse_loss(out if self.outputs_ else out.squeeze(1), batch["y"])
         return F.cross_entropy(out, batch["y"])
+
+    def get_state(self) -> dict[str, Any]:
+        return {**module_state(self.model_, "net."), "in_dim": self.in_dim_,
+                "outputs": self.outputs_ or 0, "y_mean": np.atleast_1d(np.asarray(self.y_mean_, dtype=np.float64)),
+                "y_scale": np.atleast_1d(np.asarray(self.y_scale_, dtype=np.float64))}
+
+    def set_state(self, state: Mapping[str, Any]) -> MLPEstimator:
+        from vflo.nn.models import mlp
+
+        outputs = int(state.get("outputs", 0))
+        self.outputs_ = outputs or None
+        self.in_dim_ = int(state["in_dim"])
+        out = (self.outputs_ or 1) if self.task == "regression" else _classes(self.task, self.n_classes)
+        self.model_ = mlp(int(state["in_dim"]), self.hidden, out, activation=self.activation,
+                          generator=torch_generator(self.seed, "mlp-init"))
+        load_module_state(self.model_, state, "net.")
+        self.model_.eval()
+        mean, scale = _array(state, "y_mean"), _array(state, "y_scale")
+        self.y_mean_ = mean if self.outputs_ else float(mean[0])
+        self.y_scale_ = scale if self.outputs_ else float(scale[0])
+        return self
 
     def predict_scores(self, X: np.ndarray) -> np.ndarray:
         with torch.no_grad():

@@ -361,6 +361,30 @@ def fit_module(
     return ModuleTrainer(module, loss_fn, tensors, config=config, rng=rng, callbacks=callbacks).fit()
 
 
+def module_state(module: nn.Module, prefix: str = "") -> dict[str, np.ndarray]:
+    """A module's parameters and buffers as named arrays (what a model artifact or checkpoint stores)."""
+    return {prefix + k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+def load_module_state(module: nn.Module, state: Mapping[str, Any], prefix: str = "") -> None:
+    """Put arrays saved by :func:`module_state` back; a missing, extra or misshapen one is refused."""
+    expected = module.state_dict()
+    got = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    if missing or extra:
+        raise ConfigError(f"saved weights do not fit this network (missing {missing[:4]}, unexpected {extra[:4]}): "
+                          "the artifact comes from another model or another configuration")
+    tensors = {}
+    for name, value in got.items():
+        if not isinstance(value, np.ndarray) or tuple(value.shape) != tuple(expected[name].shape):
+            shape = getattr(value, "shape", None)
+            raise ConfigError(f"saved weights {prefix}{name} have shape {shape}, the network needs "
+                              f"{tuple(expected[name].shape)}: the artifact comes from another configuration")
+        tensors[name] = torch.as_tensor(np.ascontiguousarray(value)).to(expected[name].dtype)
+    module.load_state_dict(tensors)
+
+
 def _rows(tensors: Mapping[str, torch.Tensor]) -> int:
     sizes = {int(t.shape[0]) for t in tensors.values()}
     if len(sizes) != 1:

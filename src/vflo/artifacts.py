@@ -1,0 +1,280 @@
+"""Model artifacts: each party writes only its own part of a trained model, and loads it without running code.
+
+A saved model is a folder per method label holding one folder per party::
+
+    MODEL_DIR/LABEL/model.json          the model card (the active party writes it)
+    MODEL_DIR/LABEL/PARTY/manifest.json that party's manifest: method, config, columns, preprocessing,
+                                        vflo version, model id and the SHA-256 of every file
+    MODEL_DIR/LABEL/PARTY/state.vflo    its fitted state: arrays and plain values in vflo's message codec
+
+Deployed, each host writes only ``PARTY/`` (and the active party ``model.json``): no part crosses to another
+host. The state file is a codec frame, the same format every message travels in: it is checked on reading
+and never evaluated, so loading cannot run code (no pickle; scikit-learn models other than the built-in ones
+go through skops' secure format, inside the frame). A part is refused, with a message that says why, when
+a file is missing, truncated or altered (checksums), written by an incompatible vflo version, saved by another
+training run (model id), or when the rows to score do not have the columns it was trained on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vflo.comm.codec import decode, encode
+from vflo.comm.message import Message, Value
+from vflo.data.files import TableEncoding, read_table
+from vflo.data.partydata import PartyData
+from vflo.data.preprocessing import Standardizer
+from vflo.errors import ConfigError, DataError, VfloError
+from vflo.version import __version__
+
+FORMAT = 1
+STATE_FILE, MANIFEST, CARD = "state.vflo", "manifest.json", "model.json"
+MAX_STATE_BYTES = 1 << 34
+
+
+class ArtifactError(VfloError):
+    """A saved model cannot be used: missing, altered, truncated, from another version or another model."""
+
+    exit_code = 3
+
+
+def new_model_id() -> str:
+    return secrets.token_hex(8)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _safe_name(name: str, what: str) -> str:
+    """A folder name from a party name or method label: never a path that leaves the model folder."""
+    if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum() or name.startswith("."):
+        raise ConfigError(f"{what} {name!r} cannot name a folder: use letters, digits, '-', '_' and '.'")
+    return name
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """What a party does to a raw table of its own before its model sees it: its columns, how its file is
+    read (where it came from one), and the standardisation fitted on its training rows. Names and
+    per-column statistics only, never a row."""
+
+    columns: tuple[str, ...]
+    encoding: TableEncoding | None = None
+    scaler: Standardizer | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"columns": list(self.columns), "encoding": None if self.encoding is None else self.encoding.to_dict(),
+                "scaler": None if self.scaler is None else {"mean": self.scaler.mean_.tolist(),
+                                                            "scale": self.scaler.scale_.tolist()}}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Preprocessing:
+        scaler = raw.get("scaler")
+        return cls(columns=tuple(str(c) for c in raw.get("columns", ())),
+                   encoding=None if raw.get("encoding") is None else TableEncoding.from_dict(raw["encoding"]),
+                   scaler=None if scaler is None else Standardizer(mean_=np.asarray(scaler["mean"], dtype=np.float64),
+                                                                   scale_=np.asarray(scaler["scale"],
+                                                                                     dtype=np.float64)))
+
+    def rows(self, data: PartyData | str | Path, *, party: str) -> PartyData:
+        """Rows to score in the form the model was trained on: a file read with the saved encoding, or a
+        table whose columns must be the saved ones; then the saved standardisation."""
+        if isinstance(data, str | Path):
+            if self.encoding is None:
+                raise DataError(f"party {party!r} was trained on a table, not a file: pass the rows to score as "
+                                "PartyData with its columns")
+            frame = read_table(data, party=party, id_column=self.encoding.id_column)
+            table: PartyData = self.encoding.party_data(frame, labelled=False)
+        else:
+            table = data
+        return self._prepared(table, party)
+
+    def _prepared(self, data: PartyData, party: str) -> PartyData:
+        if data.columns != self.columns:
+            missing = [c for c in self.columns if c not in data.columns]
+            extra = [c for c in data.columns if c not in self.columns]
+            raise DataError(f"party {party!r}: the rows to score have columns that differ from those its model was "
+                            f"trained on (missing {missing[:6]}, unexpected {extra[:6]}); give them the training "
+                            "file's columns, in the same order")
+        if self.scaler is not None:
+            data = self.scaler.apply(data)
+        return PartyData(party=party, ids=data.ids, X=data.X, columns=data.columns, categorical=data.categorical,
+                         encoding=data.encoding)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One party's saved part, read and checked."""
+
+    folder: Path
+    manifest: Mapping[str, Any]
+    state: dict[str, Value]
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        return Preprocessing.from_dict(self.manifest.get("preprocessing") or {})
+
+    @property
+    def manifest_sha256(self) -> str:
+        return sha256_of(self.folder / MANIFEST)
+
+
+def write_part(folder: Path, *, party: str, role: str, method: str, label: str, config: str, model_id: str,
+               state: Mapping[str, Value], preprocessing: Preprocessing | None) -> str:
+    """Write ``folder`` (replacing it whole, or not at all); return the SHA-256 of its manifest."""
+    frame = encode(Message(sender=party, receiver=party, kind="artifact.state", round=0, payload=dict(state)),
+                   max_bytes=MAX_STATE_BYTES)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        (tmp / STATE_FILE).write_bytes(frame)
+        manifest = {
+            "format": FORMAT, "vflo": __version__, "model_id": model_id, "label": label, "method": method,
+            "config": json.loads(config), "party": party, "role": role,
+            "preprocessing": None if preprocessing is None else preprocessing.to_dict(),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "files": {STATE_FILE: sha256_of(tmp / STATE_FILE)},
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.replace(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sha256_of(folder / MANIFEST)
+
+
+def _compatible(saved: str) -> bool:
+    """Same major and minor version: the state layout of a method may change between minor versions."""
+    return saved.split(".")[:2] == __version__.split(".")[:2]
+
+
+def read_part(folder: Path, *, party: str, model_id: str | None = None, label: str | None = None) -> Part:
+    """Read and check one party's part; an :class:`ArtifactError` says what is wrong with it."""
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        raise ArtifactError(f"no saved model part at {folder} (no {MANIFEST}); was the model saved there, with "
+                            f"--save at party {party!r}?")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{manifest_path} is not valid JSON ({exc}): the file was altered or truncated") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ArtifactError(f"{manifest_path} is not a vflo model manifest of format {FORMAT}")
+    if not _compatible(str(manifest.get("vflo", ""))):
+        raise ArtifactError(f"{folder} was saved by vflo {manifest.get('vflo')}; this is vflo {__version__}, which "
+                            "reads models saved by the same major and minor version: load it with that version, or "
+                            "train and save it again")
+    if manifest.get("party") != party:
+        raise ArtifactError(f"{folder} holds party {manifest.get('party')!r}'s part, not {party!r}'s")
+    if label is not None and manifest.get("label") != label:
+        raise ArtifactError(f"{folder} holds method {manifest.get('label')!r}, not {label!r}")
+    if model_id is not None and manifest.get("model_id") != model_id:
+        raise ArtifactError(f"party {party!r}'s part in {folder} comes from another training (model id "
+                            f"{manifest.get('model_id')}, expected {model_id}): every party must load the parts saved "
+                            "by the same run")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or set(files) != {STATE_FILE}:
+        raise ArtifactError(f"{manifest_path} lists files {files!r}; expected exactly {STATE_FILE}")
+    path = folder / STATE_FILE
+    if not path.is_file():
+        raise ArtifactError(f"{path} is missing: the model part is incomplete")
+    actual = sha256_of(path)
+    if actual != files[STATE_FILE]:
+        raise ArtifactError(f"{path} has SHA-256 {actual}, but its manifest records {files[STATE_FILE]}: the file was "
+                            "altered or truncated after it was saved; restore it or save the model again")
+    try:
+        message = decode(path.read_bytes(), max_bytes=MAX_STATE_BYTES)
+    except VfloError as exc:
+        raise ArtifactError(f"{path} cannot be read as a vflo state ({exc})") from exc
+    return Part(folder=folder, manifest=manifest, state=dict(message.payload))
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """``model.json``: which method, which parties in which role, the task and its classes."""
+
+    label: str
+    method: str
+    config: str
+    model_id: str
+    seed: int
+    task: str
+    n_classes: int | None
+    classes: tuple[str, ...]
+    active: str
+    parties: tuple[tuple[str, str], ...]
+    inference: str
+    manifests: Mapping[str, str] = field(default_factory=dict)
+
+    def write(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        raw = {"format": FORMAT, "vflo": __version__, "label": self.label, "method": self.method,
+               "config": json.loads(self.config), "model_id": self.model_id, "seed": self.seed, "task": self.task,
+               "n_classes": self.n_classes, "classes": list(self.classes), "active": self.active,
+               "parties": [list(p) for p in self.parties], "inference": self.inference,
+               "manifests": dict(self.manifests)}
+        (folder / CARD).write_text(json.dumps(raw, indent=1), encoding="utf-8")
+
+    @classmethod
+    def read(cls, folder: Path) -> ModelCard:
+        path = folder / CARD
+        if not path.is_file():
+            raise ArtifactError(f"no model at {folder} (no {CARD}); save one with `vflo run ... --save DIR` or "
+                                "model.save(DIR)")
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            if raw.get("format") != FORMAT:
+                raise ArtifactError(f"{path} is not a vflo model card of format {FORMAT}")
+            if not _compatible(str(raw.get("vflo", ""))):
+                raise ArtifactError(f"{folder} was saved by vflo {raw.get('vflo')}; this is vflo {__version__}: load "
+                                    "it with that version, or train and save it again")
+            return cls(label=str(raw["label"]), method=str(raw["method"]), config=json.dumps(raw["config"]),
+                       model_id=str(raw["model_id"]), seed=int(raw["seed"]), task=str(raw["task"]),
+                       n_classes=None if raw["n_classes"] is None else int(raw["n_classes"]),
+                       classes=tuple(str(c) for c in raw["classes"]), active=str(raw["active"]),
+                       parties=tuple((str(n), str(r)) for n, r in raw["parties"]), inference=str(raw["inference"]),
+                       manifests={str(k): str(v) for k, v in raw.get("manifests", {}).items()})
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"{path} is malformed ({exc}): the file was altered or truncated") from exc
+
+
+class PartStore:
+    """Where one party keeps the parts it saves and loads: its own folder, chosen by its own config.
+
+    A coordinator names a method label and a model id, never a path, so no peer can make a party write or
+    read outside its folder.
+    """
+
+    def __init__(self, root: Path, *, party: str, role: str, preprocessing: Preprocessing | None = None) -> None:
+        self.root = Path(root)
+        self.party = party
+        self.role = role
+        self.preprocessing = preprocessing
+
+    def folder(self, label: str) -> Path:
+        return self.root / _safe_name(label, "method label") / _safe_name(self.party, "party name")
+
+    def save(self, *, label: str, method: str, config: str, model_id: str, state: Mapping[str, Value]) -> str:
+        return write_part(self.folder(label), party=self.party, role=self.role, method=method, label=label,
+                          config=config, model_id=model_id, state=state, preprocessing=self.preprocessing)
+
+    def load(self, *, label: str, model_id: str | None) -> Part:
+        return read_part(self.folder(label), party=self.party, model_id=model_id, label=label)

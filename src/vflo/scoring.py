@@ -1,0 +1,178 @@
+"""Scoring with a saved model: next month's people, with the active party alone or with its partners.
+
+:meth:`SavedModel.load` reads the model card and the active party's part (checking both). Where the
+method scores from the active party's features alone (``inference = active_only``: local, ablation,
+APC-VFL, VFedTrans, VFL-ASP's student) nothing else is needed. Where it scores collaboratively, every
+party restores its own saved part (``control.load``) and contributes its share for the rows it holds:
+in this process, or over a deployment, where each ``vflo party serve`` loads its part from its own folder.
+
+Rows a partner does not hold cannot be scored collaboratively. ``missing = "refuse"`` (the default) stops
+and lists them; ``missing = "active_only"`` scores them with an active-only model saved beside the
+collaborative one (``fallback``), and the output's ``model`` column says which model scored each row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from vflo.artifacts import CARD, ArtifactError, ModelCard, Part, PartStore, read_part
+from vflo.comm.local import LocalTransport
+from vflo.comm.transport import Transport
+from vflo.data.partydata import PartyData
+from vflo.errors import AlignmentError, ConfigError
+from vflo.federation.coordinator import Federation
+from vflo.federation.node import Node
+from vflo.federation.simulation import party_node
+from vflo.methods.base import Method
+from vflo.methods.registry import get_method
+from vflo.roles import PartyInfo
+
+Missing = Literal["refuse", "active_only"]
+Rows = PartyData | str | Path
+
+
+@dataclass(frozen=True, eq=False)
+class SavedModel:
+    """One saved method: its card and the active party's checked part."""
+
+    folder: Path
+    card: ModelCard
+    active: Part
+
+    @classmethod
+    def load(cls, folder: str | Path, label: str | None = None) -> SavedModel:
+        """The model saved under ``folder`` (``label`` picks one of several methods saved there)."""
+        folder = Path(folder)
+        if label is None:
+            labels = sorted(p.parent.name for p in folder.glob(f"*/{CARD}"))
+            if len(labels) != 1:
+                raise ConfigError(f"{folder} holds {len(labels)} saved methods {labels}: name one (label / --method)"
+                                  if labels else f"no model saved under {folder} (no */{CARD})")
+            label = labels[0]
+        card = ModelCard.read(folder / label)
+        part = read_part(folder / label / card.active, party=card.active, model_id=card.model_id, label=label)
+        _check_manifest(card, card.active, part.manifest_sha256)
+        return cls(folder=folder, card=card, active=part)
+
+    @property
+    def label(self) -> str:
+        return self.card.label
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return self.card.classes
+
+    @property
+    def active_only(self) -> bool:
+        return self.card.inference == "active_only"
+
+    def new_method(self) -> Method:
+        return get_method(self.card.method).from_config_json(self.card.config)
+
+    @property
+    def parties(self) -> tuple[PartyInfo, ...]:
+        return tuple(PartyInfo(name, role) for name, role in self.card.parties)  # type: ignore[arg-type]
+
+    def restore(self, node: Node, transport: Transport) -> tuple[Federation, Method]:
+        """A federation of the card's parties over ``transport``, with every party's part restored."""
+        parties = (PartyInfo(self.card.active, "active"),) if self.active_only else self.parties
+        fed = Federation(node=node, transport=transport, parties=parties, seed=self.card.seed,
+                         task=self.card.task, n_classes=self.card.n_classes)  # type: ignore[arg-type]
+        method = self.new_method()
+        for party, sha in fed.load_parts(method, self.label, self.card.model_id).items():
+            _check_manifest(self.card, party, sha)
+        method.load_coordinator_state(fed, self.active.state)
+        return fed, method
+
+    def rows(self, party: str, rows: Rows) -> PartyData:
+        """``party``'s rows to score, read and prepared as that party's model expects."""
+        if party != self.card.active:
+            store = PartStore(self.folder, party=party, role="passive")
+            part = read_part(store.folder(self.label), party=party, model_id=self.card.model_id, label=self.label)
+            return part.preprocessing.rows(rows, party=party)
+        return self.active.preprocessing.rows(rows, party=party)
+
+    def predict(self, rows: Rows | Mapping[str, Rows]) -> np.ndarray:
+        """Scores for every row of the active party's ``rows`` (class probabilities, or values), in this process.
+
+        ``rows``: the active party's rows (a file or PartyData), or each party's rows by name where the
+        method scores collaboratively."""
+        return self.score(rows)[self.score_columns].to_numpy()
+
+    @property
+    def score_columns(self) -> list[str]:
+        if self.card.task == "regression":
+            return ["prediction"]
+        return list(self.classes) if self.classes else [f"class_{i}" for i in range(self.card.n_classes or 2)]
+
+    def score(self, rows: Rows | Mapping[str, Rows], *, missing: Missing = "refuse",
+              fallback: SavedModel | None = None) -> pd.DataFrame:
+        """One row per ID of the active party's rows: its scores, and which saved model scored it."""
+        given = dict(rows) if isinstance(rows, Mapping) else {self.card.active: rows}
+        if self.card.active not in given:
+            raise ConfigError(f"give the active party {self.card.active!r}'s rows to score")
+        prepared = {party: self.rows(party, r) for party, r in given.items()
+                    if party == self.card.active or not self.active_only}
+        ids = prepared[self.card.active].ids
+        nodes = {p.name: party_node(p, None, prepared.get(p.name),
+                                    store=PartStore(self.folder, party=p.name, role=p.role)) for p in self.parties}
+        transport = LocalTransport(nodes)
+        fed, method = self.restore(nodes[self.card.active], transport)
+        covered = _covered(method, fed, ids, {p: d.ids for p, d in prepared.items()})
+        return combine(self, ids, covered, lambda keep: method.predict(fed, keep), missing=missing,
+                       fallback=fallback, fallback_rows=given.get(self.card.active))
+
+
+def _check_manifest(card: ModelCard, party: str, sha: str) -> None:
+    recorded = card.manifests.get(party)
+    if recorded is not None and recorded != sha:
+        raise ArtifactError(f"party {party!r}'s saved part is not the one this model was saved with (its manifest "
+                            "changed since): restore the original part, or save the model again")
+
+
+def _covered(method: Method, fed: Federation, ids: np.ndarray, held: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Which ``ids`` every party the method scores with holds."""
+    keep = np.ones(len(ids), dtype=bool)
+    for party in method.scoring_parties(fed.parties):
+        keep &= np.isin(ids, held.get(party, np.empty(0, dtype=ids.dtype)))
+    return keep
+
+
+def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray, score: Callable[[np.ndarray], np.ndarray], *,
+            missing: Missing,
+            fallback: SavedModel | None, fallback_rows: Rows | None) -> pd.DataFrame:
+    """Scores of the covered rows from ``model``, and of the others from ``fallback`` or a refusal."""
+    columns = model.score_columns
+    out = pd.DataFrame({"id": ids})
+    values = np.full((len(ids), len(columns)), np.nan)
+    source = np.full(len(ids), model.label, dtype=object)
+    if (~covered).any():
+        lacking = ids[~covered]
+        if missing == "refuse":
+            raise AlignmentError(
+                f"{model.label} scores together with its partners, who do not hold {len(lacking)} of the {len(ids)} "
+                f"rows to score (e.g. {lacking[:5].tolist()}); score only rows every party holds, or pass missing = "
+                "'active_only' with an active-only model saved beside it as the fallback")
+        if fallback is None or not fallback.active_only:
+            raise ConfigError("missing = 'active_only' needs a fallback: an active-only model (local, ablation, "
+                              "apc_vfl, vfedtrans, vfl_asp_student) saved beside this one")
+        if fallback.score_columns != columns:
+            raise ConfigError(f"the fallback {fallback.label} scores {fallback.score_columns}, not {columns}")
+        assert fallback_rows is not None
+        scored = fallback.score(fallback_rows).set_index("id")
+        values[~covered] = scored.loc[lacking, columns].to_numpy()
+        source[~covered] = fallback.label
+    if covered.any():
+        scores = np.asarray(score(ids[covered]))
+        values[covered] = scores.reshape(len(scores), -1)
+    for i, name in enumerate(columns):
+        out[name] = values[:, i]
+    out["model"] = source
+    return out
+
