@@ -121,7 +121,8 @@ def test_scenario_export_writes_loadable_party_configs(tmp_path: Path, capsys: p
     assert deploy.test_file is not None and Path(deploy.test_file).is_file()
     bank = load_party_config(out / "bank.toml")
     assert bank.role == "passive" and set(bank.peers) == {"shop", "server", "dealer"} and bank.data is not None
-    train, serve, _ = load_party_data("bank", bank.data)
+    tables = load_party_data("bank", bank.data)
+    train, serve = tables.train, tables.serve
     assert train.n_features == 13 - 4 and serve is not None
     assert load_party_config(out / "server.toml").data is None
     assert (out / "certs" / "bank.pem").is_file()

@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--deploy", type=Path, help="run over deployed parties (DEPLOY.toml) instead of simulating")
     run.add_argument("--insecure", action="store_true", help="with --deploy: no TLS (loopback experiments only)")
+    run.add_argument("--save", type=Path, metavar="DIR",
+                     help="save each method's model: every party its own part in DIR/LABEL/PARTY (deployed: the "
+                          "others in the folders their configs name); the first run of a simulation")
 
     certs = sub.add_parser("certs", help="make a private CA and one key and certificate per party")
     certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
@@ -61,6 +64,22 @@ def _parser() -> argparse.ArgumentParser:
     serve = party_sub.add_parser("serve", help="serve one party (PARTY.toml) until interrupted")
     serve.add_argument("config", type=Path)
     serve.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
+    serve.add_argument("--save", type=Path, metavar="DIR",
+                       help="this party's model folder: where it writes its parts of trained models and reads them "
+                            "to score (overrides models = ... in PARTY.toml)")
+
+    predict = sub.add_parser("predict", help="score new rows with a saved model", epilog=_exit_code_text(),
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    predict.add_argument("model", type=Path, help="the folder given to --save (or model.save)")
+    predict.add_argument("--method", help="which saved method (its label), where the folder holds several")
+    predict.add_argument("--data", type=Path, required=True, help="the active party's rows to score (its own file)")
+    predict.add_argument("--out", type=Path, required=True, help="CSV of scores: id, one column per class, model")
+    predict.add_argument("--deploy", type=Path, help="score collaboratively with deployed parties (DEPLOY.toml)")
+    predict.add_argument("--insecure", action="store_true", help="with --deploy: no TLS (loopback only)")
+    predict.add_argument("--missing", choices=["refuse", "active_only"], default="refuse",
+                         help="rows a partner does not hold: refuse (list them), or score them with --fallback")
+    predict.add_argument("--fallback", help="an active-only method saved in the same folder, for --missing active_only")
+    predict.add_argument("--overwrite", action="store_true")
 
     scen = sub.add_parser("scenario", help="print each party's columns, sample counts and the overlap matrix")
     scen.add_argument("config", type=Path, help="experiment TOML file")
@@ -124,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _methods()
         if args.command == "split":
             return _split(args)
+        if args.command == "predict":
+            return _predict(args)
     except VfloError as exc:
         print(f"vflo: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -193,12 +214,49 @@ def _insecure_tls(config: Any) -> Any:
 
 
 def _party(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from vflo.deploy import load_party_config, serve_forever
 
     config = load_party_config(args.config)
     if args.insecure:
         config = _insecure_tls(config)
+    if args.save is not None:
+        config = replace(config, models=str(args.save))
     return serve_forever(config)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from vflo.experiments.output import check_out_dir
+    from vflo.scoring import SavedModel
+
+    if args.out.exists() and not args.overwrite:
+        raise ConfigError(f"{args.out} exists; choose another --out or pass --overwrite")
+    check_out_dir(args.out.parent, overwrite=True)
+    model = SavedModel.load(args.model, args.method)
+    fallback = SavedModel.load(args.model, args.fallback) if args.fallback else None
+    if args.deploy is None:
+        if not model.active_only:
+            raise ConfigError(f"{model.label} scores collaboratively: give --deploy DEPLOY.toml, with every party "
+                              "serving its saved part (vflo party serve PARTY.toml --save DIR)")
+        frame = model.score(args.data, missing=args.missing, fallback=fallback)
+    else:
+        from vflo.deploy import load_deploy_config, score_deployed
+
+        deploy = load_deploy_config(args.deploy)
+        if args.insecure:
+            deploy = replace(deploy, active=_insecure_tls(deploy.active))
+        frame = score_deployed(deploy, model, args.data, missing=args.missing, fallback=fallback)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(f".{args.out.name}.tmp")
+    frame.to_csv(tmp, index=False)
+    tmp.replace(args.out)
+    counts = frame["model"].value_counts().to_dict()
+    print(f"scored {len(frame)} rows with " + ", ".join(f"{m} ({n})" for m, n in counts.items()) +
+          f"; written to {args.out}")
+    return 0
 
 
 def _run_deployed(args: argparse.Namespace) -> int:
@@ -215,9 +273,11 @@ def _run_deployed(args: argparse.Namespace) -> int:
         deploy = replace(deploy, active=_insecure_tls(deploy.active))
     out_dir = args.out if args.out is not None else default_out_dir(experiment.name)
     check_out_dir(out_dir, overwrite=args.overwrite)
+    if args.save is not None:
+        check_out_dir(args.save, overwrite=args.overwrite)
     deployment = Deployment(deploy)
     try:
-        rows = run_deployed(experiment, deployment)
+        rows = run_deployed(experiment, deployment, save=args.save)
     finally:
         deployment.close()
     write_deployed(experiment, deployment, rows, out_dir, overwrite=args.overwrite)
@@ -243,10 +303,19 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config, quick=args.quick)
     out_dir = args.out if args.out is not None else default_out_dir(config.name)
     check_out_dir(out_dir, overwrite=args.overwrite)
+    if args.save is not None:
+        check_out_dir(args.save, overwrite=args.overwrite)
     console = _console()
     console.print(f"[bold]{config.name}[/bold]: {len(config.variants)} variant(s) x "
                   f"{config.protocol.repetitions()} repeat(s) x {len(config.methods)} method(s)")
-    result = run_experiment(config, data_dir=args.data_dir, progress=not args.no_progress)
+    if args.save is None:
+        result = run_experiment(config, data_dir=args.data_dir, progress=not args.no_progress)
+    else:
+        from vflo.experiments.output import atomic_dir
+
+        with atomic_dir(args.save, overwrite=args.overwrite) as models:
+            result = run_experiment(config, data_dir=args.data_dir, progress=not args.no_progress, save=models)
+        console.print(f"models of the first run saved to {args.save}/ (one folder per method, one per party)")
     summary = summarize(result)
     _print_summary(console, result, summary)
     write_results(result, out_dir, overwrite=args.overwrite)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from vflo import schema
+from vflo.artifacts import ModelCard, Part, PartStore, Preprocessing, new_model_id
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.comm.grpc_transport import DEFAULT_DEADLINE, GrpcTransport, PartyServer
 from vflo.comm.ledger import Ledger
@@ -40,19 +41,21 @@ from vflo.federation.node import Node
 from vflo.federation.simulation import RunOutput, party_node
 from vflo.methods.base import Method
 from vflo.roles import PartyInfo, Role
+from vflo.scoring import Missing, SavedModel, combine
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
-    """A party's table: training rows in ``file``; rows to score in ``serve_file`` (optional).
+    """A party's table: training rows in ``file``; rows to score in ``serve_file``. A party that only scores
+    with a saved model needs no ``file``: its ``serve_file`` is read with the saved part's encoding.
 
     ``feature_columns`` / ``drop_columns`` choose the features, ``categorical`` columns are one-hot encoded
     here, at the owner, with the categories of the training file; ``task`` (active party only) says what the
     labels are when the guess from their values is wrong. ``standardize``: per column, fitted on ``file``."""
 
-    file: str
+    file: str | None = None
     id_column: str
     label_column: str | None = None
     serve_file: str | None = None
@@ -61,6 +64,10 @@ class DataConfig:
     categorical: tuple[str, ...] = ()
     task: Literal["binary", "multiclass", "regression"] | None = None
     standardize: bool = True
+
+    def __post_init__(self) -> None:
+        if self.file is None and self.serve_file is None:
+            raise ConfigError("[data] needs file (training rows), serve_file (rows to score), or both")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +88,8 @@ class PartyConfig:
     peers: dict[str, str] = field(default_factory=dict)
     deadline: float = DEFAULT_DEADLINE
     max_message_bytes: int = DEFAULT_MAX_BYTES
+    # Where this party writes its parts of trained models (after `run --save`) and reads them (to score).
+    models: str | None = None
 
     def __post_init__(self) -> None:
         if self.role in ("active", "passive") and self.data is None:
@@ -139,6 +148,8 @@ def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
                 if isinstance(section.get(k), str) and not Path(section[k]).is_absolute():
                     section[k] = str(base / section[k])
             out[table] = section
+    if isinstance(out.get("models"), str) and not Path(out["models"]).is_absolute():
+        out["models"] = str(base / out["models"])
     return out
 
 
@@ -157,11 +168,23 @@ def load_deploy_config(path: str | Path) -> DeployConfig:
     return schema.build(DeployConfig, raw)
 
 
-def load_party_data(
-    party: str, config: DataConfig, *, extra: str | None = None,
-) -> tuple[PartyData, PartyData | None, PartyData | None]:
-    """Training rows, rows to score, and (``extra``) a labelled test file: read with the encoding fitted on the
-    training file and standardised on the training rows."""
+@dataclass(frozen=True)
+class PartyTables:
+    """What a party reads from its config's files: training rows, rows to score, a labelled test file (active
+    party), all prepared the same way, and that way itself (for its model parts)."""
+
+    train: PartyData | None
+    serve: PartyData | None
+    test: PartyData | None
+    preprocessing: Preprocessing | None
+
+
+def load_party_data(party: str, config: DataConfig, *, extra: str | None = None) -> PartyTables:
+    """Training rows, rows to score and (``extra``) a labelled test file: read with the encoding fitted on the
+    training file and standardised on the training rows. Without a training file, nothing is fitted: a saved
+    model's part prepares the rows to score when it is loaded."""
+    if config.file is None:
+        return PartyTables(train=None, serve=None, test=None, preprocessing=None)
     encoding = TableEncoding.fit(read_table(config.file, party=party, id_column=config.id_column), party=party,
                                  id_column=config.id_column, label_column=config.label_column,
                                  feature_columns=config.feature_columns, drop_columns=config.drop_columns,
@@ -173,12 +196,29 @@ def load_party_data(
                                     labelled=False)
     if extra:
         test = encoding.party_data(read_table(extra, party=party, id_column=config.id_column))
+    scaler = None
     if config.standardize and train.n_features:
         scaler = Standardizer.for_party(train)
         train = scaler.apply(train)
         serve = scaler.apply(serve) if serve is not None else None
         test = scaler.apply(test) if test is not None else None
-    return train, serve, test
+    return PartyTables(train=train, serve=serve, test=test,
+                       preprocessing=Preprocessing(columns=train.columns, encoding=encoding, scaler=scaler))
+
+
+class DeployedStore(PartStore):
+    """A deployed party's model folder; when it loads a part it also reads its rows to score (``serve_file``)
+    with that part's saved encoding and standardisation, so scoring does not depend on today's training file."""
+
+    def __init__(self, root: Path, *, party: str, role: str, preprocessing: Preprocessing | None,
+                 serve_file: str | None) -> None:
+        super().__init__(root, party=party, role=role, preprocessing=preprocessing)
+        self.serve_file = serve_file
+
+    def serving_rows(self, part: Part) -> PartyData | None:
+        if self.serve_file is None or not part.manifest.get("preprocessing"):
+            return None
+        return part.preprocessing.rows(self.serve_file, party=self.party)
 
 
 def credentials_for(party: str, tls: TLSConfig) -> PartyCredentials | None:
@@ -201,12 +241,18 @@ class RunningParty:
         self.server.stop()
 
 
-def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None) -> RunningParty:
-    """Load the party's data (unless given), and start serving its node."""
-    if data is None and config.data is not None:
-        data, serve, _ = load_party_data(config.name, config.data)
+def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
+                preprocessing: Preprocessing | None = None) -> RunningParty:
+    """Load the party's data (unless its rows are given), and start serving its node."""
+    if data is None and serve is None and config.data is not None:
+        tables = load_party_data(config.name, config.data)
+        data, serve, preprocessing = tables.train, tables.serve, tables.preprocessing
     credentials = credentials_for(config.name, config.tls)
-    node = party_node(PartyInfo(config.name, config.role), data, serve)
+    store = None
+    if config.models is not None:
+        store = DeployedStore(Path(config.models), party=config.name, role=config.role, preprocessing=preprocessing,
+                              serve_file=None if config.data is None else config.data.serve_file)
+    node = party_node(PartyInfo(config.name, config.role), data, serve, store=store)
     transport = GrpcTransport(config.name, config.peers, credentials=credentials, deadline=config.deadline,
                               max_message_bytes=config.max_message_bytes)
     node.attach(transport)
@@ -255,10 +301,16 @@ class Deployment:
 
     def __init__(self, deploy: DeployConfig, *, train: PartyData | None = None, test: PartyData | None = None) -> None:
         active = deploy.active
+        preprocessing = None
         if train is None:
             assert active.data is not None
-            train, _, test = load_party_data(active.name, active.data, extra=deploy.test_file)
+            tables = load_party_data(active.name, active.data, extra=deploy.test_file)
+            if tables.train is None:
+                raise ConfigError(f"the active party {active.name!r} needs its training file ([active.data] file) to "
+                                  "train; to score with a saved model use `vflo predict`")
+            train, test, preprocessing = tables.train, tables.test, tables.preprocessing
         self.deploy = deploy
+        self.preprocessing = preprocessing or Preprocessing(columns=train.columns)
         self.train = train
         self.test = test
         self.task, self.n_classes = _task_of(train, test, deploy)
@@ -267,7 +319,7 @@ class Deployment:
         config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data,
                              tls=active.tls, peers={**active.peers, **peers}, deadline=active.deadline,
                              max_message_bytes=active.max_message_bytes)
-        self.party = start_party(config, data=train, serve=serving)
+        self.party = start_party(config, data=train, serve=serving, preprocessing=self.preprocessing)
         self.parties = (PartyInfo(active.name, "active"), *(PartyInfo(p.name, p.role) for p in deploy.parties))
 
     @property
@@ -323,8 +375,12 @@ class Deployment:
                         f"{len(test_ids)} rows to score (e.g. {missing[:5].tolist()}); add them to its serve_file, or "
                         f"leave {method.name} out")
 
-    def run(self, method: Method, *, seed: int, alignment: AlignmentConfig | None = None) -> RunOutput:
-        """Fit ``method`` over the network and score the test rows; the ledger holds every party's messages."""
+    def run(self, method: Method, *, seed: int, alignment: AlignmentConfig | None = None,
+            save: tuple[Path, str] | None = None) -> RunOutput:
+        """Fit ``method`` over the network and score the test rows; the ledger holds every party's messages.
+
+        With ``save`` (a folder and a label) every party writes its own part in its own folder (the others in
+        the folder their configs name) and this party writes its part and the model card here."""
         if method.simulation_only:
             raise MethodError(f"{method.name} needs the pooled raw data of every party, so it exists only in "
                               "simulation; it cannot run over a deployment")
@@ -334,12 +390,14 @@ class Deployment:
         transport.ledger = Ledger()
         fed = Federation(node=self.party.node, transport=transport, parties=parties, seed=seed,
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
-        fed.setup(method)
+        fed.setup(method, save=save is not None)
         t0 = time.perf_counter()
         method.fit(fed)
         fed.flush()
         t1 = time.perf_counter()
         fit_entries = len(transport.ledger)
+        if save is not None:
+            self.save(fed, method, *save)
         ids = np.empty(0, dtype=np.int64) if self.test is None else self.test.ids
         scores = method.predict(fed, ids) if len(ids) else np.empty((0,))
         t2 = time.perf_counter()
@@ -347,6 +405,21 @@ class Deployment:
         fed.teardown()
         return RunOutput(scores=scores, ledger=transport.ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1,
                          rounds=fed.rounds, fit_entries=fit_entries, stats=method.summary_stats())
+
+    def save(self, fed: Federation, method: Method, folder: Path, label: str) -> ModelCard:
+        """This party's part and the model card in ``folder``; every other party's part in its own folder."""
+        model_id = new_model_id()
+        own = PartStore(folder, party=self.train.party, role="active", preprocessing=self.preprocessing)
+        manifests = {self.train.party: own.save(label=label, method=method.name, config=method.config_json(),
+                                                model_id=model_id, state=method.coordinator_state(fed))}
+        manifests |= fed.save_parts(label, model_id)
+        classes = () if self.preprocessing.encoding is None else self.preprocessing.encoding.classes
+        card = ModelCard(label=label, method=method.name, config=method.config_json(), model_id=model_id,
+                         seed=fed.seed, task=self.task, n_classes=self.n_classes, classes=classes,
+                         active=self.train.party, parties=tuple((p.name, p.role) for p in fed.parties),
+                         inference=method.inference, manifests=manifests)
+        card.write(folder / label)
+        return card
 
     def as_dataset(self) -> Dataset:
         """The active party's own data, shaped as a dataset for the report."""
@@ -358,6 +431,46 @@ class Deployment:
     def close(self) -> None:
         self.party.stop()
 
+
+
+def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *, missing: Missing = "refuse",
+                   fallback: SavedModel | None = None) -> pd.DataFrame:
+    """Score the active party's ``rows`` with a saved model over a deployment: every party loads its own saved
+    part (``vflo party serve ... --save DIR``) and scores the rows of its ``serve_file`` it holds."""
+    active = deploy.active
+    if active.name != model.card.active:
+        raise ConfigError(f"the model was saved with {model.card.active!r} as the active party, but deploy.toml's "
+                          f"[active] is {active.name!r}")
+    serving = model.rows(active.name, rows)
+    peers = {p.name: p.address for p in deploy.parties}
+    config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data, tls=active.tls,
+                         peers={**active.peers, **peers}, deadline=active.deadline,
+                         max_message_bytes=active.max_message_bytes)
+    party = start_party(config, data=None, serve=serving)
+    try:
+        fed, method = model.restore(party.node, party.transport)
+        covered = np.ones(len(serving.ids), dtype=bool)
+        for name in method.scoring_parties(fed.parties):
+            covered &= held_rows(fed, serving.ids, name, method.name)
+        frame = combine(model, serving.ids, covered, lambda keep: method.predict(fed, keep), missing=missing,
+                        fallback=fallback, fallback_rows=rows)
+        fed.teardown()
+        return frame
+    finally:
+        party.stop()
+
+
+def held_rows(fed: Federation, ids: np.ndarray, party: str, method: str) -> np.ndarray:
+    """Which of ``ids`` (in their order) ``party`` holds among its rows to score: one alignment exchange."""
+    try:
+        alignment = fed.align(ids, [party], split="serve")
+    except RemoteError as exc:
+        raise AlignmentError(f"{method} scores together with {party!r}, which has no rows to score "
+                             f"({exc.remote_message}); give it a serve_file with the people to score") from exc
+    order = np.argsort(ids, kind="stable")
+    held = np.zeros(len(ids), dtype=bool)
+    held[order] = alignment.held[party]
+    return held
 
 
 def _toml(value: object) -> str:

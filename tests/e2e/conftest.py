@@ -124,7 +124,8 @@ def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str
     # The local run reads the very same files, so both sides see identical numbers.
     local_train, local_serve = {}, {}
     for name in data.train:
-        local_train[name], local_serve[name], _ = load_party_data(name, files[name])
+        tables = load_party_data(name, files[name])
+        local_train[name], local_serve[name] = tables.train, tables.serve
     # Files are read with their IDs as text, on both sides.
     local = FederatedData(parties=data.parties, train=local_train, serve=local_serve,  # type: ignore[arg-type]
                           test_ids=data.test_ids.astype(str), test_y=data.test_y, task=data.task,

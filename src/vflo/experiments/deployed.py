@@ -25,7 +25,8 @@ from vflo.seeding import derive_seed
 logger = logging.getLogger(__name__)
 
 
-def run_deployed(experiment: DeploymentExperiment, deployment: Deployment) -> list[dict[str, Any]]:
+def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *,
+                 save: Path | None = None) -> list[dict[str, Any]]:
     """One row per method: metrics on the test file, and the traffic from every party's ledger.
 
     Checks that concern every method (test rows held out of every party's training rows, shared IDs, rows
@@ -46,7 +47,8 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment) -> li
         seed = derive_seed(experiment.seed, "method", 0, 0)
         t0 = time.perf_counter()
         try:
-            out = deployment.run(entry.instantiate(), seed=seed, alignment=experiment.alignment)
+            out = deployment.run(entry.instantiate(), seed=seed, alignment=experiment.alignment,
+                                 save=None if save is None else (save, entry.label))
         except Exception as exc:  # one method failing must not discard the others' results
             code = exc.exit_code if isinstance(exc, VfloError) else 1
             logger.error("%s: %s failed: %s", experiment.name, entry.label, exc)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -78,9 +79,10 @@ def _plain(value: Any) -> Any:
 
 def run_experiment(
     config: ExperimentConfig, *, data_dir: str | None = None, progress: bool = False,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None, save: Path | None = None,
 ) -> ExperimentResult:
-    """Run everything the config describes.
+    """Run everything the config describes; with ``save``, every deployable method's first run (first variant,
+    repeat and fold) is saved there, each party's part in its own folder (``SAVE/LABEL/PARTY``).
 
     Problems that concern the whole run (a file, the scenario, rows a collaborative method would need
     to score) are raised before anything trains. A method that fails while running is recorded as a
@@ -121,8 +123,10 @@ def run_experiment(
                 data = layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
                 check_scoring_rows(config, data)
                 facts = _facts(layout, data, n_test=len(split.test_ids))
+                first = variant is config.variants[0] and repeat == 0 and split.fold == 0
                 for entry in config.methods:
-                    row, comm = _run_one(config, dataset, variant, repeat, split.fold, entry, data, facts)
+                    keep = save if first and not entry.method_cls.simulation_only else None
+                    row, comm = _run_one(config, dataset, variant, repeat, split.fold, entry, data, facts, save=keep)
                     _collect(result, [row], comm, on_row)
                 bar.advance(task, len(config.methods) / len(splits))
     assert result is not None
@@ -232,13 +236,13 @@ def _failure(config: ExperimentConfig, dataset: Dataset, variant: Variant, repea
 
 def _run_one(
     config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, entry: MethodEntry,
-    data: FederatedData, facts: dict[str, Any],
+    data: FederatedData, facts: dict[str, Any], *, save: Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     seed = derive_seed(config.seed, "method", repeat, fold)
     t0 = time.perf_counter()
     try:
         out = run_method(entry.instantiate(), data, seed=seed, max_message_bytes=config.transport.max_message_bytes,
-                         alignment=config.alignment)
+                         alignment=config.alignment, save=None if save is None else (save, entry.label))
     except Exception as exc:  # one method failing must not discard the others' results
         return _failure(config, dataset, variant, repeat, fold, seed, entry, facts, exc), {}
     wall = time.perf_counter() - t0

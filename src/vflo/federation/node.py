@@ -62,6 +62,10 @@ class PartStoreLike(Protocol):
     def save(self, *, label: str, method: str, config: str, model_id: str, state: Mapping[str, Any]) -> str: ...
 
     def load(self, *, label: str, model_id: str | None) -> SavedPart: ...
+
+    def serving_rows(self, part: Any) -> PartyData | None:
+        """The party's rows to score, prepared as ``part`` was trained (None: keep the node's own)."""
+        ...
 # Builds the method a setup message names from its name and config (JSON): the method registry.
 MethodFactory = Callable[[str, str], HandlerSet]
 
@@ -271,6 +275,9 @@ class Node:
             raise ProtocolError(f"party {self.name!r}'s saved part is {saved[0]} with another configuration than the "
                                 f"coordinator's {asked[0]}: the two come from different models")
         method: Any = self._methods(asked[0], str(payload["config"]))
+        serving = self._require_store().serving_rows(part)
+        if serving is not None:
+            self._serving = serving
         self.install(method, seed=int(payload["seed"]), parties=_parties(payload))
         assert self.context is not None
         method.load_party_state(self.context, part.state)
