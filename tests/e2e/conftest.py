@@ -97,7 +97,9 @@ def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str
                 f = files[name]
                 data_fields = {"file": f.file, "id_column": f.id_column, "serve_file": f.serve_file,
                                "standardize": False}
-            write_party_toml(cfg, {"name": name, "role": role, "listen": addresses[name]}, data_fields,
+            # Each party's own model folder: parts it saves after training and loads to score.
+            write_party_toml(cfg, {"name": name, "role": role, "listen": addresses[name],
+                                   "models": str(directory / f"{name}_models")}, data_fields,
                              directory / "certs", {n: a for n, a in addresses.items() if n != name})
             processes[name] = subprocess.Popen(
                 [sys.executable, "-m", "vflo", "party", "serve", str(cfg)], stdout=subprocess.PIPE,

@@ -14,11 +14,12 @@ from tests.conftest import make_dataset, two_party_spec
 from tests.e2e.conftest import Federation, start_federation, stopped
 from vflo.cli import main
 from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
-from vflo.deploy import Deployment
+from vflo.deploy import Deployment, score_deployed
 from vflo.errors import MethodError, TransportError
 from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method, method_names
+from vflo.scoring import SavedModel
 
 pytestmark = pytest.mark.slow
 QUICK = {"max_epochs": 2, "patience": 0, "batch_size": 64}
@@ -76,33 +77,37 @@ def _same(over_grpc, local) -> None:  # type: ignore[no-untyped-def]
     assert (a.align_bytes, a.align_rounds) == (b.align_bytes, b.align_rounds)
 
 
-@pytest.mark.parametrize("name", DEPLOYABLE)
-def test_every_method_gives_the_same_results_over_grpc(vertical: Federation, name: str) -> None:
-    deployment = Deployment(vertical.deploy)
+def _run_save_and_score(federation: Federation, name: str, seed: int, folder: Path):  # type: ignore[no-untyped-def]
+    """Fit over gRPC with every party saving its own part, then score the test file again from the saved model,
+    every party loading its part in its own process: the scores must be the in-memory model's, bit for bit."""
+    deployment = Deployment(federation.deploy)
     try:
-        over_grpc = deployment.run(get_method(name)(**SETTINGS.get(name, {})), seed=11)
+        over_grpc = deployment.run(get_method(name)(**SETTINGS.get(name, {})), seed=seed, save=(folder, name))
     finally:
         deployment.close()
+    model = SavedModel.load(folder, name)
+    assert federation.deploy.test_file is not None
+    frame = score_deployed(federation.deploy, model, federation.deploy.test_file)
+    assert np.array_equal(frame[model.score_columns].to_numpy(), over_grpc.scores.reshape(len(frame), -1))
+    assert set(frame["model"]) == {name}
+    return over_grpc
+
+
+@pytest.mark.parametrize("name", DEPLOYABLE)
+def test_every_method_gives_the_same_results_over_grpc(vertical: Federation, name: str, tmp_path: Path) -> None:
+    over_grpc = _run_save_and_score(vertical, name, 11, tmp_path)
     local = run_method(get_method(name)(**SETTINGS.get(name, {})), vertical.local, seed=11)
     _same(over_grpc, local)
 
 
 @pytest.mark.parametrize("name", CHAIN)
-def test_second_hop_methods_give_the_same_results_over_grpc(chain: Federation, name: str) -> None:
-    deployment = Deployment(chain.deploy)
-    try:
-        over_grpc = deployment.run(get_method(name)(**SETTINGS[name]), seed=3)
-    finally:
-        deployment.close()
+def test_second_hop_methods_give_the_same_results_over_grpc(chain: Federation, name: str, tmp_path: Path) -> None:
+    over_grpc = _run_save_and_score(chain, name, 3, tmp_path)
     _same(over_grpc, run_method(get_method(name)(**SETTINGS[name]), chain.local, seed=3))
 
 
-def test_entity_augmentation_over_grpc(label_only: Federation) -> None:
-    deployment = Deployment(label_only.deploy)
-    try:
-        over_grpc = deployment.run(get_method("entity_augmentation")(**SETTINGS["entity_augmentation"]), seed=5)
-    finally:
-        deployment.close()
+def test_entity_augmentation_over_grpc(label_only: Federation, tmp_path: Path) -> None:
+    over_grpc = _run_save_and_score(label_only, "entity_augmentation", 5, tmp_path)
     _same(over_grpc, run_method(get_method("entity_augmentation")(**SETTINGS["entity_augmentation"]),
                                 label_only.local, seed=5))
 

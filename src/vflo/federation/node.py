@@ -173,7 +173,12 @@ class Node:
         self._transport = transport
 
     def install(self, method: HandlerSet, *, seed: int, parties: tuple[PartyInfo, ...]) -> NodeContext:
-        """Serve ``method``'s handlers with a fresh private state."""
+        """Serve ``method``'s handlers with a fresh private state and, where this party keeps a ledger of its
+        own, an empty one: entries an earlier run left (one that failed, or a scoring) are not this run's."""
+        if self._transport is not None and not self._transport.shared_ledger:
+            stale = self._transport.ledger.drain()
+            if stale:
+                logger.info("party %s dropped %d ledger entries of an earlier run", self.name, len(stale))
         self.method = method
         self._handlers = method.handler_table()
         self.context = NodeContext(
