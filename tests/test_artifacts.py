@@ -189,3 +189,25 @@ def test_train_once_score_later_from_the_command_line(tmp_path: Path, capsys: py
     assert main(["predict", str(models), "--method", "local", "--data", str(tmp_path / "broken.csv"),
                  "--out", str(tmp_path / "s3.csv")]) == DataError.exit_code
     assert "feature columns 'bmi' not in the table" in capsys.readouterr().err
+
+
+class NotScikitLearn:
+    """A type from outside scikit-learn, as a crafted artifact would name to run its own code."""
+
+
+def test_a_scikit_learn_model_is_saved_without_pickle_and_foreign_types_are_refused(tmp_path: Path) -> None:
+    import skops.io as sio
+
+    from vflo.nn.estimators import EstimatorConfig, make_estimator
+
+    data = data_for("rap")
+    rap = get_method("rap")(estimator={"model": "RandomForestClassifier", "params": {"n_estimators": 5,
+                                                                                     "random_state": 0}})
+    model = vflo.fit(rap, data, seed=0)
+    expected = model.predict()
+    model.save(tmp_path)
+    assert np.array_equal(vflo.load(tmp_path).predict(raw_rows(data)), expected)
+    estimator = make_estimator(EstimatorConfig(model="RandomForestClassifier"), task="binary", n_classes=2, seed=0)
+    crafted = {"skops": np.frombuffer(sio.dumps([NotScikitLearn()]), dtype=np.uint8)}
+    with pytest.raises(ConfigError, match="not scikit-learn's; refused"):
+        estimator.set_state(crafted)

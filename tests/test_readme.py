@@ -27,8 +27,8 @@ def test_every_python_block_in_the_readme_runs() -> None:
 
 def test_the_own_files_commands_as_written(tmp_path: Path) -> None:
     commands = [line.removeprefix(".venv/bin/") for line in re.findall(r"^\.venv/bin/vflo [^\n#]+", README, flags=re.M)
-                if "own_files" in line]
-    assert len(commands) == 2
+                if "own_" in line]
+    assert len(commands) == 4
     for folder in ("configs", "examples"):
         shutil.copytree(REPO / folder, tmp_path / folder)
     for command in commands:
@@ -37,3 +37,7 @@ def test_the_own_files_commands_as_written(tmp_path: Path) -> None:
         assert done.returncode == 0, f"`{command}` failed:\n{done.stderr[-2000:]}"
     frame = pd.read_csv(tmp_path / "runs/own_files/results.csv")
     assert (frame.status == "ok").all() and {"local", "splitnn", "apc_vfl", "rap", "centralized"} <= set(frame.method)
+    scores = pd.read_csv(tmp_path / "runs/own_scores.csv")
+    new = pd.read_csv(tmp_path / "examples/data/hospital_new.csv")
+    assert list(scores.id) == list(new.pid) and list(scores.columns) == ["id", "readmitted", "recovered", "model"]
+    assert sorted(p.name for p in (tmp_path / "runs/own_models/splitnn").iterdir()) == ["hospital", "lab", "model.json"]

@@ -5,6 +5,8 @@
 A hospital (the active party: patient ID, outcome, six columns of which two are text) and a lab (seven
 columns) that hold partly the same patients: 150 and 120 rows, 100 shared, in their own order, IDs as
 text. The outcome depends on columns of both, so working together should beat the hospital alone.
+`hospital_new.csv` holds next month's 30 patients, without outcome, whom the lab has never seen: what a
+model saved with `--save` scores from the hospital's file alone (README, "Train once, score later").
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ def main() -> None:
     lab_table = lab_table.iloc[50:]
     hospital.sample(frac=1.0, random_state=1).to_csv(HERE / "hospital.csv", index=False)
     lab_table.sample(frac=1.0, random_state=2).to_csv(HERE / "lab.csv", index=False)
+    new_patients(np.random.default_rng(8), 30).to_csv(HERE / "hospital_new.csv", index=False)
+
+
+def new_patients(rng: np.random.Generator, n: int) -> pd.DataFrame:
+    """The hospital's columns for patients admitted after training (IDs Q...: never in either file)."""
+    return pd.DataFrame({"pid": [f"Q{i:04d}" for i in rng.choice(10_000, size=n, replace=False)],
+                         "age": rng.integers(18, 90, size=n), "bmi": rng.normal(27, 5, size=n).round(1),
+                         "sex": rng.choice(["F", "M"], size=n),
+                         "ward": rng.choice(["cardio", "general", "ortho"], size=n),
+                         "systolic": rng.normal(130, 18, size=n).round(0), "stay_days": rng.poisson(4, size=n)})
 
 
 if __name__ == "__main__":

@@ -282,3 +282,43 @@ class PartStore:
     def serving_rows(self, part: Part) -> PartyData | None:
         """In one process the rows to score are handed to the node already prepared."""
         return None
+
+
+class CheckpointStore:
+    """One party's training checkpoints: ``ROOT/RUN/epoch-NNNNN/PARTY``, each a checked part (state and manifest).
+
+    ``RUN`` is a key the coordinator derives from the method, its config, the seed and the split, so a resumed
+    run finds its own checkpoints and no other run's; the folder itself is the party's own choice.
+    """
+
+    def __init__(self, root: Path, *, party: str, role: str) -> None:
+        self.root = Path(root)
+        self.party = party
+        self.role = role
+
+    def _folder(self, run: str, epoch: int) -> Path:
+        if not run.isalnum():
+            raise ConfigError(f"checkpoint run key {run!r} must be letters and digits")
+        return self.root / run / f"epoch-{epoch:05d}" / _safe_name(self.party, "party name")
+
+    def save(self, run: str, epoch: int, state: Mapping[str, Value]) -> None:
+        write_part(self._folder(run, epoch), party=self.party, role=self.role, method="checkpoint", label=run,
+                   config="{}", model_id=run, state=state, preprocessing=None)
+
+    def load(self, run: str, epoch: int) -> dict[str, Value]:
+        folder = self._folder(run, epoch)
+        try:
+            return read_part(folder, party=self.party, model_id=run, label=run).state
+        except ArtifactError as exc:
+            raise ArtifactError(f"checkpoint {folder} cannot be used ({exc}); delete {folder.parent} at every party "
+                                "to resume from the checkpoint before it") from exc
+
+    def epochs(self, run: str) -> list[int]:
+        """The epochs after which this party holds a complete checkpoint of ``run``."""
+        if not run.isalnum() or not (self.root / run).is_dir():
+            return []
+        found = []
+        for folder in (self.root / run).glob("epoch-*"):
+            if (folder / self.party / MANIFEST).is_file():
+                found.append(int(folder.name.removeprefix("epoch-")))
+        return sorted(found)

@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--save", type=Path, metavar="DIR",
                      help="save each method's model: every party its own part in DIR/LABEL/PARTY (deployed: the "
                           "others in the folders their configs name); the first run of a simulation")
+    run.add_argument("--checkpoints", type=Path, metavar="DIR",
+                     help="keep training checkpoints in DIR, for methods whose config sets train.checkpoint_every "
+                          "(deployed: this party's; every other party keeps its own where its config says)")
+    run.add_argument("--resume", action="store_true",
+                     help="with --checkpoints: continue each run from the last checkpoint every party holds (same "
+                          "config and seed give the same model as an uninterrupted run); replaces the output folder")
 
     certs = sub.add_parser("certs", help="make a private CA and one key and certificate per party")
     certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
@@ -67,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--save", type=Path, metavar="DIR",
                        help="this party's model folder: where it writes its parts of trained models and reads them "
                             "to score (overrides models = ... in PARTY.toml)")
+    serve.add_argument("--checkpoints", type=Path, metavar="DIR",
+                       help="this party's checkpoint folder, for runs started with --checkpoints (overrides "
+                            "checkpoints = ... in PARTY.toml)")
 
     predict = sub.add_parser("predict", help="score new rows with a saved model", epilog=_exit_code_text(),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -223,6 +232,8 @@ def _party(args: argparse.Namespace) -> int:
         config = _insecure_tls(config)
     if args.save is not None:
         config = replace(config, models=str(args.save))
+    if args.checkpoints is not None:
+        config = replace(config, checkpoints=str(args.checkpoints))
     return serve_forever(config)
 
 
@@ -271,16 +282,17 @@ def _run_deployed(args: argparse.Namespace) -> int:
     deploy = load_deploy_config(args.deploy)
     if args.insecure:
         deploy = replace(deploy, active=_insecure_tls(deploy.active))
+    _check_checkpoints(args, experiment.methods)
     out_dir = args.out if args.out is not None else default_out_dir(experiment.name)
-    check_out_dir(out_dir, overwrite=args.overwrite)
+    check_out_dir(out_dir, overwrite=args.overwrite or args.resume)
     if args.save is not None:
         check_out_dir(args.save, overwrite=args.overwrite)
     deployment = Deployment(deploy)
     try:
-        rows = run_deployed(experiment, deployment, save=args.save)
+        rows = run_deployed(experiment, deployment, save=args.save, checkpoints=args.checkpoints, resume=args.resume)
     finally:
         deployment.close()
-    write_deployed(experiment, deployment, rows, out_dir, overwrite=args.overwrite)
+    write_deployed(experiment, deployment, rows, out_dir, overwrite=args.overwrite or args.resume)
     console = _console()
     for r in rows:
         if r["status"] == "failed":
@@ -292,6 +304,21 @@ def _run_deployed(args: argparse.Namespace) -> int:
     return next((int(r["exit_code"]) for r in rows if r["status"] == "failed"), 0)
 
 
+def _check_checkpoints(args: argparse.Namespace, methods: Sequence[Any]) -> None:
+    from vflo.errors import ConfigError
+
+    if args.resume and args.checkpoints is None:
+        raise ConfigError("--resume continues from the checkpoints of an earlier run: give their folder with "
+                          "--checkpoints DIR")
+    if args.checkpoints is None:
+        return
+    keeping = [e.label for e in methods for t in e.method_cls.checkpointed
+               if getattr(getattr(e.instantiate().config, t), "checkpoint_every", 0)]
+    if not keeping:
+        logger.warning("--checkpoints: no method in this config keeps checkpoints; set checkpoint_every = N in the "
+                       "[methods.splitnn.train] or [methods.entity_augmentation.train] table")
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.deploy is not None:
         return _run_deployed(args)
@@ -301,24 +328,28 @@ def _run(args: argparse.Namespace) -> int:
     from vflo.experiments.runner import run_experiment
 
     config = load_config(args.config, quick=args.quick)
+    _check_checkpoints(args, config.methods)
+    overwrite = args.overwrite or args.resume
     out_dir = args.out if args.out is not None else default_out_dir(config.name)
-    check_out_dir(out_dir, overwrite=args.overwrite)
+    check_out_dir(out_dir, overwrite=overwrite)
     if args.save is not None:
-        check_out_dir(args.save, overwrite=args.overwrite)
+        check_out_dir(args.save, overwrite=overwrite)
     console = _console()
     console.print(f"[bold]{config.name}[/bold]: {len(config.variants)} variant(s) x "
                   f"{config.protocol.repetitions()} repeat(s) x {len(config.methods)} method(s)")
+    options: dict[str, Any] = {"data_dir": args.data_dir, "progress": not args.no_progress,
+                               "checkpoints": args.checkpoints, "resume": args.resume}
     if args.save is None:
-        result = run_experiment(config, data_dir=args.data_dir, progress=not args.no_progress)
+        result = run_experiment(config, **options)
     else:
         from vflo.experiments.output import atomic_dir
 
-        with atomic_dir(args.save, overwrite=args.overwrite) as models:
-            result = run_experiment(config, data_dir=args.data_dir, progress=not args.no_progress, save=models)
+        with atomic_dir(args.save, overwrite=overwrite) as models:
+            result = run_experiment(config, save=models, **options)
         console.print(f"models of the first run saved to {args.save}/ (one folder per method, one per party)")
     summary = summarize(result)
     _print_summary(console, result, summary)
-    write_results(result, out_dir, overwrite=args.overwrite)
+    write_results(result, out_dir, overwrite=overwrite)
     console.print(f"results written to {out_dir}/ (results.csv, results.json, report.md, plots) "
                   f"in {result.seconds:.1f} s")
     for failure in result.failures:

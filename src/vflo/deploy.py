@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from vflo import schema
-from vflo.artifacts import ModelCard, Part, PartStore, Preprocessing, new_model_id
+from vflo.artifacts import CheckpointStore, ModelCard, Part, PartStore, Preprocessing, new_model_id
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.comm.grpc_transport import DEFAULT_DEADLINE, GrpcTransport, PartyServer
 from vflo.comm.ledger import Ledger
@@ -40,6 +40,7 @@ from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
 from vflo.federation.simulation import RunOutput, party_node
 from vflo.methods.base import Method
+from vflo.nn.train import CheckpointPlan
 from vflo.roles import PartyInfo, Role
 from vflo.scoring import Missing, SavedModel, combine
 
@@ -90,6 +91,8 @@ class PartyConfig:
     max_message_bytes: int = DEFAULT_MAX_BYTES
     # Where this party writes its parts of trained models (after `run --save`) and reads them (to score).
     models: str | None = None
+    # Where this party keeps its own training checkpoints, so a run can resume after any party stopped.
+    checkpoints: str | None = None
 
     def __post_init__(self) -> None:
         if self.role in ("active", "passive") and self.data is None:
@@ -148,8 +151,9 @@ def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
                 if isinstance(section.get(k), str) and not Path(section[k]).is_absolute():
                     section[k] = str(base / section[k])
             out[table] = section
-    if isinstance(out.get("models"), str) and not Path(out["models"]).is_absolute():
-        out["models"] = str(base / out["models"])
+    for key in ("models", "checkpoints"):
+        if isinstance(out.get(key), str) and not Path(out[key]).is_absolute():
+            out[key] = str(base / out[key])
     return out
 
 
@@ -252,7 +256,10 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
     if config.models is not None:
         store = DeployedStore(Path(config.models), party=config.name, role=config.role, preprocessing=preprocessing,
                               serve_file=None if config.data is None else config.data.serve_file)
-    node = party_node(PartyInfo(config.name, config.role), data, serve, store=store)
+    checkpoints = None
+    if config.checkpoints is not None:
+        checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
+    node = party_node(PartyInfo(config.name, config.role), data, serve, store=store, checkpoints=checkpoints)
     transport = GrpcTransport(config.name, config.peers, credentials=credentials, deadline=config.deadline,
                               max_message_bytes=config.max_message_bytes)
     node.attach(transport)
@@ -376,11 +383,13 @@ class Deployment:
                         f"leave {method.name} out")
 
     def run(self, method: Method, *, seed: int, alignment: AlignmentConfig | None = None,
-            save: tuple[Path, str] | None = None) -> RunOutput:
+            save: tuple[Path, str] | None = None, checkpoint: tuple[Path, CheckpointPlan] | None = None) -> RunOutput:
         """Fit ``method`` over the network and score the test rows; the ledger holds every party's messages.
 
         With ``save`` (a folder and a label) every party writes its own part in its own folder (the others in
-        the folder their configs name) and this party writes its part and the model card here."""
+        the folder their configs name) and this party writes its part and the model card here. With
+        ``checkpoint`` (this party's folder and a plan), training keeps checkpoints here and every other
+        party in the folder its own config names, and may resume from the last one they all hold."""
         if method.simulation_only:
             raise MethodError(f"{method.name} needs the pooled raw data of every party, so it exists only in "
                               "simulation; it cannot run over a deployment")
@@ -390,6 +399,9 @@ class Deployment:
         transport.ledger = Ledger()
         fed = Federation(node=self.party.node, transport=transport, parties=parties, seed=seed,
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+        if checkpoint is not None:
+            self.party.node.checkpoints = CheckpointStore(checkpoint[0], party=self.train.party, role="active")
+            fed.checkpoint = checkpoint[1]
         fed.setup(method, save=save is not None)
         t0 = time.perf_counter()
         method.fit(fed)

@@ -66,6 +66,31 @@ def write_party_toml(path: Path, fields: dict[str, object], data: dict[str, obje
     path.write_text("\n".join(lines) + "\n")
 
 
+def spawn(config: Path) -> subprocess.Popen[str]:
+    """``vflo party serve CONFIG`` in its own process."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    return subprocess.Popen([sys.executable, "-m", "vflo", "party", "serve", str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def wait_listening(processes: dict[str, subprocess.Popen[str]]) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    for name, proc in processes.items():
+        assert proc.stdout is not None
+        line = ""
+        while "listening on" not in line:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                rest = proc.stdout.read() if proc.poll() is not None else ""
+                raise RuntimeError(f"party {name} did not start: {line!r}{rest}")
+            line = proc.stdout.readline()
+
+
+def restart(federation: Federation, name: str) -> None:
+    """Start a party again from its config after it was killed (same address, same folders)."""
+    federation.processes[name] = spawn(federation.directory / f"{name}.toml")
+    wait_listening({name: federation.processes[name]})
+
+
 def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str, str]) -> Federation:
     """Write each party's files, start every non-active party as `vflo party serve`, wait until they listen."""
     active = data.active
@@ -86,7 +111,6 @@ def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str
     test_path = directory / f"{active}_test.csv"
     test.to_frame(id_column="id", label_column="label").to_csv(test_path, index=False)
     processes: dict[str, subprocess.Popen[str]] = {}
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     try:
         for name, role in names.items():
             if name == active:
@@ -97,22 +121,13 @@ def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str
                 f = files[name]
                 data_fields = {"file": f.file, "id_column": f.id_column, "serve_file": f.serve_file,
                                "standardize": False}
-            # Each party's own model folder: parts it saves after training and loads to score.
+            # Each party's own model and checkpoint folders: parts it saves after training and loads to score.
             write_party_toml(cfg, {"name": name, "role": role, "listen": addresses[name],
-                                   "models": str(directory / f"{name}_models")}, data_fields,
+                                   "models": str(directory / f"{name}_models"),
+                                   "checkpoints": str(directory / f"{name}_checkpoints")}, data_fields,
                              directory / "certs", {n: a for n, a in addresses.items() if n != name})
-            processes[name] = subprocess.Popen(
-                [sys.executable, "-m", "vflo", "party", "serve", str(cfg)], stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, env=env)
-        deadline = time.monotonic() + STARTUP_SECONDS
-        for name, proc in processes.items():
-            assert proc.stdout is not None
-            line = ""
-            while "listening on" not in line:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    rest = proc.stdout.read() if proc.poll() is not None else ""
-                    raise RuntimeError(f"party {name} did not start: {line!r}{rest}")
-                line = proc.stdout.readline()
+            processes[name] = spawn(cfg)
+        wait_listening(processes)
     except BaseException:
         Federation(deploy=None, local=data, processes=processes, directory=directory).stop()  # type: ignore[arg-type]
         raise
@@ -143,4 +158,4 @@ def stopped(federation: Federation) -> Iterator[Federation]:
         federation.stop()
 
 
-__all__ = ["Federation", "free_port", "np", "start_federation", "stopped"]
+__all__ = ["Federation", "free_port", "np", "restart", "start_federation", "stopped"]

@@ -47,7 +47,8 @@ def test_the_docs_commands_are_parsed() -> None:
     runs = [c for kind, c in steps if kind == "run"]
     assert runs[0] == "source .venv/bin/activate"
     assert sum(c.startswith("vflo party serve") for c in runs) == 4
-    assert sum(c.startswith("vflo run") for c in runs) == 2
+    assert sum(c.startswith("vflo run") for c in runs) == 5
+    assert sum(c.startswith("vflo predict") for c in runs) == 2
     assert {k for k, _ in steps if k.startswith("file")} == {"file runs/own/lab.toml", "file runs/own/deploy.toml",
                                                              "file runs/own/experiment.toml"}
 
@@ -85,9 +86,19 @@ def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    for results in ("runs/demo/results", "runs/own/results"):
+    for results in ("runs/demo/results", "runs/own/results", "runs/own/saved", "runs/own/long"):
         frame = pd.read_csv(tmp_path / results / "results.csv")
         assert (frame.status == "ok").all() and len(frame) >= 2
+    own = tmp_path / "runs/own"
+    resumed = pd.read_csv(own / "long" / "results.csv").set_index("method")
+    assert resumed.loc["splitnn", "resumed_after_epoch"] >= 10
+    saved = pd.read_csv(own / "saved" / "results.csv").set_index("method")
+    assert resumed.loc["splitnn", "accuracy"] == saved.loc["splitnn", "accuracy"]
+    for name in ("apc", "splitnn"):
+        scores = pd.read_csv(own / f"{name}_scores.csv")
+        assert list(scores.columns) == ["id", "readmitted", "recovered", "model"] and len(scores) > 0
+    assert (own / "lab_models" / "splitnn" / "lab" / "manifest.json").is_file()
+    assert not (own / "models" / "splitnn" / "lab").exists()
     assert (tmp_path / "runs/demo/.gitignore").read_text().strip().endswith("*")
 
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_dataset, two_party_spec
-from tests.e2e.conftest import Federation, start_federation, stopped
+from tests.e2e.conftest import Federation, restart, start_federation, stopped
 from vflo.cli import main
+from vflo.comm.codec import decode
 from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.deploy import Deployment, score_deployed
 from vflo.errors import MethodError, TransportError
@@ -133,27 +134,36 @@ def test_simulation_only_methods_cannot_be_deployed(vertical: Federation, name: 
         deployment.close()
 
 
+def write_deploy(federation: Federation, path: Path, deadline: float = 20.0) -> Path:
+    """The active party's deploy config for a running federation, as a user would write it."""
+    d = federation.deploy
+    assert d.active.data is not None
+    peers = "\n".join(f'[[parties]]\nname = "{p.name}"\nrole = "{p.role}"\naddress = "{p.address}"'
+                      for p in d.parties)
+    path.write_text(
+        f'test_file = "{d.test_file}"\n[active]\nname = "{d.active.name}"\nrole = "active"\n'
+        f'listen = "{d.active.listen}"\ndeadline = {deadline}\n[active.data]\nfile = "{d.active.data.file}"\n'
+        f'id_column = "id"\nlabel_column = "label"\nstandardize = false\n[active.tls]\n'
+        f'dir = "{d.active.tls.dir}"\n{peers}\n')
+    return path
+
+
+def splitnn_deployment(tmp_path: Path, seed: int, train: str) -> tuple[Federation, Path, Path]:
+    """Two party processes, a SplitNN experiment with ``train`` settings, and the active party's deploy config."""
+    ds = make_dataset(n=400, n_features=6)
+    layout = two_party_spec(active=400, aligned=300).build(ds, seed=seed)
+    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
+    federation = start_federation(tmp_path / "fed", data, {})
+    experiment = tmp_path / "exp.toml"
+    experiment.write_text(f'name = "killed"\n[[methods]]\nname = "splitnn"\ntrain = {{ {train} }}\n')
+    return federation, experiment, write_deploy(federation, tmp_path / "deploy.toml")
+
+
 def test_a_party_killed_mid_training_fails_the_method_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    ds = make_dataset(n=400, n_features=6)
-    layout = two_party_spec(active=400, aligned=300).build(ds, seed=1)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
-    federation = start_federation(tmp_path / "fed", data, {})
+    federation, experiment, deploy = splitnn_deployment(tmp_path, 1, "max_epochs = 200, patience = 0, batch_size = 8")
     try:
-        experiment = tmp_path / "exp.toml"
-        experiment.write_text('name = "killed"\n[[methods]]\nname = "splitnn"\n'
-                              'train = { max_epochs = 200, patience = 0, batch_size = 8 }\n')
-        deploy = tmp_path / "deploy.toml"
-        d = federation.deploy
-        assert d.active.data is not None
-        peers = "\n".join(f'[[parties]]\nname = "{p.name}"\nrole = "{p.role}"\naddress = "{p.address}"'
-                          for p in d.parties)
-        deploy.write_text(
-            f'test_file = "{d.test_file}"\n[active]\nname = "{d.active.name}"\nrole = "active"\n'
-            f'listen = "{d.active.listen}"\ndeadline = 20.0\n[active.data]\nfile = "{d.active.data.file}"\n'
-            f'id_column = "id"\nlabel_column = "label"\nstandardize = false\n[active.tls]\n'
-            f'dir = "{d.active.tls.dir}"\n{peers}\n')
         killer = threading.Timer(8.0, federation.processes["pas"].kill)
         killer.start()
         out = tmp_path / "results"
@@ -171,5 +181,60 @@ def test_a_party_killed_mid_training_fails_the_method_and_says_so(
         assert [r["status"] for r in results["rows"]] == ["failed"] and results["failures"][0]["exit_code"] == 4
         assert "## Failures" in (out / "report.md").read_text()
         assert elapsed < 8.0 + 20.0 + 30.0  # the kill, the deadline, and start-up
+    finally:
+        federation.stop()
+
+
+def test_a_run_resumed_after_a_party_was_killed_ends_with_the_uninterrupted_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Kill the passive party mid-run, start it again, resume: the same model as a run never interrupted."""
+    import json
+
+    federation, experiment, deploy = splitnn_deployment(
+        tmp_path, 2, "max_epochs = 60, patience = 100, batch_size = 8, checkpoint_every = 5")
+    try:
+        run = ["run", str(experiment), "--deploy", str(deploy), "--no-progress"]
+        assert main([*run, "--out", str(tmp_path / "plain"), "--save", str(tmp_path / "plain_model")]) == 0
+        plain = json.loads((tmp_path / "plain" / "results.json").read_text())["rows"][0]
+
+        # Kill the passive party once it holds its third checkpoint (after epoch 15 of 60).
+        mine, theirs = tmp_path / "checkpoints", federation.directory / "pas_checkpoints"
+
+        def kill_after_third_checkpoint() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if len(list(theirs.glob("*/epoch-*/pas/manifest.json"))) >= 3:
+                    federation.processes["pas"].kill()
+                    return
+                time.sleep(0.01)
+
+        killer = threading.Thread(target=kill_after_third_checkpoint)
+        killer.start()
+        code = main([*run, "--out", str(tmp_path / "killed"), "--checkpoints", str(mine)])
+        killer.join()
+        assert code == TransportError.exit_code
+        assert "party 'pas'" in capsys.readouterr().err
+        held = sorted(p.parent.parent.name for p in theirs.glob("*/epoch-*/pas/manifest.json"))
+        assert len(held) >= 3 and held[-1] != "epoch-00059"  # killed before the end
+        # Each party kept only its own checkpoints, in its own folder.
+        assert {p.name for p in mine.glob("*/epoch-*/*") if not p.name.startswith(".")} == {"act"}
+        assert {p.name for p in theirs.glob("*/epoch-*/*") if not p.name.startswith(".")} == {"pas"}
+
+        restart(federation, "pas")
+        assert main([*run, "--out", str(tmp_path / "resumed"), "--checkpoints", str(mine), "--resume",
+                     "--save", str(tmp_path / "resumed_model")]) == 0
+        resumed = json.loads((tmp_path / "resumed" / "results.json").read_text())["rows"][0]
+        assert resumed["resumed_after_epoch"] >= 15
+        for metric in ("accuracy", "f1_macro", "epochs"):
+            assert resumed[metric] == plain[metric], metric
+        assert resumed["fit_rounds"] < plain["fit_rounds"]
+        # The same model to the last bit: the active party's bottom and top (the top was trained on the
+        # passive party's activations, so its weights differ if the passive party's network did).
+        states = [decode((tmp_path / f / "splitnn" / "act" / "state.vflo").read_bytes()).payload
+                  for f in ("plain_model", "resumed_model")]
+        assert states[0].keys() == states[1].keys()
+        for key, value in states[0].items():
+            assert np.array_equal(value, states[1][key]) if isinstance(value, np.ndarray) else value == states[1][key]
     finally:
         federation.stop()

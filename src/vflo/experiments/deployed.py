@@ -19,14 +19,16 @@ from vflo.errors import ConfigError, VfloError
 from vflo.experiments.config import DeploymentExperiment
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table
+from vflo.experiments.runner import run_key
 from vflo.metrics import compute_metrics, default_metric
+from vflo.nn.train import CheckpointPlan
 from vflo.seeding import derive_seed
 
 logger = logging.getLogger(__name__)
 
 
-def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *,
-                 save: Path | None = None) -> list[dict[str, Any]]:
+def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, save: Path | None = None,
+                 checkpoints: Path | None = None, resume: bool = False) -> list[dict[str, Any]]:
     """One row per method: metrics on the test file, and the traffic from every party's ledger.
 
     Checks that concern every method (test rows held out of every party's training rows, shared IDs, rows
@@ -47,8 +49,13 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *,
         seed = derive_seed(experiment.seed, "method", 0, 0)
         t0 = time.perf_counter()
         try:
-            out = deployment.run(entry.instantiate(), seed=seed, alignment=experiment.alignment,
-                                 save=None if save is None else (save, entry.label))
+            method = entry.instantiate()
+            plan = None
+            if checkpoints is not None and method.checkpointed:
+                key = run_key(experiment.name, entry.label, method.config_json(), seed)
+                plan = (checkpoints, CheckpointPlan(run=key, resume=resume))
+            out = deployment.run(method, seed=seed, alignment=experiment.alignment,
+                                 save=None if save is None else (save, entry.label), checkpoint=plan)
         except Exception as exc:  # one method failing must not discard the others' results
             code = exc.exit_code if isinstance(exc, VfloError) else 1
             logger.error("%s: %s failed: %s", experiment.name, entry.label, exc)
@@ -71,6 +78,16 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *,
     return rows
 
 
+def _training(row: dict[str, Any]) -> str:
+    """How the method's main network's training ended in this run: epochs, the rule or the cap, a resume."""
+    if "epochs" not in row:
+        return ""
+    text = f"{row['epochs']:.0f} epochs, " + ("stopped by its rule" if row.get("stopped_by_rule") else "to the cap")
+    if row.get("resumed_after_epoch") is not None:
+        text += f", resumed after epoch {row['resumed_after_epoch']:.0f}"
+    return text
+
+
 def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, rows: list[dict[str, Any]],
                    out_dir: Path, *, overwrite: bool = False) -> Path:
     metric = experiment.metric or default_metric(deployment.task)  # type: ignore[arg-type]
@@ -81,7 +98,7 @@ def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, row
         (tmp / "results.json").write_text(json.dumps({"experiment": experiment.name, "rows": rows,
                                                       "failures": failed}, indent=1))
         body = [[r["method"], f"{r[metric]:.4f}", f"{r['fit_bytes'] / 1e6:.3f} MB", r["fit_rounds"],
-                 f"{r['align_bytes'] / 1e6:.3f} MB", f"{r['fit_seconds']:.2f}"] for r in done]
+                 f"{r['align_bytes'] / 1e6:.3f} MB", f"{r['fit_seconds']:.2f}", _training(r)] for r in done]
         failures = ["## Failures", "", markdown_table(["method", "error"], [
             [r["method"], f"{r['error_type']}: {r['error']}"] for r in failed]), ""] if failed else []
         parties = ", ".join(f"{p.name} ({p.role})" for p in deployment.parties)
@@ -90,7 +107,8 @@ def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, row
             f"- Training rows at the active party: {deployment.train.n_samples}; test rows: "
             f"{0 if deployment.test is None else deployment.test.n_samples}",
             f"- Alignment: {experiment.alignment.method}", "",
-            markdown_table(["method", metric, "train comm", "train rounds", "alignment", "fit s"], body), "",
+            markdown_table(["method", metric, "train comm", "train rounds", "alignment", "fit s", "training"], body),
+            "",
             *failures,
             "Communication is the sum of every party's own ledger of the messages it sent and the replies it got.",
             "",

@@ -147,6 +147,7 @@ def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
             ["variant", "method", *others],
             [[r["variant"], r["method"], *(_fmt(r[m]) for m in others)] for _, r in summary.iterrows()],
         ), ""]
+    lines += _training_section(result)
     lines += _communication_section(result)
     if any(summary["simulation_only"]):
         lines += [
@@ -158,6 +159,25 @@ def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
         "ledger detail, environment), plots `metric_vs_x.png` and `bytes_vs_x.png`.", "",
     ]
     return "\n".join(lines)
+
+
+def _training_section(result: ExperimentResult) -> list[str]:
+    """How each trained network's loop ended, as the runs report it (not as the config intended)."""
+    frame = pd.DataFrame([r for r in result.rows if r.get("status") == "ok" and "epochs" in r])
+    if frame.empty:
+        return []
+    body = []
+    for (variant, method), group in frame.groupby(["variant", "method"], sort=False):
+        resumed = group["resumed_after_epoch"].dropna() if "resumed_after_epoch" in group else pd.Series([])
+        body.append([variant, method, f"{group['epochs'].mean():.1f}", f"{group['epochs'].max():.0f}",
+                     f"{int(group['stopped_by_rule'].sum())} of {len(group)}",
+                     f"{len(resumed)} (after epoch {', '.join(str(int(e)) for e in resumed)})" if len(resumed)
+                     else "0"])
+    return ["## How training ended", "",
+            "Epochs each method's main network trained (mean and most over runs), in how many runs the stopping "
+            "rule ended it (the others ran to `max_epochs`), and runs resumed from a checkpoint.", "",
+            markdown_table(["variant", "method", "epochs (mean)", "epochs (max)", "stopped by rule", "resumed"], body),
+            ""]
 
 
 def _communication_section(result: ExperimentResult) -> list[str]:

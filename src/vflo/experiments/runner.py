@@ -7,6 +7,7 @@ equal terms. Communication columns are read from each run's ledger.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import platform
@@ -28,6 +29,7 @@ from vflo.experiments.protocols import ActiveCV, pool
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.representation import RepresentationMethod
 from vflo.metrics import compute_metrics, metric_names
+from vflo.nn.train import CheckpointPlan
 from vflo.progress import progress_bar
 from vflo.seeding import derive_seed, numpy_rng
 from vflo.version import __version__
@@ -80,9 +82,13 @@ def _plain(value: Any) -> Any:
 def run_experiment(
     config: ExperimentConfig, *, data_dir: str | None = None, progress: bool = False,
     on_row: Callable[[dict[str, Any]], None] | None = None, save: Path | None = None,
+    checkpoints: Path | None = None, resume: bool = False,
 ) -> ExperimentResult:
     """Run everything the config describes; with ``save``, every deployable method's first run (first variant,
-    repeat and fold) is saved there, each party's part in its own folder (``SAVE/LABEL/PARTY``).
+    repeat and fold) is saved there, each party's part in its own folder (``SAVE/LABEL/PARTY``). With
+    ``checkpoints``, methods whose training keeps checkpoints (``train.checkpoint_every``) keep them there, one
+    folder per run (a key from the experiment, method, config, variant, repeat, fold and seed) and one per
+    party; ``resume`` continues each such run from its last checkpoint every party holds.
 
     Problems that concern the whole run (a file, the scenario, rows a collaborative method would need
     to score) are raised before anything trains. A method that fails while running is recorded as a
@@ -126,12 +132,19 @@ def run_experiment(
                 first = variant is config.variants[0] and repeat == 0 and split.fold == 0
                 for entry in config.methods:
                     keep = save if first and not entry.method_cls.simulation_only else None
-                    row, comm = _run_one(config, dataset, variant, repeat, split.fold, entry, data, facts, save=keep)
+                    row, comm = _run_one(config, dataset, variant, repeat, split.fold, entry, data, facts, save=keep,
+                                         checkpoints=checkpoints, resume=resume)
                     _collect(result, [row], comm, on_row)
                 bar.advance(task, len(config.methods) / len(splits))
     assert result is not None
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def run_key(*parts: object) -> str:
+    """The folder name of one run's checkpoints: the same for the run and its resumption, another for any
+    other method, config, variant, repeat, fold or seed."""
+    return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:20]
 
 
 def check_scoring_rows(config: ExperimentConfig, data: FederatedData) -> None:
@@ -236,13 +249,20 @@ def _failure(config: ExperimentConfig, dataset: Dataset, variant: Variant, repea
 
 def _run_one(
     config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, entry: MethodEntry,
-    data: FederatedData, facts: dict[str, Any], *, save: Path | None = None,
+    data: FederatedData, facts: dict[str, Any], *, save: Path | None = None, checkpoints: Path | None = None,
+    resume: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     seed = derive_seed(config.seed, "method", repeat, fold)
     t0 = time.perf_counter()
     try:
-        out = run_method(entry.instantiate(), data, seed=seed, max_message_bytes=config.transport.max_message_bytes,
-                         alignment=config.alignment, save=None if save is None else (save, entry.label))
+        method = entry.instantiate()
+        plan = None
+        if checkpoints is not None and method.checkpointed:
+            key = run_key(config.name, entry.label, method.config_json(), variant.label, repeat, fold, seed)
+            plan = (checkpoints, CheckpointPlan(run=key, resume=resume))
+        out = run_method(method, data, seed=seed, max_message_bytes=config.transport.max_message_bytes,
+                         alignment=config.alignment, save=None if save is None else (save, entry.label),
+                         checkpoint=plan)
     except Exception as exc:  # one method failing must not discard the others' results
         return _failure(config, dataset, variant, repeat, fold, seed, entry, facts, exc), {}
     wall = time.perf_counter() - t0

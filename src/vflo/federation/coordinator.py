@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from vflo.data.datasets import Task
     from vflo.data.scenario import Oracle
     from vflo.methods.base import Method
+    from vflo.nn.train import CheckpointPlan
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ class Federation:
         self._round = 0
         self._method: Method | None = None
         self._in_flight: PendingExchange | None = None
+        # Where a method's training keeps checkpoints and whether it resumes (set by the runner): see nn.train.
+        self.checkpoint: CheckpointPlan | None = None
         if node.info not in parties:
             raise PartyBoundaryError(f"coordinator {node.name!r} is not one of the parties")
 

@@ -56,6 +56,16 @@ class SavedPart(Protocol):
     def manifest(self) -> Mapping[str, Any]: ...
 
 
+class CheckpointStoreLike(Protocol):
+    """Where a party keeps its training checkpoints: a folder of its own (vflo.artifacts.CheckpointStore)."""
+
+    def save(self, run: str, epoch: int, state: Mapping[str, Any]) -> None: ...
+
+    def load(self, run: str, epoch: int) -> dict[str, Any]: ...
+
+    def epochs(self, run: str) -> list[int]: ...
+
+
 class PartStoreLike(Protocol):
     """Where a party keeps its model parts: a folder of its own, chosen by its own config (vflo.artifacts)."""
 
@@ -77,11 +87,13 @@ def _no_methods(name: str, _config: str) -> HandlerSet:
 class NodeContext:
     """What a handler may touch: its own party's data and state, and an outbox."""
 
-    __slots__ = ("_current_round", "_transport", "data", "info", "parties", "seed", "sender", "serving", "state")
+    __slots__ = ("_current_round", "_transport", "checkpoints", "data", "info", "parties", "seed", "sender", "serving",
+                 "state")
 
     def __init__(
         self, *, info: PartyInfo, data: PartyData | None, serving: PartyData | None,
         parties: tuple[PartyInfo, ...], seed: int, transport: Transport | None,
+        checkpoints: CheckpointStoreLike | None = None,
     ) -> None:
         self.info = info
         self.data = data
@@ -93,6 +105,14 @@ class NodeContext:
         self.sender = ""
         self._transport = transport
         self._current_round = 0
+        # This party's own checkpoint folder (from its own config), where training can pause and resume.
+        self.checkpoints = checkpoints
+
+    def require_checkpoints(self) -> CheckpointStoreLike:
+        if self.checkpoints is None:
+            raise ProtocolError(f"party {self.party!r} has no checkpoint folder: start it with --checkpoints DIR (or "
+                                "checkpoints = 'DIR' in its config)")
+        return self.checkpoints
 
     @property
     def party(self) -> str:
@@ -143,6 +163,7 @@ class Node:
     def __init__(
         self, info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
         methods: MethodFactory = _no_methods, protocols: Sequence[HandlerSet] = (), store: PartStoreLike | None = None,
+        checkpoints: CheckpointStoreLike | None = None,
     ) -> None:
         if data is not None and data.party != info.name:
             raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
@@ -161,8 +182,9 @@ class Node:
         }
         self._handlers: dict[str, tuple[HandlerInfo, str]] = {}
         self._handling: str | None = None
-        # Where this party saves and loads its model parts: its own folder, never one a peer names.
+        # Where this party saves and loads its model parts and checkpoints: its own folders, never one a peer names.
         self.store = store
+        self.checkpoints = checkpoints
 
     @property
     def name(self) -> str:
@@ -183,7 +205,7 @@ class Node:
         self._handlers = method.handler_table()
         self.context = NodeContext(
             info=self.info, data=self._data, serving=self._serving, parties=parties, seed=seed,
-            transport=self._transport,
+            transport=self._transport, checkpoints=self.checkpoints,
         )
         return self.context
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from vflo.align.protocol import ALIGNMENT
-from vflo.artifacts import ModelCard, PartStore, Preprocessing, new_model_id
+from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing, new_model_id
 from vflo.comm.faults import FaultPlan
 from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.comm.local import LocalTransport, Observer
@@ -21,6 +21,7 @@ from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
 from vflo.methods.base import Method
 from vflo.methods.registry import method_from_json
+from vflo.nn.train import CheckpointPlan
 from vflo.roles import PartyInfo
 
 
@@ -47,9 +48,10 @@ class RunOutput:
 
 
 def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
-               store: PartStore | None = None) -> Node:
+               store: PartStore | None = None, checkpoints: CheckpointStore | None = None) -> Node:
     """A node that serves every registered method and alignment: what each party runs."""
-    return Node(info, data, serving, methods=method_from_json, protocols=(ALIGNMENT,), store=store)
+    return Node(info, data, serving, methods=method_from_json, protocols=(ALIGNMENT,), store=store,
+                checkpoints=checkpoints)
 
 
 def preprocessing_of(data: FederatedData, party: str) -> Preprocessing | None:
@@ -88,15 +90,20 @@ def save_model(fed: Federation, nodes: Mapping[str, Node], method: Method, data:
 def build_federation(
     data: FederatedData, method: Method, *, seed: int, ledger: Ledger | None = None,
     max_message_bytes: int | None = None, observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
-    alignment: AlignmentConfig | None = None,
+    alignment: AlignmentConfig | None = None, checkpoints: Path | None = None,
 ) -> tuple[Federation, dict[str, Node]]:
-    """One node per party built from that party's data only, joined by a :class:`LocalTransport`."""
-    nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name)) for p in data.parties}
+    """One node per party built from that party's data only, joined by a :class:`LocalTransport`; with
+    ``checkpoints``, each party keeps its own checkpoints in its own subfolder of that folder."""
+    def stores(p: PartyInfo) -> CheckpointStore | None:
+        return None if checkpoints is None else CheckpointStore(checkpoints, party=p.name, role=p.role)
+
+    nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name), checkpoints=stores(p))
+             for p in data.parties}
     extras: tuple[PartyInfo, ...] = method.extra_parties(data.parties)
     for info in extras:
         if info.name in nodes:
             raise MethodError(f"{method.name} adds a party named {info.name!r}, but a data party has that name")
-        nodes[info.name] = party_node(info)
+        nodes[info.name] = party_node(info, checkpoints=stores(info))
     parties = (*data.parties, *extras)
     transport = LocalTransport(nodes, ledger=ledger, max_message_bytes=max_message_bytes, observers=observers,
                                faults=faults)
@@ -112,12 +119,17 @@ def run_method(
     method: Method, data: FederatedData, *, seed: int, max_message_bytes: int | None = None,
     observers: tuple[Observer, ...] = (), on_fitted: Callable[[Federation], None] | None = None,
     faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None, save: tuple[Path, str] | None = None,
+    checkpoint: tuple[Path, CheckpointPlan] | None = None,
 ) -> RunOutput:
     """Fit ``method`` and score the test IDs, all over a fresh in-process federation; with ``save`` (a folder
-    and a label) every party also writes its part of the fitted model there."""
+    and a label) every party also writes its part of the fitted model there; with ``checkpoint`` (a folder and
+    a plan) training keeps checkpoints there and may resume from them."""
     method.check_task(data.task)
     fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
-                                  faults=faults, alignment=alignment)
+                                  faults=faults, alignment=alignment,
+                                  checkpoints=None if checkpoint is None else checkpoint[0])
+    if checkpoint is not None:
+        fed.checkpoint = checkpoint[1]
     fed.setup(method)
     t0 = time.perf_counter()
     method.fit(fed)

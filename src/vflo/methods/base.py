@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -75,6 +75,9 @@ class Method(HandlerSet, ABC):
     inference: ClassVar[Inference] = "active_only"
     simulation_only: ClassVar[bool] = False
     tasks: ClassVar[frozenset[Task]] = ALL_TASKS
+    #: The config's training settings whose loops keep checkpoints at every party and resume from them
+    #: (long multi-round training); ``checkpoint_every`` anywhere else is refused.
+    checkpointed: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: MethodConfig | None = None, **overrides: Any) -> None:
         if config is None:
@@ -83,6 +86,14 @@ class Method(HandlerSet, ABC):
             raise ConfigError("pass either a config object or keyword overrides, not both")
         if not isinstance(config, self.Config):
             raise ConfigError(f"{self.name} needs a {self.Config.__name__}, got {type(config).__name__}")
+        for f in fields(config):
+            if getattr(getattr(config, f.name), "checkpoint_every", 0) and f.name not in self.checkpointed:
+                from vflo.methods.registry import get_method, method_names
+
+                able = [f"{m}.{t}" for m in method_names() for t in get_method(m).checkpointed]
+                raise ConfigError(
+                    f"methods.{self.name}.{f.name}.checkpoint_every: this training keeps no checkpoints (it is "
+                    f"short or one exchange); only {', '.join(able)} do: remove the setting")
         self.config = config
 
     # -- what a party runs -----------------------------------------------------------------------

@@ -16,7 +16,17 @@ from vflo.data.datasets import Task
 from vflo.errors import MethodError, ProtocolError, TransportError
 from vflo.methods.base import Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
-from vflo.nn.train import History, TrainConfig, adam, as_tensor, load_module_state, module_state, split_validation
+from vflo.nn.train import (
+    History,
+    TrainConfig,
+    adam,
+    as_tensor,
+    load_module_state,
+    load_optimizer_state,
+    module_state,
+    optimizer_state,
+    split_validation,
+)
 from vflo.nn.words import validate
 
 if TYPE_CHECKING:
@@ -87,6 +97,7 @@ class EntityAugmentation(SplitParty, Method):
     summary = "split learning on every guest's own entities with interpolated labels (no alignment)"
     paper = "Amalanshu et al., Entity Augmentation"
     inference = "collaborative"
+    checkpointed = ("train",)
     tasks: ClassVar[frozenset[Task]] = frozenset({"binary", "multiclass"})
 
     config: EntityAugmentationConfig
@@ -159,6 +170,17 @@ class EntityAugmentation(SplitParty, Method):
             raise ProtocolError("ea.forward: a position beyond this guest's entities")
         acts = bottom_of(ctx).forward(st["x"][torch.as_tensor(positions)])
         return {"acts": acts, "ids": st["ids"][positions]}
+
+    def checkpoint_extras(self, ctx: NodeContext) -> dict[str, Any]:
+        st = _guest_state(ctx)
+        return {"walk.rng": json.dumps(st["rng"].bit_generator.state), "walk.order": st["order"],
+                "walk.cursor": int(st["cursor"])}
+
+    def restore_extras(self, ctx: NodeContext, state: Mapping[str, Any]) -> None:
+        st = _guest_state(ctx)
+        st["rng"].bit_generator.state = json.loads(str(state["walk.rng"]))
+        st["order"] = np.asarray(state["walk.order"], dtype=np.int64)
+        st["cursor"] = int(state["walk.cursor"])
 
     @handles("ea.validate", ids=ArraySpec(("int64", "str"), (None,)), keep_previous=BOOL)
     def _validate(self, ctx: NodeContext, payload: Payload) -> Payload:
@@ -379,6 +401,23 @@ class _HostTrainer(RemoteBottomsTrainer):
 
     def snapshot(self) -> Any:
         return copy.deepcopy(self.m.host_.state_dict())
+
+    def model_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {**module_state(self.m.host_, "host."), **optimizer_state(self.optimizer, "opt."),
+                                 "counters": json.dumps({"reuses": self.m.reuses_, "skipped": self.m.skipped_steps_})}
+        # The queue of each guest's last activations: a resumed run reuses what the interrupted one would have.
+        for g, (acts, ids) in self.last.items():
+            state[f"last.{g}.acts"], state[f"last.{g}.ids"] = acts, ids
+        return state
+
+    def load_model_state(self, state: Mapping[str, Any]) -> None:
+        load_module_state(self.m.host_, state, "host.")
+        load_optimizer_state(self.optimizer, state, "opt.")
+        counters = json.loads(str(state["counters"]))
+        self.m.reuses_ = {str(g): int(n) for g, n in counters["reuses"].items()}
+        self.m.skipped_steps_ = int(counters["skipped"])
+        self.last = {g: (np.asarray(state[f"last.{g}.acts"]), np.asarray(state[f"last.{g}.ids"]))
+                     for g in self.m.guests_ if f"last.{g}.acts" in state}
 
     def restore(self, state: Any) -> None:
         self.m.host_.load_state_dict(state)

@@ -18,12 +18,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, STR, Payload, Value, expect_rows, floats
+from vflo.comm.message import BOOL, IDS, INT, STR, Payload, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
 from vflo.errors import ProtocolError
 from vflo.federation.handlers import HandlerSet, handles
-from vflo.methods.base import State
-from vflo.nn.train import History, TrainConfig, Trainer, adam, as_tensor, load_module_state, module_state
+from vflo.methods.base import State, prefixed, unprefixed
+from vflo.nn.train import (
+    History,
+    TrainConfig,
+    Trainer,
+    adam,
+    as_tensor,
+    load_module_state,
+    load_optimizer_state,
+    module_state,
+    optimizer_state,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -74,6 +84,27 @@ class Bottom:
         self.net.eval()
         with torch.no_grad():
             return self._wire(self.net(x))
+
+    def state(self) -> dict[str, Any]:
+        """The network mid-training (weights, optimiser, validation snapshots), for a checkpoint."""
+        if self.pending is not None:
+            raise ProtocolError("a checkpoint was asked for between a training forward and its backward")
+        out: dict[str, Any] = {**module_state(self.net, "net."), "in_dim": self.in_dim}
+        if self.optimizer is not None:
+            out |= optimizer_state(self.optimizer, "opt.")
+        for name in ("candidate", "best"):
+            snapshot = getattr(self, name)
+            if snapshot is not None:
+                out |= {f"{name}.{k}": v.detach().cpu().numpy().copy() for k, v in snapshot.items()}
+        return out
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        load_module_state(self.net, {k: v for k, v in state.items() if k.startswith("net.")}, "net.")
+        if self.optimizer is not None and "opt.groups" in state:
+            load_optimizer_state(self.optimizer, state, "opt.")
+        for name in ("candidate", "best"):
+            snapshot = {k[len(name) + 1:]: torch.as_tensor(v) for k, v in state.items() if k.startswith(name + ".")}
+            setattr(self, name, snapshot or None)
 
     def validation_pass(self, keep_previous: bool) -> None:
         """Snapshot the network at a validation pass; ``keep_previous``: the last pass was the best so far."""
@@ -145,6 +176,34 @@ class SplitParty(HandlerSet):
         bottom_of(ctx).backward(grad)
         return {}
 
+    # -- checkpoints: each party its own, in its own folder --------------------------------------------------
+
+    def checkpoint_extras(self, ctx: NodeContext) -> dict[str, Any]:
+        """Method-specific training state beyond the bottom network (e.g. a guest's walk through its rows)."""
+        return {}
+
+    def restore_extras(self, ctx: NodeContext, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`checkpoint_extras` returned."""
+
+    @handles("split.checkpoint", run=STR, epoch=INT)
+    def _split_checkpoint(self, ctx: NodeContext, payload: Payload) -> Payload:
+        state = {**prefixed("bottom.", bottom_of(ctx).state()), **prefixed("extra.", self.checkpoint_extras(ctx))}
+        ctx.require_checkpoints().save(str(payload["run"]), int(payload["epoch"]), state)
+        return {}
+
+    @handles("split.checkpoints", run=STR)
+    def _split_checkpoints(self, ctx: NodeContext, payload: Payload) -> Payload:
+        store = ctx.checkpoints
+        epochs = store.epochs(str(payload["run"])) if store is not None else []
+        return {"epochs": np.asarray(epochs, dtype=np.int64)}
+
+    @handles("split.restore", run=STR, epoch=INT)
+    def _split_restore(self, ctx: NodeContext, payload: Payload) -> Payload:
+        state = ctx.require_checkpoints().load(str(payload["run"]), int(payload["epoch"]))
+        bottom_of(ctx).load_state(unprefixed("bottom.", state))
+        self.restore_extras(ctx, unprefixed("extra.", state))
+        return {}
+
     @handles("split.finish", keep_previous=BOOL)
     def _split_finish(self, ctx: NodeContext, payload: Payload) -> Payload:
         bottom_of(ctx).finish(bool(payload["keep_previous"]))
@@ -177,11 +236,13 @@ class RemoteBottomsTrainer(Trainer):
     """A coordinator's trainer whose parties hold bottom networks: it keeps their snapshots in step.
 
     Subclasses send :meth:`keep_previous` with each validation request; :meth:`on_train_end` sends
-    ``split.finish``, so every party returns to the best epoch when ``restore_best`` asks for it.
+    ``split.finish``, so every party returns to the best epoch when ``restore_best`` asks for it. With a
+    checkpoint plan, every party saves its own checkpoint in its own folder at the same epochs, and a resumed
+    run restores the last one every party holds.
     """
 
     def __init__(self, config: TrainConfig, rng: np.random.Generator, fed: Federation, parties: list[str]) -> None:
-        super().__init__(config, rng)
+        super().__init__(config, rng, checkpoint=fed.checkpoint)
         self.fed = fed
         self.parties = parties
         self.improved_last = False
@@ -200,3 +261,30 @@ class RemoteBottomsTrainer(Trainer):
         if self.parties:
             self.fed.broadcast("split.finish", {"keep_previous": self.improved_last}, self.parties)
         super().on_train_end(history)
+
+    # -- checkpoints: this party's in its own folder, every other party's in its own ---------------------------
+
+    def write_checkpoint(self, epoch: int, state: dict[str, Any]) -> None:
+        assert self.checkpoint is not None
+        self.fed.flush()  # the last batch's gradients reach the parties before they save
+        self.fed.ctx.require_checkpoints().save(self.checkpoint.run, epoch, {**state, "loop.flag": self.improved_last})
+        if self.parties:
+            self.fed.broadcast("split.checkpoint", {"run": self.checkpoint.run, "epoch": epoch}, self.parties)
+
+    def checkpoint_epochs(self) -> list[int]:
+        assert self.checkpoint is not None
+        store = self.fed.ctx.checkpoints
+        common = set(store.epochs(self.checkpoint.run)) if store is not None else set()
+        if self.parties:
+            for reply in self.fed.broadcast("split.checkpoints", {"run": self.checkpoint.run}, self.parties).values():
+                epochs = reply.get("epochs")
+                common &= set(np.asarray(epochs).tolist()) if isinstance(epochs, np.ndarray) else set()
+        return sorted(common)
+
+    def read_checkpoint(self, epoch: int) -> dict[str, Any]:
+        assert self.checkpoint is not None
+        state = self.fed.ctx.require_checkpoints().load(self.checkpoint.run, epoch)
+        self.improved_last = bool(state.get("loop.flag", False))
+        if self.parties:
+            self.fed.broadcast("split.restore", {"run": self.checkpoint.run, "epoch": epoch}, self.parties)
+        return state

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import Mapping
@@ -15,7 +14,17 @@ from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
-from vflo.nn.train import History, TrainConfig, adam, as_tensor, load_module_state, module_state, split_validation
+from vflo.nn.train import (
+    History,
+    TrainConfig,
+    adam,
+    as_tensor,
+    load_module_state,
+    load_optimizer_state,
+    module_state,
+    optimizer_state,
+    split_validation,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -77,6 +86,7 @@ class SplitNN(SplitParty, Method):
     summary = "vertical split learning on aligned rows (VFL-STD); collaborative inference"
     paper = "Vepakomma et al. 2018; the VFL-STD / SplitNN baseline of APC-VFL and VFL-ASP"
     inference: ClassVar[Inference] = "collaborative"
+    checkpointed = ("train",)
 
     config: SplitNNConfig
 
@@ -293,11 +303,22 @@ class _SplitTrainer(RemoteBottomsTrainer):
             return float(self._loss(out, self.y["val"]))
 
     def snapshot(self) -> Any:
-        return {"bottom": copy.deepcopy(self.m.bottom_.state_dict()), "top": copy.deepcopy(self.m.top_.state_dict())}
+        # Flat names, so a checkpoint can carry the best-so-far snapshot as plain arrays.
+        return {**{f"bottom.{k}": v.detach().clone() for k, v in self.m.bottom_.state_dict().items()},
+                **{f"top.{k}": v.detach().clone() for k, v in self.m.top_.state_dict().items()}}
 
     def restore(self, state: Any) -> None:
-        self.m.bottom_.load_state_dict(state["bottom"])
-        self.m.top_.load_state_dict(state["top"])
+        for name, module in (("bottom", self.m.bottom_), ("top", self.m.top_)):
+            module.load_state_dict({k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")})
+
+    def model_state(self) -> dict[str, Any]:
+        return {**module_state(self.m.bottom_, "bottom."), **module_state(self.m.top_, "top."),
+                **optimizer_state(self.optimizer, "opt.")}
+
+    def load_model_state(self, state: Mapping[str, Any]) -> None:
+        load_module_state(self.m.bottom_, state, "bottom.")
+        load_module_state(self.m.top_, state, "top.")
+        load_optimizer_state(self.optimizer, state, "opt.")
 
     def on_train_end(self, history: History) -> None:
         super().on_train_end(history)

@@ -9,6 +9,7 @@ same batches in the same order for the same seed, and stop by the same rules.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -47,6 +48,9 @@ class TrainConfig:
     # "plateau": stop once the loss's relative change stays below `plateau` for `patience` epochs (RAP).
     stop: Literal["patience", "plateau"] = "patience"
     plateau: float = 1e-4
+    # Save a checkpoint at every party after every this many epochs (0: never), where the run is given a
+    # checkpoint folder (`vflo run --checkpoints DIR`); `--resume` continues from the last common one.
+    checkpoint_every: int = 0
 
     def __post_init__(self) -> None:
         if not self.lr > 0:
@@ -61,6 +65,8 @@ class TrainConfig:
             raise ConfigError(f"train.validation_fraction must be in [0, 1), got {self.validation_fraction}")
         if self.weight_decay < 0 or self.min_delta < 0:
             raise ConfigError("train.weight_decay and train.min_delta must be non-negative")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"train.checkpoint_every must be 0 (never) or more epochs, got {self.checkpoint_every}")
 
 
 @dataclass
@@ -76,6 +82,8 @@ class History:
     stopped_early: bool = False
     monitor: Literal["loss", "val_loss"] = "val_loss"
     stop_reason: str = ""
+    # The epoch whose checkpoint this training resumed from (None: it started at the first epoch).
+    resumed_after: int | None = None
 
     def __getitem__(self, key: str) -> list[float]:
         return [e[key] for e in self.epochs if key in e]
@@ -85,8 +93,11 @@ class History:
 
     def summary(self, prefix: str = "") -> dict[str, float]:
         """Epochs run and whether the stopping rule (not the cap) ended training, for a results row."""
-        return {f"{prefix}epochs": float(len(self.epochs)),
-                f"{prefix}stopped_by_rule": float(self.stop_reason in ("patience", "plateau"))}
+        out = {f"{prefix}epochs": float(len(self.epochs)),
+               f"{prefix}stopped_by_rule": float(self.stop_reason in ("patience", "plateau"))}
+        if self.resumed_after is not None:
+            out[f"{prefix}resumed_after_epoch"] = float(self.resumed_after + 1)  # counted from 1, as epochs are
+        return out
 
 
 class Callback:
@@ -96,8 +107,27 @@ class Callback:
         return False
 
 
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """A run that keeps checkpoints: its key (letters and digits, the same for the run and its resumption) and
+    whether to resume from the last checkpoint every party holds."""
+
+    run: str
+    resume: bool = False
+
+
 class EarlyStopping(Callback):
     """Stop when the monitored loss has not improved by ``min_delta`` for ``patience`` epochs."""
+
+    FIELDS = ("best", "best_epoch", "wait", "flat", "previous", "improved")
+
+    def state(self) -> str:
+        return json.dumps({k: getattr(self, k) for k in self.FIELDS})
+
+    def load_state(self, text: str) -> None:
+        for key, value in json.loads(text).items():
+            if key in self.FIELDS:
+                setattr(self, key, value)
 
     def __init__(self, monitor: str, patience: int, min_delta: float, plateau: float | None = None) -> None:
         self.monitor = monitor
@@ -156,11 +186,13 @@ class Trainer(ABC):
     #: Pass the next batch to :meth:`train_step`, so it can start fetching that batch's inputs.
     lookahead: bool = False
 
-    def __init__(self, config: TrainConfig, rng: np.random.Generator, *, callbacks: Sequence[Callback] = ()) -> None:
+    def __init__(self, config: TrainConfig, rng: np.random.Generator, *, callbacks: Sequence[Callback] = (),
+                 checkpoint: CheckpointPlan | None = None) -> None:
         self.config = config
         self.rng = rng
         self.callbacks = list(callbacks)
         self.best_state: Any = None
+        self.checkpoint = checkpoint if config.checkpoint_every or (checkpoint and checkpoint.resume) else None
 
     # -- steps a subclass provides ------------------------------------------------------------------
 
@@ -205,6 +237,52 @@ class Trainer(ABC):
         if self.config.restore_best and self.best_state is not None:
             self.restore(self.best_state)
 
+    # -- checkpoints: subclasses that support them say what their state is and where it goes ------------------
+
+    def model_state(self) -> dict[str, Any]:
+        """Weights and optimiser state of what this trainer trains, as arrays and plain values."""
+        raise ConfigError(f"{type(self).__name__} cannot keep checkpoints; set train.checkpoint_every = 0")
+
+    def load_model_state(self, state: Mapping[str, Any]) -> None:
+        raise ConfigError(f"{type(self).__name__} cannot resume from a checkpoint")  # pragma: no cover
+
+    def write_checkpoint(self, epoch: int, state: dict[str, Any]) -> None:
+        """Keep ``state`` as the checkpoint after ``epoch`` (and have every other party keep its own)."""
+        raise ConfigError(f"{type(self).__name__} has nowhere to keep checkpoints")  # pragma: no cover
+
+    def checkpoint_epochs(self) -> list[int]:
+        """Epochs after which a checkpoint is complete everywhere."""
+        return []
+
+    def read_checkpoint(self, epoch: int) -> dict[str, Any]:
+        """This trainer's checkpoint after ``epoch`` (every other party restoring its own)."""
+        raise ConfigError(f"{type(self).__name__} has no checkpoints to read")  # pragma: no cover
+
+    def _save(self, epoch: int, history: History, stopper: EarlyStopping) -> None:
+        state = {**self.model_state(), "loop.epoch": epoch, "loop.rng": rng_state(self.rng),
+                 "loop.history": json.dumps(history.epochs), "loop.stopper": stopper.state()}
+        if self.best_state is not None:
+            state |= {f"best.{k}": v.detach().cpu().numpy().copy() for k, v in self.best_state.items()}
+        self.write_checkpoint(epoch, state)
+        logger.info("checkpoint after epoch %d", epoch)
+
+    def _resume(self, history: History, stopper: EarlyStopping) -> int:
+        """Restore the last checkpoint every party holds; the epoch it follows, or -1 when there is none."""
+        epochs = self.checkpoint_epochs()
+        if not epochs:
+            logger.warning("no checkpoint of this run to resume from: training starts at the first epoch")
+            return -1
+        epoch = max(epochs)
+        state = self.read_checkpoint(epoch)
+        self.load_model_state(state)
+        load_rng_state(self.rng, str(state["loop.rng"]))
+        history.epochs[:] = json.loads(str(state["loop.history"]))
+        stopper.load_state(str(state["loop.stopper"]))
+        best = {k[len("best."):]: torch.as_tensor(v) for k, v in state.items() if k.startswith("best.")}
+        self.best_state = best or None
+        logger.info("resumed from the checkpoint after epoch %d", epoch)
+        return epoch
+
     # -- the loop ----------------------------------------------------------------------------------
 
     def fit(self) -> History:
@@ -215,7 +293,12 @@ class Trainer(ABC):
         stopper = EarlyStopping(monitor, config.patience, config.min_delta,
                                 config.plateau if config.stop == "plateau" else None)
         history = History(monitor=monitor, stop_reason="max_epochs")
-        for epoch in range(config.max_epochs):
+        start = 0
+        if self.checkpoint is not None and self.checkpoint.resume:
+            resumed = self._resume(history, stopper)
+            history.resumed_after = resumed if resumed >= 0 else None
+            start = resumed + 1
+        for epoch in range(start, config.max_epochs):
             started = time.perf_counter()
             batches = self.batches(epoch)
             total, rows = 0.0, 0
@@ -246,6 +329,9 @@ class Trainer(ABC):
             if stop:
                 history.stopped_early = True
                 break
+            every = config.checkpoint_every
+            if self.checkpoint is not None and every and (epoch + 1) % every == 0 and epoch + 1 < config.max_epochs:
+                self._save(epoch, history, stopper)
         history.best_epoch = stopper.best_epoch
         self.on_train_end(history)
         return history
@@ -383,6 +469,34 @@ def load_module_state(module: nn.Module, state: Mapping[str, Any], prefix: str =
                               f"{tuple(expected[name].shape)}: the artifact comes from another configuration")
         tensors[name] = torch.as_tensor(np.ascontiguousarray(value)).to(expected[name].dtype)
     module.load_state_dict(tensors)
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer, prefix: str) -> dict[str, Any]:
+    """An optimiser's moments and step counts as named arrays, its settings as JSON (for checkpoints)."""
+    raw = optimizer.state_dict()
+    out: dict[str, Any] = {prefix + "groups": json.dumps(raw["param_groups"])}
+    for index, slots in raw["state"].items():
+        for name, value in slots.items():
+            out[f"{prefix}{index}.{name}"] = value.detach().cpu().numpy().copy() if torch.is_tensor(value) else value
+    return out
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: Mapping[str, Any], prefix: str) -> None:
+    groups = json.loads(str(state[prefix + "groups"]))
+    slots: dict[int, dict[str, Any]] = {}
+    for key, value in state.items():
+        if key.startswith(prefix) and key != prefix + "groups":
+            index, name = key[len(prefix):].split(".", 1)
+            slots.setdefault(int(index), {})[name] = torch.as_tensor(value) if isinstance(value, np.ndarray) else value
+    optimizer.load_state_dict({"state": slots, "param_groups": groups})
+
+
+def rng_state(rng: np.random.Generator) -> str:
+    return json.dumps(rng.bit_generator.state)
+
+
+def load_rng_state(rng: np.random.Generator, state: str) -> None:
+    rng.bit_generator.state = json.loads(state)
 
 
 def _rows(tensors: Mapping[str, torch.Tensor]) -> int:
