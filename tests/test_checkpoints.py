@@ -23,11 +23,13 @@ from vflo.nn.train import CheckpointPlan, TrainConfig
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 5
 TRAIN = {"lr": 0.01, "batch_size": 32, "max_epochs": EPOCHS, "patience": 100}
-KILL_KIND = {"splitnn": "splitnn.forward", "entity_augmentation": "ea.forward"}
+KILL_KIND = {"splitnn": "splitnn.forward", "entity_augmentation": "ea.forward", "vfl_asp": "splitnn.forward"}
+SHORT = {"max_epochs": 2, "batch_size": 64, "patience": 0, "validation_fraction": 0.0}
 
 
 def method(name: str, every: int = 2, validation: float = 0.2) -> object:
-    return get_method(name)(train={**TRAIN, "checkpoint_every": every, "validation_fraction": validation})
+    extra = {"student_train": SHORT, "embedding_train": SHORT} if name == "vfl_asp" else {}
+    return get_method(name)(train={**TRAIN, "checkpoint_every": every, "validation_fraction": validation}, **extra)
 
 
 class Killer:
@@ -50,7 +52,7 @@ def requests_per_epoch(name: str, data: object) -> int:
 
 
 @pytest.mark.parametrize(("name", "validation"), [("splitnn", 0.2), ("entity_augmentation", 0.0),
-                                                  ("entity_augmentation", 0.2)])
+                                                  ("entity_augmentation", 0.2), ("vfl_asp", 0.2)])
 def test_resumed_run_ends_with_the_uninterrupted_model(name: str, validation: float, tmp_path: Path) -> None:
     data = data_for(name)
     reference = run_method(method(name, every=0, validation=validation), data, seed=3)  # type: ignore[arg-type]
