@@ -211,3 +211,19 @@ def test_a_scikit_learn_model_is_saved_without_pickle_and_foreign_types_are_refu
     crafted = {"skops": np.frombuffer(sio.dumps([NotScikitLearn()]), dtype=np.uint8)}
     with pytest.raises(ConfigError, match="not scikit-learn's; refused"):
         estimator.set_state(crafted)
+
+
+@pytest.mark.parametrize("name", ["splitnn", "apc_vfl", "rap"])
+def test_scoring_in_batches_gives_the_same_scores(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vflo.scoring
+
+    data = data_for(name)
+    model = vflo.fit(quick(name), data, seed=0)
+    model.save(tmp_path)
+    saved = vflo.load(tmp_path)
+    rows = raw_rows(data)
+    whole = saved.predict(rows if not saved.active_only else rows[data.active])
+    monkeypatch.setattr(vflo.scoring, "SCORE_BATCH", 7)
+    batched = saved.score(rows if not saved.active_only else rows[data.active])
+    assert len(batched) == len(whole)
+    assert np.allclose(batched[saved.score_columns].to_numpy(), whole, rtol=0, atol=1e-6)

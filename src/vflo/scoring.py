@@ -34,6 +34,8 @@ from vflo.methods.registry import get_method
 from vflo.roles import PartyInfo
 
 Missing = Literal["refuse", "active_only"]
+#: Rows scored per call of a method's predict (and per message to each partner).
+SCORE_BATCH = 100_000
 Rows = PartyData | str | Path
 
 
@@ -169,8 +171,10 @@ def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray, score: Call
         values[~covered] = scored.loc[lacking, columns].to_numpy()
         source[~covered] = fallback.label
     if covered.any():
-        scores = np.asarray(score(ids[covered]))
-        values[covered] = scores.reshape(len(scores), -1)
+        # In batches: each message to a partner and each network pass stays bounded however many rows come.
+        keep = ids[covered]
+        parts = [np.asarray(score(keep[i:i + SCORE_BATCH])) for i in range(0, len(keep), SCORE_BATCH)]
+        values[covered] = np.concatenate([p.reshape(len(p), -1) for p in parts])
     for i, name in enumerate(columns):
         out[name] = values[:, i]
     out["model"] = source

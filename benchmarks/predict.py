@@ -1,0 +1,234 @@
+"""Scoring with saved models at scale, and every method's save and load times (benchmark, not a test).
+
+    python benchmarks/predict.py [--rows 1000000] [--together 100000] [--data-dir ../shared/datasets]
+                                 [--out runs/bench/predict.json]
+
+1. Active-only: APC-VFL trained on two synthetic party files (20,000 people, half of them shared), saved,
+   then ``vflo predict`` on a file of ``--rows`` new people the active party alone holds (Parquet): the
+   command's wall time (start-up, reading, preprocessing, scoring, writing the CSV) and peak memory, and the
+   same in this process (``vflo.load(...).score(file)``). Goals: under 5 s and 2 GB.
+2. Collaborative: SplitNN, saved; the passive party serves its saved part as its own process (``vflo party
+   serve``, gRPC with mutual TLS, ``serve_file`` of ``--together`` rows), and the active party scores as
+   many rows with ``vflo predict --deploy``. Goal: under 10 s.
+3. Every deployable method on Credit (the first split of the first variant of its paper's Credit config in
+   configs/papers/), trained briefly, saved (``model.save``), loaded, and the test rows scored from their
+   raw values (``vflo.load(...).predict``, checked equal to the trained model's scores): seconds and folder
+   sizes per method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import vflo
+from vflo.comm.tls import init_certs
+from vflo.methods.registry import get_method, method_names
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = {"batch_size": 256, "max_epochs": 3, "patience": 0, "validation_fraction": 0.0}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "splitnn": {"train": QUICK}, "apc_vfl": {"train": QUICK}, "apc_vfl_aligned": {"train": QUICK},
+    "ablation": {"train": QUICK}, "vfedtrans": {"train": QUICK}, "entity_augmentation": {"train": QUICK},
+    "rap": {"estimator": {"model": "mlp", "hidden": [32], "train": QUICK}},
+    "ldp": {"estimator": {"model": "mlp", "hidden": [32], "train": QUICK}},
+    "vfl_asp": {"train": QUICK, "student_train": QUICK, "embedding_train": QUICK},
+    "vfl_asp_student": {"train": QUICK, "student_train": QUICK, "embedding_train": QUICK},
+}
+
+
+def people(rng: np.random.Generator, ids: np.ndarray, signal: np.ndarray, width: int, prefix: str,
+           offset: int) -> pd.DataFrame:
+    frame = pd.DataFrame(rng.normal(size=(len(ids), width)).astype(np.float32),
+                         columns=[f"{prefix}{i}" for i in range(width)])
+    frame.iloc[:, :2] += signal[:, offset:offset + 2]
+    frame.insert(0, "id", [f"P{v:08d}" for v in ids])
+    return frame
+
+
+def write_parties(folder: Path, rows: int, seed: int) -> tuple[Path, Path]:
+    """An active party (24 columns and a label) and a passive party (50 columns), half of each shared."""
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(int(rows * 1.5))
+    active_ids, passive_ids = ids[:rows], ids[rows // 2: rows // 2 + rows]
+    signal = rng.normal(size=(len(ids), 4))
+    active = people(rng, active_ids, signal[active_ids], 24, "a", 0)
+    active["label"] = (signal[active_ids].sum(axis=1) > 0).astype(np.int64)
+    passive = people(rng, passive_ids, signal[passive_ids], 50, "p", 2)
+    active.to_csv(folder / "active.csv", index=False)
+    passive.to_csv(folder / "passive.csv", index=False)
+    return folder / "active.csv", folder / "passive.csv"
+
+
+def fit_and_save(method: str, active: Path, passive: Path, models: Path) -> None:
+    a = vflo.PartyData.from_file(active, party="active", id_column="id", label_column="label")
+    p = vflo.PartyData.from_file(passive, party="passive", id_column="id")
+    vflo.fit(method, vflo.split([a, p], test=0.1, seed=0), **SETTINGS[method]).save(models)
+
+
+def timed_command(command: list[str], cwd: Path) -> dict[str, float]:
+    """Wall seconds and peak resident memory (GB) of a command run to completion."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"seconds": seconds, "peak_gb": max(peak, before) / 1e6}
+
+
+def active_only(work: Path, rows: int) -> dict[str, Any]:
+    active, passive = write_parties(work, 20_000, seed=0)
+    fit_and_save("apc_vfl", active, passive, work / "models")
+    rng = np.random.default_rng(1)
+    new = people(rng, np.arange(10**8, 10**8 + rows), rng.normal(size=(rows, 4)), 24, "a", 0)
+    new.to_parquet(work / "new.parquet")
+    vflo_bin = str(Path(sys.executable).parent / "vflo")
+    command = timed_command([vflo_bin, "predict", "models", "--method", "apc_vfl", "--data", "new.parquet", "--out",
+                             "scores.csv"], work)
+    assert len((work / "scores.csv").read_text().splitlines()) == rows + 1
+    saved = vflo.load(work / "models", "apc_vfl")
+    started = time.perf_counter()
+    frame = saved.score(work / "new.parquet")
+    in_process = time.perf_counter() - started
+    assert len(frame) == rows
+    return {"rows": rows, "command": command, "in_process_seconds": in_process}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def together(work: Path, rows: int) -> dict[str, Any]:
+    """SplitNN scoring ``rows`` people with the passive party as its own process over gRPC and mutual TLS."""
+    active, passive = write_parties(work, max(rows, 20_000), seed=2)
+    fit_and_save("splitnn", active, passive, work / "models")
+    a, p = pd.read_csv(active, dtype={"id": str}), pd.read_csv(passive, dtype={"id": str})
+    shared = np.intersect1d(a["id"], p["id"])[:rows]
+    a[a["id"].isin(shared)].drop(columns="label").to_csv(work / "score_active.csv", index=False)
+    p[p["id"].isin(shared)].to_csv(work / "serve_passive.csv", index=False)
+    init_certs(work / "certs", ["active", "passive"])
+    ports = {"active": free_port(), "passive": free_port()}
+    (work / "passive.toml").write_text(
+        f'name = "passive"\nlisten = "127.0.0.1:{ports["passive"]}"\nmodels = "models"\n[data]\n'
+        f'id_column = "id"\nserve_file = "serve_passive.csv"\n[tls]\ndir = "certs"\n'
+        f'[peers]\nactive = "127.0.0.1:{ports["active"]}"\n')
+    (work / "deploy.toml").write_text(
+        f'[active]\nname = "active"\nrole = "active"\nlisten = "127.0.0.1:{ports["active"]}"\n[active.data]\n'
+        f'file = "active.csv"\nid_column = "id"\nlabel_column = "label"\n[active.tls]\ndir = "certs"\n'
+        f'[[parties]]\nname = "passive"\nrole = "passive"\naddress = "127.0.0.1:{ports["passive"]}"\n')
+    vflo_bin = str(Path(sys.executable).parent / "vflo")
+    server = subprocess.Popen([vflo_bin, "party", "serve", "passive.toml"], cwd=work, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        assert server.stdout is not None
+        deadline = time.monotonic() + 90
+        line = ""
+        while "listening on" not in line:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError(f"the passive party did not start: {line}")
+            line = server.stdout.readline()
+        command = timed_command([vflo_bin, "predict", "models", "--method", "splitnn", "--data", "score_active.csv",
+                                 "--deploy", "deploy.toml", "--out", "scores.csv"], work)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert len((work / "scores.csv").read_text().splitlines()) == len(shared) + 1
+    return {"rows": len(shared), "command": command}
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+CREDIT = {"entity_augmentation": "ea_table3_credit.toml", "vfl_asp": "vfl_asp_table2_credit.toml",
+          "vfl_asp_student": "vfl_asp_table2_credit.toml"}
+
+
+def credit_split(config_name: str, data_dir: str | None) -> Any:
+    """The first split of the first variant of a paper's Credit config, as ``vflo run`` would cut it."""
+    from vflo.experiments.config import load_config
+    from vflo.seeding import derive_seed, numpy_rng
+
+    config = load_config(ROOT / "configs" / "papers" / config_name)
+    layout = config.layout(config.variants[0], derive_seed(config.seed, "layout", 0), config.load_dataset(data_dir))
+    split = config.protocol.splits(layout, numpy_rng(config.seed, "split", 0))[0]
+    return layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+
+
+def save_and_load(work: Path, data_dir: str | None) -> dict[str, Any]:
+    """Every deployable method on Credit: save, load, and score the split's test rows from raw values."""
+    out: dict[str, Any] = {}
+    splits: dict[str, Any] = {}
+    for name in method_names():
+        method = get_method(name)
+        if method.simulation_only:
+            continue
+        config_name = CREDIT.get(name, "apc_vfl_table2_credit.toml")
+        data = splits.setdefault(config_name, credit_split(config_name, data_dir))
+        model = vflo.fit(method(**SETTINGS.get(name, {})), data, seed=0)
+        started = time.perf_counter()
+        folder = model.save(work / name)
+        save_s = time.perf_counter() - started
+        started = time.perf_counter()
+        loaded = vflo.load(work / name)
+        load_s = time.perf_counter() - started
+        raw = {party: _raw(data, party, serve.subset(data.test_ids[serve.contains(data.test_ids)]))
+               for party, serve in data.serve.items() if serve.n_features or party == data.active}
+        started = time.perf_counter()
+        scores = loaded.predict(raw if not loaded.active_only else raw[data.active])
+        score_s = time.perf_counter() - started
+        assert np.array_equal(scores, model.predict())  # the saved model is the trained one
+        out[name] = {"config": config_name, "train_rows_active": int(data.train[data.active].n_samples),
+                     "test_rows": len(data.test_ids), "save_seconds": save_s, "load_seconds": load_s,
+                     "score_seconds": score_s, "bytes": folder_bytes(folder)}
+        print(f"{name}: save {save_s:.3f} s, load {load_s:.3f} s, score {score_s:.3f} s, "
+              f"{folder_bytes(folder) / 1e3:.0f} kB", flush=True)
+    return out
+
+
+def _raw(data: Any, party: str, rows: Any) -> Any:
+    from vflo.data.partydata import PartyData
+
+    return PartyData(party=party, ids=rows.ids, X=data.oracle.features(rows.ids, party), columns=rows.columns)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--together", type=int, default=100_000)
+    parser.add_argument("--data-dir", default=os.environ.get("VFLO_DATA_DIR"))
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "predict.json")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"machine": f"{os.cpu_count()} cores", "vflo": vflo.__version__}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name, run in (("active_only", lambda w: active_only(w, args.rows)),
+                          ("together", lambda w: together(w, args.together)),
+                          ("save_and_load", lambda w: save_and_load(w, args.data_dir))):
+            (work / name).mkdir()
+            results[name] = run(work / name)
+            print(name, json.dumps(results[name], indent=1, default=str)[:2000], flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=1))
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
