@@ -112,10 +112,10 @@ class Preprocessing:
             raise DataError(f"party {party!r}: the rows to score have columns that differ from those its model was "
                             f"trained on (missing {missing[:6]}, unexpected {extra[:6]}); give them the training "
                             "file's columns, in the same order")
-        if self.scaler is not None:
-            data = self.scaler.apply(data)
-        return PartyData(party=party, ids=data.ids, X=data.X, columns=data.columns, categorical=data.categorical,
-                         encoding=data.encoding)
+        if data.party != party or data.y is not None:  # rows to score carry no labels, and belong to ``party``
+            data = PartyData(party=party, ids=data.ids, X=data.X, columns=data.columns, categorical=data.categorical,
+                             encoding=data.encoding)
+        return data if self.scaler is None else self.scaler.apply(data)
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vflo {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="threads for PyTorch's CPU kernels (default: $OMP_NUM_THREADS, else 1: vflo's networks "
-                             "are small, and one thread each is fastest when parties share a machine)")
+                        help="threads for PyTorch's CPU kernels (default: $OMP_NUM_THREADS, else 1, and all cores for "
+                             "predict: vflo's networks are small, and one thread each is fastest when parties share "
+                             "a machine)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run an experiment config and write results, report and plots",
@@ -134,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(args.verbose)
     _quiet_grpc(args.verbose)
-    _configure_threads(args.threads)
+    _configure_threads(args.threads, all_cores=args.command == "predict")
     try:
         if args.command == "run":
             return _run(args)
@@ -171,13 +172,15 @@ def _quiet_grpc(verbose: int) -> None:
     os.environ.setdefault("GRPC_VERBOSITY", "NONE" if verbose == 0 else "INFO")
 
 
-def _configure_threads(threads: int | None) -> None:
+def _configure_threads(threads: int | None, *, all_cores: bool = False) -> None:
     """One PyTorch thread by default: on small networks extra threads only spin, and on a loaded machine
-    they stall (APC-VFL on 150 rows: 1.5 s with one thread, 58 s with two while the other core was busy)."""
+    they stall (APC-VFL on 150 rows: 1.5 s with one thread, 58 s with two while the other core was busy).
+    Scoring (``all_cores``) runs large batches through the network, where every core helps."""
     import os
 
     if threads is None:
-        threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
+        default = os.cpu_count() or 1 if all_cores else 1
+        threads = int(os.environ.get("OMP_NUM_THREADS", str(default)) or default)
     if threads < 1:
         raise SystemExit("vflo: error: --threads must be at least 1")
     os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -262,7 +265,12 @@ def _predict(args: argparse.Namespace) -> int:
         frame = score_deployed(deploy, model, args.data, missing=args.missing, fallback=fallback)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(f".{args.out.name}.tmp")
-    frame.to_csv(tmp, index=False)
+    import pyarrow as pa
+    import pyarrow.csv
+
+    # Arrow's writer: a million rows in a fraction of pandas' time.
+    pyarrow.csv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), tmp,
+                          pyarrow.csv.WriteOptions(quoting_style="needed"))
     tmp.replace(args.out)
     counts = frame["model"].value_counts().to_dict()
     print(f"scored {len(frame)} rows with " + ", ".join(f"{m} ({n})" for m, n in counts.items()) +

@@ -148,23 +148,29 @@ class TableEncoding:
         """The encoded feature matrix of ``frame`` (float64); a category never seen in training is all zeros."""
         _require_columns(frame, list(self.columns), party=self.party, what="feature columns",
                          fix="every file of a party must have the columns its training file had")
-        blocks: list[np.ndarray] = []
+        # Filled column by column into a column-major matrix: each column a contiguous write.
+        out = np.empty((len(self.feature_names), len(frame)), dtype=np.float64)
+        at = 0
         for c in self.columns:
             if c in self.categories:
                 known = self.categories[c]
                 values = frame[c].astype(str).to_numpy()
-                unseen = sorted(set(values.tolist()) - set(known))
+                unseen = sorted(set(np.unique(values).tolist()) - set(known))
                 if unseen:
                     logger.warning("party %s: column %r has categories %s not seen in training; their one-hot "
                                    "columns are all zero", self.party, c, unseen[:5])
-                blocks.append(np.stack([values == v for v in known], axis=1).astype(np.float64))
+                for v in known:
+                    out[at] = values == v
+                    at += 1
             else:
                 try:
-                    blocks.append(pd.to_numeric(frame[c]).to_numpy(dtype=np.float64)[:, None])
+                    out[at] = pd.to_numeric(frame[c]).to_numpy(dtype=np.float64)
                 except (TypeError, ValueError) as exc:
                     raise DataError(f"party {self.party!r}: column {c!r} holds text where its training file had "
                                     f"numbers ({exc})") from exc
-        return np.hstack(blocks) if blocks else np.zeros((len(frame), 0))
+                at += 1
+        result: np.ndarray = out.T
+        return result
 
     def labels(self, frame: pd.DataFrame) -> np.ndarray:
         """Class codes 0..C-1 (in the order of :attr:`classes`) or float targets."""

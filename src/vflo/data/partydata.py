@@ -28,9 +28,11 @@ def _as_id_array(ids: Sequence[Any] | np.ndarray) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64, copy=False)
-    if arr.dtype.kind in "UO":
+    if arr.dtype.kind == "U":
+        return arr
+    if arr.dtype.kind == "O":
         try:
-            return np.asarray([str(v) for v in arr], dtype=object).astype(str)
+            return arr.astype(str)  # str() of each ID, in numpy's loop
         except (TypeError, ValueError) as exc:  # pragma: no cover - str() of numpy scalars does not fail
             raise DataError(f"sample IDs must be integers or strings: {exc}") from exc
     if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
@@ -64,10 +66,13 @@ class PartyData:
     y: np.ndarray | None = None
     categorical: tuple[str, ...] = ()
     encoding: Any = field(default=None, compare=False)
-    _index: dict[Any, int] = field(init=False, repr=False, compare=False)
+    _index: pd.Index | None = field(init=False, repr=False, compare=False)
+    _cursor: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         ids = _as_id_array(self.ids)
+        if ids is self.ids:  # our own read-only copy, not the caller's array
+            ids = ids.copy()
         X = np.asarray(self.X)
         if X.ndim != 2:
             raise DataError(f"party {self.party!r}: features must be a 2-D matrix, got shape {X.shape}")
@@ -90,11 +95,11 @@ class PartyData:
         if len(set(columns)) != len(columns):
             dupes = sorted({c for c in columns if columns.count(c) > 1})
             raise DataError(f"party {self.party!r}: column names repeated: {dupes}; rename them")
-        uniq, counts = np.unique(ids, return_counts=True)
-        if uniq.shape[0] != ids.shape[0]:
-            dupes = uniq[counts > 1][:5].tolist()
+        index = pd.Index(ids)  # a hash index: checks uniqueness, and later finds rows by ID
+        if not index.is_unique:
+            repeated = index[index.duplicated()].unique()
             raise DataError(
-                f"party {self.party!r}: duplicate sample IDs {dupes} ({int((counts > 1).sum())} in all); "
+                f"party {self.party!r}: duplicate sample IDs {repeated[:5].tolist()} ({len(repeated)} in all); "
                 "each sample must appear once: drop or merge the duplicates"
             )
         if not np.all(np.isfinite(X)):
@@ -142,7 +147,41 @@ class PartyData:
         object.__setattr__(self, "X", X)
         object.__setattr__(self, "columns", columns)
         object.__setattr__(self, "y", y)
-        object.__setattr__(self, "_index", {k: i for i, k in enumerate(ids.tolist())})
+        object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_cursor", 0)
+
+    def _next_run(self, wanted: np.ndarray) -> np.ndarray | None:
+        """Positions of ``wanted`` when they are this party's next rows in order (scoring a file batch after
+        batch), found by comparing arrays instead of hashing every ID."""
+        start = self._cursor if self._cursor + len(wanted) <= len(self.ids) else 0
+        for at in dict.fromkeys((start, 0)):
+            stop = at + len(wanted)
+            if stop <= len(self.ids) and wanted.dtype.kind == self.ids.dtype.kind and \
+                    np.array_equal(self.ids[at:stop], wanted):
+                object.__setattr__(self, "_cursor", stop)
+                return np.arange(at, stop, dtype=np.int64)
+        return None
+
+    def _lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Row position of each of ``ids`` (-1 where this party holds none), by a hash index built on first use:
+        many row sets are only read, never looked up."""
+        index = self._index
+        if index is None:
+            index = pd.Index(self.ids)
+            object.__setattr__(self, "_index", index)
+        if ids.dtype.kind != self.ids.dtype.kind:  # an int ID never matches a text one, as in a dict
+            return np.full(len(ids), -1, dtype=np.int64)
+        found: np.ndarray = index.get_indexer(pd.Index(ids)).astype(np.int64, copy=False)
+        return found
+
+    def with_features(self, X: np.ndarray) -> PartyData:
+        """The same rows with features ``X`` of the same shape (a transform of these), without validating the
+        IDs again."""
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        if X.shape != self.X.shape or not np.all(np.isfinite(X)):
+            raise DataError(f"party {self.party!r}: transformed features must keep shape {self.X.shape} and be "
+                            "finite")
+        return self._rows(slice(None), X=X)
 
     # -- basic facts -------------------------------------------------------------------------
 
@@ -170,33 +209,43 @@ class PartyData:
     def positions(self, ids: Sequence[Any] | np.ndarray) -> np.ndarray:
         """Row positions of ``ids``; a :class:`DataError` names IDs this party does not hold."""
         wanted = _as_id_array(ids)
-        index = self._index
-        missing = [v for v in wanted.tolist() if v not in index]
-        if missing:
+        run = self._next_run(wanted)
+        if run is not None:
+            return run
+        pos = self._lookup(wanted)
+        if (pos < 0).any():
+            missing = wanted[pos < 0].tolist()
             raise DataError(
                 f"party {self.party!r} holds no sample with ID {missing[:5]!r} "
                 f"({len(missing)} of {wanted.shape[0]} requested IDs missing)"
             )
-        return np.fromiter((index[v] for v in wanted.tolist()), dtype=np.int64, count=wanted.shape[0])
+        return pos
 
     def contains(self, ids: Sequence[Any] | np.ndarray) -> np.ndarray:
         """Boolean mask: which of ``ids`` this party holds."""
-        wanted = _as_id_array(ids)
-        index = self._index
-        return np.fromiter((v in index for v in wanted.tolist()), dtype=bool, count=wanted.shape[0])
+        result: np.ndarray = self._lookup(_as_id_array(ids)) >= 0
+        return result
 
     def subset(self, ids: Sequence[Any] | np.ndarray) -> PartyData:
         """The rows for ``ids``, in that order."""
         pos = self.positions(ids)
-        return PartyData(
-            party=self.party,
-            ids=self.ids[pos],
-            X=self.X[pos],
-            columns=self.columns,
-            y=None if self.y is None else self.y[pos],
-            categorical=self.categorical,
-            encoding=self.encoding,
-        )
+        if len(np.unique(pos)) != len(pos):
+            seen = pd.Series(self.ids[pos])
+            raise DataError(f"party {self.party!r}: duplicate sample IDs {seen[seen.duplicated()].tolist()[:5]} "
+                            "requested; each sample must appear once")
+        return self._rows(pos)
+
+    def _rows(self, pos: np.ndarray | slice, X: np.ndarray | None = None) -> PartyData:
+        """Rows at positions ``pos`` (distinct), without validating again what this party's rows already passed."""
+        out = object.__new__(PartyData)
+        y = None if self.y is None else self.y[pos]
+        for name, value in (("party", self.party), ("ids", self.ids[pos]), ("X", self.X[pos] if X is None else X),
+                            ("columns", self.columns), ("y", y), ("categorical", self.categorical),
+                            ("encoding", self.encoding), ("_index", None), ("_cursor", 0)):
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+            object.__setattr__(out, name, value)
+        return out
 
     def require_labels(self) -> np.ndarray:
         if self.y is None:
