@@ -41,7 +41,7 @@ from transport import Ping
 
 
 def latency(secure: bool, size: int, calls: int, certs: Path) -> float:
-    node = party_node(PartyInfo("p", "passive"))
+    node = party_node(PartyInfo("p", "passive"), peers={"a": "active"})
     node.install(Ping(), seed=0, parties=(PartyInfo("a", "active"), PartyInfo("p", "passive")))
     server_creds = PartyCredentials.load(certs, "p") if secure else None
     server = PartyServer(node, address="127.0.0.1:0", credentials=server_creds, allowed={"a"}).start()

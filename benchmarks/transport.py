@@ -84,7 +84,7 @@ class Ping(Method):
 
 def transport_figures(repeats: int) -> dict[str, float]:
     a, p = PartyInfo("a", "active"), PartyInfo("p", "passive")
-    nodes = {"a": party_node(a), "p": party_node(p)}
+    nodes = {"a": party_node(a, peers=(a, p)), "p": party_node(p, peers=(a, p))}
     transport = LocalTransport(nodes)
     method = Ping()
     nodes["p"].install(method, seed=0, parties=(a, p))

@@ -61,7 +61,7 @@ def test_ledger_bytes_equal_encoded_lengths(payload: dict[str, object]) -> None:
     from vflo.roles import PartyInfo
 
     ledger = Ledger()
-    transport = LocalTransport({"b": party_node(PartyInfo("b", "passive"))}, ledger=ledger)
+    transport = LocalTransport({"b": party_node(PartyInfo("b", "passive"), peers={"a": "active"})}, ledger=ledger)
     msg = Message(sender="a", receiver="b", kind="unknown.kind", round=1, payload=payload)  # type: ignore[arg-type]
     reply = transport.request(msg)
     assert reply.error is not None  # no method installed: the node answers with an error

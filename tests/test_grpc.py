@@ -17,7 +17,16 @@ from vflo.comm.local import LocalTransport
 from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials, init_certs, issue
 from vflo.data.partydata import PartyData
-from vflo.deploy import DataConfig, DeployConfig, Deployment, PartyConfig, PeerConfig, TLSConfig, start_party
+from vflo.deploy import (
+    DataConfig,
+    DeployConfig,
+    Deployment,
+    PartyConfig,
+    PeerConfig,
+    PeerEntry,
+    TLSConfig,
+    start_party,
+)
 from vflo.errors import CodecError, ConfigError, DataError, DataFileError, RemoteError, TransportError
 from vflo.federation.simulation import party_node, run_method
 from vflo.methods.registry import get_method
@@ -41,7 +50,7 @@ def _federation(certs: Path | None):  # type: ignore[no-untyped-def]
     data = _split()
     tls = TLSConfig(insecure=True) if certs is None else TLSConfig(dir=str(certs))
     dummy = DataConfig(file="unused", id_column="id")
-    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": "x"}),
+    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": PeerEntry(address="x", role="active")}),  # noqa: E501
                       data=data.train["pas"], serve=data.serve["pas"])
     deploy = DeployConfig(active=PartyConfig(name="act", role="active", listen="127.0.0.1:0", data=dummy, tls=tls),
                           parties=(PeerConfig(name="pas", role="passive", address=pas.server.address),))
@@ -69,7 +78,7 @@ def test_grpc_gives_the_same_numbers_and_bytes_as_in_process(certs: Path, secure
 
 
 def _server(certs: Path, allowed: set[str]) -> PartyServer:
-    node = party_node(PartyInfo("pas", "passive"))
+    node = party_node(PartyInfo("pas", "passive"), peers={"act": "active"})
     return PartyServer(node, address="127.0.0.1:0", credentials=PartyCredentials.load(certs, "pas"),
                        allowed=allowed).start()
 
@@ -124,7 +133,7 @@ def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
     from tests.test_transport import Echo
 
     rows = PartyData(party="pas", ids=[1, 2], X=np.ones((2, 1)), columns=("v",))
-    node = party_node(PartyInfo("pas", "passive"), rows)
+    node = party_node(PartyInfo("pas", "passive"), rows, peers={"act": "active"})
     parties = (PartyInfo("act", "active"), PartyInfo("pas", "passive"))
     node.install(Echo(scale=3.0), seed=0, parties=parties)
     calls: list[str] = []
@@ -150,7 +159,7 @@ def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
             client.request(Message("act", "pas", "echo.scale", 6, {"x": np.ones(1, np.float32)}))
         assert node.context.state["calls"] == 3
         # the same messages in process cross with the same bytes
-        local_node = party_node(PartyInfo("pas", "passive"), rows)
+        local_node = party_node(PartyInfo("pas", "passive"), rows, peers={"act": "active"})
         local_node.install(Echo(scale=3.0), seed=0, parties=parties)
         local = LocalTransport({"pas": local_node})
         for n in (2, 3):
@@ -178,7 +187,8 @@ def test_a_request_started_early_travels_while_the_sender_computes(certs: Path,
 
     from tests.test_transport import Echo
 
-    node = party_node(PartyInfo("pas", "passive"), PartyData(party="pas", ids=[1], X=np.ones((1, 1)), columns=("v",)))
+    node = party_node(PartyInfo("pas", "passive"), PartyData(party="pas", ids=[1], X=np.ones((1, 1)), columns=("v",)),
+                      peers={"act": "active"})
     node.install(Echo(scale=3.0), seed=0, parties=(PartyInfo("act", "active"), PartyInfo("pas", "passive")))
     release = threading.Event()
     original = PartyServer._call
@@ -237,7 +247,7 @@ def test_an_address_already_in_use(certs: Path) -> None:
 
 
 def _server_at(certs: Path, address: str) -> PartyServer:
-    return PartyServer(party_node(PartyInfo("pas", "passive")), address=address,
+    return PartyServer(party_node(PartyInfo("pas", "passive"), peers={"act": "active"}), address=address,
                        credentials=PartyCredentials.load(certs, "pas"), allowed={"act"})
 
 
@@ -278,8 +288,8 @@ def test_each_connection_mistake_is_named(certs: Path, tmp_path: Path) -> None:
     """Another CA, TLS on one side only, another party's port and nothing listening: each says which."""
     init_certs(tmp_path / "other", ["act", "pas"])
     secure = _server(certs, {"act"})
-    plain = PartyServer(party_node(PartyInfo("pas", "passive")), address="127.0.0.1:0", credentials=None,
-                        allowed={"act"}).start()
+    plain = PartyServer(party_node(PartyInfo("pas", "passive"), peers={"act": "active"}), address="127.0.0.1:0",
+                        credentials=None, allowed={"act"}).start()
     own = PartyCredentials.load(certs, "act")
     cases = [
         (PartyCredentials.load(tmp_path / "other", "act"), "pas", secure.address, "not signed by this party's CA"),
@@ -323,7 +333,7 @@ def test_the_deploy_guide_lists_every_config_key() -> None:
 def _deployed(train_pas: PartyData, serve_pas: PartyData | None, train_act: PartyData, test: PartyData):  # type: ignore[no-untyped-def]
     tls = TLSConfig(insecure=True)
     dummy = DataConfig(file="unused", id_column="id")
-    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": "x"}),
+    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": PeerEntry(address="x", role="active")}),  # noqa: E501
                       data=train_pas, serve=serve_pas)
     deploy = DeployConfig(active=PartyConfig(name="act", role="active", listen="127.0.0.1:0", data=dummy, tls=tls),
                           parties=(PeerConfig(name="pas", role="passive", address=pas.server.address),

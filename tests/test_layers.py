@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.comm",),
     ("vflo.data", "vflo.metrics"),
     ("vflo.nn",),
-    ("vflo.federation.handlers", "vflo.federation.node"),
+    ("vflo.federation.handlers", "vflo.federation.policy", "vflo.federation.node"),
     ("vflo.align",),
     ("vflo.federation.coordinator",),
     ("vflo.methods",),

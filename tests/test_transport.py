@@ -32,7 +32,7 @@ class Echo(Method):
     name = "echo"
     Config = EchoConfig
 
-    @handles("echo.scale", x=floats(None))
+    @handles("echo.scale", senders=("coordinator", "server"), x=floats(None))
     def scale(self, ctx: NodeContext, payload: Payload) -> Payload:
         x = payload["x"]
         assert isinstance(x, np.ndarray)
@@ -40,7 +40,7 @@ class Echo(Method):
         ctx.state["calls"] = ctx.state.get("calls", 0) + 1
         return {"y": (x / 10 * self.config.scale).astype(np.float32), "rows": ctx.require_data().n_samples}
 
-    @handles("echo.relay", n=INT)
+    @handles("echo.relay", senders=("coordinator", "passive"), n=INT)
     def relay(self, ctx: NodeContext, payload: Payload) -> Payload:
         reply = ctx.send("p", "echo.scale", {"x": np.ones(int(payload["n"]), dtype=np.float32)})  # type: ignore[arg-type]
         return {"y": reply["y"]}
@@ -70,7 +70,9 @@ def _federation(monkeypatch: pytest.MonkeyPatch, ledger: Ledger | None = None) -
     monkeypatch.setitem(registry._METHODS, "echo", f"{__name__}:Echo")
     own = PartyData(party="a", ids=[1, 2], X=np.zeros((2, 1)), columns=("u",), y=[0, 1])
     other = PartyData(party="p", ids=[1, 2, 3], X=np.ones((3, 2)), columns=("v", "w"))
-    nodes = {"a": party_node(ACTIVE, own), "p": party_node(PASSIVE, other), "r": party_node(RELAY)}
+    parties = (ACTIVE, PASSIVE, RELAY)
+    nodes = {"a": party_node(ACTIVE, own, peers=parties), "p": party_node(PASSIVE, other, peers=parties),
+             "r": party_node(RELAY, peers=parties)}
     transport = LocalTransport(nodes, ledger=ledger)
     fed = Federation(node=nodes["a"], transport=transport, parties=(ACTIVE, PASSIVE, RELAY), seed=1,
                      task="binary", n_classes=2)
@@ -134,7 +136,7 @@ def test_unknown_receiver_and_messages_to_self(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_messages_before_setup_are_refused() -> None:
-    node = Node(PASSIVE, None)
+    node = Node(PASSIVE, None, peers={"a": "active"})
     reply = node.handle(Message("a", "p", "echo.scale", 1, {}))
     assert reply.error is not None and "before any method was set up" in reply.error.message
 

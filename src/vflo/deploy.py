@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,7 @@ from vflo.data.preprocessing import Standardizer
 from vflo.errors import AlignmentError, ConfigError, DataError, MethodError, RemoteError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
+from vflo.federation.policy import Policy
 from vflo.federation.simulation import RunOutput, party_node
 from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
@@ -80,13 +82,25 @@ class TLSConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PeerEntry:
+    """A peer under ``[peers]``: where to reach it and the role this party knows it by."""
+
+    address: str
+    role: Role = "passive"
+
+
+@dataclass(frozen=True, kw_only=True)
 class PartyConfig:
     name: str
     role: Role = "passive"
     listen: str = "127.0.0.1:0"
     data: DataConfig | None = None
     tls: TLSConfig = field(default_factory=TLSConfig)
-    peers: dict[str, str] = field(default_factory=dict)
+    # NAME = "HOST:PORT" (a passive party), or NAME = { address = "HOST:PORT", role = "active" | "server" | ... }:
+    # the role decides what that peer may ask of this party.
+    peers: dict[str, str | PeerEntry] = field(default_factory=dict)
+    # What this party agrees to run (see vflo.federation.policy).
+    policy: Policy = field(default_factory=Policy)
     deadline: float = DEFAULT_DEADLINE
     max_message_bytes: int = DEFAULT_MAX_BYTES
     # Where this party writes its parts of trained models (after `run --save`) and reads them (to score).
@@ -99,8 +113,21 @@ class PartyConfig:
             raise ConfigError(f"party {self.name!r} ({self.role}) needs a [data] table with its file and ID column")
         if self.name in self.peers:
             raise ConfigError(f"party {self.name!r} lists itself among its peers; two parties share that name")
+        if self.role != "active" and self.peers and "active" not in self.peer_roles.values():
+            raise ConfigError(f"party {self.name!r}: no peer has role 'active', so no one may set up a method here; "
+                              "write the coordinating party as NAME = { address = \"HOST:PORT\", role = \"active\" } "
+                              "under [peers]")
         if not self.tls.insecure and not self.tls.dir:
             raise ConfigError(f"party {self.name!r}: give [tls] dir (from `vflo certs init`) or insecure = true")
+
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        return {n: p if isinstance(p, str) else p.address for n, p in self.peers.items()}
+
+    @property
+    def peer_roles(self) -> dict[str, Role]:
+        return {n: "passive" if isinstance(p, str) else p.role for n, p in self.peers.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,8 +286,9 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
     checkpoints = None
     if config.checkpoints is not None:
         checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
-    node = party_node(PartyInfo(config.name, config.role), data, serve, store=store, checkpoints=checkpoints)
-    transport = GrpcTransport(config.name, config.peers, credentials=credentials, deadline=config.deadline,
+    node = party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
+                      store=store, checkpoints=checkpoints)
+    transport = GrpcTransport(config.name, config.addresses, credentials=credentials, deadline=config.deadline,
                               max_message_bytes=config.max_message_bytes)
     node.attach(transport)
     server = PartyServer(node, address=config.listen, credentials=credentials, allowed=set(config.peers),
@@ -274,6 +302,12 @@ def serve_forever(config: PartyConfig) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if config.policy.open:
+        logger.warning("party %s has no [policy]: it agrees to run any method its coordinator sets up; list the "
+                       "ones it agrees to under [policy] methods = [...]", config.name)
+    peers = ", ".join(f"{n} ({r})" for n, r in config.peer_roles.items())
+    print(f"party {config.name} ({config.role}) agrees to run {config.policy.describe()}; peers: {peers}",
+          flush=True)
     print(f"party {config.name} ({config.role}) listening on {party.server.address}", flush=True)
     while not stop.wait(0.5):
         pass
@@ -321,7 +355,7 @@ class Deployment:
         self.train = train
         self.test = test
         self.task, self.n_classes = _task_of(train, test, deploy)
-        peers = {p.name: p.address for p in deploy.parties}
+        peers = {p.name: PeerEntry(address=p.address, role=p.role) for p in deploy.parties}
         serving = None if test is None else PartyData(party=test.party, ids=test.ids, X=test.X, columns=test.columns)
         config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data,
                              tls=active.tls, peers={**active.peers, **peers}, deadline=active.deadline,
@@ -454,7 +488,7 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
         raise ConfigError(f"the model was saved with {model.card.active!r} as the active party, but deploy.toml's "
                           f"[active] is {active.name!r}")
     serving = model.rows(active.name, rows)
-    peers = {p.name: p.address for p in deploy.parties}
+    peers = {p.name: PeerEntry(address=p.address, role=p.role) for p in deploy.parties}
     config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data, tls=active.tls,
                          peers={**active.peers, **peers}, deadline=active.deadline,
                          max_message_bytes=active.max_message_bytes)
@@ -495,14 +529,15 @@ def _toml(value: object) -> str:
 
 def export_federation(
     data: Any, directory: Path, *, base_port: int = 50051, extra_roles: dict[str, Role] | None = None,
-    tls: bool = True, host: str = "127.0.0.1",
+    tls: bool = True, host: str = "127.0.0.1", methods: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write what each party of a simulated split would bring to a real deployment.
 
     For every data party: ``NAME_train.csv`` (and ``NAME_serve.csv`` with the rows to score); for the
     active party also ``NAME_test.csv`` with the test labels; ``NAME.toml`` for ``vflo party serve``
-    (every party but the active one) and ``deploy.toml`` for the active party; and, with ``tls``,
-    certificates in ``certs/``. Data is written already standardised, so parties do not rescale it.
+    (every party but the active one), each listing its peers with their roles and, under ``[policy]``, the
+    ``methods`` it agrees to run; ``deploy.toml`` for the active party; and, with ``tls``, certificates in
+    ``certs/``. Data is written already standardised, so parties do not rescale it.
     """
     from vflo.comm.tls import init_certs
     from vflo.data.scenario import FederatedData
@@ -526,7 +561,10 @@ def export_federation(
             label = '\nlabel_column = "label"' if name == active else ""
             lines = [f'file = "{name}_train.csv"', 'id_column = "id"' + label, f'serve_file = "{name}_serve.csv"',
                      "standardize = false"]
-        peers = [f"{n} = {_toml(a)}" for n, a in addresses.items() if n != name]
+        peers = [f"{n} = {{ address = {_toml(a)}, role = {_toml(roles[n])} }}" for n, a in addresses.items()
+                 if n != name]
+        policy = ["[policy]", f"methods = [{', '.join(_toml(m) for m in dict.fromkeys(methods))}]", ""] if methods \
+            else []
         if name == active:
             test = PartyData(party=name, ids=data.test_ids, X=data.serve[name].subset(data.test_ids).X,
                              columns=data.serve[name].columns, y=data.test_y)
@@ -543,7 +581,7 @@ def export_federation(
             text = "\n".join([
                 f"# vflo party serve {name}.toml", f"name = {_toml(name)}", f"role = {_toml(role)}",
                 f"listen = {_toml(addresses[name])}", "",
-                *(["[data]", *lines, ""] if lines else []), *tls_lines, "", "[peers]", *peers, ""])
+                *(["[data]", *lines, ""] if lines else []), *tls_lines, "", *policy, "[peers]", *peers, ""])
             path = directory / f"{name}.toml"
         path.write_text(text)
         written[name] = path

@@ -63,6 +63,10 @@ class ProtocolError(VfloError):
     exit_code = 4
 
 
+class RefusedError(ProtocolError):
+    """A party refused a message: the sender may not ask it that (its own config says who may ask what)."""
+
+
 class RemoteError(ProtocolError):
     """A party answered a request with an error."""
 

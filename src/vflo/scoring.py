@@ -122,7 +122,7 @@ class SavedModel:
         prepared = {party: self.rows(party, r) for party, r in given.items()
                     if party == self.card.active or not self.active_only}
         ids = prepared[self.card.active].ids
-        nodes = {p.name: party_node(p, None, prepared.get(p.name),
+        nodes = {p.name: party_node(p, None, prepared.get(p.name), peers=self.parties,
                                     store=PartStore(self.folder, party=p.name, role=p.role)) for p in self.parties}
         transport = LocalTransport(nodes)
         fed, method = self.restore(nodes[self.card.active], transport)

@@ -58,11 +58,15 @@ def _toml_value(v: object) -> str:
 
 
 def write_party_toml(path: Path, fields: dict[str, object], data: dict[str, object] | None, tls_dir: Path,
-                     peers: dict[str, str]) -> None:
+                     peers: dict[str, tuple[str, str]], policy: tuple[str, ...] = ()) -> None:
+    """A party's config; ``peers``: each peer's address and the role this party knows it by."""
     lines = [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
+    if policy:
+        lines += ["[policy]", f"methods = [{', '.join(_toml_value(m) for m in policy)}]"]
     if data is not None:
         lines += ["[data]", *(f"{k} = {_toml_value(v)}" for k, v in data.items())]
-    lines += ["[tls]", f'dir = "{tls_dir}"', "[peers]", *(f'{k} = "{v}"' for k, v in peers.items())]
+    lines += ["[tls]", f'dir = "{tls_dir}"', "[peers]",
+              *(f'{k} = {{ address = "{a}", role = "{r}" }}' for k, (a, r) in peers.items())]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -91,8 +95,10 @@ def restart(federation: Federation, name: str) -> None:
     wait_listening({name: federation.processes[name]})
 
 
-def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str, str]) -> Federation:
-    """Write each party's files, start every non-active party as `vflo party serve`, wait until they listen."""
+def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str, str],
+                     policy: tuple[str, ...] = ()) -> Federation:
+    """Write each party's files, start every non-active party as `vflo party serve`, wait until they listen;
+    with ``policy``, every such party agrees to run only those methods."""
     active = data.active
     names = {p.name: p.role for p in data.parties} | extra_roles
     init_certs(directory / "certs", list(names))
@@ -125,7 +131,8 @@ def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str
             write_party_toml(cfg, {"name": name, "role": role, "listen": addresses[name],
                                    "models": str(directory / f"{name}_models"),
                                    "checkpoints": str(directory / f"{name}_checkpoints")}, data_fields,
-                             directory / "certs", {n: a for n, a in addresses.items() if n != name})
+                             directory / "certs", {n: (a, names[n]) for n, a in addresses.items() if n != name},
+                             policy=policy)
             processes[name] = spawn(cfg)
         wait_listening(processes)
     except BaseException:

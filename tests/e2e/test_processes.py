@@ -14,7 +14,7 @@ from tests.conftest import make_dataset, two_party_spec
 from tests.e2e.conftest import Federation, restart, start_federation, stopped
 from vflo.cli import main
 from vflo.comm.codec import decode
-from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.deploy import Deployment, score_deployed
 from vflo.errors import MethodError, TransportError
 from vflo.federation.coordinator import AlignmentConfig
@@ -58,6 +58,11 @@ def label_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    yield from stopped(start_federation(tmp_path_factory.mktemp("chain"), chain_data(),
+                                        {"server": "server", "dealer": "dealer"}))
+
+
+def chain_data() -> FederatedData:
     """Active a, first hop p1 (overlaps a and p2), second hop p2 (overlaps p1 only): VFL-ASP's topology."""
     ds = make_dataset(n=400, n_features=9)
     spec = ScenarioSpec(parties=(PartySpec(name="p2", share=1.0), PartySpec(name="p1", share=1.0),
@@ -66,9 +71,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
                             BlockSpec(parties=("p1", "p2"), rows=120), BlockSpec(parties=("p1", "a"), rows=160),
                             BlockSpec(parties=("a",), rows=120))))
     layout = spec.build(ds, seed=0)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
-    yield from stopped(start_federation(tmp_path_factory.mktemp("chain"), data,
-                                        {"server": "server", "dealer": "dealer"}))
+    return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
 
 
 def _same(over_grpc, local) -> None:  # type: ignore[no-untyped-def]

@@ -20,15 +20,15 @@ if TYPE_CHECKING:
 class AlignmentHandlers(HandlerSet):
     """Plain alignment (the coordinator's IDs in the clear) and ECDH private set intersection."""
 
-    @handles(plain.KIND, **plain.REQUEST)
+    @handles(plain.KIND, senders=("coordinator", "delegate"), **plain.REQUEST)
     def _plain(self, ctx: NodeContext, payload: Payload) -> Payload:
         return plain.handle(ctx, payload)
 
-    @handles(psi.KIND, **psi.REQUEST)
+    @handles(psi.KIND, senders=("coordinator",), **psi.REQUEST)
     def _psi(self, ctx: NodeContext, payload: Payload) -> Payload:
         return psi.handle(ctx, payload)
 
-    @handles(psi.RESULT_KIND, **psi.RESULT)
+    @handles(psi.RESULT_KIND, senders=("coordinator",), **psi.RESULT)
     def _psi_result(self, ctx: NodeContext, payload: Payload) -> Payload:
         return psi.handle_result(ctx, payload)
 

@@ -21,9 +21,10 @@ import numpy as np
 from vflo.comm.message import BOOL, INT, STR, FieldSpec, Message, Payload, check_payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
-from vflo.errors import PartyBoundaryError, ProtocolError, VfloError
+from vflo.errors import PartyBoundaryError, ProtocolError, RefusedError, VfloError
 from vflo.federation.handlers import HandlerInfo, HandlerSet
-from vflo.roles import PartyInfo
+from vflo.federation.policy import Policy
+from vflo.roles import PartyInfo, Role
 from vflo.seeding import numpy_rng, torch_generator
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ TEARDOWN = "control.teardown"
 LEDGER = "control.ledger"
 SAVE = "control.save"
 LOAD = "control.load"
+CONTROL_KINDS = frozenset({SETUP, TEARDOWN, LEDGER, SAVE, LOAD})
 SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "save": BOOL}
 SAVE_SPEC: dict[str, FieldSpec] = {"label": STR, "model_id": STR}
 LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "label": STR,
@@ -162,6 +164,7 @@ class Node:
 
     def __init__(
         self, info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
+        peers: Mapping[str, Role] | None = None, policy: Policy | None = None,
         methods: MethodFactory = _no_methods, protocols: Sequence[HandlerSet] = (), store: PartStoreLike | None = None,
         checkpoints: CheckpointStoreLike | None = None,
     ) -> None:
@@ -185,6 +188,12 @@ class Node:
         # Where this party saves and loads its model parts and checkpoints: its own folders, never one a peer names.
         self.store = store
         self.checkpoints = checkpoints
+        # Who its peers are and what they may ask: from this party's own config, never from a message.
+        self.peers: dict[str, Role] = dict(peers or {})
+        if self.name in self.peers:
+            raise PartyBoundaryError(f"party {self.name!r} lists itself among its peers")
+        self.policy = policy or Policy()
+        self._coordinator: str | None = None
 
     @property
     def name(self) -> str:
@@ -235,30 +244,36 @@ class Node:
 
     def _dispatch(self, message: Message) -> Payload:
         kind = message.kind
-        if kind == SETUP:
-            self._setup(message.payload)
-            return {}
-        if kind == SAVE:
-            return self._save(message.payload)
-        if kind == LOAD:
-            return self._load(message.payload)
-        if kind == TEARDOWN:
-            self.context, self.method, self._handlers = None, None, {}
-            return {}
-        if kind == LEDGER:
+        if kind in CONTROL_KINDS:
+            self._authorize_control(message)
+            if kind == SETUP:
+                self._setup(message.payload)
+                self._coordinator = message.sender
+                return {}
+            if kind == SAVE:
+                return self._save(message.payload)
+            if kind == LOAD:
+                loaded = self._load(message.payload)
+                self._coordinator = message.sender
+                return loaded
+            if kind == TEARDOWN:
+                self.context, self.method, self._handlers, self._coordinator = None, None, {}, None
+                return {}
             return {"records": self._ledger_records()}
         if kind in self._protocols:
             # Protocols every node serves (alignment) work before any method is set up: a deployment checks
             # the rows to score before anything trains.
+            handler_set, info, attr = self._protocols[kind]
+            self._authorize(message, info)
             if self.context is None:
                 self.context = NodeContext(info=self.info, data=self._data, serving=self._serving,
                                            parties=(self.info,), seed=0, transport=self._transport)
-            handler_set, info, attr = self._protocols[kind]
         elif self.context is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} got {kind!r} before any method was set up")
         elif kind in self._handlers:
             handler_set = self.method
             info, attr = self._handlers[kind]
+            self._authorize(message, info)
         else:
             name = getattr(self.method, "name", type(self.method).__name__)
             raise ProtocolError(f"party {self.name!r} running {name} has no handler for {kind!r}")
@@ -267,6 +282,47 @@ class Node:
         self.context.sender = message.sender
         result: Payload = getattr(handler_set, attr)(self.context, message.payload)
         return result
+
+    # -- who may ask what ---------------------------------------------------------------------------
+
+    def _refuse(self, message: Message, why: str) -> RefusedError:
+        role = self.peers.get(message.sender)
+        text = (f"party {self.name!r} refuses {message.kind!r} from {message.sender!r} "
+                f"({'not a peer' if role is None else 'role ' + role}): {why}")
+        logger.warning("%s", text)
+        return RefusedError(text)
+
+    def _is_coordinator(self, sender: str) -> bool:
+        """The party that set up the running method; before any setup, a peer this party knows as active."""
+        if self._coordinator is not None:
+            return sender == self._coordinator
+        return self.peers.get(sender) == "active"
+
+    def _authorize_control(self, message: Message) -> None:
+        role = self.peers.get(message.sender)
+        if role is None:
+            raise self._refuse(message, "it is not one of this party's peers")
+        if message.kind in (SETUP, LOAD):
+            if role != "active":
+                raise self._refuse(message, "only the active party may set up a method; if it coordinates, give it "
+                                            "role = 'active' under [peers] in this party's config")
+        elif not self._is_coordinator(message.sender):
+            raise self._refuse(message, f"only {self._coordinator or 'the active party'}, which set up the running "
+                                        "method, may do that")
+
+    def _authorize(self, message: Message, info: HandlerInfo) -> None:
+        sender = message.sender
+        role = self.peers.get(sender)
+        if role is None:
+            raise self._refuse(message, "it is not one of this party's peers")
+        allowed = info.senders
+        if "coordinator" in allowed and self._is_coordinator(sender):
+            return
+        if "delegate" in allowed and self.method is not None and sender in self.method.delegates():
+            return
+        if role in allowed:
+            return
+        raise self._refuse(message, f"only {' or '.join(allowed)} may send it")
 
     def _ledger_records(self) -> str:
         """This party's own record of the messages it sent, handed over once (multi-process runs only)."""
@@ -301,23 +357,38 @@ class Node:
         if saved != asked:
             raise ProtocolError(f"party {self.name!r}'s saved part is {saved[0]} with another configuration than the "
                                 f"coordinator's {asked[0]}: the two come from different models")
+        self.policy.check(self.name, asked[0], str(payload["config"]))
         method: Any = self._methods(asked[0], str(payload["config"]))
         serving = self._require_store().serving_rows(part)
         if serving is not None:
             self._serving = serving
-        self.install(method, seed=int(payload["seed"]), parties=_parties(payload))
+        self.install(method, seed=int(payload["seed"]), parties=self._checked_parties(payload))
         assert self.context is not None
         method.load_party_state(self.context, part.state)
         return {"manifest": part.manifest_sha256}
 
     def _setup(self, payload: Payload) -> None:
         check_payload(SETUP, payload, SETUP_SPEC)
+        parties = self._checked_parties(payload)
+        self.policy.check(self.name, str(payload["method"]), str(payload["config"]))
         if payload["save"]:
             self._require_store()
         method = self._methods(str(payload["method"]), str(payload["config"]))
         seed = payload["seed"]
         assert isinstance(seed, int)
-        self.install(method, seed=seed, parties=_parties(payload))
+        self.install(method, seed=seed, parties=parties)
+        logger.info("party %s runs %s %s (within its policy: %s)", self.name, payload["method"], payload["config"],
+                    self.policy.describe())
+
+    def _checked_parties(self, payload: Payload) -> tuple[PartyInfo, ...]:
+        """The coordinator's list of parties, where it agrees with what this party's own config says of them."""
+        parties = _parties(payload)
+        for p in parties:
+            known = self.info.role if p.name == self.name else self.peers.get(p.name)
+            if known is not None and known != p.role:
+                raise ProtocolError(f"party {self.name!r} knows {p.name!r} as {known}, but the coordinator lists it "
+                                    f"as {p.role}: refused; the configs disagree about who plays which role")
+        return parties
 
 
 def _parties(payload: Payload) -> tuple[PartyInfo, ...]:

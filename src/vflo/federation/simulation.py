@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,10 +19,11 @@ from vflo.data.scenario import FederatedData
 from vflo.errors import MethodError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
+from vflo.federation.policy import Policy
 from vflo.methods.base import Method
 from vflo.methods.registry import method_from_json
 from vflo.nn.train import CheckpointPlan
-from vflo.roles import PartyInfo
+from vflo.roles import PartyInfo, Role
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,10 +49,14 @@ class RunOutput:
 
 
 def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
+               peers: Mapping[str, Role] | Sequence[PartyInfo], policy: Policy | None = None,
                store: PartStore | None = None, checkpoints: CheckpointStore | None = None) -> Node:
-    """A node that serves every registered method and alignment: what each party runs."""
-    return Node(info, data, serving, methods=method_from_json, protocols=(ALIGNMENT,), store=store,
-                checkpoints=checkpoints)
+    """A node that serves every registered method and alignment: what each party runs. ``peers``: the other
+    parties and their roles as this party knows them (a mapping, or every party of the federation)."""
+    if not isinstance(peers, Mapping):
+        peers = {p.name: p.role for p in peers if p.name != info.name}
+    return Node(info, data, serving, peers=peers, policy=policy, methods=method_from_json, protocols=(ALIGNMENT,),
+                store=store, checkpoints=checkpoints)
 
 
 def preprocessing_of(data: FederatedData, party: str) -> Preprocessing | None:
@@ -97,14 +102,14 @@ def build_federation(
     def stores(p: PartyInfo) -> CheckpointStore | None:
         return None if checkpoints is None else CheckpointStore(checkpoints, party=p.name, role=p.role)
 
-    nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name), checkpoints=stores(p))
-             for p in data.parties}
     extras: tuple[PartyInfo, ...] = method.extra_parties(data.parties)
+    parties = (*data.parties, *extras)
+    nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name), peers=parties,
+                                checkpoints=stores(p)) for p in data.parties}
     for info in extras:
         if info.name in nodes:
             raise MethodError(f"{method.name} adds a party named {info.name!r}, but a data party has that name")
-        nodes[info.name] = party_node(info, checkpoints=stores(info))
-    parties = (*data.parties, *extras)
+        nodes[info.name] = party_node(info, peers=parties, checkpoints=stores(info))
     transport = LocalTransport(nodes, ledger=ledger, max_message_bytes=max_message_bytes, observers=observers,
                                faults=faults)
     oracle = data.oracle if method.simulation_only else None

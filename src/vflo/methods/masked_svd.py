@@ -97,7 +97,7 @@ class MaskedSVD(HandlerSet):
 
     # -- dealer -----------------------------------------------------------------------------------
 
-    @handles("svd.deal", m=INT, parties=STR, column_masks=BOOL)
+    @handles("svd.deal", senders=("coordinator", "delegate"), m=INT, parties=STR, column_masks=BOOL)
     def _deal(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Draw P (and each party's Q_i), send every other party its masks, return the requester's."""
         settings = self.svd_settings()
@@ -122,8 +122,10 @@ class MaskedSVD(HandlerSet):
 
     # -- data parties -----------------------------------------------------------------------------
 
-    @handles("svd.masks", **MASKS)
+    @handles("svd.masks", senders=("dealer",), **MASKS)
     def _masks(self, ctx: NodeContext, payload: Payload) -> Payload:
+        if "svd.P" in ctx.state:  # one deal per run: later masks could only replace the ones in use
+            raise ProtocolError(f"party {ctx.party!r} already holds its masks for this run; refused")
         keep_masks(ctx, payload)
         return {}
 
@@ -138,19 +140,24 @@ class MaskedSVD(HandlerSet):
         masked: np.ndarray = P.left(X).astype(self.svd_settings().dtype)
         return masked
 
-    @handles("svd.upload", selector=SELECTOR)
+    @handles("svd.upload", senders=("coordinator", "delegate"), selector=SELECTOR)
     def _upload(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Send P X_i Q_i of the shared rows (picked from this party's aligned list) to the server."""
         selector = payload["selector"]
         assert isinstance(selector, np.ndarray)
         ctx.send(SERVER, "svd.block", {"block": self.masked_block(ctx, selected_ids(ctx, selector))})
+        ctx.state["svd.awaiting_right"] = True
         return {}
 
-    @handles("svd.right", v=MATRIX)
+    @handles("svd.right", senders=("server",), v=MATRIX)
     def _right(self, ctx: NodeContext, payload: Payload) -> Payload:
+        # Only the answer to this party's own upload: a V sent at any other time could replace the one in use.
+        if not ctx.state.get("svd.awaiting_right", False):
+            raise ProtocolError(f"party {ctx.party!r} got svd.right without an upload awaiting it; refused")
         v = payload["v"]
         assert isinstance(v, np.ndarray)
         ctx.state["svd.V"] = unmask_right(ctx, v)
+        ctx.state["svd.awaiting_right"] = False
         return {}
 
     @handles("svd.project", ids=IDS)
@@ -165,12 +172,12 @@ class MaskedSVD(HandlerSet):
 
     # -- server -----------------------------------------------------------------------------------
 
-    @handles("svd.block", block=MATRIX)
+    @handles("svd.block", senders=("passive",), block=MATRIX)
     def _block(self, ctx: NodeContext, payload: Payload) -> Payload:
         ctx.state.setdefault("svd.blocks", {})[ctx.sender] = payload["block"]
         return {}
 
-    @handles("svd.solve", order=STR, rank=INT, right=BOOL, block=MATRIX)
+    @handles("svd.solve", senders=("coordinator", "delegate"), order=STR, rank=INT, right=BOOL, block=MATRIX)
     def _solve(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Join the masked blocks (the requester's comes with the request), SVD, return U', Σ (and its V')."""
         try:
@@ -247,10 +254,13 @@ class MaskedSVD(HandlerSet):
 def keep_masks(ctx: NodeContext, payload: Payload) -> None:
     """Store the row mask P and, where one was dealt, the column mask Q (absent: Q = I)."""
     try:
-        ctx.state["svd.P"] = OrthogonalMask.from_payload(payload, "p")
+        P = OrthogonalMask.from_payload(payload, "p")
         Q = OrthogonalMask.from_payload(payload, "q")
     except KeyError as exc:
         raise ProtocolError(f"the dealer's masks lack {exc}") from exc
+    P.check_strength(f"party {ctx.party!r}: the row mask from {ctx.sender!r}")
+    Q.check_strength(f"party {ctx.party!r}: the column mask from {ctx.sender!r}")
+    ctx.state["svd.P"] = P
     ctx.state["svd.Q"] = Q if Q.size else None
 
 

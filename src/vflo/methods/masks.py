@@ -48,6 +48,22 @@ class OrthogonalMask:
     def size(self) -> int:
         return int(self.blocks.shape[0] * self.blocks.shape[1] + self.tail.shape[0])
 
+    def check_strength(self, what: str) -> None:
+        """Refuse a mask that would hide nothing: one not orthogonal, or (from 8 rows on) one most of whose rows
+        are nearly unit vectors, as an identity or a permutation is. A random orthogonal matrix of that size
+        almost never has even one such row, so a dealer that follows the protocol is never refused."""
+        for M in (*self.blocks, self.tail):
+            n = M.shape[0]
+            if n == 0:
+                continue
+            M64 = np.asarray(M, dtype=np.float64)
+            probe = np.random.default_rng(n).normal(size=(n, 4))  # M M^T = I, checked on 4 vectors: n^2 work
+            if not np.allclose(M64 @ (M64.T @ probe), probe, atol=1e-3 * max(1.0, float(np.abs(probe).max()))):
+                raise ProtocolError(f"{what}: a mask block of size {n} is not orthogonal; refused")
+            if n >= 8 and (np.abs(M64).max(axis=1) > 0.99).mean() > 0.5:
+                raise ProtocolError(f"{what}: a mask block of size {n} is (nearly) an identity or a permutation, "
+                                    "which would reveal the rows it should hide; refused")
+
     def _split(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if X.shape[0] != self.size:
             raise ProtocolError(f"mask of size {self.size} cannot multiply a matrix with {X.shape[0]} rows")

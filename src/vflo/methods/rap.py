@@ -353,7 +353,7 @@ class RAP(Method):
         transform = self._transform(ctx)
         return transform.project(rows, ctx.rng("rap-pseudo", rows.n_samples))
 
-    @handles("rap.project", selector=SELECTOR)
+    @handles("rap.project", senders=("server",), selector=SELECTOR)
     def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
         """The one exchange of a client: its projected aligned training rows, to the server."""
         selector = payload["selector"]
@@ -361,7 +361,7 @@ class RAP(Method):
         return {"x": self._client_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector))),
                 "one_hot": self._transform(ctx).one_hot_width}
 
-    @handles("rap.project_serve", ids=IDS)
+    @handles("rap.project_serve", senders=("server",), ids=IDS)
     def _project_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)

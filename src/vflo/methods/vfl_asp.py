@@ -107,6 +107,10 @@ class VFLASP(MaskedSVD, SplitNN):
     def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
         return [] if self.inference == "active_only" else [self.config.first_hop]
 
+    def delegates(self) -> frozenset[str]:
+        """The first hop aligns with the second hop and drives their masked SVD (its own coordinator there)."""
+        return frozenset({self.config.first_hop})
+
     # -- first-hop party --------------------------------------------------------------------------
 
     @handles("asp.extract", second_hop=STR)

@@ -1,0 +1,88 @@
+"""What a party agrees to run: the methods it consents to, and bounds on their settings.
+
+A party's own config holds its policy (``[policy]`` in PARTY.toml). A ``control.setup`` (or a saved model's
+``control.load``) for a method outside it, or with a setting outside its bounds, is refused before anything
+runs, and the coordinator's error names the party, the method and the setting.
+
+    [policy]
+    methods = ["apc_vfl", "rap"]           # nothing else; leave out to agree to any method
+    [policy.require]
+    "fedsvd.svd.mask" = "dense"            # a setting that must have this value
+    "rap.max_condition" = { max = 10.0 }   # or stay within bounds
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vflo.errors import ConfigError, ProtocolError
+
+
+class PolicyError(ProtocolError):
+    """A coordinator asked a party to run what its policy does not allow."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """``methods``: the methods this party consents to (empty: any); ``require``: a setting by its dotted path
+    (``METHOD.FIELD.SUBFIELD``) and the value it must have, or a table with ``min`` and/or ``max``."""
+
+    methods: tuple[str, ...] = ()
+    require: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for path, rule in self.require.items():
+            if len(path.split(".")) < 2:
+                raise ConfigError(f"policy.require: {path!r} must name a method and a setting, e.g. "
+                                  "'rap.max_condition'")
+            if isinstance(rule, Mapping) and (not rule or set(rule) - {"min", "max"}):
+                raise ConfigError(f"policy.require.{path}: a table of bounds takes min and/or max, got {dict(rule)}")
+
+    @property
+    def open(self) -> bool:
+        return not self.methods and not self.require
+
+    def describe(self) -> str:
+        """One line a party prints at start: what it agrees to run."""
+        methods = ", ".join(self.methods) if self.methods else "any method"
+        bounds = "; ".join(f"{p} {_rule_text(r)}" for p, r in self.require.items())
+        return methods + (f" (requiring {bounds})" if bounds else "")
+
+    def check(self, party: str, method: str, config: str) -> None:
+        """Refuse ``method`` with ``config`` (its JSON) unless this policy allows it."""
+        if self.methods and method not in self.methods:
+            raise PolicyError(f"party {party!r} does not agree to run {method}: its policy allows only "
+                              f"{', '.join(self.methods)}; add {method} to [policy] methods in its config if it "
+                              "should")
+        settings = json.loads(config)
+        for path, rule in self.require.items():
+            name, *keys = path.split(".")
+            if name != method:
+                continue
+            value: Any = settings
+            for key in keys:
+                if not isinstance(value, Mapping) or key not in value:
+                    raise PolicyError(f"party {party!r}'s policy requires {path} {_rule_text(rule)}, but {method} "
+                                      "has no such setting")
+                value = value[key]
+            if not _meets(value, rule):
+                raise PolicyError(f"party {party!r} does not agree to run {method} with {'.'.join(keys)} = "
+                                  f"{value!r}: its policy requires {_rule_text(rule)}")
+
+
+def _meets(value: Any, rule: Any) -> bool:
+    if not isinstance(rule, Mapping):
+        return bool(value == rule)
+    if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+        return False
+    return bool(rule.get("min", -math.inf) <= value <= rule.get("max", math.inf))
+
+
+def _rule_text(rule: Any) -> str:
+    if not isinstance(rule, Mapping):
+        return f"= {rule!r}"
+    return " and ".join(f"{'>=' if k == 'min' else '<='} {v}" for k, v in sorted(rule.items(), reverse=True))

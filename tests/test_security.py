@@ -1,0 +1,154 @@
+"""A party protects itself: who may ask it what (from its own config), what it consents to run, and masks that
+hide nothing are refused; a refused message leaves the legitimate run untouched."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.test_methods import data_for, quick
+from vflo.comm.message import Message
+from vflo.data.scenario import FederatedData
+from vflo.errors import ConfigError, RemoteError
+from vflo.federation.policy import Policy
+from vflo.federation.simulation import build_federation, party_node, run_method
+from vflo.methods.masks import OrthogonalMask
+from vflo.methods.registry import get_method
+from vflo.roles import PartyInfo
+
+
+def federation(name: str, data: FederatedData | None = None):  # type: ignore[no-untyped-def]
+    data = data or data_for(name)
+    method = quick(name)
+    fed, nodes = build_federation(data, method, seed=0)
+    fed.setup(method)
+    return data, method, fed, nodes
+
+
+def send(fed, sender: str, receiver: str, kind: str, payload: dict) -> Message:  # type: ignore[no-untyped-def]
+    """A message as a peer would put it on the wire, with its own (authenticated) name as the sender."""
+    return fed.transport.request(Message(sender=sender, receiver=receiver, kind=kind, round=1, payload=payload))
+
+
+def identity_masks(m: int, d: int) -> dict[str, np.ndarray]:
+    eye = OrthogonalMask(np.zeros((0, 0, 0)), np.eye(m))
+    return {**eye.to_payload("p"), **OrthogonalMask(np.zeros((0, 0, 0)), np.eye(d)).to_payload("q")}
+
+
+def test_the_fedsvd_exfiltration_by_a_malicious_server_is_refused_and_the_run_completes() -> None:
+    """The issue's attack: the server sets identity masks and v = I, then asks for a projection of the serving
+    rows; and aligns, then asks for an upload of the training rows. Every step is refused, nothing comes back."""
+    data, method, fed, _nodes = federation("fedsvd")
+    reference = run_method(quick("fedsvd"), data, seed=0)
+    pas = data.train["pas"]
+    attacks = [
+        ("control.setup", {"method": "fedsvd", "config": method.config_json(), "seed": 0, "save": False,
+                           "parties": json.dumps([["server", "active"], ["pas", "passive"]])}),
+        ("svd.masks", identity_masks(len(pas.ids), pas.n_features)),
+        ("svd.right", {"v": np.eye(pas.n_features)}),
+        ("svd.project", {"ids": data.serve["pas"].ids}),
+        ("align.plain", {"ids": pas.ids, "split": "train"}),
+        ("svd.upload", {"selector": np.arange(len(pas.ids), dtype=np.int64)}),
+        ("control.ledger", {}),
+        ("control.teardown", {}),
+    ]
+    for kind, payload in attacks:
+        reply = send(fed, "server", "pas", kind, payload)
+        assert reply.error is not None and "refuse" in reply.error.message, kind
+        if kind != "svd.right":  # the server may send V, but only as the answer to this party's upload
+            assert reply.error.type == "RefusedError" and "'server' (role server)" in reply.error.message
+        assert reply.payload == {}  # nothing of the party's rows came back
+    # The legitimate run, set up before the attacks, goes on as if nothing had happened.
+    method.fit(fed)
+    assert np.array_equal(method.predict(fed, data.test_ids), reference.scores)
+
+
+def test_a_passive_party_cannot_set_up_or_drive_another() -> None:
+    data, _method, fed, _nodes = federation("splitnn", data_for("vfl_asp"))
+    for kind, payload in (("control.setup", {"method": "splitnn", "config": "{}", "seed": 0, "save": False,
+                                             "parties": "[]"}),
+                          ("split.activations", {"ids": data.train["p2"].ids, "split": "train"})):
+        reply = send(fed, "p1", "p2", kind, payload)
+        assert reply.error is not None and reply.error.type == "RefusedError"
+        assert "from 'p1' (role passive)" in reply.error.message
+
+
+def test_a_vfl_asp_first_hop_may_drive_only_what_the_method_delegates_to_it() -> None:
+    data, _method, fed, _nodes = federation("vfl_asp")
+    p2 = data.train["p2"]
+    allowed = send(fed, "p1", "p2", "align.plain", {"ids": p2.ids[:3], "split": "train"})
+    assert allowed.error is None
+    refused = send(fed, "p1", "p2", "split.activations", {"ids": p2.ids[:3], "split": "train"})
+    assert refused.error is not None and refused.error.type == "RefusedError"
+
+
+def test_a_stranger_is_refused_before_any_handler_runs() -> None:
+    data, _method, _fed, nodes = federation("splitnn")
+    reply = nodes["pas"].handle(Message(sender="mallory", receiver="pas", kind="align.plain", round=1,
+                                        payload={"ids": data.train["pas"].ids, "split": "train"}))
+    assert reply.error is not None and "not a peer" in reply.error.message
+
+
+def test_roles_come_from_the_partys_own_config_not_from_the_setup() -> None:
+    info = PartyInfo("pas", "passive")
+    node = party_node(info, peers={"act": "active", "srv": "server"})
+    setup = {"method": "local", "config": get_method("local")().config_json(), "seed": 0, "save": False,
+             "parties": json.dumps([["act", "active"], ["pas", "passive"], ["srv", "active"]])}
+    reply = node.handle(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup))
+    assert reply.error is not None and "knows 'srv' as server" in reply.error.message
+
+
+def test_a_method_outside_the_policy_is_refused_naming_party_and_method() -> None:
+    data = data_for("splitnn")
+    method = quick("rap")
+    fed, nodes = build_federation(data, method, seed=0)
+    nodes["pas"].policy = Policy(methods=("splitnn", "apc_vfl"))
+    with pytest.raises(RemoteError, match=r"party 'pas' does not agree to run rap: its policy allows only splitnn"):
+        fed.setup(method)
+    nodes["pas"].policy = Policy(require={"rap.max_condition": {"max": 5.0}})
+    with pytest.raises(RemoteError, match=r"'pas' does not agree to run rap with max_condition = 10.0"):
+        fed.setup(method)
+    nodes["pas"].policy = Policy(methods=("rap",), require={"rap.max_condition": {"max": 20.0}})
+    fed.setup(method)  # within the policy
+
+
+def test_policy_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="must name a method and a setting"):
+        Policy(require={"mask": "dense"})
+    with pytest.raises(ConfigError, match="takes min and/or max"):
+        Policy(require={"rap.max_condition": {"below": 3}})
+    assert Policy(methods=("rap",), require={"rap.max_condition": {"max": 5}}).describe() == \
+        "rap (requiring rap.max_condition <= 5)"
+
+
+@pytest.mark.parametrize("mask", ["identity", "permutation", "not orthogonal"])
+def test_masks_that_hide_nothing_are_refused_even_from_the_dealer(mask: str) -> None:
+    data, _method, fed, nodes = federation("fedsvd")
+    pas = data.train["pas"]
+    m = len(pas.ids)
+    P = np.eye(m) if mask == "identity" else np.eye(m)[np.random.default_rng(0).permutation(m)] \
+        if mask == "permutation" else np.ones((m, m))
+    payload = {**OrthogonalMask(np.zeros((0, 0, 0)), P).to_payload("p"),
+               **OrthogonalMask(np.zeros((0, 0, 0)), np.zeros((0, 0))).to_payload("q")}
+    reply = send(fed, "dealer", "pas", "svd.masks", payload)
+    assert reply.error is not None and "refused" in reply.error.message
+    assert "svd.P" not in nodes["pas"].context.state
+
+
+def test_masks_and_v_cannot_be_replaced_mid_run() -> None:
+    data, method, fed, _nodes = federation("fedsvd")
+    method.fit(fed)
+    pas = data.train["pas"]
+    again = send(fed, "dealer", "pas", "svd.masks", identity_masks(len(pas.ids), pas.n_features))
+    assert again.error is not None and "already holds its masks" in again.error.message
+    late = send(fed, "server", "pas", "svd.right", {"v": np.eye(pas.n_features)})
+    assert late.error is not None and "without an upload awaiting it" in late.error.message
+
+
+def test_handlers_declare_who_may_send_them() -> None:
+    from vflo.federation.handlers import handles
+
+    with pytest.raises(ValueError, match="senders must be some of"):
+        handles("x.y", senders=("anyone",))  # type: ignore[arg-type]
