@@ -120,7 +120,9 @@ def _forge(header: dict[str, object], body: bytes = b"") -> bytes:
     (_forge({"sender": "a", "receiver": "b", "kind": "k", "round": 0,
              "fields": {"x": {"dtype": "float32", "shape": [3], "spans": [[0, 8]]}}}, b"\0" * 8), "needs 12"),
     (_forge({"sender": "a", "receiver": "b", "kind": "k", "round": 0,
-             "fields": {"x": {"dtype": "float32", "shape": [2], "spans": [[0, 8]]}}}), "past the end"),
+             "fields": {"x": {"dtype": "float32", "shape": [2], "spans": [[0, 8]]}}}), "claims 2 elements"),
+    (_forge({"sender": "a", "receiver": "b", "kind": "k", "round": 0,
+             "fields": {"x": {"dtype": "uint8", "shape": [2], "spans": [[0, 8]]}}}, b"\0" * 4), "past the end"),
     (_forge({"sender": "a", "receiver": "b", "kind": "k", "round": 0,
              "fields": {"x": {"dtype": "float32", "shape": [-1], "spans": [[0, 8]]}}}, b"\0" * 8), "shape"),
 ])

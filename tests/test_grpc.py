@@ -27,7 +27,7 @@ from vflo.deploy import (
     TLSConfig,
     start_party,
 )
-from vflo.errors import CodecError, ConfigError, DataError, DataFileError, RemoteError, TransportError
+from vflo.errors import CodecError, ConfigError, DataError, DataFileError, ProtocolError, RemoteError, TransportError
 from vflo.federation.simulation import party_node, run_method
 from vflo.methods.registry import get_method
 from vflo.roles import PartyInfo
@@ -382,3 +382,29 @@ def test_deployed_runs_are_checked_before_anything_trains() -> None:
     finally:
         dep.close()
         party.stop()
+
+
+def test_a_malformed_frame_is_answered_as_one_and_a_malformed_reply_is_named(
+    certs: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.test_codec_fuzz import header_of, with_header
+    from vflo.comm.codec import decode, encode
+
+    server = _server(certs, {"act"})
+    client = GrpcTransport("act", {"pas": server.address}, credentials=PartyCredentials.load(certs, "act"),
+                           deadline=5, retries=0)
+    try:
+        frame = encode(Message("act", "pas", "align.plain", 1, {"ids": np.arange(3), "split": "train"}))
+        header = header_of(frame)
+        header["fields"]["ids"]["shape"] = [2**62, 2**62]  # type: ignore[index]
+        stub, _ = client._stub("pas")
+        reply = decode(stub(with_header(frame, header), timeout=5))
+        assert reply.error is not None and reply.error.type == "ProtocolError"
+        assert "party 'pas' got a malformed message" in reply.error.message and "malformed shape" in reply.error.message
+        # And the other way: a reply the client cannot decode names the party that sent it.
+        monkeypatch.setattr(PartyServer, "_serve", lambda self, frame, context: (b"VFLO junk", True))
+        with pytest.raises(ProtocolError, match="party 'pas' sent a malformed message in answer to 'control.teardown'"):
+            client.request(Message("act", "pas", "control.teardown", 0))
+    finally:
+        client.close()
+        server.stop()

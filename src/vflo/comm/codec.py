@@ -15,6 +15,7 @@ network cannot run code.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any
 
@@ -125,6 +126,16 @@ def encode(message: Message, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
 
 def decode(frame: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
     """Parse and check a frame; every problem is a :class:`CodecError` that says what was wrong."""
+    try:
+        return _decode(frame, max_bytes)
+    except CodecError:
+        raise
+    except (ValueError, TypeError, OverflowError, MemoryError, RecursionError) as exc:
+        # Every check below should catch a bad frame first; this keeps a case they miss a codec error too.
+        raise CodecError(f"malformed frame: {type(exc).__name__}: {exc}") from exc
+
+
+def _decode(frame: bytes | bytearray | memoryview, max_bytes: int) -> Message:
     size = len(frame)
     if size > max_bytes:
         raise encoded_size_limit_error(size, max_bytes, "<incoming>")
@@ -149,12 +160,14 @@ def decode(frame: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MA
     base = head_end + _pad(head_end)
     area = memoryview(body)[base:]
     try:
-        sender, receiver, kind = str(header["sender"]), str(header["receiver"]), str(header["kind"])
+        sender, receiver, kind = header["sender"], header["receiver"], header["kind"]
         rnd = header["round"]
         fields = header["fields"]
     except KeyError as exc:
         raise CodecError(f"frame header lacks {exc}") from exc
-    if not isinstance(rnd, int) or not isinstance(fields, dict):
+    if not all(isinstance(v, str) for v in (sender, receiver, kind)):
+        raise CodecError("frame header: sender, receiver and kind must be text")
+    if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0 or not isinstance(fields, dict):
         raise CodecError("frame header has a malformed round or fields entry")
     payload: dict[str, Value] = {}
     for name, meta in fields.items():
@@ -180,32 +193,45 @@ def _span(kind: str, name: str, meta: dict[str, Any], i: int, area: memoryview) 
     return area[start : start + length]
 
 
-def _shape(kind: str, name: str, meta: dict[str, Any]) -> tuple[int, ...]:
+MAX_DIMS = 32
+MAX_DIM = 1 << 40  # far above any real dimension, far below what would overflow an allocation's size
+
+
+def _shape(kind: str, name: str, meta: dict[str, Any], area: memoryview) -> tuple[tuple[int, ...], int]:
+    """The field's shape and element count, checked in Python integers before anything is allocated: no more
+    elements than the frame has bytes, and no absurd dimension even in an array of zero elements."""
     shape = meta.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
-        raise CodecError(f"message {kind!r}: field {name!r} has a malformed shape {shape!r}")
-    return tuple(shape)
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS or \
+            not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_DIM for s in shape):
+        raise CodecError(f"message {kind!r}: field {name!r} has a malformed shape {str(shape)[:80]}")
+    count = math.prod(shape)
+    if count > len(area):
+        raise CodecError(f"message {kind!r}: field {name!r} claims {count} elements in a frame of {len(area)} bytes")
+    return tuple(shape), count
 
 
 def _decode_field(kind: str, name: str, meta: Any, area: memoryview) -> Value:
     if not isinstance(meta, dict) or not meta:
         raise CodecError(f"message {kind!r}: field {name!r} is malformed")
     if "bool" in meta:
-        return bool(meta["bool"])
+        if not isinstance(meta["bool"], bool):
+            raise CodecError(f"message {kind!r}: field {name!r} is not a boolean")
+        return meta["bool"]
     if "int" in meta:
-        if not isinstance(meta["int"], int):
+        if not isinstance(meta["int"], int) or isinstance(meta["int"], bool):
             raise CodecError(f"message {kind!r}: field {name!r} is not an integer")
         return int(meta["int"])
     if "float" in meta:
         try:
             return float.fromhex(meta["float"])
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise CodecError(f"message {kind!r}: field {name!r} is not a float") from exc
     if "text" in meta:
-        return str(meta["text"])
-    shape = _shape(kind, name, meta)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if meta.get("str"):
+        if not isinstance(meta["text"], str):
+            raise CodecError(f"message {kind!r}: field {name!r} is not text")
+        return meta["text"]
+    shape, count = _shape(kind, name, meta, area)
+    if meta.get("str") is True:
         lengths_buf = _span(kind, name, meta, 0, area)
         blob = bytes(_span(kind, name, meta, 1, area))
         if len(lengths_buf) != 8 * count:
@@ -220,7 +246,7 @@ def _decode_field(kind: str, name: str, meta: Any, area: memoryview) -> Value:
             raise CodecError(f"message {kind!r}: field {name!r} is not valid UTF-8") from exc
         return np.asarray(strings, dtype=str).reshape(shape) if strings else np.empty(shape, dtype="<U1")
     dtype_name = meta.get("dtype")
-    if dtype_name not in ALLOWED_DTYPES:
+    if not isinstance(dtype_name, str) or dtype_name not in ALLOWED_DTYPES:
         raise CodecError(f"message {kind!r}: field {name!r} has dtype {dtype_name!r}, which vflo never sends")
     dtype = np.dtype(dtype_name).newbyteorder("<")
     buf = _span(kind, name, meta, 0, area)

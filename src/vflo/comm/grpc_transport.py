@@ -183,7 +183,8 @@ class PartyServer:
         try:
             message = decode(frame, max_bytes=self.max_message_bytes)
         except CodecError as exc:
-            return self._error(exc), True
+            logger.warning("party %s got a malformed message: %s", self.node.name, exc)
+            return self._error(ProtocolError(f"party {self.node.name!r} got a malformed message: {exc}")), True
         try:
             self._authorise(message, context)
         except PartyBoundaryError as exc:
@@ -303,15 +304,20 @@ class GrpcTransport(Transport):
                     f"party {receiver!r} at {self.peers[receiver]} could not be reached for {kinds!r}: "
                     f"{diagnose(details, receiver, self.peers[receiver], secure=self.credentials is not None)} "
                     f"(gRPC: {code.name if code else 'error'}: {details})") from exc
-        frames = [reply_body] if len(chunk) == 1 else unpack_frames(reply_body, max_bytes=self.max_message_bytes)
-        if len(frames) > len(chunk):  # fewer is allowed: the party stops after a message that failed
-            raise ProtocolError(f"party {receiver!r} answered {len(frames)} messages to {len(chunk)} sent")
-        replies = []
-        for frame, seq in zip(frames, seqs, strict=False):
-            reply = decode(frame, max_bytes=self.max_message_bytes)
-            self.ledger.record(round=reply.round, sender=reply.sender, receiver=reply.receiver, kind=reply.kind,
-                               direction="reply", nbytes=len(frame), reply_to=seq)
-            replies.append(reply)
+        try:
+            frames = [reply_body] if len(chunk) == 1 else unpack_frames(reply_body, max_bytes=self.max_message_bytes)
+            if len(frames) > len(chunk):  # fewer is allowed: the party stops after a message that failed
+                raise ProtocolError(f"party {receiver!r} answered {len(frames)} messages to {len(chunk)} sent")
+            replies = []
+            for frame, seq in zip(frames, seqs, strict=False):
+                reply = decode(frame, max_bytes=self.max_message_bytes)
+                if reply.sender != receiver:
+                    raise CodecError(f"the reply names {reply.sender!r} as its sender")
+                self.ledger.record(round=reply.round, sender=reply.sender, receiver=reply.receiver, kind=reply.kind,
+                                   direction="reply", nbytes=len(frame), reply_to=seq)
+                replies.append(reply)
+        except CodecError as exc:
+            raise ProtocolError(f"party {receiver!r} sent a malformed message in answer to {kinds!r}: {exc}") from exc
         return replies
 
     def request_each(self, messages: Sequence[Message]) -> list[Message | TransportError]:
