@@ -12,6 +12,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from tests.conftest import make_dataset, two_party_spec
+from vflo.cli import main
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer, pack_frames, unpack_frames
 from vflo.comm.local import LocalTransport
 from vflo.comm.message import Message
@@ -408,3 +409,24 @@ def test_a_malformed_frame_is_answered_as_one_and_a_malformed_reply_is_named(
     finally:
         client.close()
         server.stop()
+
+
+def test_a_party_certificate_names_only_its_party_unless_asked(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    init_certs(tmp_path / "a", ["act", "pas"])
+    cert = x509.load_pem_x509_certificate((tmp_path / "a" / "pas.pem").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [n.value for n in names] == ["pas"]  # not localhost, not 127.0.0.1
+    assert main(["certs", "init", str(tmp_path / "b"), "--parties", "act,pas", "--san",
+                 "pas=pas.example.org,10.0.0.5"]) == 0
+    cert = x509.load_pem_x509_certificate((tmp_path / "b" / "pas.pem").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(n.value) for n in names] == ["pas", "pas.example.org", "10.0.0.5"]
+    with pytest.raises(ConfigError, match="host name every machine answers to"):
+        init_certs(tmp_path / "c", ["localhost", "pas"])
+    with pytest.raises(ConfigError, match="name the party 'act'"):
+        init_certs(tmp_path / "d", ["act", "pas"], san={"pas": ["act"]})
+    with pytest.raises(ConfigError, match="host name every machine answers to"):
+        PartyConfig(name="pas", tls=TLSConfig(insecure=True),
+                    peers={"localhost": PeerEntry(address="x", role="active")})

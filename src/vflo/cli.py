@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,bank,server")
     init.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
     init.add_argument("--overwrite", action="store_true")
+    init.add_argument("--san", action="append", default=[], metavar="NAME=HOST,...",
+                      help="extra host names or IP addresses for party NAME's certificate (repeatable); by default "
+                           "a certificate names only its party")
 
     party = sub.add_parser("party", help="run a party's server")
     party_sub = party.add_subparsers(dest="party_command", required=True, metavar="ACTION")
@@ -209,7 +212,13 @@ def _certs(args: argparse.Namespace) -> int:
     from vflo.comm.tls import init_certs
 
     parties = [p.strip() for p in args.parties.split(",") if p.strip()]
-    written = init_certs(args.dir, parties, days=args.days, overwrite=args.overwrite)
+    san: dict[str, list[str]] = {}
+    for item in args.san:
+        name, sep, hosts = item.partition("=")
+        if not sep or not hosts.strip():
+            raise ConfigError(f"--san {item!r}: write NAME=HOST[,HOST...], e.g. --san bank=bank.example.org")
+        san.setdefault(name.strip(), []).extend(h.strip() for h in hosts.split(",") if h.strip())
+    written = init_certs(args.dir, parties, days=args.days, overwrite=args.overwrite, san=san)
     print(f"wrote {len(written)} files to {args.dir}/: ca.pem (give to every party), ca.key (keep offline), and "
           f"NAME.pem / NAME.key for {', '.join(parties)} (give each party its own)")
     return 0

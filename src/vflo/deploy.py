@@ -43,7 +43,7 @@ from vflo.federation.policy import Policy
 from vflo.federation.simulation import RunOutput, party_node
 from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
-from vflo.roles import PartyInfo, Role
+from vflo.roles import PartyInfo, Role, check_party_name
 from vflo.scoring import Missing, SavedModel, combine
 
 logger = logging.getLogger(__name__)
@@ -109,6 +109,8 @@ class PartyConfig:
     checkpoints: str | None = None
 
     def __post_init__(self) -> None:
+        for name in (self.name, *self.peers):
+            check_party_name(name)
         if self.role in ("active", "passive") and self.data is None:
             raise ConfigError(f"party {self.name!r} ({self.role}) needs a [data] table with its file and ID column")
         if self.name in self.peers:

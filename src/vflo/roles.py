@@ -13,6 +13,19 @@ from typing import Literal, get_args
 Role = Literal["active", "passive", "server", "dealer"]
 ROLES: tuple[str, ...] = get_args(Role)
 DATA_ROLES = ("active", "passive")
+PARTY_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+# Names a host or network tool already means something by: a party called so could be confused with one.
+RESERVED_NAMES = frozenset({"localhost", "localhost-localdomain", "ip6-localhost", "broadcasthost"})
+
+
+def check_party_name(name: str) -> None:
+    """A name a deployed party may have: it becomes its certificate's name."""
+    from vflo.errors import ConfigError
+
+    if not name or set(name) - PARTY_NAME_CHARS:
+        raise ConfigError(f"party name {name!r} must be letters, digits, '-' or '_'")
+    if name.lower() in RESERVED_NAMES:
+        raise ConfigError(f"party name {name!r} is a host name every machine answers to; choose another name")
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,17 @@
 
 ``vflo certs init DIR --parties active,bank,server`` writes ``ca.pem`` (the CA certificate),
 ``ca.key`` (keep it offline: it signs new parties) and ``NAME.pem`` / ``NAME.key`` per party.
-A party's certificate names the party (common name and DNS name), so a server can tell
-which party a client is, and a client can check it reached the party it meant to.
+A party's certificate names the party and nothing else (common name and DNS name), so a server can tell
+which party a client is, and a client can check it reached the party it meant to (it verifies the server's
+certificate against the party's name, not the address it dialled). ``--san NAME=HOST,...`` adds host names or
+IP addresses to one party's certificate, for tools that check those; never another party's name.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from vflo.errors import ConfigError
-
-PARTY_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+from vflo.roles import check_party_name
 
 
 def _name(common_name: str) -> x509.Name:
@@ -34,15 +36,24 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     path.chmod(0o600)
 
 
-def init_certs(directory: Path, parties: list[str], *, days: int = 365, overwrite: bool = False) -> list[Path]:
-    """Create a CA and a key and certificate per party in ``directory``."""
+def init_certs(directory: Path, parties: list[str], *, days: int = 365, overwrite: bool = False,
+               san: dict[str, list[str]] | None = None) -> list[Path]:
+    """Create a CA and a key and certificate per party in ``directory``; ``san``: extra host names or IP
+    addresses for some parties' certificates."""
     if not parties:
         raise ConfigError("name at least one party: --parties active,bank,...")
     for p in parties:
-        if not p or set(p) - PARTY_NAME_CHARS:
-            raise ConfigError(f"party name {p!r} must be letters, digits, '-' or '_'")
+        check_party_name(p)
     if len(set(parties)) != len(parties):
         raise ConfigError(f"party names repeat: {parties}")
+    san = san or {}
+    for party, hosts in san.items():
+        if party not in parties:
+            raise ConfigError(f"--san names {party!r}, which is not among the parties {parties}")
+        clash = [h for h in hosts if h in parties]
+        if clash:
+            raise ConfigError(f"--san would let {party!r}'s certificate name the party {clash[0]!r}; give host "
+                              "names or addresses that are not party names")
     if days < 1:
         raise ConfigError("certificates must be valid for at least one day")
     directory.mkdir(parents=True, exist_ok=True)
@@ -63,16 +74,22 @@ def init_certs(directory: Path, parties: list[str], *, days: int = 365, overwrit
     _write_key(written[1], ca_key)
     for party in parties:
         written += issue(directory, party, ca_key, ca_cert, not_before=now - dt.timedelta(minutes=5),
-                         not_after=now + dt.timedelta(days=days))
+                         not_after=now + dt.timedelta(days=days), hosts=san.get(party, ()))
     return written
 
 
 def issue(directory: Path, party: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, *,
-          not_before: dt.datetime, not_after: dt.datetime) -> list[Path]:
-    """Write ``PARTY.pem`` and ``PARTY.key``: a certificate for ``party`` signed by the CA."""
+          not_before: dt.datetime, not_after: dt.datetime, hosts: Sequence[str] = ()) -> list[Path]:
+    """Write ``PARTY.pem`` and ``PARTY.key``: a certificate for ``party`` (and only the ``hosts`` asked for
+    besides) signed by the CA."""
     key = ec.generate_private_key(ec.SECP256R1())
-    san = x509.SubjectAlternativeName([x509.DNSName(party), x509.DNSName("localhost"),
-                                       x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    names: list[x509.GeneralName] = [x509.DNSName(party)]
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    san = x509.SubjectAlternativeName(names)
     cert = (
         x509.CertificateBuilder().subject_name(_name(party)).issuer_name(ca_cert.subject)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())
