@@ -147,3 +147,44 @@ def test_a_misaligned_split_asking_for_more_entities_than_exist() -> None:
                         samples=SamplesSpec(layout="misaligned", active=500, aligned=0.1))
     with pytest.raises(ScenarioError, match="asks for 500 rows but only 200 exist"):
         spec.build(make_dataset(n=200), seed=0)
+
+
+def test_a_lost_backward_pass_fails_the_run_under_fail() -> None:
+    data = _data()
+    with pytest.raises(DeliveryTimeoutError, match="party 'g1' did not answer 'split.backward'"):
+        run_method(get_method("entity_augmentation")(on_missing="fail", train=TRAIN), data, seed=0,
+                   faults=FaultPlan(drop={"g1": 0.5}, kinds=("split.backward",), seed=3))
+
+
+def test_blinded_ids_reveal_only_the_hosts_own_people_and_train_the_same_model() -> None:
+    """ids = 'blinded': no guest sends the host an ID of someone the host does not label; the entities walked,
+    and so the model, are those of IDs in the clear."""
+    import dataclasses
+
+    full = _data(aligned=0.2)
+    host_rows = full.train["host"]
+    data = dataclasses.replace(full, train={**full.train, "host": host_rows.subset(host_rows.ids[::2])})
+    clear_seen: list[Message] = []
+    blind_seen: list[Message] = []
+    clear = run_method(get_method("entity_augmentation")(train=TRAIN), data, seed=0, observers=(clear_seen.append,))
+    blind = run_method(get_method("entity_augmentation")(train=TRAIN, ids="blinded"), data, seed=0,
+                       observers=(blind_seen.append,))
+    assert np.array_equal(clear.scores, blind.scores)
+    host = set(data.train["host"].ids.tolist())
+    outside = {g: set(data.train[g].ids.tolist()) - host for g in ("g0", "g1")}
+    assert all(outside.values())  # each guest holds people the host does not label...
+
+    def sent_ids(seen: list[Message], guest: str) -> set[object]:
+        out: set[object] = set()
+        for m in seen:
+            if m.sender == guest and m.receiver == "host":
+                for v in m.payload.values():
+                    if isinstance(v, np.ndarray) and v.dtype.kind in "iuU":
+                        out |= set(v.ravel().tolist())
+        return out
+
+    for g in ("g0", "g1"):
+        assert sent_ids(clear_seen, g) & outside[g]  # ...which the paper's protocol sends the host in the clear,
+        assert not sent_ids(blind_seen, g) & outside[g]  # and the blinded one does not
+    assert any(m.kind == "align.psi" for m in blind_seen)
+    assert blind.fit_summary.align_bytes > 0

@@ -130,7 +130,12 @@ def _parser() -> argparse.ArgumentParser:
 
     ds = sub.add_parser("datasets", help="list datasets and whether their files are in place")
     ds.add_argument("--data-dir", type=Path)
-    sub.add_parser("methods", help="list methods")
+    methods = sub.add_parser("methods", help="list methods; --messages: what each message kind carries, who sends it")
+    methods.add_argument("--messages", nargs="?", const="all", metavar="NAME",
+                         help="the message kinds of method NAME (or of every deployable method): who may send each, "
+                              "and what its request and reply carry")
+    methods.add_argument("--markdown", action="store_true",
+                         help="with --messages: one Markdown table (as in docs/security.md)")
     return parser
 
 
@@ -153,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "party":
             return _party(args)
         if args.command == "methods":
-            return _methods()
+            return _methods(args.messages, markdown=args.markdown)
         if args.command == "split":
             return _split(args)
         if args.command == "predict":
@@ -502,10 +507,31 @@ def _datasets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _methods() -> int:
+def _methods(messages: str | None = None, *, markdown: bool = False) -> int:
     from rich.table import Table
 
     from vflo.methods.registry import get_method, method_names
+
+    if messages is not None:
+        from vflo.audit import declarations
+
+        name = None if messages == "all" else messages
+        if markdown:
+            from vflo.audit import markdown as table_markdown
+
+            print(table_markdown(name))
+            return 0
+        if name is not None and get_method(name).simulation_only:
+            raise ConfigError(f"{name} runs only in simulation (it pools every party's raw features): it sends no "
+                              "messages a deployment would")
+        table = Table(title=f"messages of {name or 'every deployable method'}")
+        for col in ("kind", "who may send it", "the request carries", "the reply carries"):
+            table.add_column(col)
+        for d in declarations(name):
+            table.add_row(d.kind, " or ".join(d.senders), ", ".join(f"{f} ({c})" for f, c in d.request.items()) or "-",
+                          ", ".join(f"{f} ({c})" for f, c in d.reply.items()) or "-")
+        _console().print(table)
+        return 0
 
     table = Table(title="methods")
     for col in ("name", "inference", "what it is", "from"):

@@ -20,15 +20,18 @@ if TYPE_CHECKING:
 class AlignmentHandlers(HandlerSet):
     """Plain alignment (the coordinator's IDs in the clear) and ECDH private set intersection."""
 
-    @handles(plain.KIND, senders=("coordinator", "delegate"), **plain.REQUEST)
+    @handles(plain.KIND, senders=("coordinator", "delegate"), carries={"ids": "ids"},
+             replies={"held": "membership", "n_features": "control"}, **plain.REQUEST)
     def _plain(self, ctx: NodeContext, payload: Payload) -> Payload:
         return plain.handle(ctx, payload)
 
-    @handles(psi.KIND, senders=("coordinator",), **psi.REQUEST)
+    @handles(psi.KIND, senders=("coordinator",), carries={"points": "blinded ids", "salt": "control"},
+             replies={"double": "blinded ids", "points": "blinded ids", "n_features": "control"}, **psi.REQUEST)
     def _psi(self, ctx: NodeContext, payload: Payload) -> Payload:
         return psi.handle(ctx, payload)
 
-    @handles(psi.RESULT_KIND, senders=("coordinator",), **psi.RESULT)
+    @handles(psi.RESULT_KIND, senders=("coordinator",), carries={"matched": "membership"}, replies={"count": "control"},
+             **psi.RESULT)
     def _psi_result(self, ctx: NodeContext, payload: Payload) -> Payload:
         return psi.handle_result(ctx, payload)
 

@@ -283,8 +283,9 @@ class GrpcTransport(Transport):
         receiver = chunk[0][0].receiver
         stub, stub_many = self._stub(receiver)
         kinds = " + ".join(dict.fromkeys(m.kind for m, _ in chunk))
+        framing = FRAME_HEADER if len(chunk) > 1 else 0  # each frame's length header in a CallMany body
         seqs = [self.ledger.record(round=m.round, sender=m.sender, receiver=m.receiver, kind=m.kind,
-                                   direction="request", nbytes=len(frame)).seq for m, frame in chunk]
+                                   direction="request", nbytes=len(frame), framing=framing).seq for m, frame in chunk]
         body = chunk[0][1] if len(chunk) == 1 else pack_frames([frame for _, frame in chunk])
         attempt = 0
         while True:
@@ -314,7 +315,7 @@ class GrpcTransport(Transport):
                 if reply.sender != receiver:
                     raise CodecError(f"the reply names {reply.sender!r} as its sender")
                 self.ledger.record(round=reply.round, sender=reply.sender, receiver=reply.receiver, kind=reply.kind,
-                                   direction="reply", nbytes=len(frame), reply_to=seq)
+                                   direction="reply", nbytes=len(frame), reply_to=seq, framing=framing)
                 replies.append(reply)
         except CodecError as exc:
             raise ProtocolError(f"party {receiver!r} sent a malformed message in answer to {kinds!r}: {exc}") from exc

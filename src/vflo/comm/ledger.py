@@ -37,6 +37,9 @@ class LedgerEntry:
     seconds: float
     # For a reply, the ``seq`` of the request it answers; -1 for a request.
     reply_to: int = -1
+    # Bytes of transport framing around the frame (its length header in a batched call), not in ``nbytes``:
+    # in-process and over the network, ``nbytes`` counts the same frames.
+    framing: int = 0
 
     @property
     def is_control(self) -> bool:
@@ -64,6 +67,8 @@ class LedgerSummary:
     control_messages: int
     # Method requests that got no reply (a party that timed out or dropped its answer).
     unanswered: int = 0
+    # Transport framing of batched calls (8 bytes a frame), over every entry.
+    framing_bytes: int = 0
 
 
 class Ledger:
@@ -76,12 +81,13 @@ class Ledger:
 
     def record(
         self, *, round: int, sender: str, receiver: str, kind: str, direction: Direction, nbytes: int,
-        reply_to: int = -1,
+        reply_to: int = -1, framing: int = 0,
     ) -> LedgerEntry:
         with self._lock:
             entry = LedgerEntry(
                 seq=len(self._entries), round=round, sender=sender, receiver=receiver, kind=kind,
                 direction=direction, nbytes=nbytes, seconds=time.perf_counter() - self._t0, reply_to=reply_to,
+                framing=framing,
             )
             self._entries.append(entry)
             return entry
@@ -125,6 +131,7 @@ class Ledger:
             control_bytes=sum(e.nbytes for e in control),
             control_messages=len(control),
             unanswered=unanswered,
+            framing_bytes=sum(e.framing for e in entries),
         )
 
     def by_kind(self) -> dict[str, dict[str, int]]:

@@ -71,7 +71,8 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, sa
             "n_test": deployment.test.n_samples, **metrics, "comm_bytes": summary.bytes,
             "comm_messages": summary.messages, "comm_rounds": summary.rounds, "fit_bytes": fit.bytes,
             "fit_rounds": fit.rounds, "align_bytes": summary.align_bytes, "align_rounds": summary.align_rounds,
-            "control_bytes": summary.control_bytes, "fit_seconds": out.fit_seconds,
+            "control_bytes": summary.control_bytes, "framing_bytes": summary.framing_bytes,
+            "fit_seconds": out.fit_seconds,
             "predict_seconds": out.predict_seconds, "wall_seconds": wall, **out.stats,
         })
         logger.info("%s: %s done in %.1fs", experiment.name, entry.label, wall)

@@ -9,7 +9,7 @@ Its handlers are functions marked with :func:`handles`; each receives only its o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from vflo.comm.message import FieldSpec, Payload
@@ -27,30 +27,62 @@ Sender = Literal["coordinator", "delegate", "active", "passive", "server", "deal
 SENDERS: frozenset[str] = frozenset(get_args(Sender))
 
 
+#: What a payload field carries, for the message audit (``vflo methods --messages``, docs/security.md).
+Content = Literal[
+    "ids",                # people's IDs in the clear
+    "membership",         # which of some IDs or rows a party holds or uses (flags, selectors, positions)
+    "blinded ids",        # IDs under a secret exponent (private set intersection)
+    "masked features",    # features under secret masks or a secret projection (P X Q, X A)
+    "outputs",            # what a party's model computes from its features (activations, encodings, scores)
+    "gradients",          # gradients of the loss with respect to a party's outputs
+    "transformed labels", # labels under a transform the label owner keeps
+    "masks",              # the dealer's secret masks, for one party
+    "model",              # fitted factors or parameters (singular vectors and values)
+    "control",            # settings, counts, names and flags
+]
+CONTENTS: frozenset[str] = frozenset(get_args(Content))
+
+
 @dataclass(frozen=True)
 class HandlerInfo:
-    """A message kind, who may send it, and the payload fields its handler accepts."""
+    """A message kind, who may send it, the payload fields its handler accepts, and what the request's and the
+    reply's fields carry (fields a request does not list carry ``control``)."""
 
     kind: str
     accepts: Mapping[str, FieldSpec]
     senders: tuple[Sender, ...] = ("coordinator",)
+    carries: Mapping[str, Content] = field(default_factory=dict)
+    replies: Mapping[str, Content] = field(default_factory=dict)
+
+    def request_content(self, name: str) -> Content:
+        return self.carries.get(name, "control")
 
 
 F = TypeVar("F", bound=Callable[..., Payload])
 
 
-def handles(kind: str, *, senders: tuple[Sender, ...] = ("coordinator",), **accepts: FieldSpec) -> Callable[[F], F]:
-    """Mark a function as the handler of message ``kind`` from ``senders`` with payload fields ``accepts``.
+def handles(kind: str, *, senders: tuple[Sender, ...] = ("coordinator",), carries: Mapping[str, Content] | None = None,
+            replies: Mapping[str, Content] | None = None, **accepts: FieldSpec) -> Callable[[F], F]:
+    """Mark a function as the handler of message ``kind`` from ``senders`` with payload fields ``accepts``;
+    ``carries`` says what request fields other than settings carry, ``replies`` what every reply field carries.
 
     A party runs it only for a sender its own config places in ``senders`` (the coordinator by default);
-    anything else is refused before the handler sees the payload.
+    anything else is refused before the handler sees the payload. The message audit holds every message to
+    these declarations.
     """
     unknown = set(senders) - SENDERS
     if unknown or not senders:
         raise ValueError(f"{kind}: senders must be some of {sorted(SENDERS)}, got {senders}")
+    carries, replies = dict(carries or {}), dict(replies or {})
+    if stray := sorted(set(carries) - set(accepts)):
+        raise ValueError(f"{kind}: carries names fields the request does not accept: {stray}")
+    bad = {c for c in (*carries.values(), *replies.values()) if c not in CONTENTS}
+    if bad:
+        raise ValueError(f"{kind}: unknown contents {sorted(bad)}; use some of {sorted(CONTENTS)}")
 
     def mark(fn: F) -> F:
-        fn._vflo_handler = HandlerInfo(kind=kind, accepts=accepts, senders=senders)  # type: ignore[attr-defined]
+        fn._vflo_handler = HandlerInfo(kind=kind, accepts=accepts, senders=senders,  # type: ignore[attr-defined]
+                                       carries=carries, replies=replies)
         return fn
 
     return mark

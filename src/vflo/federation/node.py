@@ -43,6 +43,14 @@ SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "
 SAVE_SPEC: dict[str, FieldSpec] = {"label": STR, "model_id": STR}
 LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "label": STR,
                                    "model_id": STR}
+#: What control messages carry and who may send them (the node checks senders itself; this is for the audit).
+CONTROL_INFO: dict[str, HandlerInfo] = {
+    SETUP: HandlerInfo(SETUP, SETUP_SPEC, senders=("active",)),
+    LOAD: HandlerInfo(LOAD, LOAD_SPEC, senders=("active",), replies={"manifest": "control"}),
+    SAVE: HandlerInfo(SAVE, SAVE_SPEC, replies={"manifest": "control"}),
+    TEARDOWN: HandlerInfo(TEARDOWN, {}),
+    LEDGER: HandlerInfo(LEDGER, {}, replies={"records": "control"}),
+}
 
 
 class SavedPart(Protocol):

@@ -124,7 +124,7 @@ class APCVFL(RepresentationMethod):
         assert isinstance(encoder, FittedAutoencoder)
         return encoder
 
-    @handles("apc.encode_aligned", selector=SELECTOR)
+    @handles("apc.encode_aligned", carries={"selector": "membership"}, replies={"z": "outputs"}, selector=SELECTOR)
     def _encode_aligned(self, ctx: NodeContext, payload: Payload) -> Payload:
         """The single exchange: train g1 on all own rows (once), return g1 of the aligned rows."""
         selector = payload["selector"]
@@ -133,7 +133,7 @@ class APCVFL(RepresentationMethod):
         z = self._local_encoder(ctx).encode(ctx.require_data().subset(ids).X)
         return {"z": z.astype(self.config.payload_dtype)}
 
-    @handles("apc.encode_serve", ids=IDS)
+    @handles("apc.encode_serve", carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
     def _encode_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Collaborative inference (the fully aligned variant only): g1 of rows to score."""
         ids = payload["ids"]

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.comm.message import BOOL, INT, ArraySpec, Payload, Value, expect_rows
+from vflo.align import psi
+from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Payload, Value, expect_rows
 from vflo.data.datasets import Task
 from vflo.errors import MethodError, ProtocolError, TransportError
 from vflo.methods.base import Method, MethodConfig, State, handles, need
@@ -55,6 +56,11 @@ class EntityAugmentationConfig(MethodConfig):
     ``entities = 'all'``: each guest walks all of its entities the host has labels for, in its own
     order, and labels are interpolated (the method); ``'aligned'``: only entities every guest holds, in
     one shared order (standard split learning with the same networks and loss, the paper's baseline).
+    ``ids``: how the host learns which of its labelled people each guest holds. ``'clear'`` (the paper): every
+    guest sends the host all its IDs, people the host does not know included, and the host answers which it
+    labels. ``'blinded'``: the host runs private set intersection with each guest (ECDH, as ``[alignment]
+    method = 'psi'``; only the host learns the result) and so learns only which of its own people a guest
+    holds; it then tells each guest which of the guest's people to walk, as in ``'clear'``.
     ``on_missing``: what the host does when a guest does not answer a step in time: ``'reuse'`` its last
     activation and IDs (the paper's queue), ``'skip'`` the step, or ``'fail'`` (any forward or backward
     message a guest does not answer ends the run). ``train.validation_fraction`` > 0 holds out that share of
@@ -66,6 +72,7 @@ class EntityAugmentationConfig(MethodConfig):
     guest_layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     host: tuple[str, ...] = ("linear 64", "leaky_relu")
     entities: Literal["all", "aligned"] = "all"
+    ids: Literal["clear", "blinded"] = "clear"
     on_missing: Literal["reuse", "skip", "fail"] = "reuse"
     payload_dtype: Literal["float32", "float16"] = "float32"
     train: TrainConfig = field(default_factory=lambda: TrainConfig(
@@ -114,16 +121,17 @@ class EntityAugmentation(SplitParty, Method):
     def _layers(self, ctx: NodeContext) -> tuple[str, ...]:
         return tuple(self.config.guest_layers.get(ctx.party, self.config.guest))
 
-    @handles("ea.init")
+    @handles("ea.init", replies={"ids": "ids", "width": "control"})
     def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
-        """Build this guest's network; tell the host its width and the entities it could send."""
+        """Build this guest's network; tell the host its width and (IDs in the clear) the entities it holds."""
         data = ctx.require_data()
         if data.n_features == 0:
             raise MethodError(f"guest {ctx.party!r} holds no features; every guest needs at least one column")
         from vflo.nn.layers import output_size
 
         bottom = self.new_bottom(ctx, data.n_features)
-        return {"ids": data.ids, "width": output_size(bottom.net, data.n_features)}
+        width = output_size(bottom.net, data.n_features)
+        return {"width": width} if self.config.ids == "blinded" else {"ids": data.ids, "width": width}
 
     def build_bottom(self, ctx: NodeContext, in_dim: int) -> nn.Module:
         from vflo.nn.layers import build
@@ -133,12 +141,20 @@ class EntityAugmentation(SplitParty, Method):
     def bottom_settings(self) -> tuple[TrainConfig, str]:
         return self.config.train, self.config.payload_dtype
 
-    @handles("ea.entities", mask=MASK, shared=BOOL)
+    @handles("ea.entities", carries={"mask": "membership", "ids": "ids"}, replies={"count": "control"}, mask=MASK,
+             ids=IDS, shared=BOOL)
     def _entities(self, ctx: NodeContext, payload: Payload) -> Payload:
-        """The entities this guest will walk: those the host can label (and, if shared, in ID order)."""
+        """The entities this guest will walk: those the host can label (and, if shared, in ID order), as flags
+        over this guest's entities (IDs in the clear) or as the IDs themselves (blinded: the host's own)."""
         data = ctx.require_data()
         mask = payload["mask"]
         assert isinstance(mask, np.ndarray)
+        if self.config.ids == "blinded":
+            chosen = payload["ids"]
+            assert isinstance(chosen, np.ndarray)
+            mask = np.isin(data.ids, chosen.astype(data.ids.dtype))
+            if int(mask.sum()) != len(np.unique(chosen)):
+                raise ProtocolError("ea.entities: the host named entities this guest does not hold")
         if mask.shape != (data.n_samples,):
             raise ProtocolError(f"ea.entities: mask of {mask.shape[0]} flags for {data.n_samples} entities")
         ids = np.sort(data.ids[mask]) if payload["shared"] else data.ids[mask]
@@ -159,7 +175,8 @@ class EntityAugmentation(SplitParty, Method):
             n -= len(take)
         return np.concatenate(picked)
 
-    @handles("ea.forward", n=INT, positions=POSITIONS)
+    @handles("ea.forward", carries={"positions": "membership"}, replies={"acts": "outputs", "ids": "ids"}, n=INT,
+             positions=POSITIONS)
     def _forward(self, ctx: NodeContext, payload: Payload) -> Payload:
         st = _guest_state(ctx)
         positions = payload["positions"]
@@ -182,7 +199,8 @@ class EntityAugmentation(SplitParty, Method):
         st["order"] = np.asarray(state["walk.order"], dtype=np.int64)
         st["cursor"] = int(state["walk.cursor"])
 
-    @handles("ea.validate", ids=ArraySpec(("int64", "str"), (None,)), keep_previous=BOOL)
+    @handles("ea.validate", carries={"ids": "ids"}, replies={"acts": "outputs"},
+             ids=ArraySpec(("int64", "str"), (None,)), keep_previous=BOOL)
     def _validate(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Evaluation-mode activations of held-out training entities, with a snapshot for early stopping."""
         ids = payload["ids"]
@@ -210,11 +228,16 @@ class EntityAugmentation(SplitParty, Method):
         widths, guest_ids, masks = {}, {}, {}
         for g in guests:
             ids, width = inits[g].get("ids"), inits[g].get("width")
-            if not isinstance(ids, np.ndarray) or not isinstance(width, int):
+            if not isinstance(width, int) or (cfg.ids == "clear" and not isinstance(ids, np.ndarray)):
                 raise ProtocolError(f"guest {g!r} answered ea.init without its IDs and width")
             if width < 1:
                 raise MethodError(f"guest {g!r} produces activations of width {width}; every guest needs width >= 1")
-            widths[g], guest_ids[g] = width, ids
+            widths[g] = width
+            if cfg.ids == "blinded":
+                # Private set intersection: the host learns which of its own people the guest holds, nothing else.
+                ids = psi.intersect(fed, np.sort(host.ids), [g], mode="active").ids
+            assert isinstance(ids, np.ndarray)
+            guest_ids[g] = ids
             masks[g] = np.fromiter((v in labelled for v in ids.tolist()), dtype=bool, count=len(ids))
             if not masks[g].any():
                 raise MethodError(
@@ -237,7 +260,11 @@ class EntityAugmentation(SplitParty, Method):
             masks[g] &= np.fromiter((v not in held_out and (not shared or v in keep) for v in ids.tolist()),
                                     dtype=bool, count=len(ids))
         counts = {}
-        for g, reply in fed.exchange("ea.entities", {g: {"mask": masks[g], "shared": shared} for g in guests}).items():
+        none = np.empty(0, dtype=host.ids.dtype)
+        requests: dict[str, Payload] = {
+            g: {"mask": np.zeros(0, dtype=bool), "ids": guest_ids[g][masks[g]], "shared": shared}
+            if cfg.ids == "blinded" else {"mask": masks[g], "ids": none, "shared": shared} for g in guests}
+        for g, reply in fed.exchange("ea.entities", requests).items():
             count = reply.get("count")
             if not isinstance(count, int):
                 raise ProtocolError(f"guest {g!r} answered ea.entities without a count")

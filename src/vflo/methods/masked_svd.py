@@ -97,7 +97,9 @@ class MaskedSVD(HandlerSet):
 
     # -- dealer -----------------------------------------------------------------------------------
 
-    @handles("svd.deal", senders=("coordinator", "delegate"), m=INT, parties=STR, column_masks=BOOL)
+    @handles("svd.deal", senders=("coordinator", "delegate"),
+             replies={"p_blocks": "masks", "p_tail": "masks", "q_blocks": "masks", "q_tail": "masks"},
+             m=INT, parties=STR, column_masks=BOOL)
     def _deal(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Draw P (and each party's Q_i), send every other party its masks, return the requester's."""
         settings = self.svd_settings()
@@ -122,7 +124,8 @@ class MaskedSVD(HandlerSet):
 
     # -- data parties -----------------------------------------------------------------------------
 
-    @handles("svd.masks", senders=("dealer",), **MASKS)
+    @handles("svd.masks", senders=("dealer",), carries=dict.fromkeys(MASKS, "masks"),
+             p_blocks=BLOCKS, p_tail=MATRIX, q_blocks=BLOCKS, q_tail=MATRIX)
     def _masks(self, ctx: NodeContext, payload: Payload) -> Payload:
         if "svd.P" in ctx.state:  # one deal per run: later masks could only replace the ones in use
             raise ProtocolError(f"party {ctx.party!r} already holds its masks for this run; refused")
@@ -140,7 +143,7 @@ class MaskedSVD(HandlerSet):
         masked: np.ndarray = P.left(X).astype(self.svd_settings().dtype)
         return masked
 
-    @handles("svd.upload", senders=("coordinator", "delegate"), selector=SELECTOR)
+    @handles("svd.upload", senders=("coordinator", "delegate"), carries={"selector": "membership"}, selector=SELECTOR)
     def _upload(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Send P X_i Q_i of the shared rows (picked from this party's aligned list) to the server."""
         selector = payload["selector"]
@@ -149,7 +152,7 @@ class MaskedSVD(HandlerSet):
         ctx.state["svd.awaiting_right"] = True
         return {}
 
-    @handles("svd.right", senders=("server",), v=MATRIX)
+    @handles("svd.right", senders=("server",), carries={"v": "model"}, v=MATRIX)
     def _right(self, ctx: NodeContext, payload: Payload) -> Payload:
         # Only the answer to this party's own upload: a V sent at any other time could replace the one in use.
         if not ctx.state.get("svd.awaiting_right", False):
@@ -160,7 +163,7 @@ class MaskedSVD(HandlerSet):
         ctx.state["svd.awaiting_right"] = False
         return {}
 
-    @handles("svd.project", ids=IDS)
+    @handles("svd.project", carries={"ids": "ids"}, replies={"p": "outputs"}, ids=IDS)
     def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
         """x_i V_i for rows to score: this party's share of U Σ for a new row."""
         ids = payload["ids"]
@@ -172,12 +175,13 @@ class MaskedSVD(HandlerSet):
 
     # -- server -----------------------------------------------------------------------------------
 
-    @handles("svd.block", senders=("passive",), block=MATRIX)
+    @handles("svd.block", senders=("passive",), carries={"block": "masked features"}, block=MATRIX)
     def _block(self, ctx: NodeContext, payload: Payload) -> Payload:
         ctx.state.setdefault("svd.blocks", {})[ctx.sender] = payload["block"]
         return {}
 
-    @handles("svd.solve", senders=("coordinator", "delegate"), order=STR, rank=INT, right=BOOL, block=MATRIX)
+    @handles("svd.solve", senders=("coordinator", "delegate"), carries={"block": "masked features"},
+             replies={"u": "model", "s": "model", "v": "model"}, order=STR, rank=INT, right=BOOL, block=MATRIX)
     def _solve(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Join the masked blocks (the requester's comes with the request), SVD, return U', Σ (and its V')."""
         try:

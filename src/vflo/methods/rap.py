@@ -353,7 +353,8 @@ class RAP(Method):
         transform = self._transform(ctx)
         return transform.project(rows, ctx.rng("rap-pseudo", rows.n_samples))
 
-    @handles("rap.project", senders=("server",), selector=SELECTOR)
+    @handles("rap.project", senders=("server",), carries={"selector": "membership"},
+             replies={"x": "masked features", "one_hot": "control"}, selector=SELECTOR)
     def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
         """The one exchange of a client: its projected aligned training rows, to the server."""
         selector = payload["selector"]
@@ -361,7 +362,8 @@ class RAP(Method):
         return {"x": self._client_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector))),
                 "one_hot": self._transform(ctx).one_hot_width}
 
-    @handles("rap.project_serve", senders=("server",), ids=IDS)
+    @handles("rap.project_serve", senders=("server",), carries={"ids": "ids"}, replies={"x": "masked features"},
+             ids=IDS)
     def _project_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)
@@ -387,7 +389,10 @@ class RAP(Method):
             one_hot += count
         return np.hstack(blocks).astype(np.float32), one_hot
 
-    @handles("rap.train", block=MATRIX, labels=LABELS, clients=STR, selectors=SELECTOR, lengths=LENGTHS,
+    @handles("rap.train",
+             carries={"block": "masked features", "labels": "transformed labels", "selectors": "membership"},
+             replies={"epochs": "control", "features": "control", "stopped_by_rule": "control"},
+             block=MATRIX, labels=LABELS, clients=STR, selectors=SELECTOR, lengths=LENGTHS,
              task=STR, classes=ArraySpec(("int64",), (1,)), one_hot=INT)
     def _train(self, ctx: NodeContext, payload: Payload) -> Payload:
         clients = json.loads(str(payload["clients"]))
@@ -442,7 +447,8 @@ class RAP(Method):
                 best, best_loss = est, loss
         return best
 
-    @handles("rap.predict", block=MATRIX, ids=IDS, clients=STR)
+    @handles("rap.predict", carries={"block": "masked features", "ids": "ids"}, replies={"scores": "outputs"},
+             block=MATRIX, ids=IDS, clients=STR)
     def _predict(self, ctx: NodeContext, payload: Payload) -> Payload:
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)

@@ -169,7 +169,7 @@ class SplitParty(HandlerSet):
         load_module_state(bottom.net, {k: v for k, v in state.items() if k != "bottom.in_dim"}, "bottom.")
         bottom.finish(False)
 
-    @handles("split.backward", grad=floats(None, None))
+    @handles("split.backward", carries={"grad": "gradients"}, grad=floats(None, None))
     def _split_backward(self, ctx: NodeContext, payload: Payload) -> Payload:
         grad = payload["grad"]
         assert isinstance(grad, np.ndarray)
@@ -191,7 +191,7 @@ class SplitParty(HandlerSet):
         ctx.require_checkpoints().save(str(payload["run"]), int(payload["epoch"]), state)
         return {}
 
-    @handles("split.checkpoints", run=STR)
+    @handles("split.checkpoints", replies={"epochs": "control"}, run=STR)
     def _split_checkpoints(self, ctx: NodeContext, payload: Payload) -> Payload:
         store = ctx.checkpoints
         epochs = store.epochs(str(payload["run"])) if store is not None else []
@@ -211,7 +211,7 @@ class SplitParty(HandlerSet):
         ctx.state.pop("x", None)
         return {}
 
-    @handles("split.activations", ids=IDS, split=STR)
+    @handles("split.activations", carries={"ids": "ids"}, replies={"acts": "outputs"}, ids=IDS, split=STR)
     def _split_activations(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Evaluation-mode activations of rows ``ids`` of this party's training or serving rows."""
         ids = payload["ids"]

@@ -114,7 +114,8 @@ class SplitNN(SplitParty, Method):
 
     # -- the passive parties' side -----------------------------------------------------------------
 
-    @handles("splitnn.init", train_ids=IDS, val_ids=IDS)
+    @handles("splitnn.init", carries={"train_ids": "ids", "val_ids": "ids"}, replies={"width": "control"},
+             train_ids=IDS, val_ids=IDS)
     def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
         data = ctx.require_data()
         train_ids, val_ids = payload["train_ids"], payload["val_ids"]
@@ -125,7 +126,8 @@ class SplitNN(SplitParty, Method):
         ctx.state["x"] = {"train": as_tensor(x_train), "val": as_tensor(x_val)}
         return {"width": self.config.passive_bottom[-1]}
 
-    @handles("splitnn.forward", rows=POSITIONS, subset=STR, training=BOOL, keep_previous=BOOL)
+    @handles("splitnn.forward", carries={"rows": "membership"}, replies={"acts": "outputs"}, rows=POSITIONS,
+             subset=STR, training=BOOL, keep_previous=BOOL)
     def _forward(self, ctx: NodeContext, payload: Payload) -> Payload:
         bottom = bottom_of(ctx)
         subset = str(payload["subset"])

@@ -113,7 +113,7 @@ class VFLASP(MaskedSVD, SplitNN):
 
     # -- first-hop party --------------------------------------------------------------------------
 
-    @handles("asp.extract", second_hop=STR)
+    @handles("asp.extract", replies={"shared": "control", "components": "control"}, second_hop=STR)
     def _extract(self, ctx: NodeContext, payload: Payload) -> Payload:
         """P1 drives steps 1 and 2: align with P2, get the mask, have both blocks masked, solve, approximate."""
         data = ctx.require_data()

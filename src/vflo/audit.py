@@ -1,0 +1,72 @@
+"""What every message kind carries, and who may send it: the declarations the message audit holds each
+message to, as ``vflo methods --messages`` prints them and docs/security.md shows them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vflo.align.protocol import ALIGNMENT
+from vflo.federation.handlers import HandlerInfo
+from vflo.federation.node import CONTROL_INFO
+from vflo.methods.registry import get_method, method_names
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One message kind: who may send it, and what its request's and its reply's fields carry."""
+
+    kind: str
+    senders: tuple[str, ...]
+    request: dict[str, str]
+    reply: dict[str, str]
+    methods: tuple[str, ...]
+
+    @classmethod
+    def of(cls, info: HandlerInfo, methods: tuple[str, ...]) -> Declaration:
+        return cls(kind=info.kind, senders=tuple(info.senders),
+                   request={f: info.request_content(f) for f in info.accepts}, reply=dict(info.replies),
+                   methods=methods)
+
+
+def handler_infos(method: str | None = None) -> dict[str, HandlerInfo]:
+    """Every kind a party may be asked, with its declaration: control, alignment, and ``method``'s (or every
+    deployable method's)."""
+    infos: dict[str, HandlerInfo] = dict(CONTROL_INFO)
+    infos |= {kind: info for kind, (info, _) in ALIGNMENT.handler_table().items()}
+    for name in [method] if method else deployable():
+        infos |= {kind: info for kind, (info, _) in get_method(name).handler_table().items()}
+    return infos
+
+
+def deployable() -> list[str]:
+    return [m for m in method_names() if not get_method(m).simulation_only]
+
+
+def declarations(method: str | None = None) -> list[Declaration]:
+    """The declarations of ``method``'s kinds (or of every deployable method's), with the methods using each."""
+    names = [method] if method else deployable()
+    users: dict[str, list[str]] = {}
+    for name in names:
+        for kind in get_method(name).handler_table():
+            users.setdefault(kind, []).append(name)
+    out = []
+    for kind, info in handler_infos(method).items():
+        used = tuple(users.get(kind, ())) if kind in users else ("all",)
+        out.append(Declaration.of(info, used))
+    return out
+
+
+def _fields(fields: dict[str, str]) -> str:
+    shown = [f"{f} ({c})" for f, c in fields.items() if c != "control"]
+    settings = [f for f, c in fields.items() if c == "control"]
+    return ", ".join([*shown, *([f"settings: {', '.join(settings)}"] if settings else [])]) or "nothing"
+
+
+def markdown(method: str | None = None) -> str:
+    """One table: each kind, the methods that use it, who may send it, what the request and the reply carry."""
+    rows = ["| kind | methods | who may send it | the request carries | the reply carries |",
+            "|---|---|---|---|---|"]
+    for d in declarations(method):
+        rows.append(f"| `{d.kind}` | {', '.join(d.methods)} | {' or '.join(d.senders)} | {_fields(d.request)} | "
+                    f"{_fields(d.reply)} |")
+    return "\n".join(rows)
