@@ -12,6 +12,7 @@ import numpy as np
 
 from vflo.align.plain import SELECTOR, Alignment, selected_ids
 from vflo.comm.message import IDS, Payload, Value, expect_rows
+from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, MethodError
 from vflo.methods.base import Inference, MethodConfig, State, handles, need
 from vflo.methods.representation import RepresentationMethod
@@ -46,6 +47,8 @@ class APCVFLConfig(MethodConfig):
     reduction: Reduction = "sum"
     overcomplete: bool = True
     payload_dtype: Literal["float32", "float16"] = "float32"
+    # Off by default: each passive party clips and noises every latent row it uploads (see vflo.dp).
+    noise: GaussianNoise | None = None
     train: TrainConfig = field(default_factory=lambda: TrainConfig(batch_size=128, max_epochs=200, patience=10))
     classifier: EstimatorConfig = field(default_factory=EstimatorConfig)
 
@@ -131,7 +134,14 @@ class APCVFL(RepresentationMethod):
         assert isinstance(selector, np.ndarray)
         ids = selected_ids(ctx, selector)
         z = self._local_encoder(ctx).encode(ctx.require_data().subset(ids).X)
-        return {"z": z.astype(self.config.payload_dtype)}
+        return {"z": self._released(ctx, z, "train")}
+
+    def _released(self, ctx: NodeContext, z: np.ndarray, purpose: str) -> np.ndarray:
+        """Latents as they leave the party: noised when the config asks (a person's row: one release)."""
+        noise = self.config.noise
+        if noise is not None:
+            z = noise.release(z, ctx.rng("apc-upload-noise", purpose, len(z)))
+        return z.astype(self.config.payload_dtype)
 
     @handles("apc.encode_serve", carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
     def _encode_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
@@ -139,7 +149,7 @@ class APCVFL(RepresentationMethod):
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)
         z = self._local_encoder(ctx).encode(ctx.rows("serve").subset(ids).X)
-        return {"z": z.astype(self.config.payload_dtype)}
+        return {"z": self._released(ctx, z, "serve")}
 
     # -- active party -----------------------------------------------------------------------------
 
@@ -234,8 +244,11 @@ class APCVFL(RepresentationMethod):
                                                      activation=self.config.activation)
 
     def summary_stats(self) -> dict[str, float]:
-        """Epochs of each autoencoder the active party trained (g1, g2 the teacher, g3 the student)."""
+        """Epochs of each autoencoder the active party trained (g1, g2 the teacher, g3 the student), and the ε of
+        a passive party's person whose latent was uploaded once (with the config's noise)."""
         stats = super().summary_stats()
+        if self.config.noise is not None:
+            stats["epsilon_features"] = self.config.noise.epsilon(releases=1)
         for prefix, attr in (("g1_", "g1_active_"), ("g2_", "teacher_"), ("g3_", "student_")):
             encoder = getattr(self, attr, None)
             if isinstance(encoder, FittedAutoencoder):

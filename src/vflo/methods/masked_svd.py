@@ -34,6 +34,7 @@ import numpy as np
 
 from vflo.align.plain import SELECTOR, selected_ids
 from vflo.comm.message import BOOL, IDS, INT, STR, ArraySpec, Payload
+from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, ProtocolError
 from vflo.federation.handlers import HandlerSet, handles
 from vflo.methods.masks import OrthogonalMask
@@ -132,12 +133,19 @@ class MaskedSVD(HandlerSet):
         keep_masks(ctx, payload)
         return {}
 
-    def masked_block(self, ctx: NodeContext, ids: np.ndarray) -> np.ndarray:
-        """P X_i Q_i of this party's training rows ``ids``."""
+    def upload_noise(self) -> GaussianNoise | None:
+        """Noise an uploading party adds to its rows before masking them (none unless the method asks)."""
+        return None
+
+    def masked_block(self, ctx: NodeContext, ids: np.ndarray, *, upload: bool = False) -> np.ndarray:
+        """P X_i Q_i of this party's training rows ``ids`` (an ``upload``: noised first, if the method asks)."""
         P, Q = ctx.state.get("svd.P"), ctx.state.get("svd.Q")
         if not isinstance(P, OrthogonalMask):
             raise ProtocolError(f"party {ctx.party!r} was asked for its masked block before it got its masks")
         X = ctx.require_data().subset(ids).X.astype(np.float64)
+        noise = self.upload_noise() if upload else None
+        if noise is not None:
+            X = noise.release(X, ctx.rng("svd-upload-noise", len(ids)))
         if isinstance(Q, OrthogonalMask):
             X = Q.right(X)
         masked: np.ndarray = P.left(X).astype(self.svd_settings().dtype)
@@ -148,7 +156,7 @@ class MaskedSVD(HandlerSet):
         """Send P X_i Q_i of the shared rows (picked from this party's aligned list) to the server."""
         selector = payload["selector"]
         assert isinstance(selector, np.ndarray)
-        ctx.send(SERVER, "svd.block", {"block": self.masked_block(ctx, selected_ids(ctx, selector))})
+        ctx.send(SERVER, "svd.block", {"block": self.masked_block(ctx, selected_ids(ctx, selector), upload=True)})
         ctx.state["svd.awaiting_right"] = True
         return {}
 

@@ -13,6 +13,7 @@ import numpy as np
 from vflo.align.plain import SELECTOR, selected_ids
 from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, Value, expect_rows
 from vflo.data.partydata import PartyData
+from vflo.dp import GaussianNoise, laplace_epsilon
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RemoteError
 from vflo.methods.base import Method, MethodConfig, State, handles, need, prefixed, unprefixed
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
@@ -78,6 +79,8 @@ class RAPConfig(MethodConfig):
     # indicator columns) an MLP reached 91.4% on the whitened projection, 94.1% on the projection as
     # received, and 91.0% on the standardised original columns. True whitens these as well.
     whiten_one_hot: bool = False
+    # Off by default: each client clips and noises every projected row it sends (see vflo.dp).
+    noise: GaussianNoise | None = None
 
     def __post_init__(self) -> None:
         if any(lr <= 0 for lr in self.lr_grid):
@@ -351,7 +354,11 @@ class RAP(Method):
 
     def _client_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
         transform = self._transform(ctx)
-        return transform.project(rows, ctx.rng("rap-pseudo", rows.n_samples))
+        projected = transform.project(rows, ctx.rng("rap-pseudo", rows.n_samples))
+        noise = getattr(self.config, "noise", None)
+        if noise is not None:  # a person's projected row: one release
+            projected = noise.release(projected, ctx.rng("rap-upload-noise", rows.n_samples))
+        return projected
 
     @handles("rap.project", senders=("server",), carries={"selector": "membership"},
              replies={"x": "masked features", "one_hot": "control"}, selector=SELECTOR)
@@ -508,6 +515,8 @@ class RAP(Method):
         }
         reply = fed.request(SERVER, "rap.train", payload)
         self.clients_ = clients
+        self.client_widths_ = {c: int(alignment.widths.get(c, 0)) for c in clients} | \
+            ({fed.party: data.n_features} if data.n_features else {})
         self.n_train_ = len(ids)
         features, epochs, stopped = reply.get("features"), reply.get("epochs"), reply.get("stopped_by_rule")
         self.server_features_ = features if isinstance(features, int) else 0
@@ -515,8 +524,10 @@ class RAP(Method):
             if isinstance(epochs, int) and epochs > 0 else {}
 
     def summary_stats(self) -> dict[str, float]:
-        """How the server's model trained, as its reply said."""
-        return dict(self.server_stats_)
+        """How the server's model trained, as its reply said; the ε of a client's person whose projected row
+        was sent once (with the config's noise)."""
+        noise = getattr(self.config, "noise", None)
+        return {**self.server_stats_, **({"epsilon_features": noise.epsilon(releases=1)} if noise else {})}
 
     # -- saving: the label owner keeps its label transform, each client its projection, the server its model --
 
@@ -611,3 +622,10 @@ class LocalDP(RAP):
 
     def _label_transform(self, y: np.ndarray, fed: Federation) -> LabelTransform:
         return LabelTransform(kind="plain")
+
+    def summary_stats(self) -> dict[str, float]:
+        """ε of a client's person whose row was sent once: ``epsilon`` per value, composed over the widest
+        client's values (basic composition, exact for Laplace)."""
+        width = max(self.client_widths_.values(), default=0)
+        return {**super().summary_stats(), "epsilon_per_value": self.config.epsilon,
+                "epsilon_features": laplace_epsilon(self.config.epsilon, width)}

@@ -20,6 +20,7 @@ import numpy as np
 
 from vflo.comm.message import BOOL, IDS, INT, STR, Payload, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
+from vflo.dp import GaussianNoise
 from vflo.errors import ProtocolError
 from vflo.federation.handlers import HandlerSet, handles
 from vflo.methods.base import State, prefixed, unprefixed
@@ -50,8 +51,13 @@ BOTTOM = "split.bottom"
 class Bottom:
     """A party's bottom network and its optimiser. A training forward keeps its output for the backward."""
 
-    def __init__(self, net: nn.Module, train: TrainConfig, payload_dtype: str) -> None:
+    def __init__(self, net: nn.Module, train: TrainConfig, payload_dtype: str, *, noise: GaussianNoise | None = None,
+                 rng: np.random.Generator | None = None) -> None:
         self.net = net
+        # Activations this party sends are clipped and noised (when the method asks): every release, training,
+        # validation and scoring alike.
+        self.noise = noise
+        self.rng = rng or np.random.default_rng(0)
         self.optimizer: torch.optim.Optimizer | None = adam(net.parameters(), train)
         self.payload_dtype = payload_dtype
         self.restore_best = train.restore_best
@@ -65,7 +71,7 @@ class Bottom:
         self.net.train()
         out = self.net(x)
         self.pending = out
-        return self._wire(out.detach())
+        return self._released(out.detach())
 
     def backward(self, grad: np.ndarray) -> None:
         """Finish the backward pass with the coordinator's gradient and take one optimiser step."""
@@ -83,7 +89,11 @@ class Bottom:
         """Evaluation-mode activations, no graph kept."""
         self.net.eval()
         with torch.no_grad():
-            return self._wire(self.net(x))
+            return self._released(self.net(x))
+
+    def _released(self, out: torch.Tensor) -> np.ndarray:
+        wire = self._wire(out)
+        return wire if self.noise is None else self.noise.release(wire, self.rng)
 
     def state(self) -> dict[str, Any]:
         """The network mid-training (weights, optimiser, validation snapshots), for a checkpoint."""
@@ -148,9 +158,14 @@ class SplitParty(HandlerSet):
         """The bottoms' training settings and the dtype of activations on the wire."""
         raise NotImplementedError  # pragma: no cover
 
+    def bottom_noise(self) -> GaussianNoise | None:
+        """Noise on every activation a party sends (none unless the method's config asks for it)."""
+        return None
+
     def new_bottom(self, ctx: NodeContext, in_dim: int) -> Bottom:
         train, payload_dtype = self.bottom_settings()
-        bottom = Bottom(self.build_bottom(ctx, in_dim), train, payload_dtype)
+        bottom = Bottom(self.build_bottom(ctx, in_dim), train, payload_dtype, noise=self.bottom_noise(),
+                        rng=ctx.rng("split-activation-noise"))
         bottom.in_dim = in_dim
         ctx.state[BOTTOM] = bottom
         return bottom

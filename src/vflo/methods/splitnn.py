@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value
+from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
@@ -50,6 +51,10 @@ class SplitNNConfig(MethodConfig):
     ``passive_bottom`` and ``active_bottom`` list hidden widths; the last is the width of
     the activations that party contributes. ``top`` lists the top network's hidden widths
     before its output layer. ``payload_dtype = 'float16'`` halves activation and gradient bytes.
+    Defences (off by default, see :mod:`vflo.dp`): ``activation_noise`` clips and noises every activation
+    row a passive party sends (its features' protection); ``gradient_noise`` every per-example gradient row
+    the active party sends back (label protection). Each training example is released once per epoch, so
+    the ε reported composes over the epochs trained.
     """
 
     passive_bottom: tuple[int, ...] = (64, 64)
@@ -60,6 +65,8 @@ class SplitNNConfig(MethodConfig):
     train: TrainConfig = field(default_factory=TrainConfig)
     # The passive parties that take part (empty: all). VFL-STD beside VFL-ASP uses the first hop only.
     partners: tuple[str, ...] = ()
+    activation_noise: GaussianNoise | None = None
+    gradient_noise: GaussianNoise | None = None
 
     def __post_init__(self) -> None:
         if not self.passive_bottom or not self.active_bottom:
@@ -108,6 +115,9 @@ class SplitNN(SplitParty, Method):
 
         return mlp(in_dim, self.config.passive_bottom, None, activation=self.config.activation,
                    generator=ctx.torch_generator("splitnn-bottom"))
+
+    def bottom_noise(self) -> GaussianNoise | None:
+        return self.config.activation_noise
 
     def bottom_settings(self) -> tuple[TrainConfig, str]:
         return self.config.train, self.config.payload_dtype
@@ -201,7 +211,17 @@ class SplitNN(SplitParty, Method):
         return result
 
     def summary_stats(self) -> dict[str, float]:
-        return self.history_.summary()
+        return {**self.history_.summary(), **self.privacy_stats()}
+
+    def privacy_stats(self) -> dict[str, float]:
+        """ε (at each mechanism's δ) of a training example, over the epochs it was released in."""
+        epochs = max(len(self.history_.epochs), 1)
+        out = {}
+        for name, noise in (("epsilon_features", self.config.activation_noise),
+                            ("epsilon_labels", self.config.gradient_noise)):
+            if noise is not None:
+                out[name] = noise.epsilon(releases=epochs)
+        return out
 
     def coordinator_state(self, fed: Federation) -> State:
         return {**module_state(self.bottom_, "bottom."), **module_state(self.top_, "top."),
@@ -242,6 +262,7 @@ class _SplitTrainer(RemoteBottomsTrainer):
         self.optimizer = adam([*method.bottom_.parameters(), *method.top_.parameters()], config)
         self.payload_dtype = method.config.payload_dtype
         self.upcoming: PendingExchange | None = None
+        self.noise_rng = fed.rng("splitnn-gradient-noise")
 
     @property
     def n_train(self) -> int:
@@ -277,8 +298,13 @@ class _SplitTrainer(RemoteBottomsTrainer):
         self.optimizer.zero_grad()
         loss.backward()
         if passives:
-            grads = {name: {"grad": a.grad.numpy().astype(self.payload_dtype)}  # type: ignore[union-attr]
-                     for name, a in zip(passives, remote, strict=True)}
+            noise = m.config.gradient_noise
+            grads = {}
+            for name, a in zip(passives, remote, strict=True):
+                grad = a.grad.numpy()  # type: ignore[union-attr]
+                if noise is not None:  # label protection: each example's gradient row clipped and noised
+                    grad = noise.release(grad, self.noise_rng)
+                grads[name] = {"grad": grad.astype(self.payload_dtype)}
             # Posted: it goes out with the next forward, one round trip per batch over a network.
             self.fed.post("split.backward", grads)
             if upcoming is not None:

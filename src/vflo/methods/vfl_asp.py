@@ -14,6 +14,7 @@ import numpy as np
 from vflo.align import plain
 from vflo.comm.message import STR, Payload, Value
 from vflo.data.partydata import PartyData
+from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, State, handles, need
 from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
@@ -59,6 +60,8 @@ class VFLASPConfig(SplitNNConfig):
     second_hop: str = "p2"
     components: int = 0
     svd: FedSVDSettings = field(default_factory=FedSVDSettings)
+    # Off by default: the second hop clips and noises each of its rows before masking its one upload.
+    noise: GaussianNoise | None = None
     embedding_encoder: tuple[int, ...] = (32, 64, 128)
     embedding_activation: str = "leaky_relu"
     embedding_weight: float = 0.9
@@ -106,6 +109,9 @@ class VFLASP(MaskedSVD, SplitNN):
 
     def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
         return [] if self.inference == "active_only" else [self.config.first_hop]
+
+    def upload_noise(self) -> GaussianNoise | None:
+        return self.config.noise
 
     def delegates(self) -> frozenset[str]:
         """The first hop aligns with the second hop and drives their masked SVD (its own coordinator there)."""
@@ -214,8 +220,9 @@ class VFLASP(MaskedSVD, SplitNN):
         return result
 
     def summary_stats(self) -> dict[str, float]:
+        noise = {"epsilon_second_hop": self.config.noise.epsilon(releases=1)} if self.config.noise else {}
         return {"second_hop_shared": float(self.shared_), "components": float(self.components_),
-                **super().summary_stats()}
+                **super().summary_stats(), **noise}
 
     # -- saving: the teacher as SplitNN's parts, P1's embedding encoder with P1's bottom; the student alone ----
 

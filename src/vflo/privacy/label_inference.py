@@ -1,0 +1,75 @@
+"""Label inference by a passive party from what split learning sends it.
+
+Threat model: an honest-but-curious passive party (it runs the protocol as written) that wants the active
+party's labels of the rows it shares.
+
+* :func:`norm_scores`, :func:`direction_scores`: Li et al., "Label Leakage and Protection in Two-party Split
+  Learning" (ICLR 2022). The gradient of the loss with respect to a row's activations has a larger norm for
+  the rarer class (norm scoring), and gradients of rows of one class point alike (direction scoring: cosine
+  with the gradient of one row whose label the passive party knows).
+* :func:`model_completion`: Fu et al., "Label Inference Attacks Against Vertical Federated Learning"
+  (USENIX Security 2022), passive model completion: with a few rows' labels (k), the passive party trains a
+  small head on its own trained bottom network's outputs and labels every other row.
+
+Each returns the area under the ROC curve of recovering the positive class (binary tasks) or accuracy
+(:func:`model_completion`), measured against the true labels the experiment knows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vflo.errors import ConfigError
+
+
+def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    labels = np.asarray(labels)
+    if len(np.unique(labels)) != 2:
+        raise ConfigError("label inference AUC needs a binary task with both classes among the rows")
+    return float(roc_auc_score(labels, scores))
+
+
+def norm_scores(gradients: np.ndarray) -> np.ndarray:
+    """Each gradient row's L2 norm: the score of being the (rarer) positive class."""
+    norms: np.ndarray = np.linalg.norm(np.asarray(gradients, dtype=np.float64), axis=1)
+    return norms
+
+
+def direction_scores(gradients: np.ndarray, known_positive: int) -> np.ndarray:
+    """Cosine of each gradient row with that of row ``known_positive``, whose label (positive) the attacker
+    knows."""
+    G = np.asarray(gradients, dtype=np.float64)
+    ref = G[known_positive]
+    norms = np.linalg.norm(G, axis=1) * max(float(np.linalg.norm(ref)), 1e-12)
+    scores: np.ndarray = G @ ref / np.maximum(norms, 1e-12)
+    return scores
+
+
+def gradient_attacks(ids: np.ndarray, gradients: np.ndarray, labels_of: dict[object, int], *,
+                     rng: np.random.Generator) -> dict[str, float]:
+    """AUC of norm and direction scoring over every gradient row the passive party received."""
+    y = np.asarray([labels_of[i] for i in ids.tolist()])
+    positives = np.flatnonzero(y == 1)
+    if len(positives) == 0:
+        raise ConfigError("no positive row among the gradients")
+    known = int(rng.choice(positives))
+    return {"norm_auc": _auc(norm_scores(gradients), y),
+            "direction_auc": _auc(direction_scores(gradients, known), y)}
+
+
+def model_completion(outputs: np.ndarray, labels: np.ndarray, *, known: int, rng: np.random.Generator) -> float:
+    """Accuracy on the other rows of a head trained on ``known`` labelled rows of the passive party's own
+    bottom-model ``outputs`` (one row per person it shares with the active party)."""
+    from sklearn.linear_model import LogisticRegression
+
+    labels = np.asarray(labels)
+    if known >= len(labels):
+        raise ConfigError(f"model completion with {known} known labels needs more than {known} rows")
+    order = rng.permutation(len(labels))
+    seen, rest = order[:known], order[known:]
+    if len(np.unique(labels[seen])) < 2:
+        return float(np.mean(labels[rest] == labels[seen][0]))  # one class known: it can only guess that one
+    head = LogisticRegression(max_iter=2000, C=1.0).fit(outputs[seen], labels[seen])
+    return float(np.mean(head.predict(outputs[rest]) == labels[rest]))
