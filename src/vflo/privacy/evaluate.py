@@ -68,9 +68,13 @@ def _label_attacks(seen: list[Message], data: FederatedData, labels_of: dict[obj
             rows = own[0]
             keep = np.asarray([i in labels_of for i in rows.ids.tolist()])
             labels = np.asarray([labels_of[i] for i in rows.ids[keep].tolist()])
+            raw = data.train[party].subset(rows.ids[keep]).X  # what it could do with its own features alone
             for k in completion:
                 if k + 20 <= len(labels):  # enough other rows to measure on
-                    result[f"completion_{k}"] = model_completion(rows.values[keep], labels, known=k, rng=rng)
+                    result[f"completion_{k}"] = model_completion(rows.values[keep], labels, known=k,
+                                                                 rng=np.random.default_rng(k))
+                    result[f"completion_raw_{k}"] = model_completion(raw, labels, known=k,
+                                                                     rng=np.random.default_rng(k))
             result["majority"] = float(max(np.mean(labels), 1 - np.mean(labels)))
         out[party] = result
     return out
@@ -95,7 +99,19 @@ def _feature_attacks(seen: list[Message], data: FederatedData, known: Sequence[f
                 key = f"{receiver} <- {rows.sender}" + (f" (about {target})" if target != rows.sender else "")
                 out[key] = {f"{decoder}@{share:g}": decode(values, X, known=share, decoder=decoder, rng=rng)
                             for share in known for decoder in (decoders if share > 0 else ("mean",))}
+                if receiver == "server" and _sent_kind(seen, rows.sender) == "rap.project":
+                    # RAP's own server attacks (Zhang et al., Section 3) on the same rows: relative error.
+                    from vflo.privacy.attacks import known_means, no_knowledge
+
+                    out[key]["rap_no_knowledge"] = {"relative_error": no_knowledge(values, X, rng)}
+                    out[key]["rap_known_means"] = {"relative_error": known_means(values, X)}
     return out
+
+
+def _sent_kind(seen: list[Message], sender: str) -> str:
+    """The kind of the representation ``sender`` sent (its first reply carrying rows)."""
+    return next((m.kind for m in seen if m.sender == sender and m.kind in ("rap.project", "apc.encode_aligned",
+                                                                         "splitnn.forward", "ea.forward")), "")
 
 
 def _aligned_at(seen: list[Message], data: FederatedData, party: str) -> np.ndarray | None:
