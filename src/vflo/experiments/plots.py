@@ -49,28 +49,39 @@ def write_plots(result: ExperimentResult, summary: pd.DataFrame, out_dir: Path) 
         title += "\nSTAND-IN DATA (generated)"
     paths = []
 
+    oracles = {str(m) for m, sub in summary.groupby("method", sort=False) if bool(sub["simulation_only"].any())}
+
+    def name(method: object) -> str:
+        return f"{method} (oracle)" if str(method) in oracles else str(method)
+
+    repeats = result.config.protocol.repetitions()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for method, sub in summary.groupby("method", sort=False):
         sub = sub.sort_values(xcol, key=lambda s: s.map(xvalues.index))
         xs = [positions[v] for v in sub[xcol]]
-        ax.errorbar(xs, sub[metric], yerr=sub[f"{metric}_std"], marker="o", capsize=3, label=str(method),
-                    color=colours[method])
-    paths.append(_finish(fig, ax, out_dir / "metric_vs_x.png", xcol=xcol, ylabel=metric, title=title,
+        ax.errorbar(xs, sub[metric], yerr=sub[f"{metric}_std"], marker="o", capsize=3, label=name(method),
+                    color=colours[method], linestyle="--" if str(method) in oracles else "-")
+    paths.append(_finish(fig, ax, out_dir / "metric_vs_x.png", xcol=xcol, ylabel=metric,
+                         title=f"{title}\nerror bars: ± 1 standard deviation over {repeats} repeat(s)",
                          xlabels=xlabels))
+
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     silent = []
     for method, sub in summary.groupby("method", sort=False):
-        if (sub["comm_bytes"] <= 0).all():
-            silent.append(str(method))
+        if (sub["fit_bytes"] <= 0).all():
+            silent.append(name(method))
             continue
         sub = sub.sort_values(xcol, key=lambda s: s.map(xvalues.index))
-        ax.plot([positions[v] for v in sub[xcol]], sub["comm_bytes"], marker="o", label=str(method),
+        ax.plot([positions[v] for v in sub[xcol]], sub["fit_bytes"] / 1e6, marker="o", label=name(method),
                 color=colours[method])
     ax.set_yscale("log")
-    note = f"\nno messages: {', '.join(silent)}" if silent else ""
+    ax.yaxis.set_major_locator(LogLocator(base=10))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g} MB"))
+    note = f"\nno training messages: {', '.join(silent)}" if silent else ""
     paths.append(_finish(fig, ax, out_dir / "bytes_vs_x.png", xcol=xcol,
-                         ylabel="bytes exchanged (ledger, log scale)", title=title + note, xlabels=xlabels))
+                         ylabel="training traffic, MB (measured; log scale)", title=title + note, xlabels=xlabels))
     return paths
 
 
