@@ -15,6 +15,7 @@ from vflo.errors import ConfigError, DataFileError
     ("breast_cancer", (569, 30), 2), ("wine", (178, 13), 3), ("digits", (1797, 64), 10),
 ])
 def test_sklearn_datasets(name: str, shape: tuple[int, int], classes: int) -> None:
+    """(diabetes, the one regression set, is checked below.)"""
     ds = load_dataset(name)
     assert ds.X.shape == shape and ds.n_classes == classes and not ds.standin
     assert set(np.unique(ds.y)) == set(range(classes))
@@ -110,3 +111,8 @@ def test_a_party_can_take_whole_views() -> None:
                                 PartySpec(name="g", views=("pixx",))), unused_columns="drop")
     with pytest.raises(ScenarioError, match=r"views \['pixx'\] not in dataset 'handwritten' \(did you mean 'pix'\?\)"):
         bad.build(ds, seed=0)
+
+
+def test_diabetes_is_a_regression_dataset() -> None:
+    ds = load_dataset("diabetes")
+    assert ds.X.shape == (442, 10) and ds.task == "regression" and ds.n_classes is None and ds.y.dtype == np.float64

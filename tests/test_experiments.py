@@ -321,3 +321,19 @@ def test_local_on_aligned_rows_only() -> None:
     everything = get_method("local")()
     run_method(everything, data, seed=0)
     assert everything.n_train_ == 280
+
+
+def test_every_compare_config_parses() -> None:
+    import tomllib
+
+    from vflo.experiments.compare import cells, load_compare
+
+    folder = Path(__file__).resolve().parents[1] / "configs" / "compare"
+    configs = sorted(folder.glob("*.toml"))
+    assert {c.stem for c in configs} >= {"breast_cancer", "wine", "digits", "credit", "handwritten", "mnist5000",
+                                         "diabetes"}
+    for config in configs:
+        base, settings = load_compare(tomllib.loads(config.read_text()))
+        assert base["dataset"]["name"] and cells(settings)
+        _, quick = load_compare(tomllib.loads(config.read_text()), quick=True)
+        assert quick.repeats == 1 and len(cells(quick)) < len(cells(settings))

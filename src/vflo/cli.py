@@ -58,6 +58,15 @@ def _parser() -> argparse.ArgumentParser:
                      help="with --checkpoints: continue each run from the last checkpoint every party holds (same "
                           "config and seed give the same model as an uninterrupted run); replaces the output folder")
 
+    comp = sub.add_parser("compare", help="every method that can run, across shared-people share, number of "
+                                          "partners, column splits and who is scored; one HTML report",
+                          epilog=_exit_code_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    comp.add_argument("config", type=Path, help="compare TOML file (configs/compare/)")
+    comp.add_argument("--out", type=Path, help="output folder (default runs/NAME-TIMESTAMP)")
+    comp.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides")
+    comp.add_argument("--data-dir", type=Path, help="folder with dataset files (else $VFLO_DATA_DIR, ~/.vflo/data)")
+    comp.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+
     certs = sub.add_parser("certs", help="make a private CA and one key and certificate per party")
     certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
     init = certs_sub.add_parser("init", help="write ca.pem, ca.key and NAME.pem / NAME.key into DIR")
@@ -163,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _split(args)
         if args.command == "predict":
             return _predict(args)
+        if args.command == "compare":
+            return _compare(args)
     except VfloError as exc:
         print(f"vflo: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -252,6 +263,35 @@ def _party(args: argparse.Namespace) -> int:
     if args.checkpoints is not None:
         config = replace(config, checkpoints=str(args.checkpoints))
     return serve_forever(config)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import tomllib
+
+    from vflo.experiments.compare import compare
+    from vflo.experiments.compare_report import write_comparison
+    from vflo.experiments.output import check_out_dir, default_out_dir
+
+    if not args.config.is_file():
+        raise ConfigError(f"config file {args.config} does not exist")
+    try:
+        raw = tomllib.loads(args.config.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{args.config} is not valid TOML: {exc}") from exc
+    out_dir = args.out if args.out is not None else default_out_dir(str(raw.get("name", args.config.stem)))
+    check_out_dir(out_dir, overwrite=args.overwrite)
+    console = _console()
+
+    def progress(cell: Any, k: int, total: int) -> None:
+        console.print(f"[{k + 1}/{total}] {cell.label}")
+
+    result = compare(raw, data_dir=None if args.data_dir is None else str(args.data_dir), quick=args.quick,
+                     on_cell=progress)
+    write_comparison(result, out_dir, overwrite=args.overwrite)
+    console.print(f"{len(result.rows)} method runs in {result.seconds:.0f} s; report.html, report.md and results "
+                  f"written to {out_dir}/")
+    failed = int((result.rows["status"] == "failed").sum()) if "status" in result.rows else 0
+    return 0 if len(result.rows) and failed < len(result.rows) else 5
 
 
 def _predict(args: argparse.Namespace) -> int:

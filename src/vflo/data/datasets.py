@@ -121,6 +121,10 @@ def _sklearn(name: str, loader: str, task: Task, source: str) -> Callable[..., D
 
         bunch = getattr(skd, loader)(as_frame=True)
         frame: pd.DataFrame = bunch.data.astype(np.float64)
+        if task == "regression":
+            target = np.asarray(bunch.target, dtype=np.float64)
+            return Dataset(name=name, X=frame.reset_index(drop=True), y=target, ids=np.arange(len(target)),
+                           task=task, n_classes=None, standin=False, source=source)
         y = np.asarray(bunch.target, dtype=np.int64)
         return Dataset(
             name=name, X=frame.reset_index(drop=True), y=y, ids=np.arange(len(y), dtype=np.int64),
@@ -146,6 +150,12 @@ def _register_sklearn() -> None:
         name="digits", task="multiclass", n_classes=10, shape=(1797, 64),
         source="UCI optical digits 8x8, via scikit-learn",
         loader=_sklearn("digits", "load_digits", "multiclass", "UCI optical digits 8x8, via scikit-learn"),
+    ))
+    register_dataset(DatasetSpec(
+        name="diabetes", task="regression", n_classes=None, shape=(442, 10),
+        source="Diabetes (Efron et al. 2004, disease progression after one year), via scikit-learn",
+        loader=_sklearn("diabetes", "load_diabetes", "regression",
+                        "Diabetes (Efron et al. 2004), via scikit-learn"),
     ))
 
 

@@ -1,0 +1,205 @@
+"""The comparison's report: report.md, and report.html, one self-contained file (tables and inline SVG plots,
+no script, no network), beside results.csv / results.json."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vflo.experiments.compare import Comparison, summary, which_method
+from vflo.experiments.output import atomic_dir
+from vflo.experiments.report import markdown_table
+
+AXIS_TEXT = {"aligned": "share of the active party's people the others also hold",
+             "passives": "number of passive parties", "split": "how the columns are split"}
+
+
+def _name(method: str, oracle: bool) -> str:
+    return f"{method} (oracle)" if oracle else method
+
+
+def _svg(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg")
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prologue: the SVG sits inside the HTML page
+
+
+def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
+    """SVG plots of the aligned-share axis: metric (both scorings), training MB and rounds (log, labelled)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    metric = comparison.metric
+    data = table[table["axis"] == "aligned"].copy()
+    if data.empty:
+        return {}
+    data["x"] = data["value"].astype(float) * 100
+    out = {}
+    title = comparison.dataset.label + (" — STAND-IN DATA (generated)" if comparison.dataset.standin else "")
+    for scored in data["scored"].unique():
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        part = data[data["scored"] == scored]
+        for method, sub in part.groupby("method", sort=False):
+            oracle = bool(sub["simulation_only"].iloc[0])
+            sub = sub.sort_values("x")
+            ax.errorbar(sub["x"], sub[metric], yerr=sub[f"{metric}_std"], marker="o", capsize=3,
+                        label=_name(str(method), oracle), linestyle="--" if oracle else "-")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+        ax.set_xlabel("people of the active party the others also hold (log scale)")
+        ax.set_ylabel(metric)
+        who = "people every party holds" if scored == "aligned" else "people only the active party holds"
+        ax.set_title(f"{title}\n{metric} scoring {who}; error bars ± 1 std over the repeats", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        out[f"metric_{scored}"] = _svg(fig)
+    part = data[data["scored"] == data["scored"].iloc[0]]
+    for column, label in (("fit_bytes", "training traffic, MB (measured)"), ("fit_rounds", "training rounds")):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        silent = []
+        for method, sub in part.groupby("method", sort=False):
+            if (sub[column] <= 0).all():
+                silent.append(str(method))
+                continue
+            sub = sub.sort_values("x")
+            values = sub[column] / 1e6 if column == "fit_bytes" else sub[column]
+            ax.plot(sub["x"], values, marker="o", label=str(method))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+        ax.yaxis.set_major_locator(LogLocator(base=10))
+        unit = " MB" if column == "fit_bytes" else ""
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _, unit=unit: f"{v:g}{unit}"))
+        ax.set_xlabel("people of the active party the others also hold (log scale)")
+        ax.set_ylabel(label + " (log scale)")
+        ax.set_title(title + (f"\nno training messages: {', '.join(silent)}" if silent else ""), fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        out[column] = _svg(fig)
+    return out
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _tables(comparison: Comparison, table: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of every table, shared by the Markdown and the HTML report."""
+    metric = comparison.metric
+    out = []
+    best = which_method(comparison, table)
+    if not best.empty:
+        out.append(("Which method when (best deployable method per cell; ties: within the best one's std)",
+                    ["varied", "value", "people scored", "best", metric, "± std", "ties"],
+                    [[AXIS_TEXT[r["axis"]], r["value"], r["scored"], r["best"], _fmt(r[metric]), _fmt(r["std"]),
+                      r["ties"] or "-"] for _, r in best.iterrows()]))
+    for axis in ("aligned", "passives", "split"):
+        part = table[table["axis"] == axis]
+        if part.empty:
+            continue
+        out.append((f"Varying the {AXIS_TEXT[axis]}",
+                    ["value", "people scored", "method", metric, "± std", "training MB", "rounds", "seconds",
+                     "runs"],
+                    [[r["value"], r["scored"], _name(r["method"], bool(r["simulation_only"])), _fmt(r[metric]),
+                      _fmt(r[f"{metric}_std"]), _fmt(r["fit_bytes"] / 1e6, 4), f"{r['fit_rounds']:.0f}",
+                      _fmt(r["wall_seconds"], 2), f"{r['runs']:.0f}"] for _, r in part.iterrows()]))
+    share = comparison.rows[comparison.rows.get("status", pd.Series(dtype=str)) == "ok"] \
+        .groupby("method")["wall_seconds"].sum() if "status" in comparison.rows else pd.Series(dtype=float)
+    if not share.empty:
+        total = float(share.sum())
+        out.append(("Each method's share of the time", ["method", "seconds", "share"],
+                    [[m, _fmt(float(v), 1), f"{float(v) / total:.0%}"] for m, v in share.sort_values(ascending=False)
+                     .items()]))
+    failed = comparison.rows[comparison.rows["status"] == "failed"] if "status" in comparison.rows else pd.DataFrame()
+    if not failed.empty:
+        out.append(("Runs that failed", ["varied", "value", "people scored", "method", "error"],
+                    [[AXIS_TEXT.get(r["axis"], r["axis"]), r["value"], r["scored"], r["method"], str(r["error"])[:200]]
+                     for _, r in failed.drop_duplicates(["axis", "value", "scored", "method"]).iterrows()]))
+    if comparison.skipped:
+        out.append(("Methods that did not run, and why", ["method (people scored)", "why"],
+                    [[k, v] for k, v in sorted(comparison.skipped.items())]))
+    return out
+
+
+def _intro(comparison: Comparison) -> list[str]:
+    s = comparison.settings
+    d = comparison.dataset
+    return [
+        f"Dataset: {d.label} ({len(d.ids)} rows, {len(d.columns)} columns, {comparison.task})"
+        + (" — **stand-in data, generated**: its numbers say nothing about the real dataset" if d.standin else ""),
+        f"Base scenario: the active party keeps {s.active_share:.0%} of the columns and every row"
+        f"{f' (of {s.rows} sampled)' if s.rows else ''}; one passive party holds the rest of the columns for "
+        f"{s.base_aligned:.0%} of those people; columns split at random. One thing varies at a time.",
+        f"Every cell: {s.repeats} repeat(s) of a {s.test_fraction:.0%} test split, the same splits and seeds for "
+        f"every method; {len(comparison.rows)} method runs in {comparison.seconds / 60:.1f} min.",
+        "Oracles pool every party's raw features (simulation only) and are not candidates for the best method.",
+    ]
+
+
+def render_markdown(comparison: Comparison, table: pd.DataFrame) -> str:
+    lines = [f"# {comparison.name}", "", *(f"- {line}" for line in _intro(comparison)), ""]
+    for title, header, rows in _tables(comparison, table):
+        lines += [f"## {title}", "", markdown_table(header, rows), ""]
+    lines += ["Plots: report.html (one file, open it in any browser).", ""]
+    return "\n".join(lines)
+
+
+def render_html(comparison: Comparison, table: pd.DataFrame) -> str:
+    esc = html.escape
+    parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+             f"<title>{esc(comparison.name)}</title>",
+             "<style>body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;"
+             "margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+             "th{background:#f0f0f0}.plot{margin:1em 0}.standin{color:#a00;font-weight:bold}</style>",
+             "</head><body>", f"<h1>{esc(comparison.name)}</h1>", "<ul>"]
+    parts += [f"<li>{esc(line)}</li>" for line in _intro(comparison)]
+    parts.append("</ul>")
+    if comparison.dataset.standin:
+        parts.append("<p class='standin'>STAND-IN DATA: generated, shaped like the real dataset.</p>")
+    figures = plots(comparison, table)
+    for key, title in (("metric_aligned", "Scoring people every party holds"),
+                       ("metric_active_only", "Scoring people only the active party holds (new people)"),
+                       ("fit_bytes", "Training traffic"), ("fit_rounds", "Training rounds")):
+        if key in figures:
+            parts += [f"<h2>{esc(title)}</h2>", f"<div class='plot' id='plot-{key}'>{figures[key]}</div>"]
+    for title, header, rows in _tables(comparison, table):
+        parts += [f"<h2>{esc(title)}</h2>", "<table>",
+                  "<tr>" + "".join(f"<th>{esc(str(h))}</th>" for h in header) + "</tr>"]
+        parts += ["<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows]
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_comparison(comparison: Comparison, out_dir: Path, *, overwrite: bool = False) -> Path:
+    table = summary(comparison)
+    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+        comparison.rows.to_csv(tmp / "results.csv", index=False)
+        table.to_csv(tmp / "summary.csv", index=False)
+        (tmp / "results.json").write_text(json.dumps(
+            {"name": comparison.name, "dataset": comparison.dataset.label, "standin": comparison.dataset.standin,
+             "task": comparison.task, "metric": comparison.metric, "seconds": comparison.seconds,
+             "skipped": comparison.skipped, "rows": comparison.rows.to_dict(orient="records")},
+            indent=1, default=str))
+        (tmp / "report.md").write_text(render_markdown(comparison, table))
+        (tmp / "report.html").write_text(render_html(comparison, table))
+    return out_dir
