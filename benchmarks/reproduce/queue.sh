@@ -7,14 +7,16 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 VFLO="${VFLO:-.venv/bin/vflo}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 DATA_DIR="${VFLO_DATA_DIR:-../shared/datasets}"
-mkdir -p runs/repro
+# OUT_ROOT=runs/repro_quick keeps a --quick check apart from the full runs the reports read.
+OUT_ROOT="${OUT_ROOT:-runs/repro}"
+mkdir -p "$OUT_ROOT"
 
-# One config into runs/repro/NAME, its log beside it in runs/repro/NAME.log.
+# One config into OUT_ROOT/NAME, its log beside it in OUT_ROOT/NAME.log.
 run_config() {
   local name="$1"
   shift
-  "$VFLO" -v run "configs/papers/$name.toml" --data-dir "$DATA_DIR" --out "runs/repro/$name" --overwrite \
-    --no-progress "$@" 2> "runs/repro/$name.log"
+  "$VFLO" -v run "configs/papers/$name.toml" --data-dir "$DATA_DIR" --out "$OUT_ROOT/$name" --overwrite \
+    --no-progress "$@" 2> "$OUT_ROOT/$name.log"
 }
 
 # A script may redefine run_one for entries that are not plain configs.

@@ -12,7 +12,7 @@ run_one() {
   case "$name" in
     vfl_asp_ablation_*)
       "$PYTHON" -m benchmarks.reproduce.vfl_asp_ablation "configs/papers/${name/ablation/table2}.toml" \
-        --data-dir "$DATA_DIR" --out "runs/repro/$name" "$@" 2> "runs/repro/$name.log" ;;
+        --data-dir "$DATA_DIR" --out "$OUT_ROOT/$name" "$@" 2> "$OUT_ROOT/$name.log" ;;
     *) run_config "$name" "$@" ;;
   esac
 }

@@ -1,0 +1,155 @@
+"""docs/comparison.md (and the screenshot docs/comparison.png), generated from the runs of ``vflo compare`` on
+the committed configs in configs/compare/ (no figure typed by hand).
+
+    for c in breast_cancer wine digits ...; do vflo compare configs/compare/$c.toml --out runs/compare/$c; done
+    python -m benchmarks.compare_docs [--runs runs/compare] [--out docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+ORDER = ("breast_cancer", "wine", "digits", "diabetes", "credit", "handwritten", "mnist5000", "houseprice_standin")
+
+
+def load(runs: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name in ORDER:
+        folder = runs / name
+        if (folder / "results.json").is_file() and (folder / "summary.csv").is_file():
+            meta = json.loads((folder / "results.json").read_text())
+            out[name] = {"meta": meta, "summary": pd.read_csv(folder / "summary.csv", dtype={"value": str}),
+                         "rows": pd.DataFrame(meta["rows"]), "folder": folder}
+    return out
+
+
+def cell(summary: pd.DataFrame, metric: str, axis: str, value: str, scored: str, method: str) -> tuple[float, float]:
+    hit = summary[(summary["axis"] == axis) & (summary["value"] == value) & (summary["scored"] == scored)
+                  & (summary["method"] == method)]
+    if hit.empty:
+        return math.nan, math.nan
+    return float(hit[metric].iloc[0]), float(hit[f"{metric}_std"].iloc[0])
+
+
+def which(summary: pd.DataFrame, metric: str, higher: bool) -> pd.DataFrame:
+    out = []
+    for (axis, value, scored), group in summary.groupby(["axis", "value", "scored"], sort=False):
+        candidates = group[~group["simulation_only"].astype(bool)]
+        if candidates.empty:
+            continue
+        best = candidates.sort_values(metric, ascending=not higher).iloc[0]
+        margin = float(best[f"{metric}_std"])
+        close = candidates[(candidates[metric] >= best[metric] - margin) if higher
+                           else (candidates[metric] <= best[metric] + margin)]
+        out.append({"axis": axis, "value": value, "scored": scored, "best": best["method"],
+                    "score": float(best[metric]), "ties": ", ".join(m for m in close["method"] if m != best["method"])})
+    return pd.DataFrame(out)
+
+
+def fmt(v: float, d: int = 3) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.{d}f}"
+
+
+def claims(name: str, data: dict[str, Any]) -> list[str]:
+    summary, meta = data["summary"], data["meta"]
+    metric = meta["metric"]
+    higher = metric not in ("rmse", "mae")
+    lines = []
+    rounds = summary[(summary["axis"] == "aligned") & (summary["scored"] == "aligned")]
+    one_shot = rounds[rounds["method"].isin(["apc_vfl", "rap"])]["fit_rounds"]
+    split = rounds[rounds["method"] == "splitnn"]["fit_rounds"]
+    if len(one_shot) and len(split):
+        lines.append(f"One exchange against many: APC-VFL and RAP trained in {one_shot.max():.0f} round(s) in every "
+                     f"cell, SplitNN in {split.min():.0f} to {split.max():.0f} (the seeds' communication claim holds).")
+    values = sorted(summary[summary["axis"] == "aligned"]["value"].unique(), key=float)
+    small = values[0] if values else None
+    if small is not None:
+        apc, apc_sd = cell(summary, metric, "aligned", small, "active_only", "apc_vfl")
+        local, local_sd = cell(summary, metric, "aligned", small, "active_only", "local")
+        if not math.isnan(apc) and not math.isnan(local):
+            gain = (apc - local) if higher else (local - apc)
+            verdict = "ahead of" if gain > max(apc_sd, local_sd) else "not clearly ahead of" if gain > -max(
+                apc_sd, local_sd) else "behind"
+            lines.append(f"APC-VFL's claim (active-only inference helps people partners never saw): with "
+                         f"{float(small):.0%} shared, scoring people only the active party holds, APC-VFL "
+                         f"{fmt(apc)} ± {fmt(apc_sd)} against Local {fmt(local)} ± {fmt(local_sd)}: {verdict} Local.")
+    full = values[-1] if values else None
+    if full is not None:
+        rap, rap_sd = cell(summary, metric, "aligned", full, "aligned", "rap")
+        central, _ = cell(summary, metric, "aligned", full, "aligned", "centralized")
+        if not math.isnan(rap) and not math.isnan(central):
+            lines.append(f"RAP's claim (close to the centralised model): at {float(full):.0%} shared, RAP {fmt(rap)} "
+                         f"± {fmt(rap_sd)} against Centralized (oracle) {fmt(central)}.")
+        split_m, split_sd = cell(summary, metric, "aligned", full, "aligned", "splitnn")
+        local_m, _ = cell(summary, metric, "aligned", full, "aligned", "local")
+        if not math.isnan(split_m) and not math.isnan(local_m):
+            pays = (split_m - local_m) * (1 if higher else -1) > split_sd
+            lines.append(f"With everyone shared, SplitNN {fmt(split_m)} ± {fmt(split_sd)} against Local "
+                         f"{fmt(local_m)}: {'federating pays' if pays else 'the partner adds little here'}.")
+    return lines
+
+
+def screenshot(report: Path, out: Path) -> bool:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        return False
+    subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", f"--screenshot={out}",
+                    "--window-size=1100,1500", report.resolve().as_uri()], capture_output=True, timeout=120,
+                   check=True)
+    return out.is_file()
+
+
+def render(data: dict[str, dict[str, Any]], shot: bool) -> str:
+    lines = ["# Which method for my data?", "",
+             "Generated by `python -m benchmarks.compare_docs` from `vflo compare` runs of the configs in "
+             "`configs/compare/` (nothing typed by hand). Each dataset varies one thing at a time around a base "
+             "scenario: the share of the active party's people its partner also holds, the number of partners, "
+             "and how the columns are split; and it scores people every party holds and people only the active "
+             "party holds. The full tables and plots are in each run's `report.html`.", ""]
+    if shot:
+        lines += ["![vflo compare's report for Breast Cancer, in a browser](comparison.png)", ""]
+    for name, d in data.items():
+        meta, summary = d["meta"], d["summary"]
+        metric = meta["metric"]
+        higher = metric not in ("rmse", "mae")
+        label = meta["dataset"] + (" — **stand-in data, generated**" if meta.get("standin") else "")
+        lines += [f"## {label}", "",
+                  f"`configs/compare/{name}.toml`: {len(meta['rows'])} method runs in {meta['seconds'] / 60:.1f} min "
+                  f"on this machine ({metric}; {'higher' if higher else 'lower'} is better).", "",
+                  "| varied | value | people scored | best deployable method | " + metric + " | within its spread |",
+                  "|---|---|---|---|---|---|"]
+        for _, r in which(summary, metric, higher).iterrows():
+            lines.append(f"| {r['axis']} | {r['value']} | {r['scored']} | {r['best']} | {fmt(r['score'])} | "
+                         f"{r['ties'] or '-'} |")
+        lines += ["", *(f"- {c}" for c in claims(name, d)), ""]
+        skipped = meta.get("skipped", {})
+        if skipped:
+            lines += ["Did not run: " + "; ".join(f"{k}: {v}" for k, v in sorted(skipped.items())), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "compare")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs")
+    args = parser.parse_args()
+    data = load(args.runs)
+    if not data:
+        raise SystemExit(f"no compare runs under {args.runs}")
+    first = next(iter(data.values()))
+    shot = screenshot(first["folder"] / "report.html", args.out / "comparison.png")
+    (args.out / "comparison.md").write_text(render(data, shot))
+    print(f"wrote {args.out / 'comparison.md'} from {len(data)} comparison(s)" + (" and a screenshot" if shot else ""))
+
+
+if __name__ == "__main__":
+    main()
