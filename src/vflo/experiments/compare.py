@@ -79,6 +79,8 @@ class CompareSettings:
             raise ConfigError("compare.repeats must be at least 1 and compare.test_fraction in (0, 1)")
         for name in (*self.methods, *self.settings):
             get_method(name)  # an unknown name fails here, with a "did you mean"
+        for name, overrides in self.settings.items():
+            schema.build(get_method(name).Config, overrides, where=f"compare.settings.{name}")  # bad settings too
 
 
 @dataclass(frozen=True)
@@ -236,12 +238,10 @@ def compare(raw: Mapping[str, Any], *, data_dir: str | None = None, quick: bool 
             skipped_all.setdefault(f"{name} ({cell.scored})", why)
         if not methods:
             continue
-        columns = column_split(dataset, cell.split, cell.passives, settings.active_share, seed)
-        config = parse_config(experiment_tables(base, settings, cell, columns, methods))
         try:
+            columns = column_split(dataset, cell.split, cell.passives, settings.active_share, seed)
+            config = parse_config(experiment_tables(base, settings, cell, columns, methods))
             result = run_experiment(config, data_dir=data_dir)
-        except ConfigError:
-            raise
         except Exception as exc:  # a scenario a cell cannot make (e.g. too few shared people): recorded, go on
             logger.warning("compare: %s could not run: %s", cell.label, exc)
             frames.append(pd.DataFrame([{"method": m, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
