@@ -13,9 +13,12 @@ import math
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
+
+from vflo.experiments.compare import summary, which_method
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = ("breast_cancer", "wine", "digits", "diabetes", "credit", "handwritten", "mnist5000", "houseprice_standin")
@@ -25,10 +28,13 @@ def load(runs: Path) -> dict[str, dict[str, Any]]:
     out = {}
     for name in ORDER:
         folder = runs / name
-        if (folder / "results.json").is_file() and (folder / "summary.csv").is_file():
+        if (folder / "results.json").is_file():
             meta = json.loads((folder / "results.json").read_text())
-            out[name] = {"meta": meta, "summary": pd.read_csv(folder / "summary.csv", dtype={"value": str}),
-                         "rows": pd.DataFrame(meta["rows"]), "folder": folder}
+            rows = pd.DataFrame(meta["rows"])
+            # The summary is computed again from the rows, by the same code as vflo compare's report.
+            table = summary(SimpleNamespace(rows=rows, metric=meta["metric"]))  # type: ignore[arg-type]
+            table["value"] = table["value"].astype(str)
+            out[name] = {"meta": meta, "summary": table, "rows": rows, "folder": folder}
     return out
 
 
@@ -40,19 +46,10 @@ def cell(summary: pd.DataFrame, metric: str, axis: str, value: str, scored: str,
     return float(hit[metric].iloc[0]), float(hit[f"{metric}_std"].iloc[0])
 
 
-def which(summary: pd.DataFrame, metric: str, higher: bool) -> pd.DataFrame:
-    out = []
-    for (axis, value, scored), group in summary.groupby(["axis", "value", "scored"], sort=False):
-        candidates = group[~group["simulation_only"].astype(bool)]
-        if candidates.empty:
-            continue
-        best = candidates.sort_values(metric, ascending=not higher).iloc[0]
-        margin = float(best[f"{metric}_std"])
-        close = candidates[(candidates[metric] >= best[metric] - margin) if higher
-                           else (candidates[metric] <= best[metric] + margin)]
-        out.append({"axis": axis, "value": value, "scored": scored, "best": best["method"],
-                    "score": float(best[metric]), "ties": ", ".join(m for m in close["method"] if m != best["method"])})
-    return pd.DataFrame(out)
+def which(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """vflo compare's own "which method when" rule, on the summary recomputed from the runs."""
+    table = which_method(SimpleNamespace(metric=metric), summary)  # type: ignore[arg-type]
+    return table.rename(columns={metric: "score"})
 
 
 def fmt(v: float, d: int = 3) -> str:
@@ -125,11 +122,11 @@ def render(data: dict[str, dict[str, Any]], shot: bool) -> str:
         lines += [f"## {label}", "",
                   f"`configs/compare/{name}.toml`: {len(meta['rows'])} method runs in {meta['seconds'] / 60:.1f} min "
                   f"on this machine ({metric}; {'higher' if higher else 'lower'} is better).", "",
-                  "| varied | value | people scored | best deployable method | " + metric + " | within its spread |",
-                  "|---|---|---|---|---|---|"]
-        for _, r in which(summary, metric, higher).iterrows():
-            lines.append(f"| {r['axis']} | {r['value']} | {r['scored']} | {r['best']} | {fmt(r['score'])} | "
-                         f"{r['ties'] or '-'} |")
+                  "| varied | value | people scored | test rows | best deployable method | " + metric +
+                  " | within its spread |", "|---|---|---|---|---|---|---|"]
+        for _, r in which(summary, metric).iterrows():
+            lines.append(f"| {r['axis']} | {r['value']} | {r['scored']} | {fmt(r['test_rows'], 0)} | {r['best']} | "
+                         f"{fmt(r['score'])} | {r['ties'] or '-'} |")
         lines += ["", *(f"- {c}" for c in claims(name, d)), ""]
         skipped = meta.get("skipped", {})
         if skipped:

@@ -270,14 +270,19 @@ def summary(comparison: Comparison) -> pd.DataFrame:
     out = grouped.agg(**{metric: (metric, "mean"), f"{metric}_std": (metric, "std"), "fit_bytes": ("fit_bytes", "mean"),
                          "fit_rounds": ("fit_rounds", "mean"), "wall_seconds": ("wall_seconds", "mean"),
                          "simulation_only": ("simulation_only", "first"), "inference": ("inference", "first"),
-                         "runs": (metric, "size")}).reset_index()
+                         "runs": (metric, "size"), "test_rows": ("n_test", "mean")}).reset_index()
     out[f"{metric}_std"] = out[f"{metric}_std"].fillna(0.0)
     return out
 
 
+#: A cell scored on fewer test rows than this names no best method: one or two rows cannot tell methods apart.
+MIN_TEST_ROWS = 20
+
+
 def which_method(comparison: Comparison, table: pd.DataFrame) -> pd.DataFrame:
     """Per (axis, value, scored): the best deployable method by mean metric, and every method whose mean is
-    within the best one's standard deviation (a tie); oracles are left out."""
+    within the best one's standard deviation (a tie); oracles are left out, and a cell with fewer than
+    ``MIN_TEST_ROWS`` test rows names none."""
     metric = comparison.metric
     from vflo.metrics import higher_is_better
 
@@ -293,6 +298,11 @@ def which_method(comparison: Comparison, table: pd.DataFrame) -> pd.DataFrame:
         close = candidates[(candidates[metric] >= best[metric] - margin) if better
                            else (candidates[metric] <= best[metric] + margin)]
         ties = [m for m in close["method"] if m != best["method"]]
+        if float(best["test_rows"]) < MIN_TEST_ROWS:
+            out.append({"axis": axis, "value": value, "scored": scored, "best": "too few test rows to tell",
+                        metric: float("nan"), "std": float("nan"), "ties": "", "test_rows": float(best["test_rows"])})
+            continue
         out.append({"axis": axis, "value": value, "scored": scored, "best": best["method"],
-                    metric: float(best[metric]), "std": margin, "ties": ", ".join(ties)})
+                    metric: float(best[metric]), "std": margin, "ties": ", ".join(ties),
+                    "test_rows": float(best["test_rows"])})
     return pd.DataFrame(out)

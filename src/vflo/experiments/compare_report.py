@@ -108,10 +108,11 @@ def _tables(comparison: Comparison, table: pd.DataFrame) -> list[tuple[str, list
     out = []
     best = which_method(comparison, table)
     if not best.empty:
-        out.append(("Which method when (best deployable method per cell; ties: within the best one's std)",
-                    ["varied", "value", "people scored", "best", metric, "± std", "ties"],
-                    [[AXIS_TEXT[r["axis"]], r["value"], r["scored"], r["best"], _fmt(r[metric]), _fmt(r["std"]),
-                      r["ties"] or "-"] for _, r in best.iterrows()]))
+        out.append(("Which method when (best deployable method per cell; ties: within the best one's std; few test "
+                    "rows make a cell's answer weak)",
+                    ["varied", "value", "people scored", "test rows", "best", metric, "± std", "ties"],
+                    [[AXIS_TEXT[r["axis"]], r["value"], r["scored"], f"{r['test_rows']:.0f}", r["best"],
+                      _fmt(r[metric]), _fmt(r["std"]), r["ties"] or "-"] for _, r in best.iterrows()]))
     for axis in ("aligned", "passives", "split"):
         part = table[table["axis"] == axis]
         if part.empty:
