@@ -130,7 +130,7 @@ def together(work: Path, rows: int) -> dict[str, Any]:
     (work / "passive.toml").write_text(
         f'name = "passive"\nlisten = "127.0.0.1:{ports["passive"]}"\nmodels = "models"\n[data]\n'
         f'id_column = "id"\nserve_file = "serve_passive.csv"\n[tls]\ndir = "certs"\n'
-        f'[peers]\nactive = "127.0.0.1:{ports["active"]}"\n')
+        f'[peers]\nactive = {{ address = "127.0.0.1:{ports["active"]}", role = "active" }}\n')
     (work / "deploy.toml").write_text(
         f'[active]\nname = "active"\nrole = "active"\nlisten = "127.0.0.1:{ports["active"]}"\n[active.data]\n'
         f'file = "active.csv"\nid_column = "id"\nlabel_column = "label"\n[active.tls]\ndir = "certs"\n'
@@ -144,7 +144,8 @@ def together(work: Path, rows: int) -> dict[str, Any]:
         line = ""
         while "listening on" not in line:
             if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError(f"the passive party did not start: {line}")
+                rest = server.stdout.read() if server.poll() is not None else ""
+                raise RuntimeError(f"the passive party did not start: {line}{rest}")
             line = server.stdout.readline()
         command = timed_command([vflo_bin, "predict", "models", "--method", "splitnn", "--data", "score_active.csv",
                                  "--deploy", "deploy.toml", "--out", "scores.csv"], work)
@@ -217,6 +218,8 @@ def main() -> None:
     parser.add_argument("--together", type=int, default=100_000)
     parser.add_argument("--data-dir", default=os.environ.get("VFLO_DATA_DIR"))
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "predict.json")
+    parser.add_argument("--only", nargs="+", choices=["active_only", "together", "save_and_load"],
+                        help="run only these parts")
     args = parser.parse_args()
     results: dict[str, Any] = {"machine": f"{os.cpu_count()} cores", "vflo": vflo.__version__}
     with tempfile.TemporaryDirectory() as tmp:
@@ -224,6 +227,8 @@ def main() -> None:
         for name, run in (("active_only", lambda w: active_only(w, args.rows)),
                           ("together", lambda w: together(w, args.together)),
                           ("save_and_load", lambda w: save_and_load(w, args.data_dir))):
+            if args.only and name not in args.only:
+                continue
             (work / name).mkdir()
             results[name] = run(work / name)
             print(name, json.dumps(results[name], indent=1, default=str)[:2000], flush=True)
