@@ -41,3 +41,15 @@ def test_the_own_files_commands_as_written(tmp_path: Path) -> None:
     new = pd.read_csv(tmp_path / "examples/data/hospital_new.csv")
     assert list(scores.id) == list(new.pid) and list(scores.columns) == ["id", "readmitted", "recovered", "model"]
     assert sorted(p.name for p in (tmp_path / "runs/own_models/splitnn").iterdir()) == ["hospital", "lab", "model.json"]
+
+
+def test_the_compare_command_as_written(tmp_path: Path) -> None:
+    (command,) = [line.removeprefix(".venv/bin/") for line in re.findall(r"^\.venv/bin/vflo compare [^\n#]+", README,
+                                                                         flags=re.M)]
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    done = subprocess.run(command.split(), cwd=tmp_path, env={**ENV, "VFLO_DATA_DIR": str(REPO.parent / "shared" /
+                                                                                          "datasets")},
+                          capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, f"`{command}` failed:\n{done.stderr[-2000:]}"
+    out = tmp_path / "runs" / "compare_quick"
+    assert (out / "report.html").is_file() and "Which method when" in (out / "report.md").read_text()
