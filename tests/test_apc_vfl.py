@@ -155,3 +155,19 @@ def test_any_scikit_learn_classifier() -> None:
     assert out.scores.shape == (30, 2)
     with pytest.raises((ConfigError, RemoteError), match="gives no class probabilities"):
         run_method(get_method("apc_vfl")(train=QUICK, classifier={"model": "LinearSVC"}), data, seed=0)
+
+
+def test_a_large_upload_is_sent_in_pieces_with_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vflo.methods.apc_vfl as apc
+
+    from tests.test_methods import data_for, quick
+    from vflo.federation.simulation import run_method
+
+    data = data_for("apc_vfl")
+    whole = run_method(quick("apc_vfl"), data, seed=0)
+    monkeypatch.setattr(apc, "UPLOAD_BYTES", 256 * 4 * 7)  # seven latent rows a message
+    pieces = run_method(quick("apc_vfl"), data, seed=0)
+    uploads = [e for e in pieces.ledger.entries if e.kind == "apc.encode_aligned" and e.direction == "reply"]
+    assert len(uploads) > 1 and all(e.nbytes < 256 * 4 * 7 + 1000 for e in uploads)
+    assert np.allclose(pieces.scores, whole.scores, atol=1e-6)
+    assert pieces.fit_summary.bytes >= whole.fit_summary.bytes

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from vflo.federation.node import NodeContext
 
 
+#: The largest latent upload in one message (a frame must stay under the transport's limit, 256 MB by default).
+UPLOAD_BYTES = 64 << 20
+
+
 @dataclass(frozen=True, kw_only=True)
 class APCVFLConfig(MethodConfig):
     """APC-VFL's settings; defaults from the paper (Table 3 and Appendix B).
@@ -182,10 +186,25 @@ class APCVFL(RepresentationMethod):
         )
 
     def _exchange(self, fed: Federation, alignment: Alignment) -> list[np.ndarray]:
-        """The one communication round: each passive party's g1 of the aligned rows."""
+        """The one exchange: each passive party's g1 of the aligned rows. Replies are kept under 64 MB each, so
+        beyond about 65,000 shared rows (latents of 256 float32) the upload takes one round per 64 MB."""
         passives = list(alignment.held)
-        replies = fed.exchange("apc.encode_aligned", {p: {"selector": alignment.selector(p)} for p in passives})
-        return [self._latent(p, replies[p], len(alignment.ids)) for p in passives]
+        width = self.config.passive_encoder[-1] * np.dtype(self.config.payload_dtype).itemsize
+        per_round = max(1, UPLOAD_BYTES // width)
+        selectors = {p: alignment.selector(p) for p in passives}
+        parts: dict[str, list[np.ndarray]] = {p: [] for p in passives}
+        for start in range(0, max(len(alignment.ids), 1), per_round):
+            stop = min(start + per_round, len(alignment.ids))
+            requests: dict[str, Payload] = {}
+            for p, selector in selectors.items():
+                chosen = np.flatnonzero(selector)[start:stop]
+                part = np.zeros_like(selector)
+                part[chosen] = True
+                requests[p] = {"selector": part}
+            replies = fed.exchange("apc.encode_aligned", requests)
+            for p in passives:
+                parts[p].append(self._latent(p, replies[p], stop - start))
+        return [np.concatenate(parts[p]) for p in passives]
 
     def _latent(self, party: str, reply: Payload, n: int) -> np.ndarray:
         return expect_rows(reply, "z", party=party, rows=n, width=self.config.passive_encoder[-1],
