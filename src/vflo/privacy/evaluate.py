@@ -99,6 +99,14 @@ def _feature_attacks(seen: list[Message], data: FederatedData, known: Sequence[f
                 key = f"{receiver} <- {rows.sender}" + (f" (about {target})" if target != rows.sender else "")
                 out[key] = {f"{decoder}@{share:g}": decode(values, X, known=share, decoder=decoder, rng=rng)
                             for share in known for decoder in (decoders if share > 0 else ("mean",))}
+                own = data.train.get(receiver)
+                if own is not None and own.n_features and own.contains(ids).all():
+                    # What the receiver could infer from its own features alone, with the same known rows: the
+                    # part of the success that needs no message at all (correlated columns).
+                    mine = own.subset(ids).X
+                    for share in (s for s in known if s > 0):
+                        out[key][f"own features@{share:g}"] = decode(mine, X, known=share, decoder="ridge",
+                                                                     rng=np.random.default_rng(int(share * 1000)))
                 if receiver == "server" and _sent_kind(seen, rows.sender) == "rap.project":
                     # RAP's own server attacks (Zhang et al., Section 3) on the same rows: relative error.
                     from vflo.privacy.attacks import known_means, no_knowledge
