@@ -159,7 +159,6 @@ def test_any_scikit_learn_classifier() -> None:
 
 def test_a_large_upload_is_sent_in_pieces_with_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
     import vflo.methods.apc_vfl as apc
-
     from tests.test_methods import data_for, quick
     from vflo.federation.simulation import run_method
 
