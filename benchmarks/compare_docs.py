@@ -127,11 +127,34 @@ def render(data: dict[str, dict[str, Any]], shot: bool) -> str:
         for _, r in which(summary, metric).iterrows():
             lines.append(f"| {r['axis']} | {r['value']} | {r['scored']} | {fmt(r['test_rows'], 0)} | {r['best']} | "
                          f"{fmt(r['score'])} | {r['ties'] or '-'} |")
-        lines += ["", *(f"- {c}" for c in claims(name, d)), ""]
+        lines += ["", *(f"- {c}" for c in claims(name, d))]
+        share = time_share(d["rows"])
+        if share:
+            lines.append("- Each method's share of the time: " + share + ".")
+        lines.append("")
         skipped = meta.get("skipped", {})
         if skipped:
             lines += ["Did not run: " + "; ".join(f"{k}: {v}" for k, v in sorted(skipped.items())), ""]
+    missing = [name for name in ORDER if name not in data]
+    if missing:
+        lines += ["## Not run for this page", "",
+                  "No `vflo compare` results were found for "
+                  + ", ".join(f"`configs/compare/{m}.toml`" for m in missing)
+                  + "; run them as above and generate this page again.", ""]
     return "\n".join(lines)
+
+
+def time_share(rows: pd.DataFrame) -> str:
+    """Each method's wall time summed over the comparison's runs, as a share of all of them."""
+    if "wall_seconds" not in rows or rows.empty:
+        return ""
+    if "status" in rows:
+        rows = rows[rows["status"] == "ok"]
+    seconds = rows.groupby("method")["wall_seconds"].sum().sort_values(ascending=False)
+    total = float(seconds.sum())
+    if total <= 0:
+        return ""
+    return ", ".join(f"{m} {s / total:.0%} ({s:.0f} s)" for m, s in seconds.items())
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ hide nothing are refused; a refused message leaves the legitimate run untouched.
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -84,11 +85,15 @@ def test_a_vfl_asp_first_hop_may_drive_only_what_the_method_delegates_to_it() ->
     assert refused.error is not None and refused.error.type == "RefusedError"
 
 
-def test_a_stranger_is_refused_before_any_handler_runs() -> None:
+def test_a_stranger_is_refused_before_any_handler_runs(caplog: pytest.LogCaptureFixture) -> None:
     data, _method, _fed, nodes = federation("splitnn")
-    reply = nodes["pas"].handle(Message(sender="mallory", receiver="pas", kind="align.plain", round=1,
-                                        payload={"ids": data.train["pas"].ids, "split": "train"}))
+    with caplog.at_level(logging.WARNING, logger="vflo.federation.node"):
+        reply = nodes["pas"].handle(Message(sender="mallory", receiver="pas", kind="align.plain", round=1,
+                                            payload={"ids": data.train["pas"].ids, "split": "train"}))
     assert reply.error is not None and "not a peer" in reply.error.message
+    # The party's own log says who asked for what (the issue: "the party logs none of it").
+    assert any("refuses 'align.plain' from 'mallory'" in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records)
 
 
 def test_roles_come_from_the_partys_own_config_not_from_the_setup() -> None:
