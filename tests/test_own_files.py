@@ -146,6 +146,21 @@ def test_a_sweep_caps_the_real_overlap() -> None:
     assert set(small.aligned_ids().tolist()) < set(full.aligned_ids().tolist())
 
 
+def test_the_party_with_the_labels_is_active_unless_the_config_says_otherwise() -> None:
+    """A newcomer's config names files and a label column but no roles, and lists methods by name."""
+    raw = own_config(methods=["local", "centralized"])
+    for party in raw["scenario"]["parties"]:
+        party.pop("role", None)
+    cfg = parse_config(raw)
+    assert {p.name: p.role for p in cfg.variants[0].spec.parties} == {"hospital": "active", "lab": "passive"}
+    assert [m.label for m in cfg.methods] == ["local", "centralized"]
+    raw["scenario"]["parties"][0]["role"] = "passive"
+    with pytest.raises(ConfigError, match="set role = 'active' on the party with the labels"):
+        parse_config(raw)
+    with pytest.raises(ConfigError, match=r"methods\[0\] needs a name.*methods = \['local', 'splitnn'\]"):
+        parse_config(own_config(methods=[{"train": QUICK}]))
+
+
 def test_scenario_prints_the_real_overlap_matrix(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scenario", str(REPO / "configs/examples/own_files.toml")]) == 0
     out = capsys.readouterr().out

@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from vflo.data.files import TableEncoding
 
 Count = int | float
+# A party entry without a role: active if it reads a file with labels, passive otherwise (resolved on creation).
+_ROLE_FROM_LABELS = cast("Role", "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,10 +59,13 @@ class PartySpec:
     From the party's own table: ``file`` (CSV, .csv.gz, TSV or Parquet, relative to the config file),
     ``id_column``, at the active party ``label_column`` (and optionally ``task``), and optionally
     ``feature_columns`` / ``drop_columns`` and ``categorical`` (one-hot encoded at the owner).
+
+    ``role`` left out is ``"active"`` for a party that reads its own file with a ``label_column`` (the file
+    with the labels is the active party's) and ``"passive"`` otherwise.
     """
 
     name: str
-    role: Role = "passive"
+    role: Role = _ROLE_FROM_LABELS
     columns: tuple[str, ...] | Literal["rest"] | None = None
     views: tuple[str, ...] | None = None
     n_columns: int | None = None
@@ -97,9 +102,13 @@ class PartySpec:
             raise ConfigError(f"party {self.name!r} is the active party: give label_column, the column of "
                               f"{self.file} that holds the labels")
         if self.role != "active" and (self.label_column or self.task):
-            raise ConfigError(f"party {self.name!r} is passive: only the active party has label_column and task")
+            raise ConfigError(f"party {self.name!r} is passive (role = {self.role!r}): only the active party has "
+                              "label_column and task; set role = 'active' on the party with the labels")
 
     def __post_init__(self) -> None:
+        if not self.role:
+            # Whoever holds the labels is the active party, unless the config says otherwise.
+            object.__setattr__(self, "role", "active" if self.file is not None and self.label_column else "passive")
         if self.count < 1:
             raise ConfigError(f"party {self.name!r}: count must be at least 1, got {self.count}")
         if self.count > 1 and (self.role == "active" or isinstance(self.columns, tuple) or self.views):

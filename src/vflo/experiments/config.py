@@ -355,8 +355,11 @@ def _methods(table: Any) -> tuple[MethodEntry, ...]:
         raise ConfigError("at least one [[methods]] entry is required, e.g. [[methods]] name = 'local'")
     entries = []
     for i, item in enumerate(table):
+        if isinstance(item, str):
+            item = {"name": item}  # methods = ["local", "splitnn"]: each with its default settings
         if not isinstance(item, dict) or "name" not in item:
-            raise ConfigError(f"methods[{i}] needs a name")
+            raise ConfigError(f"methods[{i}] needs a name: a [[methods]] table with name = '...', or a method's "
+                              "name in methods = ['local', 'splitnn']")
         settings = dict(item)
         name = settings.pop("name")
         label = settings.pop("label", name)
