@@ -288,6 +288,27 @@ def test_bad_party_and_deploy_configs(tmp_path: Path) -> None:
         PartyConfig(name="x", data=DataConfig(file="f", id_column="i"))
 
 
+def test_a_deploy_config_without_roles_and_a_method_whose_server_is_missing(tmp_path: Path) -> None:
+    """[active] is the active party and a [[parties]] entry without a role a passive one, as under [peers]; a
+    method that needs a server the config lacks is refused before anything trains, not after the others ran."""
+    from vflo.deploy import Deployment, load_deploy_config
+    from vflo.methods.registry import get_method
+
+    (tmp_path / "bank.csv").write_text("pid,a,y\n1,2.0,0\n2,3.0,1\n3,1.0,0\n")
+    (tmp_path / "d.toml").write_text(
+        '[active]\nname = "bank"\nlisten = "127.0.0.1:0"\n[active.data]\nfile = "bank.csv"\nid_column = "pid"\n'
+        'label_column = "y"\n[active.tls]\ninsecure = true\n[[parties]]\nname = "shop"\naddress = "127.0.0.1:1"\n')
+    deploy = load_deploy_config(tmp_path / "d.toml")
+    assert deploy.active.role == "active" and [p.role for p in deploy.parties] == ["passive"]
+    deployment = Deployment(deploy)
+    try:
+        with pytest.raises(ConfigError, match=r"rap needs \['server \(server\)'\] in the deploy config's "
+                                              r"\[\[parties\]\]: add each as"):
+            deployment.preflight([get_method("local")(), get_method("rap")()])  # shop (127.0.0.1:1) is never asked
+    finally:
+        deployment.close()
+
+
 def test_each_connection_mistake_is_named(certs: Path, tmp_path: Path) -> None:
     """Another CA, TLS on one side only, another party's port and nothing listening: each says which."""
     init_certs(tmp_path / "other", ["act", "pas"])

@@ -135,8 +135,8 @@ class PartyConfig:
 @dataclass(frozen=True, kw_only=True)
 class PeerConfig:
     name: str
-    role: Role
     address: str
+    role: Role = "passive"  # as under a party's [peers]: a party named without a role is a passive one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,7 +195,8 @@ def load_deploy_config(path: str | Path) -> DeployConfig:
     raw = _read_toml(path)
     base = Path(path).parent
     if isinstance(raw.get("active"), dict):
-        raw["active"] = _relative(raw["active"], base)
+        # The [active] table is the active party; saying so again is allowed, anything else is refused below.
+        raw["active"] = _relative({"role": "active", **raw["active"]}, base)
     if isinstance(raw.get("test_file"), str) and not Path(raw["test_file"]).is_absolute():
         raw["test_file"] = str(base / raw["test_file"])
     return schema.build(DeployConfig, raw)
@@ -384,7 +385,18 @@ class Deployment:
         with the others, and every party a collaborative method scores with holds the rows to score.
 
         Each check is an alignment exchange (plain, or PSI as configured), reported apart like any alignment.
+        First of all, every method's server or dealer is in the deploy config: a method that needs one
+        would otherwise fail only after the methods before it had trained.
         """
+        needs = []
+        for m in methods:
+            missing = [f"{p.name} ({p.role})" for p in m.extra_parties(self.data_parties) if p not in self.parties]
+            if missing:
+                needs.append(f"{m.name} needs {missing}")
+        if needs:
+            raise ConfigError("; ".join(needs) + " in the deploy config's [[parties]]: add each as "
+                              "[[parties]] name = '...', role = '...', address = 'HOST:PORT' (a party running "
+                              "vflo party serve), or leave the method out")
         own = self.train
         fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]

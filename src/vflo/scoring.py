@@ -159,11 +159,12 @@ def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray, score: Call
         if missing == "refuse":
             raise AlignmentError(
                 f"{model.label} scores together with its partners, who do not hold {len(lacking)} of the {len(ids)} "
-                f"rows to score (e.g. {lacking[:5].tolist()}); score only rows every party holds, or pass missing = "
-                "'active_only' with an active-only model saved beside it as the fallback")
+                f"rows to score (e.g. {lacking[:5].tolist()}); score only rows every party holds, or score them "
+                "with an active-only model saved beside it (vflo predict ... --missing active_only --fallback "
+                "apc_vfl; in Python, missing='active_only', fallback=...)")
         if fallback is None or not fallback.active_only:
             raise ConfigError("missing = 'active_only' needs a fallback: an active-only model (local, ablation, "
-                              "apc_vfl, vfedtrans, vfl_asp_student) saved beside this one")
+                              "apc_vfl, vfedtrans, vfl_asp_student) saved beside this one, named with --fallback")
         if fallback.score_columns != columns:
             raise ConfigError(f"the fallback {fallback.label} scores {fallback.score_columns}, not {columns}")
         assert fallback_rows is not None
