@@ -59,7 +59,10 @@ def _phi(x: float) -> float:
 
 def gdp_delta(mu: float, epsilon: float) -> float:
     """δ of a μ-GDP mechanism at ``epsilon``."""
-    return _phi(-epsilon / mu + mu / 2) - math.exp(epsilon) * _phi(-epsilon / mu - mu / 2)
+    from scipy.special import log_ndtr
+
+    # e^ε Φ(x) in log space: with little noise (large μ) ε reaches hundreds, where e^ε alone overflows.
+    return _phi(-epsilon / mu + mu / 2) - math.exp(epsilon + float(log_ndtr(-epsilon / mu - mu / 2)))
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:

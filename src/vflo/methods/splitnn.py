@@ -53,7 +53,8 @@ class SplitNNConfig(MethodConfig):
     before its output layer. ``payload_dtype = 'float16'`` halves activation and gradient bytes.
     Defences (off by default, see :mod:`vflo.dp`): ``activation_noise`` clips and noises every activation
     row a passive party sends (its features' protection); ``gradient_noise`` every per-example gradient row
-    the active party sends back (label protection). Each training example is released once per epoch, so
+    the active party sends back (label protection; the gradient of each example's own loss is clipped, as in
+    DP-SGD, then divided by the batch size as the mean loss's is). Each training example is released once per epoch, so
     the ε reported composes over the epochs trained.
     """
 
@@ -303,7 +304,10 @@ class _SplitTrainer(RemoteBottomsTrainer):
             for name, a in zip(passives, remote, strict=True):
                 grad = a.grad.numpy()  # type: ignore[union-attr]
                 if noise is not None:  # label protection: each example's gradient row clipped and noised
-                    grad = noise.release(grad, self.noise_rng)
+                    # The loss is a batch mean, so a row is 1/n of the gradient of that example's own loss: clip
+                    # and noise the example's own gradient, as DP-SGD does, then scale back (post-processing).
+                    # Clipping the 1/n rows, a clip of 1 never binds and Adam, blind to scale, makes every σ the same.
+                    grad = noise.release(grad * len(batch), self.noise_rng) / len(batch)
                 grads[name] = {"grad": grad.astype(self.payload_dtype)}
             # Posted: it goes out with the next forward, one round trip per batch over a network.
             self.fed.post("split.backward", grads)
