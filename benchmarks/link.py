@@ -27,6 +27,7 @@ import numpy as np
 from vflo.data.datasets import load_dataset
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.deploy import Deployment, export_federation, load_deploy_config
+from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,14 @@ def main() -> None:
                         samples=SamplesSpec(total=20000, active=20000, aligned=10000))
     layout = spec.build(ds, seed=0)
     data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:500], train_scope="all")
-    results: dict[str, Any] = {"epochs": args.epochs, "links": {}}
+    results: dict[str, Any] = {"epochs": args.epochs, "links": {}, "in_process": {}}
+    # The same training with both parties in this process (no transport but the in-process one), for reference;
+    # a first one-epoch pass pays for imports and is not measured.
+    for method in methods(1).values():
+        run_method(method, data, seed=0)
+    for name, method in methods(args.epochs).items():
+        results["in_process"][name] = {"fit_seconds": run_method(method, data, seed=0).fit_seconds}
+        print("in process", name, json.dumps(results["in_process"][name]), flush=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
