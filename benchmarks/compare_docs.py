@@ -13,6 +13,7 @@ import json
 import math
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -94,6 +95,27 @@ def claims(name: str, data: dict[str, Any]) -> list[str]:
             lines.append(f"With everyone shared, SplitNN {fmt(split_m)} ± {fmt(split_sd)} against Local "
                          f"{fmt(local_m)}: {'federating pays' if pays else 'the partner adds little here'}.")
     return lines
+
+
+def rerender(folder: Path, name: str) -> Path:
+    """The run's report.html drawn again by this code's report writer, from the run's own results (no method
+    runs again), so the screenshot shows the report as `vflo compare` writes it now."""
+    from vflo.experiments.compare import Comparison, load_compare, summary
+    from vflo.experiments.compare_report import render_html
+    from vflo.experiments.config import parse_config
+
+    raw = tomllib.loads((ROOT / "configs" / "compare" / f"{name}.toml").read_text())
+    base, settings = load_compare(raw)
+    probe = parse_config({**base, "scenario": {"parties": [{"name": "a", "role": "active", "share": 1.0}]},
+                          "methods": [{"name": "local"}]})
+    dataset = probe.load_dataset()  # the data directory as vflo finds it ($VFLO_DATA_DIR, ~/.vflo/data)
+    meta = json.loads((folder / "results.json").read_text())
+    comparison = Comparison(name=meta["name"], dataset=dataset, task=meta["task"],  # type: ignore[arg-type]
+                            metric=meta["metric"], rows=pd.DataFrame(meta["rows"]), skipped=meta["skipped"],
+                            seconds=meta["seconds"], settings=settings)
+    out = folder / "report.html"
+    out.write_text(render_html(comparison, summary(comparison)))
+    return out
 
 
 def screenshot(report: Path, out: Path) -> bool:
@@ -202,8 +224,8 @@ def main() -> None:
     data = load(args.runs)
     if not data:
         raise SystemExit(f"no compare runs under {args.runs}")
-    first = next(iter(data.values()))
-    shot = screenshot(first["folder"] / "report.html", args.out / "comparison.png")
+    name, first = next(iter(data.items()))
+    shot = screenshot(rerender(first["folder"], name), args.out / "comparison.png")
     (args.out / "comparison.md").write_text(render(data, shot) + "\n".join(link_section(args.link)))
     print(f"wrote {args.out / 'comparison.md'} from {len(data)} comparison(s)" + (" and a screenshot" if shot else ""))
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from vflo.experiments.compare import Comparison, summary, which_method
+from vflo.experiments.compare import MIN_TEST_ROWS, Comparison, summary, which_method
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table
 
@@ -40,7 +40,7 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     metric = comparison.metric
     data = table[table["axis"] == "aligned"].copy()
@@ -50,19 +50,29 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
     out = {}
     title = comparison.dataset.label + (" — STAND-IN DATA (generated)" if comparison.dataset.standin else "")
     for scored in data["scored"].unique():
+        # A cell scored on a handful of rows is noise (its ± 1 std can span the whole scale); the "which method
+        # when" table names no method there, and the plot leaves it out by the same rule.
+        part = data[(data["scored"] == scored) & (data["test_rows"] >= MIN_TEST_ROWS)]
+        if part.empty:
+            continue
         fig, ax = plt.subplots(figsize=(7, 4.2))
-        part = data[data["scored"] == scored]
         for method, sub in part.groupby("method", sort=False):
             oracle = bool(sub["simulation_only"].iloc[0])
             sub = sub.sort_values("x")
             ax.errorbar(sub["x"], sub[metric], yerr=sub[f"{metric}_std"], marker="o", capsize=3,
                         label=_name(str(method), oracle), linestyle="--" if oracle else "-")
         ax.set_xscale("log")
+        # Ticks at the shares the comparison ran (1%, 5%, ...), not at powers of ten the range may not reach.
+        ax.set_xticks(sorted(part["x"].unique()))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("people of the active party the others also hold (log scale)")
         ax.set_ylabel(metric)
         who = "people every party holds" if scored == "aligned" else "people only the active party holds"
-        ax.set_title(f"{title}\n{metric} scoring {who}; error bars ± 1 std over the repeats", fontsize=9)
+        dropped = sorted(set(data[data["scored"] == scored]["x"]) - set(part["x"]))
+        note = (f"\nleft out: {', '.join(f'{v:g}%' for v in dropped)} shared (fewer than {MIN_TEST_ROWS} test rows)"
+                if dropped else "")
+        ax.set_title(f"{title}\n{metric} scoring {who}; error bars ± 1 std over the repeats{note}", fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
@@ -80,7 +90,10 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
             ax.plot(sub["x"], values, marker="o", label=str(method))
         ax.set_xscale("log")
         ax.set_yscale("log")
+        # Ticks at the shares the comparison ran (1%, 5%, ...), not at powers of ten the range may not reach.
+        ax.set_xticks(sorted(part["x"].unique()))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.yaxis.set_major_locator(LogLocator(base=10))
         unit = " MB" if column == "fit_bytes" else ""
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _, unit=unit: f"{v:g}{unit}"))
