@@ -164,6 +164,17 @@ def test_splitnn_regression() -> None:
     assert rmse < np.std(data.test_y)
 
 
+@pytest.mark.parametrize("name", ["local", "centralized", "single", "apc_vfl", "apc_vfl_aligned", "ablation",
+                                  "fedsvd", "vfedtrans"])
+def test_default_models_fit_regression_too(name: str) -> None:
+    """A method's default model is the linear one for the task (ridge for regression), so `vflo compare` on a
+    regression dataset runs every method, not only those configured with an MLP."""
+    data = _split(task="regression")
+    out = run_method(quick(name), data, seed=0)
+    rmse = compute_metrics("regression", data.test_y, out.scores)["rmse"]
+    assert np.isfinite(rmse) and rmse < 1.5 * np.std(data.test_y)
+
+
 def test_splitnn_regression_is_invariant_to_the_target_scale() -> None:
     """Targets are standardised for training, so y * 1000 + 5000 gives the same fit, mapped back."""
     import dataclasses

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class LocalConfig(EstimatorConfig, MethodConfig):
-    """The active party's model: ``model`` is 'logistic' (default), 'linear', 'mlp' or a scikit-learn name.
+    """The active party's model: ``model`` is 'auto' (default: logistic, or ridge for regression), 'logistic',
+    'linear', 'mlp' or a scikit-learn name.
 
     ``rows = 'all'`` (default) trains on every labelled row the active party holds; ``'aligned'`` only on
     those it shares with the ``partners`` (all passive parties if empty), as the VFL-ASP authors' LOCAL does.

@@ -9,7 +9,7 @@ regression values ``(n,)`` (``(n, k)`` for an MLP or ridge fitted on k targets).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -28,7 +28,7 @@ else:
     from vflo.lazy import torch
 
 
-BUILTIN_MODELS = ("logistic", "linear", "mlp")
+BUILTIN_MODELS = ("auto", "logistic", "linear", "mlp")
 
 
 def sklearn_estimators() -> dict[str, type]:
@@ -42,13 +42,14 @@ def sklearn_estimators() -> dict[str, type]:
 class EstimatorConfig:
     """A model on one feature matrix.
 
-    ``model``: ``'logistic'`` (logistic regression, the default), ``'linear'`` (ridge regression),
+    ``model``: ``'auto'`` (the default: logistic regression for classification, ridge regression for
+    regression), ``'logistic'`` (logistic regression), ``'linear'`` (ridge regression),
     ``'mlp'`` (a PyTorch MLP: ``hidden``, ``activation``, ``train``), or the class name of any
     scikit-learn classifier or regressor (e.g. ``'RandomForestClassifier'``) with its keyword
     arguments in ``params``.
     """
 
-    model: str = "logistic"
+    model: str = "auto"
     C: float = 1.0
     hidden: tuple[int, ...] = (64, 32)
     activation: str = "relu"
@@ -100,6 +101,9 @@ def training_stats(estimator: Estimator, prefix: str = "") -> dict[str, float]:
 
 
 def make_estimator(config: EstimatorConfig, *, task: Task, n_classes: int | None, seed: int) -> Estimator:
+    if config.model == "auto":
+        # The linear model that fits the task, so a method's defaults run on regression as on classification.
+        config = replace(config, model="linear" if task == "regression" else "logistic")
     if config.model not in BUILTIN_MODELS:
         return SklearnEstimator(config.model, dict(config.params), task=task, n_classes=n_classes, seed=seed)
     if config.model == "logistic":
