@@ -64,11 +64,13 @@ def claims(name: str, data: dict[str, Any]) -> list[str]:
     higher = metric not in ("rmse", "mae")
     lines = []
     rounds = summary[(summary["axis"] == "aligned") & (summary["scored"] == "aligned")]
-    one_shot = rounds[rounds["method"].isin(["apc_vfl", "rap"])]["fit_rounds"]
+    one_shot = rounds[rounds["method"].isin(["apc_vfl", "rap"])]
     split = rounds[rounds["method"] == "splitnn"]["fit_rounds"]
     if len(one_shot) and len(split):
-        lines.append(f"One exchange against many: APC-VFL and RAP trained in {one_shot.max():.0f} round(s) in every "
-                     f"cell, SplitNN in {split.min():.0f} to {split.max():.0f} (the seeds' communication claim holds).")
+        names = " and ".join({"apc_vfl": "APC-VFL", "rap": "RAP"}[m] for m in sorted(one_shot["method"].unique()))
+        lines.append(f"One exchange against many: {names} trained in {one_shot['fit_rounds'].max():.0f} round(s) in "
+                     f"every cell, SplitNN in {split.min():.0f} to {split.max():.0f} (the seeds' communication claim "
+                     "holds).")
     values = sorted(summary[summary["axis"] == "aligned"]["value"].unique(), key=float)
     small = values[0] if values else None
     if small is not None:
