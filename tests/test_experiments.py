@@ -56,7 +56,7 @@ def test_config_builds_variants_from_the_sweep() -> None:
     ({"dataset": {"name": "wines"}}, r"unknown dataset 'wines' \(did you mean 'wine'\?\)"),
     ({"methods": [{"name": "splitn"}]}, r"unknown method 'splitn' \(did you mean 'splitnn'\?\)"),
     ({"methods": [{"name": "splitnn", "trian": {}}]}, r"unknown key 'methods.splitnn.trian' \(did you mean 'train'"),
-    ({"methods": [{"name": "local", "model": "svm"}]}, r"methods.local: model 'svm' is neither logistic"),
+    ({"methods": [{"name": "local", "model": "svm"}]}, r"methods.local: model 'svm' is neither auto, logistic, "),
     ({"methods": [{"name": "local"}, {"name": "local"}]}, "method labels must be unique"),
     ({"methods": []}, "at least one"),
     ({"protocol": {"name": "holdot"}}, r"unknown protocol 'holdot' \(did you mean 'holdout'\?\)"),
