@@ -18,10 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from vflo.data.datasets import load_dataset
-from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
+from benchmarks.apc_vfl import SPLITNN_CREDIT, credit_partition
 from vflo.federation.simulation import run_method
 from vflo.methods.apc_vfl import APCVFLAligned
 from vflo.methods.splitnn import SplitNN
@@ -43,17 +40,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "apc_vfl_tuning.json")
     args = parser.parse_args()
-    ds = load_dataset("credit_default", args.data_dir)
-    spec = ScenarioSpec(parties=(PartySpec(name="bank", role="active", columns=("X3", "X5", "X7", "X9", "X11")),
-                                 PartySpec(name="bureau", columns="rest")),
-                        samples=SamplesSpec(total=20000, active=20000, aligned=10000))
-    layout = spec.build(ds, seed=0)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:500], train_scope="aligned")
+    data = credit_partition(args.data_dir)
     results: dict[str, Any] = {}
     runs: dict[str, list[dict[str, float]]] = {}
     for seed in range(args.seeds):
-        split = SplitNN(active_bottom=(64, 128), passive_bottom=(128, 256), top=(256, 256), activation="selu",
-                        train={"batch_size": 128})
+        split = SplitNN(**SPLITNN_CREDIT, train={"batch_size": 128})
         started = time.perf_counter()
         out = run_method(split, data, seed=seed)
         runs.setdefault("SplitNN (batch 128)", []).append(

@@ -22,10 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from vflo.data.datasets import load_dataset
-from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
+from benchmarks.apc_vfl import SPLITNN_CREDIT, credit_partition
 from vflo.deploy import Deployment, export_federation, load_deploy_config
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
@@ -52,8 +49,7 @@ def wait_for(proc: subprocess.Popen[str], word: str, seconds: float = 90) -> Non
 
 def methods(epochs: int) -> dict[str, Any]:
     return {
-        "splitnn": get_method("splitnn")(active_bottom=(64, 128), passive_bottom=(128, 256), top=(256, 256),
-                                         activation="selu", train={"batch_size": 128, "max_epochs": epochs,
+        "splitnn": get_method("splitnn")(**SPLITNN_CREDIT, train={"batch_size": 128, "max_epochs": epochs,
                                                                    "patience": 0, "validation_fraction": 0.0}),
         "apc_vfl": get_method("apc_vfl")(train={"batch_size": 128, "max_epochs": epochs, "patience": 0}),
         "apc_vfl_aligned": get_method("apc_vfl_aligned")(train={"batch_size": 128, "max_epochs": epochs,
@@ -67,12 +63,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "link.json")
     args = parser.parse_args()
-    ds = load_dataset("credit_default", args.data_dir)
-    spec = ScenarioSpec(parties=(PartySpec(name="bank", role="active", columns=("X3", "X5", "X7", "X9", "X11")),
-                                 PartySpec(name="bureau", columns="rest")),
-                        samples=SamplesSpec(total=20000, active=20000, aligned=10000))
-    layout = spec.build(ds, seed=0)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:500], train_scope="all")
+    data = credit_partition(args.data_dir, train_scope="all")
     results: dict[str, Any] = {"epochs": args.epochs, "links": {}, "in_process": {}}
     # The same training with both parties in this process (no transport but the in-process one), for reference;
     # a first one-epoch pass pays for imports and is not measured.

@@ -27,8 +27,6 @@ import numpy as np
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer
 from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials, init_certs
-from vflo.data.datasets import load_dataset
-from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.deploy import Deployment, export_federation, load_deploy_config
 from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.simulation import build_federation, party_node, run_method
@@ -37,6 +35,7 @@ from vflo.methods.splitnn import SplitNN
 from vflo.roles import PartyInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from apc_vfl import credit_partition
 from transport import Ping
 
 
@@ -62,12 +61,7 @@ def latency(secure: bool, size: int, calls: int, certs: Path) -> float:
 
 
 def splitnn_epoch(data_dir: str | None, workdir: Path) -> dict[str, float]:
-    ds = load_dataset("credit_default", data_dir)
-    spec = ScenarioSpec(parties=(PartySpec(name="bank", role="active", columns=("X3", "X5", "X7", "X9", "X11")),
-                                 PartySpec(name="bureau", columns="rest")),
-                        samples=SamplesSpec(total=20000, active=20000, aligned=10000))
-    layout = spec.build(ds, seed=0)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:500], train_scope="aligned")
+    data = credit_partition(data_dir)
     export_federation(data, workdir, base_port=56000 + os.getpid() % 1000)
     proc = subprocess.Popen([sys.executable, "-m", "vflo", "party", "serve", "bureau.toml"], cwd=workdir,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
