@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from vflo.data.datasets import Dataset
-from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,6 +47,13 @@ def two_party_spec(active_cols: int = 3, active: int | float | None = None, alig
         samples=SamplesSpec(active=active, aligned=aligned, passive_only=passive_only),
     )
 
+
+
+def vertical_split(test_rows: int) -> FederatedData:
+    """The two-party split the transport, PSI and process tests share: 300 rows of 6 features, 200 aligned, the
+    first ``test_rows`` aligned IDs held out."""
+    layout = two_party_spec(active=300, aligned=200).build(make_dataset(n=300, n_features=6), seed=0)
+    return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:test_rows])
 
 @pytest.fixture
 def dataset() -> Dataset:

@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tests.conftest import make_dataset, two_party_spec
+from tests.conftest import vertical_split
 from vflo.cli import main
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer, pack_frames, unpack_frames
 from vflo.comm.local import LocalTransport
@@ -42,9 +42,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _split():  # type: ignore[no-untyped-def]
-    ds = make_dataset(n=300, n_features=6)
-    layout = two_party_spec(active=300, aligned=200).build(ds, seed=0)
-    return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:30])
+    return vertical_split(30)
 
 
 def _federation(certs: Path | None):  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import make_dataset, two_party_spec
+from tests.conftest import make_dataset, vertical_split
 from vflo.align import psi
 from vflo.align.psi import blind, hash_ids, new_key
 from vflo.comm.message import Message
@@ -73,9 +73,7 @@ def test_psi_finds_the_scenarios_ground_truth(n_passive: int) -> None:
 
 
 def test_methods_run_on_psi_alignment() -> None:
-    ds = make_dataset(n=300, n_features=6)
-    layout = two_party_spec(active=300, aligned=200).build(ds, seed=0)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:30])
+    data = vertical_split(30)
     for name, kwargs in [("apc_vfl", {"train": {"max_epochs": 2}}), ("splitnn", {"train": {"max_epochs": 2}})]:
         plain = run_method(get_method(name)(**kwargs), data, seed=0)
         private = run_method(get_method(name)(**kwargs), data, seed=0, alignment=PSI)
@@ -84,9 +82,7 @@ def test_methods_run_on_psi_alignment() -> None:
 
 
 def test_active_only_mode_keeps_the_intersection_from_the_passive_party() -> None:
-    ds = make_dataset(n=300, n_features=6)
-    layout = two_party_spec(active=300, aligned=200).build(ds, seed=0)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:30])
+    data = vertical_split(30)
     active_only = AlignmentConfig(method="psi", mode="active")
     with pytest.raises(RemoteError, match="does not know which rows are aligned.*mode = 'both'"):
         run_method(get_method("apc_vfl")(train={"max_epochs": 2}), data, seed=0, alignment=active_only)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import make_dataset, two_party_spec
+from tests.conftest import vertical_split
 from tests.e2e.conftest import Federation, start_federation, stopped
 from tests.test_security import identity_masks
 from vflo.comm.codec import encode
@@ -30,9 +30,7 @@ QUICK = {"max_epochs": 2, "patience": 0, "batch_size": 64}
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     """Active, passive, server and dealer; the passive party agrees to run only FedSVD and SplitNN."""
-    ds = make_dataset(n=300, n_features=6)
-    layout = two_party_spec(active=300, aligned=200).build(ds, seed=0)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
+    data = vertical_split(40)
     yield from stopped(start_federation(tmp_path_factory.mktemp("guarded"), data,
                                         {"server": "server", "dealer": "dealer"}, policy=("fedsvd", "splitnn")))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import make_dataset, two_party_spec
+from tests.conftest import make_dataset, two_party_spec, vertical_split
 from tests.e2e.conftest import Federation, restart, start_federation, stopped
 from vflo.cli import main
 from vflo.comm.codec import decode
@@ -38,9 +38,7 @@ DEPLOYABLE = [m for m in method_names()
 
 @pytest.fixture(scope="module")
 def vertical(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    ds = make_dataset(n=300, n_features=6)
-    layout = two_party_spec(active=300, aligned=200).build(ds, seed=0)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
+    data = vertical_split(40)
     yield from stopped(start_federation(tmp_path_factory.mktemp("vertical"), data,
                                         {"server": "server", "dealer": "dealer"}))
 
