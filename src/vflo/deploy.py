@@ -370,15 +370,18 @@ class Deployment:
     def data_parties(self) -> tuple[PartyInfo, ...]:
         return tuple(p for p in self.parties if p.holds_data)
 
+    def missing_for(self, method: Method) -> str:
+        """What ``method`` needs that the deploy config lacks (a server or dealer), as "NAME needs [...]"; or ""."""
+        missing = [f"{p.name} ({p.role})" for p in method.extra_parties(self.data_parties) if p not in self.parties]
+        return f"{method.name} needs {missing}" if missing else ""
+
     def parties_for(self, method: Method) -> tuple[PartyInfo, ...]:
         """The data parties and the data-less parties ``method`` needs: a server or dealer no method of the run
         uses need not be running."""
-        extras = method.extra_parties(self.data_parties)
-        missing = [p for p in extras if p not in self.parties]
-        if missing:
-            raise MethodError(
-                f"{method.name} needs {[f'{p.name} ({p.role})' for p in missing]} in the deploy config's [[parties]]")
-        return (*self.data_parties, *extras)
+        needs = self.missing_for(method)
+        if needs:
+            raise MethodError(f"{needs} in the deploy config's [[parties]]")
+        return (*self.data_parties, *method.extra_parties(self.data_parties))
 
     def preflight(self, methods: list[Method], *, alignment: AlignmentConfig | None = None) -> None:
         """Before anything trains: no test row is in any party's training rows, the active party shares IDs
@@ -388,11 +391,7 @@ class Deployment:
         First of all, every method's server or dealer is in the deploy config: a method that needs one
         would otherwise fail only after the methods before it had trained.
         """
-        needs = []
-        for m in methods:
-            missing = [f"{p.name} ({p.role})" for p in m.extra_parties(self.data_parties) if p not in self.parties]
-            if missing:
-                needs.append(f"{m.name} needs {missing}")
+        needs = [text for text in map(self.missing_for, methods) if text]
         if needs:
             raise ConfigError("; ".join(needs) + " in the deploy config's [[parties]]: add each as "
                               "[[parties]] name = '...', role = '...', address = 'HOST:PORT' (a party running "

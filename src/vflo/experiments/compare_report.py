@@ -52,7 +52,8 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
     for scored in data["scored"].unique():
         # A cell scored on a handful of rows is noise (its ± 1 std can span the whole scale); the "which method
         # when" table names no method there, and the plot leaves it out by the same rule.
-        part = data[(data["scored"] == scored) & (data["test_rows"] >= MIN_TEST_ROWS)]
+        cells = data[data["scored"] == scored]
+        part = cells[cells["test_rows"] >= MIN_TEST_ROWS]
         if part.empty:
             continue
         fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -69,7 +70,7 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
         ax.set_xlabel("people of the active party the others also hold (log scale)")
         ax.set_ylabel(metric)
         who = "people every party holds" if scored == "aligned" else "people only the active party holds"
-        dropped = sorted(set(data[data["scored"] == scored]["x"]) - set(part["x"]))
+        dropped = sorted(set(cells["x"]) - set(part["x"]))
         note = (f"\nleft out: {', '.join(f'{v:g}%' for v in dropped)} shared (fewer than {MIN_TEST_ROWS} test rows)"
                 if dropped else "")
         ax.set_title(f"{title}\n{metric} scoring {who}; error bars ± 1 std over the repeats{note}", fontsize=9)
