@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from vflo.data.datasets import Dataset
-from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,6 +54,18 @@ def vertical_split(test_rows: int) -> FederatedData:
     first ``test_rows`` aligned IDs held out."""
     layout = two_party_spec(active=300, aligned=200).build(make_dataset(n=300, n_features=6), seed=0)
     return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:test_rows])
+
+def chain_data() -> FederatedData:
+    """Active a, first hop p1 (overlaps a and p2), second hop p2 (overlaps p1 only): VFL-ASP's topology."""
+    ds = make_dataset(n=400, n_features=9)
+    spec = ScenarioSpec(parties=(PartySpec(name="p2", share=1.0), PartySpec(name="p1", share=1.0),
+                                 PartySpec(name="a", role="active", share=1.0)),
+                        samples=SamplesSpec(layout="blocks", blocks=(
+                            BlockSpec(parties=("p1", "p2"), rows=120), BlockSpec(parties=("p1", "a"), rows=160),
+                            BlockSpec(parties=("a",), rows=120))))
+    layout = spec.build(ds, seed=0)
+    return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
+
 
 @pytest.fixture
 def dataset() -> Dataset:

@@ -282,8 +282,15 @@ def test_bad_party_and_deploy_configs(tmp_path: Path) -> None:
         '[active.tls]\ninsecure = true\n[[parties]]\nname = "bank"\nrole = "passive"\naddress = "127.0.0.1:1"\n')
     with pytest.raises(ConfigError, match="two parties share the name \\['bank'\\]"):
         load_deploy_config(tmp_path / "d.toml")
+    # TLS (or an explicit insecure = true) and every peer's address are what vflo's gRPC needs: refused before any
+    # file is read; over Flower neither is needed.
+    no_tls = PartyConfig(name="x", data=DataConfig(file="f", id_column="i"))
     with pytest.raises(ConfigError, match="give \\[tls\\] dir"):
-        PartyConfig(name="x", data=DataConfig(file="f", id_column="i"))
+        start_party(no_tls)
+    no_address = PartyConfig(name="x", data=DataConfig(file="f", id_column="i"), tls=TLSConfig(insecure=True),
+                             peers={"a": PeerEntry(role="active")})
+    with pytest.raises(ConfigError, match=r"give the address of \['a'\]"):
+        start_party(no_address)
 
 
 def test_a_deploy_config_without_roles_and_a_method_whose_server_is_missing(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.methods",),
     ("vflo.federation.simulation", "vflo.privacy", "vflo.artifacts", "vflo.audit"),
     ("vflo.deploy", "vflo.scoring"),
-    ("vflo.experiments", "vflo.api"),
+    ("vflo.experiments", "vflo.api", "vflo.flower"),
     ("vflo.cli", "vflo.__main__", "vflo"),
 )
 

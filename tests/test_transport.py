@@ -235,3 +235,37 @@ def test_an_error_in_an_exchange_started_early_is_not_lost(monkeypatch: pytest.M
     fed.exchange_async("echo.fail", {"p": {}})  # a run that failed before reading it...
     fed.setup(Echo(scale=3.0))  # ...does not fail the next one
     assert fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})["rows"] == 3
+
+
+def test_a_deployed_ledger_puts_every_partys_training_first_and_keeps_replies_on_their_requests() -> None:
+    from vflo.comm.ledger import Ledger
+    from vflo.deploy import training_first
+
+    ledger = Ledger()
+
+    def pair(sender: str, receiver: str, kind: str, round_no: int, nbytes: int) -> None:
+        seq = ledger.record(round=round_no, sender=sender, receiver=receiver, kind=kind, direction="request",
+                            nbytes=nbytes).seq
+        ledger.record(round=round_no, sender=receiver, receiver=sender, kind=kind, direction="reply", nbytes=1,
+                      reply_to=seq)
+
+    pair("a", "p", "m.fit", 1, 10)        # the coordinator's training
+    pair("a", "p", "m.predict", 2, 20)    # its scoring
+    pair("a", "p", "control.ledger", 2, 5)
+    remote = Ledger()
+    remote_seq = remote.record(round=1, sender="p", receiver="s", kind="m.upload", direction="request", nbytes=30).seq
+    remote.record(round=1, sender="s", receiver="p", kind="m.upload", direction="reply", nbytes=1, reply_to=remote_seq)
+    remote_seq = remote.record(round=2, sender="p", receiver="s", kind="m.score", direction="request", nbytes=40).seq
+    remote.record(round=2, sender="s", receiver="p", kind="m.score", direction="reply", nbytes=1, reply_to=remote_seq)
+    start = len(ledger)
+    ledger.extend(remote.entries)
+    ordered, fit = training_first(ledger, 2, start, 1)
+    assert fit == 4
+    assert [e.kind for e in ordered.entries[:fit]] == ["m.fit", "m.fit", "m.upload", "m.upload"]
+    assert ordered.summary(0, fit).bytes == 10 + 1 + 30 + 1
+    for e in ordered.entries:
+        assert e.seq == ordered.entries.index(e)
+        if e.direction == "reply":
+            request = ordered.entries[e.reply_to]
+            assert (request.kind, request.direction, request.sender) == (e.kind, "request", e.receiver)
+    assert ordered.summary().bytes == ledger.summary().bytes

@@ -90,6 +90,25 @@ def _parser() -> argparse.ArgumentParser:
                        help="this party's checkpoint folder, for runs started with --checkpoints (overrides "
                             "checkpoints = ... in PARTY.toml)")
 
+    flower = sub.add_parser("flower", help="run a party over Flower (needs pip install 'vflo[flower]')")
+    flower_sub = flower.add_subparsers(dest="flower_command", required=True, metavar="ACTION")
+    fparty = flower_sub.add_parser(
+        "party", help="serve one party (PARTY.toml) to its Flower SuperNode until interrupted",
+        description="Start this party's worker (its data, model and state, for the whole run) and, with `-- "
+                    "flower-supernode ARGS`, its SuperNode, told where the worker listens. The coordinator is a "
+                    "ServerApp: flwr run examples/flower SUPERLINK --run-config \"experiment='...' deploy='...' "
+                    "out='...'\" (see docs/flower.md).")
+    fparty.add_argument("config", type=Path)
+    fparty.add_argument("--worker", metavar="ADDRESS",
+                        help="where the worker listens for its SuperNode's ClientApp: unix:PATH or 127.0.0.1:PORT "
+                             "(default: a Unix socket in a new private folder)")
+    fparty.add_argument("--save", type=Path, metavar="DIR", help="this party's model folder (as for party serve)")
+    fparty.add_argument("--checkpoints", type=Path, metavar="DIR",
+                        help="this party's checkpoint folder (as for party serve)")
+    fparty.add_argument("supernode", nargs=argparse.REMAINDER,
+                        help="after --: the SuperNode's command line, e.g. -- flower-supernode --insecure "
+                             "--superlink HOST:9092 (vflo adds --node-config)")
+
     predict = sub.add_parser("predict", help="score new rows with a saved model", epilog=_exit_code_text(),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     predict.add_argument("model", type=Path, help="the folder given to --save (or model.save)")
@@ -166,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _certs(args)
         if args.command == "party":
             return _party(args)
+        if args.command == "flower":
+            return _flower_party(args)
         if args.command == "methods":
             return _methods(args.messages, markdown=args.markdown)
         if args.command == "split":
@@ -263,6 +284,24 @@ def _party(args: argparse.Namespace) -> int:
     if args.checkpoints is not None:
         config = replace(config, checkpoints=str(args.checkpoints))
     return serve_forever(config)
+
+
+def _flower_party(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from vflo.deploy import load_party_config
+    from vflo.flower import require_flwr
+
+    require_flwr()
+    from vflo.flower.worker import serve_flower
+
+    config = load_party_config(args.config)
+    if args.save is not None:
+        config = replace(config, models=str(args.save))
+    if args.checkpoints is not None:
+        config = replace(config, checkpoints=str(args.checkpoints))
+    supernode = [a for a in args.supernode if a != "--"] if args.supernode else []
+    return serve_flower(config, address=args.worker, supernode=supernode)
 
 
 def _compare(args: argparse.Namespace) -> int:

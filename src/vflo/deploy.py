@@ -9,6 +9,9 @@ accepts messages from and may send to).
 ``DEPLOY.toml``, read by ``vflo run EXPERIMENT.toml --deploy DEPLOY.toml`` at the active party,
 which coordinates: the active party's own settings (the same fields as a PARTY.toml, plus an
 optional labelled test file) and the address of every other party.
+
+The same files serve a federation over Flower (vflo.flower): there the addresses are not used, and the
+coordinator reaches the others through a ``link`` instead of its own gRPC clients.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import signal
 import threading
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +35,7 @@ from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.comm.grpc_transport import DEFAULT_DEADLINE, GrpcTransport, PartyServer
 from vflo.comm.ledger import Ledger
 from vflo.comm.tls import PartyCredentials
+from vflo.comm.transport import Transport
 from vflo.data.datasets import Dataset
 from vflo.data.files import TableEncoding, read_table
 from vflo.data.partydata import PartyData
@@ -85,7 +89,8 @@ class TLSConfig:
 class PeerEntry:
     """A peer under ``[peers]``: where to reach it and the role this party knows it by."""
 
-    address: str
+    # Where the peer listens for vflo's gRPC; not needed over Flower (the SuperLink routes every message).
+    address: str = ""
     role: Role = "passive"
 
 
@@ -119,9 +124,15 @@ class PartyConfig:
             raise ConfigError(f"party {self.name!r}: no peer has role 'active', so no one may set up a method here; "
                               "write the coordinating party as NAME = { address = \"HOST:PORT\", role = \"active\" } "
                               "under [peers]")
+
+    def check_grpc(self) -> None:
+        """What vflo's own gRPC needs beyond the party itself (Flower needs neither): TLS and peer addresses."""
         if not self.tls.insecure and not self.tls.dir:
             raise ConfigError(f"party {self.name!r}: give [tls] dir (from `vflo certs init`) or insecure = true")
-
+        missing = [n for n, a in self.addresses.items() if not a]
+        if missing:
+            raise ConfigError(f"party {self.name!r}: give the address of {missing} (NAME = {{ address = \"HOST:PORT\", "
+                              "role = ... }} under [peers], or address = ... under [[parties]]): vflo's gRPC dials it")
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -135,7 +146,7 @@ class PartyConfig:
 @dataclass(frozen=True, kw_only=True)
 class PeerConfig:
     name: str
-    address: str
+    address: str = ""  # not needed over Flower
     role: Role = "passive"  # as under a party's [peers]: a party named without a role is a passive one
 
 
@@ -158,6 +169,14 @@ class DeployConfig:
             raise ConfigError(f"the coordinating party {self.active.name!r} must have role = 'active'")
         if any(p.role == "active" for p in self.parties):
             raise ConfigError("only [active] may have the role 'active'")
+
+    def check_grpc(self) -> None:
+        """What vflo's own gRPC needs (Flower needs neither): the active party's TLS and every party's address."""
+        missing = [p.name for p in self.parties if not p.address]
+        if missing:
+            raise ConfigError(f"give the address of {missing} in the deploy config's [[parties]] (address = "
+                              "\"HOST:PORT\"): vflo's gRPC dials it")
+        self.active.check_grpc()
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
@@ -264,24 +283,32 @@ def credentials_for(party: str, tls: TLSConfig) -> PartyCredentials | None:
 
 @dataclass
 class RunningParty:
-    """A party's node, its server and its client, running in this process."""
+    """A party's node and its client to the others, in this process; over vflo's gRPC also its server."""
 
     node: Node
-    server: PartyServer
-    transport: GrpcTransport
+    transport: Transport
+    server: PartyServer | None = None
 
     def stop(self) -> None:
         self.transport.close()
-        self.server.stop()
+        if self.server is not None:
+            self.server.stop()
 
 
-def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
-                preprocessing: Preprocessing | None = None) -> RunningParty:
-    """Load the party's data (unless its rows are given), and start serving its node."""
-    if data is None and serve is None and config.data is not None:
-        tables = load_party_data(config.name, config.data)
-        data, serve, preprocessing = tables.train, tables.serve, tables.preprocessing
-    credentials = credentials_for(config.name, config.tls)
+# Connects a party's node to the others some other way than vflo's own gRPC (Flower): the transport it uses.
+Link = Callable[[Node], Transport]
+
+
+def party_tables(config: PartyConfig) -> PartyTables:
+    """The party's rows as its config's [data] table says (nothing for a party without data)."""
+    if config.data is None:
+        return PartyTables(train=None, serve=None, test=None, preprocessing=None)
+    return load_party_data(config.name, config.data)
+
+
+def build_node(config: PartyConfig, *, data: PartyData | None, serve: PartyData | None,
+               preprocessing: Preprocessing | None) -> Node:
+    """The party's node with its rows, its peers' roles, its policy and its own model and checkpoint folders."""
     store = None
     if config.models is not None:
         store = DeployedStore(Path(config.models), party=config.name, role=config.role, preprocessing=preprocessing,
@@ -289,29 +316,58 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
     checkpoints = None
     if config.checkpoints is not None:
         checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
-    node = party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
+    return party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
                       store=store, checkpoints=checkpoints)
-    transport = GrpcTransport(config.name, config.addresses, credentials=credentials, deadline=config.deadline,
-                              max_message_bytes=config.max_message_bytes)
-    node.attach(transport)
+
+
+def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
+                preprocessing: Preprocessing | None = None, link: Link | None = None) -> RunningParty:
+    """Load the party's data (unless its rows are given), and start serving its node: over vflo's gRPC, or
+    through ``link`` (then nothing listens here; the link's hub reaches the others)."""
+    if link is None:
+        config.check_grpc()
+    if data is None and serve is None:
+        tables = party_tables(config)
+        data, serve, preprocessing = tables.train, tables.serve, tables.preprocessing
+    node = build_node(config, data=data, serve=serve, preprocessing=preprocessing)
+    if link is not None:
+        transport = link(node)
+        node.attach(transport)
+        return RunningParty(node=node, transport=transport)
+    credentials = credentials_for(config.name, config.tls)
+    grpc_transport = GrpcTransport(config.name, config.addresses, credentials=credentials, deadline=config.deadline,
+                                   max_message_bytes=config.max_message_bytes)
+    node.attach(grpc_transport)
     server = PartyServer(node, address=config.listen, credentials=credentials, allowed=set(config.peers),
                          max_message_bytes=config.max_message_bytes).start()
-    return RunningParty(node=node, server=server, transport=transport)
+    return RunningParty(node=node, transport=grpc_transport, server=server)
 
 
-def serve_forever(config: PartyConfig) -> int:
-    """``vflo party serve``: serve until SIGINT or SIGTERM."""
-    party = start_party(config)
+def stop_on_signal() -> threading.Event:
+    """An event SIGINT and SIGTERM set: a serving party's loop waits on it."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def announce(config: PartyConfig, where: str) -> None:
+    """What a serving party agrees to, its peers and where it listens, on the terminal it was started from."""
     if config.policy.open:
         logger.warning("party %s has no [policy]: it agrees to run any method its coordinator sets up; list the "
                        "ones it agrees to under [policy] methods = [...]", config.name)
     peers = ", ".join(f"{n} ({r})" for n, r in config.peer_roles.items())
     print(f"party {config.name} ({config.role}) agrees to run {config.policy.describe()}; peers: {peers}",
           flush=True)
-    print(f"party {config.name} ({config.role}) listening on {party.server.address}", flush=True)
+    print(f"party {config.name} ({config.role}) {where}", flush=True)
+
+
+def serve_forever(config: PartyConfig) -> int:
+    """``vflo party serve``: serve until SIGINT or SIGTERM."""
+    party = start_party(config)
+    stop = stop_on_signal()
+    assert party.server is not None
+    announce(config, f"listening on {party.server.address}")
     while not stop.wait(0.5):
         pass
     party.stop()
@@ -341,9 +397,13 @@ def _task_of(train: PartyData, test: PartyData | None, deploy: DeployConfig) -> 
 
 
 class Deployment:
-    """The active party's side of a deployed federation: its node and server, and a client to every party."""
+    """The active party's side of a deployed federation: its node, and its way to every other party (its own
+    gRPC server and clients, or a ``link`` such as vflo.flower's transport through a Flower ServerApp)."""
 
-    def __init__(self, deploy: DeployConfig, *, train: PartyData | None = None, test: PartyData | None = None) -> None:
+    def __init__(self, deploy: DeployConfig, *, train: PartyData | None = None, test: PartyData | None = None,
+                 link: Link | None = None) -> None:
+        if link is None:
+            deploy.check_grpc()
         active = deploy.active
         preprocessing = None
         if train is None:
@@ -363,7 +423,7 @@ class Deployment:
         config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data,
                              tls=active.tls, peers={**active.peers, **peers}, deadline=active.deadline,
                              max_message_bytes=active.max_message_bytes)
-        self.party = start_party(config, data=train, serve=serving, preprocessing=self.preprocessing)
+        self.party = start_party(config, data=train, serve=serving, preprocessing=self.preprocessing, link=link)
         self.parties = (PartyInfo(active.name, "active"), *(PartyInfo(p.name, p.role) for p in deploy.parties))
 
     @property
@@ -394,8 +454,9 @@ class Deployment:
         needs = [text for text in map(self.missing_for, methods) if text]
         if needs:
             raise ConfigError("; ".join(needs) + " in the deploy config's [[parties]]: add each as "
-                              "[[parties]] name = '...', role = '...', address = 'HOST:PORT' (a party running "
-                              "vflo party serve), or leave the method out")
+                              "[[parties]] name = '...', role = '...' (over vflo's gRPC also address = 'HOST:PORT' "
+                              "of its `vflo party serve`; over Flower its `vflo flower party` runs a SuperNode), or "
+                              "leave the method out")
         own = self.train
         fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
@@ -454,15 +515,16 @@ class Deployment:
         method.fit(fed)
         fed.flush()
         t1 = time.perf_counter()
-        fit_entries = len(transport.ledger)
+        fit_round, own_fit = fed.rounds, len(transport.ledger)
         if save is not None:
             self.save(fed, method, *save)
         ids = np.empty(0, dtype=np.int64) if self.test is None else self.test.ids
         scores = method.predict(fed, ids) if len(ids) else np.empty((0,))
         t2 = time.perf_counter()
-        fed.collect_ledgers()
+        remote = fed.collect_ledgers()
         fed.teardown()
-        return RunOutput(scores=scores, ledger=transport.ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1,
+        ledger, fit_entries = training_first(transport.ledger, own_fit, remote, fit_round)
+        return RunOutput(scores=scores, ledger=ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1,
                          rounds=fed.rounds, fit_entries=fit_entries, stats=method.summary_stats())
 
     def save(self, fed: Federation, method: Method, folder: Path, label: str) -> ModelCard:
@@ -490,6 +552,20 @@ class Deployment:
     def close(self) -> None:
         self.party.stop()
 
+
+
+def training_first(ledger: Ledger, own_fit: int, remote: int, fit_round: int) -> tuple[Ledger, int]:
+    """The coordinator's ledger with training first, as in one process, and how many entries training holds.
+
+    Its own entries ``[0, own_fit)`` are training's; the other parties' own records (from ``remote`` on: their
+    onward messages, RAP's uploads to its server, FedSVD's masked blocks) belong to training when sent in one
+    of its rounds (up to ``fit_round``). Gathered once at the end, they cost no extra exchange.
+    """
+    entries = ledger.entries
+    theirs = range(remote, len(entries))
+    fit = [*range(own_fit), *(i for i in theirs if entries[i].round <= fit_round)]
+    rest = [*range(own_fit, remote), *(i for i in theirs if entries[i].round > fit_round)]
+    return ledger.reordered([*fit, *rest]), len(fit)
 
 
 def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *, missing: Missing = "refuse",
@@ -532,7 +608,8 @@ def held_rows(fed: Federation, ids: np.ndarray, party: str, method: str) -> np.n
     return held
 
 
-def _toml(value: object) -> str:
+def toml_value(value: object) -> str:
+    """``value`` as TOML writes it (a string quoted and escaped)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -574,26 +651,26 @@ def export_federation(
             label = '\nlabel_column = "label"' if name == active else ""
             lines = [f'file = "{name}_train.csv"', 'id_column = "id"' + label, f'serve_file = "{name}_serve.csv"',
                      "standardize = false"]
-        peers = [f"{n} = {{ address = {_toml(a)}, role = {_toml(roles[n])} }}" for n, a in addresses.items()
+        peers = [f"{n} = {{ address = {toml_value(a)}, role = {toml_value(roles[n])} }}" for n, a in addresses.items()
                  if n != name]
-        policy = ["[policy]", f"methods = [{', '.join(_toml(m) for m in dict.fromkeys(methods))}]", ""] if methods \
-            else []
+        listed = ", ".join(toml_value(m) for m in dict.fromkeys(methods))
+        policy = ["[policy]", f"methods = [{listed}]", ""] if methods else []
         if name == active:
             test = PartyData(party=name, ids=data.test_ids, X=data.serve[name].subset(data.test_ids).X,
                              columns=data.serve[name].columns, y=data.test_y)
             test.to_frame("id", "label").to_csv(directory / f"{name}_test.csv", index=False)
-            others = [f"[[parties]]\nname = {_toml(n)}\nrole = {_toml(r)}\naddress = {_toml(addresses[n])}"
-                      for n, r in roles.items() if n != name]
+            others = [f"[[parties]]\nname = {toml_value(n)}\nrole = {toml_value(r)}\n"
+                      f"address = {toml_value(addresses[n])}" for n, r in roles.items() if n != name]
             text = "\n".join([
                 "# The active party coordinates: vflo run EXPERIMENT.toml --deploy deploy.toml", "",
-                f'test_file = "{name}_test.csv"', "", "[active]", f"name = {_toml(name)}", 'role = "active"',
-                f"listen = {_toml(addresses[name])}", "", "[active.data]", *lines, "",
+                f'test_file = "{name}_test.csv"', "", "[active]", f"name = {toml_value(name)}", 'role = "active"',
+                f"listen = {toml_value(addresses[name])}", "", "[active.data]", *lines, "",
                 *(["[active.tls]", *tls_lines[1:]]), "", *others, ""])
             path = directory / "deploy.toml"
         else:
             text = "\n".join([
-                f"# vflo party serve {name}.toml", f"name = {_toml(name)}", f"role = {_toml(role)}",
-                f"listen = {_toml(addresses[name])}", "",
+                f"# vflo party serve {name}.toml", f"name = {toml_value(name)}", f"role = {toml_value(role)}",
+                f"listen = {toml_value(addresses[name])}", "",
                 *(["[data]", *lines, ""] if lines else []), *tls_lines, "", *policy, "[peers]", *peers, ""])
             path = directory / f"{name}.toml"
         path.write_text(text)

@@ -95,10 +95,21 @@ def restart(federation: Federation, name: str) -> None:
     wait_listening({name: federation.processes[name]})
 
 
-def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str, str],
-                     policy: tuple[str, ...] = ()) -> Federation:
-    """Write each party's files, start every non-active party as `vflo party serve`, wait until they listen;
-    with ``policy``, every such party agrees to run only those methods."""
+@dataclass
+class FederationFiles:
+    """What each party of a simulated split brings to a deployment, written out, and the same data read back."""
+
+    deploy: DeployConfig
+    local: FederatedData
+    configs: dict[str, Path]
+    directory: Path
+
+
+def write_federation(directory: Path, data: FederatedData, extra_roles: dict[str, str],
+                     policy: tuple[str, ...] = ()) -> FederationFiles:
+    """Each party's files, certificates and config (every party but the active one: NAME.toml; the active
+    party: a deploy config), with a free loopback port each; with ``policy``, every such party agrees to run
+    only those methods."""
     active = data.active
     names = {p.name: p.role for p in data.parties} | extra_roles
     init_certs(directory / "certs", list(names))
@@ -116,28 +127,22 @@ def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str
                      columns=data.serve[active].columns, y=data.test_y)
     test_path = directory / f"{active}_test.csv"
     test.to_frame(id_column="id", label_column="label").to_csv(test_path, index=False)
-    processes: dict[str, subprocess.Popen[str]] = {}
-    try:
-        for name, role in names.items():
-            if name == active:
-                continue
-            cfg = directory / f"{name}.toml"
-            data_fields = None
-            if name in files:
-                f = files[name]
-                data_fields = {"file": f.file, "id_column": f.id_column, "serve_file": f.serve_file,
-                               "standardize": False}
-            # Each party's own model and checkpoint folders: parts it saves after training and loads to score.
-            write_party_toml(cfg, {"name": name, "role": role, "listen": addresses[name],
-                                   "models": str(directory / f"{name}_models"),
-                                   "checkpoints": str(directory / f"{name}_checkpoints")}, data_fields,
-                             directory / "certs", {n: (a, names[n]) for n, a in addresses.items() if n != name},
-                             policy=policy)
-            processes[name] = spawn(cfg)
-        wait_listening(processes)
-    except BaseException:
-        Federation(deploy=None, local=data, processes=processes, directory=directory).stop()  # type: ignore[arg-type]
-        raise
+    configs: dict[str, Path] = {}
+    for name, role in names.items():
+        if name == active:
+            continue
+        cfg = directory / f"{name}.toml"
+        data_fields = None
+        if name in files:
+            f = files[name]
+            data_fields = {"file": f.file, "id_column": f.id_column, "serve_file": f.serve_file, "standardize": False}
+        # Each party's own model and checkpoint folders: parts it saves after training and loads to score.
+        write_party_toml(cfg, {"name": name, "role": role, "listen": addresses[name],
+                               "models": str(directory / f"{name}_models"),
+                               "checkpoints": str(directory / f"{name}_checkpoints")}, data_fields,
+                         directory / "certs", {n: (a, names[n]) for n, a in addresses.items() if n != name},
+                         policy=policy)
+        configs[name] = cfg
     deploy = DeployConfig(
         active=PartyConfig(name=active, role="active", listen=addresses[active], data=files[active],
                            tls=TLSConfig(dir=str(directory / "certs")), deadline=120.0),
@@ -155,7 +160,36 @@ def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str
                           test_ids=data.test_ids.astype(str), test_y=data.test_y, task=data.task,
                           n_classes=data.n_classes,
                           oracle=data.oracle)
-    return Federation(deploy=deploy, local=local, processes=processes, directory=directory)
+    return FederationFiles(deploy=deploy, local=local, configs=configs, directory=directory)
+
+
+def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str, str],
+                     policy: tuple[str, ...] = ()) -> Federation:
+    """Write each party's files, start every non-active party as `vflo party serve`, wait until they listen;
+    with ``policy``, every such party agrees to run only those methods."""
+    files = write_federation(directory, data, extra_roles, policy)
+    processes: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for name, cfg in files.configs.items():
+            processes[name] = spawn(cfg)
+        wait_listening(processes)
+    except BaseException:
+        Federation(deploy=None, local=data, processes=processes, directory=directory).stop()  # type: ignore[arg-type]
+        raise
+    return Federation(deploy=files.deploy, local=files.local, processes=processes, directory=directory)
+
+
+def write_deploy(d: DeployConfig, path: Path, deadline: float = 20.0, *, addresses: bool = True) -> Path:
+    """The active party's deploy config, as a user would write it (over Flower, without addresses)."""
+    assert d.active.data is not None
+    peers = "\n".join(f'[[parties]]\nname = "{p.name}"\nrole = "{p.role}"'
+                      + (f'\naddress = "{p.address}"' if addresses else "") for p in d.parties)
+    path.write_text(
+        f'test_file = "{d.test_file}"\n[active]\nname = "{d.active.name}"\nrole = "active"\n'
+        f'listen = "{d.active.listen}"\ndeadline = {deadline}\n[active.data]\nfile = "{d.active.data.file}"\n'
+        f'id_column = "id"\nlabel_column = "label"\nstandardize = false\n[active.tls]\n'
+        f'dir = "{d.active.tls.dir}"\n{peers}\n')
+    return path
 
 
 def stopped(federation: Federation) -> Iterator[Federation]:
@@ -165,4 +199,5 @@ def stopped(federation: Federation) -> Iterator[Federation]:
         federation.stop()
 
 
-__all__ = ["Federation", "free_port", "np", "restart", "start_federation", "stopped"]
+__all__ = ["Federation", "FederationFiles", "free_port", "np", "restart", "start_federation", "stopped",
+           "write_deploy", "write_federation"]

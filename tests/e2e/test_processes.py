@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import make_dataset, two_party_spec, vertical_split
-from tests.e2e.conftest import Federation, restart, start_federation, stopped
+from tests.conftest import chain_data, make_dataset, two_party_spec, vertical_split
+from tests.e2e.conftest import Federation, restart, start_federation, stopped, write_deploy
 from vflo.cli import main
 from vflo.comm.codec import decode
-from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.deploy import Deployment, score_deployed
 from vflo.errors import MethodError, TransportError
 from vflo.federation.coordinator import AlignmentConfig
@@ -60,21 +60,12 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
                                         {"server": "server", "dealer": "dealer"}))
 
 
-def chain_data() -> FederatedData:
-    """Active a, first hop p1 (overlaps a and p2), second hop p2 (overlaps p1 only): VFL-ASP's topology."""
-    ds = make_dataset(n=400, n_features=9)
-    spec = ScenarioSpec(parties=(PartySpec(name="p2", share=1.0), PartySpec(name="p1", share=1.0),
-                                 PartySpec(name="a", role="active", share=1.0)),
-                        samples=SamplesSpec(layout="blocks", blocks=(
-                            BlockSpec(parties=("p1", "p2"), rows=120), BlockSpec(parties=("p1", "a"), rows=160),
-                            BlockSpec(parties=("a",), rows=120))))
-    layout = spec.build(ds, seed=0)
-    return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
-
-
 def _same(over_grpc, local) -> None:  # type: ignore[no-untyped-def]
     assert np.allclose(over_grpc.scores, local.scores, rtol=0, atol=1e-6)
     a, b = over_grpc.ledger.summary(), local.ledger.summary()
+    assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
+    # Training alone too: every party's own record of it, not only the coordinator's.
+    a, b = over_grpc.fit_summary, local.fit_summary
     assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
     assert (a.align_bytes, a.align_rounds) == (b.align_bytes, b.align_rounds)
 
@@ -135,20 +126,6 @@ def test_simulation_only_methods_cannot_be_deployed(vertical: Federation, name: 
         deployment.close()
 
 
-def write_deploy(federation: Federation, path: Path, deadline: float = 20.0) -> Path:
-    """The active party's deploy config for a running federation, as a user would write it."""
-    d = federation.deploy
-    assert d.active.data is not None
-    peers = "\n".join(f'[[parties]]\nname = "{p.name}"\nrole = "{p.role}"\naddress = "{p.address}"'
-                      for p in d.parties)
-    path.write_text(
-        f'test_file = "{d.test_file}"\n[active]\nname = "{d.active.name}"\nrole = "active"\n'
-        f'listen = "{d.active.listen}"\ndeadline = {deadline}\n[active.data]\nfile = "{d.active.data.file}"\n'
-        f'id_column = "id"\nlabel_column = "label"\nstandardize = false\n[active.tls]\n'
-        f'dir = "{d.active.tls.dir}"\n{peers}\n')
-    return path
-
-
 def splitnn_deployment(tmp_path: Path, seed: int, train: str) -> tuple[Federation, Path, Path]:
     """Two party processes, a SplitNN experiment with ``train`` settings, and the active party's deploy config."""
     ds = make_dataset(n=400, n_features=6)
@@ -157,7 +134,7 @@ def splitnn_deployment(tmp_path: Path, seed: int, train: str) -> tuple[Federatio
     federation = start_federation(tmp_path / "fed", data, {})
     experiment = tmp_path / "exp.toml"
     experiment.write_text(f'name = "killed"\n[[methods]]\nname = "splitnn"\ntrain = {{ {train} }}\n')
-    return federation, experiment, write_deploy(federation, tmp_path / "deploy.toml")
+    return federation, experiment, write_deploy(federation.deploy, tmp_path / "deploy.toml")
 
 
 def test_a_party_killed_mid_training_fails_the_method_and_says_so(

@@ -24,9 +24,10 @@ from typing import Any
 
 import grpc
 
-from vflo.comm.codec import DEFAULT_MAX_BYTES, decode, encode
+from vflo.comm.codec import DEFAULT_MAX_BYTES, encode
 from vflo.comm.ledger import Ledger
-from vflo.comm.message import Message, MessageError
+from vflo.comm.message import Message
+from vflo.comm.serving import error_frame, serve_frame
 from vflo.comm.tls import PartyCredentials
 from vflo.comm.transport import Endpoint, Transport
 from vflo.errors import (
@@ -154,10 +155,8 @@ class PartyServer:
     def wait(self) -> None:
         self._server.wait_for_termination()
 
-    def _error(self, exc: Exception, sender: str = "?", kind: str = "?", round_no: int = 0) -> bytes:
-        reply = Message(sender=self.node.name, receiver=sender, kind=kind, round=round_no,
-                        error=MessageError(type=type(exc).__name__, message=str(exc)))
-        return encode(reply, max_bytes=self.max_message_bytes)
+    def _error(self, exc: Exception) -> bytes:
+        return error_frame(self.node.name, exc, max_bytes=self.max_message_bytes)
 
     def _call(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
         with self._lock:
@@ -180,32 +179,17 @@ class PartyServer:
 
     def _serve(self, frame: bytes, context: grpc.ServicerContext) -> tuple[bytes, bool]:
         """One message's reply frame, and whether it carries an error (the caller holds the node's lock)."""
-        try:
-            message = decode(frame, max_bytes=self.max_message_bytes)
-        except CodecError as exc:
-            logger.warning("party %s got a malformed message: %s", self.node.name, exc)
-            return self._error(ProtocolError(f"party {self.node.name!r} got a malformed message: {exc}")), True
-        try:
-            self._authorise(message, context)
-        except PartyBoundaryError as exc:
-            logger.warning("party %s refused a message: %s", self.node.name, exc)
-            return self._error(exc, message.sender, message.kind, message.round), True
-        reply = self.node.handle(message)
-        try:
-            return encode(reply, max_bytes=self.max_message_bytes), reply.error is not None
-        except CodecError as exc:
-            return self._error(exc, message.sender, message.kind, message.round), True
 
-    def _authorise(self, message: Message, context: grpc.ServicerContext) -> None:
-        if message.sender not in self.allowed:
-            raise PartyBoundaryError(
-                f"party {self.node.name!r} does not accept messages from {message.sender!r}: not a configured peer")
-        if not self.secure:
-            return
-        names = [n.decode() for n in (context.auth_context().get("x509_common_name") or [])]
-        if message.sender not in names:
-            raise PartyBoundaryError(
-                f"a client authenticated as {names} sent a message as {message.sender!r}; refused")
+        def authenticate(message: Message) -> None:
+            if not self.secure:
+                return
+            names = [n.decode() for n in (context.auth_context().get("x509_common_name") or [])]
+            if message.sender not in names:
+                raise PartyBoundaryError(
+                    f"a client authenticated as {names} sent a message as {message.sender!r}; refused")
+
+        return serve_frame(self.node, frame, allowed=self.allowed, max_bytes=self.max_message_bytes,
+                           authenticate=authenticate)
 
 
 class GrpcTransport(Transport):
@@ -284,8 +268,7 @@ class GrpcTransport(Transport):
         stub, stub_many = self._stub(receiver)
         kinds = " + ".join(dict.fromkeys(m.kind for m, _ in chunk))
         framing = FRAME_HEADER if len(chunk) > 1 else 0  # each frame's length header in a CallMany body
-        seqs = [self.ledger.record(round=m.round, sender=m.sender, receiver=m.receiver, kind=m.kind,
-                                   direction="request", nbytes=len(frame), framing=framing).seq for m, frame in chunk]
+        seqs = self._record_requests([m for m, _ in chunk], [f for _, f in chunk], framing=framing)
         body = chunk[0][1] if len(chunk) == 1 else pack_frames([frame for _, frame in chunk])
         attempt = 0
         while True:
@@ -307,19 +290,9 @@ class GrpcTransport(Transport):
                     f"(gRPC: {code.name if code else 'error'}: {details})") from exc
         try:
             frames = [reply_body] if len(chunk) == 1 else unpack_frames(reply_body, max_bytes=self.max_message_bytes)
-            if len(frames) > len(chunk):  # fewer is allowed: the party stops after a message that failed
-                raise ProtocolError(f"party {receiver!r} answered {len(frames)} messages to {len(chunk)} sent")
-            replies = []
-            for frame, seq in zip(frames, seqs, strict=False):
-                reply = decode(frame, max_bytes=self.max_message_bytes)
-                if reply.sender != receiver:
-                    raise CodecError(f"the reply names {reply.sender!r} as its sender")
-                self.ledger.record(round=reply.round, sender=reply.sender, receiver=reply.receiver, kind=reply.kind,
-                                   direction="reply", nbytes=len(frame), reply_to=seq, framing=framing)
-                replies.append(reply)
         except CodecError as exc:
             raise ProtocolError(f"party {receiver!r} sent a malformed message in answer to {kinds!r}: {exc}") from exc
-        return replies
+        return self._take_replies(receiver, frames, seqs, framing=framing, what=repr(kinds))
 
     def request_each(self, messages: Sequence[Message]) -> list[Message | TransportError]:
         if len(messages) <= 1:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from vflo.comm.message import ALIGN_PREFIX, CONTROL_PREFIX
@@ -99,6 +99,18 @@ class Ledger:
             for e in entries:
                 reply_to = e.reply_to + offset if e.reply_to >= 0 else -1
                 self._entries.append(LedgerEntry(**{**asdict(e), "seq": len(self._entries), "reply_to": reply_to}))
+
+    def reordered(self, order: Sequence[int]) -> Ledger:
+        """A ledger of these entries in ``order`` (indices, each once), renumbered; a reply still names its
+        request."""
+        entries = self.entries
+        if sorted(order) != list(range(len(entries))):
+            raise ValueError("reordered: order must list every entry once")
+        new = {old: i for i, old in enumerate(order)}
+        out = Ledger()
+        out._entries = [replace(entries[old], seq=i, reply_to=new[entries[old].reply_to] if entries[old].reply_to >= 0
+                                else -1) for i, old in enumerate(order)]
+        return out
 
     def drain(self) -> list[LedgerEntry]:
         """Hand over every entry and start empty (a remote party's ledger, collected after a run)."""

@@ -9,14 +9,14 @@ implementation encodes every message with the one codec and records it in the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Protocol
 
-from vflo.comm.codec import DEFAULT_MAX_BYTES
+from vflo.comm.codec import DEFAULT_MAX_BYTES, decode
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
-from vflo.errors import ProtocolError, TransportError
+from vflo.errors import CodecError, ProtocolError, TransportError
 
 
 class Endpoint(Protocol):
@@ -83,6 +83,36 @@ class Transport(ABC):
     def shared_ledger(self) -> bool:
         """True when every party records into this one ledger (in-process); False when each has its own."""
         return True
+
+    def _record_requests(self, messages: Sequence[Message], frames: Sequence[bytes], *, framing: int,
+                         wire: Sequence[bytes] | None = None) -> list[int]:
+        """Each request in the ledger: its frame's bytes, and as framing what the transport adds around it
+        (``framing`` bytes each, and the difference between ``wire`` and the frame where they differ)."""
+        wire = frames if wire is None else wire
+        return [self.ledger.record(round=m.round, sender=m.sender, receiver=m.receiver, kind=m.kind,
+                                   direction="request", nbytes=len(f), framing=framing + len(w) - len(f)).seq
+                for m, f, w in zip(messages, frames, wire, strict=True)]
+
+    def _take_replies(self, receiver: str, answers: Sequence[bytes], seqs: Sequence[int], *, framing: int,
+                      what: str, open_frame: Callable[[bytes], bytes] | None = None) -> list[Message]:
+        """The replies in ``answers`` (one per request of ``seqs``, or fewer: a party stops after a message that
+        failed), each from ``receiver``, recorded in the ledger; ``open_frame`` takes a frame out of its wrapping."""
+        if len(answers) > len(seqs):
+            raise ProtocolError(f"party {receiver!r} answered {len(answers)} messages to {len(seqs)} sent")
+        replies = []
+        try:
+            for answer, seq in zip(answers, seqs, strict=False):
+                frame = answer if open_frame is None else open_frame(answer)
+                reply = decode(frame, max_bytes=self.max_message_bytes)
+                if reply.sender != receiver:
+                    raise CodecError(f"the reply names {reply.sender!r} as its sender")
+                self.ledger.record(round=reply.round, sender=reply.sender, receiver=reply.receiver, kind=reply.kind,
+                                   direction="reply", nbytes=len(frame), reply_to=seq,
+                                   framing=framing + len(answer) - len(frame))
+                replies.append(reply)
+        except CodecError as exc:
+            raise ProtocolError(f"party {receiver!r} sent a malformed message in answer to {what}: {exc}") from exc
+        return replies
 
     def request_each(self, messages: Sequence[Message]) -> list[Message | TransportError]:
         """Send several requests of one round; a party that cannot be reached yields its error.

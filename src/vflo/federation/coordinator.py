@@ -174,19 +174,23 @@ class Federation:
         replies = self._send_all(LOAD, {name: payload for name in others}, round_no=0)
         return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
 
-    def collect_ledgers(self) -> None:
-        """Merge the other parties' own ledgers into this one (when each process keeps its own)."""
+    def collect_ledgers(self) -> int:
+        """Merge the other parties' own ledgers into this one (when each process keeps its own); where their
+        entries start in it."""
         if self.transport.shared_ledger:
-            return
+            return len(self.transport.ledger)
         others = self.names()
         if not others:
-            return
-        for name, reply in self._send_all(LEDGER, {n: {} for n in others}, round_no=self._round).items():
+            return len(self.transport.ledger)
+        replies = self._send_all(LEDGER, {n: {} for n in others}, round_no=self._round)
+        start = len(self.transport.ledger)
+        for name, reply in replies.items():
             try:
                 records = json.loads(str(reply.get("records", "[]")))
                 self.transport.ledger.extend(LedgerEntry(**r) for r in records)
             except (json.JSONDecodeError, TypeError) as exc:
                 raise ProtocolError(f"party {name!r} sent a malformed ledger: {exc}") from exc
+        return start
 
     def teardown(self) -> None:
         others = self.names()

@@ -1,0 +1,130 @@
+"""The ServerApp that coordinates a vflo experiment over Flower, and the ClientApp every party's SuperNode runs.
+
+``flwr run examples/flower FEDERATION --run-config "experiment='...' deploy='...' out='...'"`` starts
+:data:`server_app` where the SuperLink runs: the active party's host, since the coordinator is the active
+party and reads its own data there. It finds which SuperNode serves which party, runs the experiment's
+methods as ``vflo run --deploy`` does (the same checks before training, the same results and report), and
+writes them to ``out``. :data:`client_app` is the stateless adapter of :mod:`vflo.flower.adapter`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from vflo import schema
+from vflo.comm.seal import Keyring
+from vflo.data.partydata import PartyData
+from vflo.deploy import DeployConfig, Deployment, Link, load_deploy_config
+from vflo.errors import ConfigError
+from vflo.experiments.config import load_deployment_experiment
+from vflo.experiments.deployed import run_deployed, write_deployed
+from vflo.experiments.output import check_out_dir
+from vflo.federation.node import Node
+from vflo.flower.adapter import client_app
+from vflo.flower.transport import FlowerGrid, FlowerTransport, discover
+from vflo.flower.worker import keyring_for
+from vflo.methods.base import Method
+from vflo.roles import PartyInfo
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FlowerRun", "client_app", "connect", "flower_link", "run_on_grid", "server_app"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlowerRun:
+    """The run config ``flwr run`` hands the ServerApp (paths on the SuperLink's host, absolute or relative to
+    the folder the SuperLink was started in)."""
+
+    experiment: str
+    deploy: str
+    out: str
+    save: str = ""
+    overwrite: bool = False
+    connect_timeout: float = 120.0
+
+    @classmethod
+    def from_run_config(cls, run_config: dict[str, Any]) -> FlowerRun:
+        settings = {k.replace("-", "_"): v for k, v in run_config.items()}
+        for key in ("experiment", "deploy", "out"):
+            if not settings.get(key):
+                raise ConfigError(f"the Flower run config needs {key!r}: flwr run APP FEDERATION --run-config "
+                                  "\"experiment='EXPERIMENT.toml' deploy='deploy.toml' out='runs/NAME'\"")
+        return schema.build(cls, settings, "the Flower run config")
+
+
+def flower_link(grid: Grid | FlowerGrid, nodes: dict[str, int], *, keyring: Keyring | None, deadline: float) -> Link:
+    """How the coordinator's node reaches the others: a :class:`FlowerTransport` over ``grid``."""
+
+    def link(node: Node) -> FlowerTransport:
+        return FlowerTransport(grid, party=node.name, nodes=nodes, local=node, allowed=set(node.peers),
+                               keyring=keyring, deadline=deadline)
+
+    return link
+
+
+def needed_parties(deploy: DeployConfig, methods: Sequence[Method]) -> list[str]:
+    """The parties ``methods`` need besides the active one: every passive party, and their servers and dealers."""
+    data = (PartyInfo(deploy.active.name, "active"),
+            *(PartyInfo(p.name, p.role) for p in deploy.parties if p.role == "passive"))
+    names = {p.name for p in data[1:]}
+    for method in methods:
+        names |= {p.name for p in method.extra_parties(data)}
+    return [p.name for p in deploy.parties if p.name in names]
+
+
+def connect(grid: Grid, deploy: DeployConfig, *, timeout: float = 120.0, train: PartyData | None = None,
+            test: PartyData | None = None, methods: Sequence[Method] | None = None) -> Deployment:
+    """The active party's deployment over Flower: the other parties found on SuperNodes, then the node (with
+    ``train`` / ``test``: these rows instead of the deploy config's files). With ``methods``, only the parties
+    they need are waited for, as over vflo's gRPC a party no method uses is never contacted."""
+    keyring = keyring_for(deploy.active)
+    flower = FlowerGrid(grid, deadline=deploy.active.deadline)
+    everyone = [p.name for p in deploy.parties]
+    needed = everyone if methods is None else needed_parties(deploy, methods)
+    nodes = discover(flower, needed, keyring=keyring, timeout=timeout,
+                     optional=[p for p in everyone if p not in needed])
+    logger.info("parties on SuperNodes: %s", ", ".join(f"{p} = {n}" for p, n in nodes.items()))
+    return Deployment(deploy, train=train, test=test,
+                      link=flower_link(flower, nodes, keyring=keyring, deadline=deploy.active.deadline))
+
+
+def run_on_grid(grid: Grid, run: FlowerRun) -> list[dict[str, Any]]:
+    """What ``vflo run EXPERIMENT --deploy DEPLOY`` does, over Flower: results and report in ``run.out``."""
+    experiment = load_deployment_experiment(run.experiment)
+    deploy = load_deploy_config(run.deploy)
+    out, save = Path(run.out), Path(run.save) if run.save else None
+    check_out_dir(out, overwrite=run.overwrite)
+    if save is not None:
+        check_out_dir(save, overwrite=run.overwrite)
+    methods = [e.instantiate() for e in experiment.methods if not e.method_cls.simulation_only]
+    deployment = connect(grid, deploy, timeout=run.connect_timeout, methods=methods)
+    try:
+        rows = run_deployed(experiment, deployment, save=save)
+    finally:
+        deployment.close()
+    write_deployed(experiment, deployment, rows, out, overwrite=run.overwrite)
+    for r in rows:
+        if r["status"] == "failed":
+            logger.error("%s failed: %s: %s", r["method"], r["error_type"], r["error"])
+        else:
+            logger.info("%s: %s; %.3f MB in %d training rounds", r["method"],
+                        ", ".join(f"{k} = {r[k]:.4f}" for k in ("accuracy", "rmse") if k in r),
+                        r["fit_bytes"] / 1e6, r["fit_rounds"])
+    logger.info("results written to %s", out)
+    return rows
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def _main(grid: Grid, context: Context) -> None:
+    run_on_grid(grid, FlowerRun.from_run_config(dict(context.run_config)))

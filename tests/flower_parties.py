@@ -1,0 +1,56 @@
+"""Parties of a simulated split as Flower would run them: a worker per party, a deploy config for the ServerApp."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from vflo.comm.tls import init_certs
+from vflo.data.partydata import PartyData
+from vflo.data.scenario import FederatedData
+from vflo.deploy import DataConfig, DeployConfig, PartyConfig, PeerConfig, PeerEntry, TLSConfig
+from vflo.federation.policy import Policy
+from vflo.flower.worker import PartyWorker
+from vflo.roles import Role
+
+
+@dataclass
+class FlowerParties:
+    deploy: DeployConfig
+    workers: list[PartyWorker]
+    train: PartyData
+    test: PartyData
+
+    @property
+    def addresses(self) -> list[str]:
+        return [w.address for w in self.workers]
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.stop()
+
+
+def start_workers(directory: Path, data: FederatedData, extra_roles: dict[str, Role], *,
+                  tls: bool = True, policy: tuple[str, ...] = ()) -> FlowerParties:
+    """Every party but the active one as a :class:`PartyWorker` on a Unix socket in ``directory``, holding its
+    rows of ``data``; the active party's deploy config (its rows are handed to the deployment directly)."""
+    active = data.active
+    roles: dict[str, Role] = {p.name: p.role for p in data.parties} | extra_roles
+    if tls:
+        init_certs(directory / "certs", list(roles))
+    security = TLSConfig(dir=str(directory / "certs")) if tls else TLSConfig(insecure=True)
+    in_memory = DataConfig(file="in-memory", id_column="id")
+    workers = []
+    for name, role in roles.items():
+        if name == active:
+            continue
+        config = PartyConfig(name=name, role=role, data=in_memory if name in data.train else None, tls=security,
+                             peers={n: PeerEntry(role=r) for n, r in roles.items() if n != name},
+                             policy=Policy(methods=policy))
+        workers.append(PartyWorker(config, address=f"unix:{directory / name}.sock", data=data.train.get(name),
+                                   serve=data.serve.get(name)).start())
+    deploy = DeployConfig(active=PartyConfig(name=active, role="active", data=in_memory, tls=security),
+                          parties=tuple(PeerConfig(name=n, role=r) for n, r in roles.items() if n != active))
+    test = PartyData(party=active, ids=data.test_ids, X=data.serve[active].subset(data.test_ids).X,
+                     columns=data.serve[active].columns, y=data.test_y)
+    return FlowerParties(deploy=deploy, workers=workers, train=data.train[active], test=test)

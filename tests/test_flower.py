@@ -1,0 +1,371 @@
+"""vflo over Flower: the same numbers as in one process, and a hub that can route but not read or forge.
+
+The equivalence tests run Flower's simulation runtime (virtual SuperNodes, Ray); the rest drive the same
+ClientApp adapter, workers and transport through a loopback grid in this process. A real SuperLink and
+SuperNodes as processes are in tests/e2e/test_flower_deployment.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import Message as FlowerMessage
+
+from tests.conftest import chain_data, vertical_split
+from tests.flower_parties import FlowerParties, start_workers
+from vflo.comm.codec import decode, encode
+from vflo.comm.grpc_transport import pack_frames
+from vflo.comm.message import Message
+from vflo.comm.relay import FINAL, parse_outcome
+from vflo.comm.seal import MAGIC, Keyring
+from vflo.comm.tls import PartyCredentials
+from vflo.deploy import Deployment, PartyConfig, PeerEntry, TLSConfig
+from vflo.errors import ConfigError, PartyBoundaryError, TransportError
+from vflo.federation.simulation import RunOutput, run_method
+from vflo.flower.adapter import RECORD, call_worker, forward
+from vflo.flower.apps import FlowerRun, flower_link
+from vflo.flower.simulation import run_in_simulation
+from vflo.flower.transport import FlowerGrid, discover
+from vflo.flower.worker import PartyWorker, check_local, supernode_command
+from vflo.methods.registry import get_method
+
+QUICK = {"max_epochs": 2, "patience": 0, "batch_size": 64}
+CHAIN_TRAIN = {**QUICK, "validation_fraction": 0.0}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "apc_vfl": {"train": QUICK}, "fedsvd": {}, "splitnn": {"train": QUICK},
+    "rap": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}},
+    "vfl_asp": {"train": CHAIN_TRAIN, "student_train": CHAIN_TRAIN, "embedding_train": CHAIN_TRAIN},
+}
+VERTICAL = ("apc_vfl", "rap", "fedsvd", "splitnn")
+
+
+def _runs(parties: FlowerParties, names: Iterable[str], seed: int) -> dict[str, RunOutput]:
+    def job(deployment: Deployment) -> dict[str, RunOutput]:
+        return {n: deployment.run(get_method(n)(**SETTINGS[n]), seed=seed) for n in names}
+
+    return run_in_simulation(parties.deploy, parties.addresses, job, train=parties.train, test=parties.test)
+
+
+@pytest.fixture(scope="module")
+def vertical_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, RunOutput], Any]]:
+    data = vertical_split(40)
+    parties = start_workers(tmp_path_factory.mktemp("flower_vertical"), data, {"server": "server", "dealer": "dealer"})
+    try:
+        yield _runs(parties, VERTICAL, seed=11), data
+    finally:
+        parties.stop()
+
+
+@pytest.fixture(scope="module")
+def chain_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, RunOutput], Any]]:
+    data = chain_data()
+    parties = start_workers(tmp_path_factory.mktemp("flower_chain"), data, {"server": "server", "dealer": "dealer"})
+    try:
+        yield _runs(parties, ["vfl_asp"], seed=3), data
+    finally:
+        parties.stop()
+
+
+def _same(over_flower: RunOutput, local: RunOutput) -> None:
+    assert np.array_equal(over_flower.scores, local.scores)
+    a, b = over_flower.ledger.summary(), local.ledger.summary()
+    assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
+    a, b = over_flower.fit_summary, local.fit_summary
+    assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
+    assert (a.align_bytes, a.align_rounds) == (b.align_bytes, b.align_rounds)
+    assert a.unanswered == 0
+
+
+@pytest.mark.parametrize("name", VERTICAL)
+def test_a_method_gives_the_same_results_over_flower_simulation(vertical_runs: Any, name: str) -> None:
+    runs, data = vertical_runs
+    _same(runs[name], run_method(get_method(name)(**SETTINGS[name]), data, seed=11))
+
+
+def test_vfl_asp_second_hop_is_relayed_sealed_and_gives_the_same_results(chain_runs: Any) -> None:
+    runs, data = chain_runs
+    out = runs["vfl_asp"]
+    _same(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), data, seed=3))
+    # p1 drives p2 through the ServerApp: those frames travel sealed, and the seal is transport framing,
+    # outside the frame bytes that match the in-process run.
+    relayed = [e for e in out.ledger.entries if {e.sender, e.receiver} == {"p1", "p2"}]
+    assert relayed and all(150 < e.framing < 260 for e in relayed)
+    direct = [e for e in out.ledger.entries if e.sender == "a" or e.receiver == "a"]
+    assert all(e.framing in (0, 8) for e in direct)
+
+
+def test_masked_svd_uploads_cross_the_hub_sealed(vertical_runs: Any) -> None:
+    runs, _ = vertical_runs
+    upload = [e for e in runs["fedsvd"].ledger.entries if e.sender == "pas" and e.receiver in ("server", "dealer")]
+    assert upload and all(150 < e.framing < 260 for e in upload)
+
+
+# -- a loopback grid: Flower's Message objects, delivered through the real ClientApp adapter -----------------
+
+
+class LoopbackGrid:
+    """What FlowerGrid uses of a Flower Grid, delivering each message to its worker through the adapter."""
+
+    def __init__(self, workers: dict[int, str]) -> None:
+        self.workers = workers
+        self.replies: dict[str, FlowerMessage] = {}
+        self.outcomes: list[bytes] = []  # every delivery's outcome, as the hub sees it
+        self._ids = itertools.count(1)
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.workers)
+
+    def push_messages(self, messages: Iterable[FlowerMessage]) -> list[str]:
+        ids = []
+        for m in messages:
+            message_id = f"m{next(self._ids)}"
+            m.metadata.__dict__["_message_id"] = message_id
+            reply = forward(m, self.workers[m.metadata.dst_node_id])
+            if m.content[RECORD]["op"] in ("deliver", "resume"):
+                self.outcomes.append(bytes(reply.content[RECORD]["body"]))  # type: ignore[arg-type]
+            self.replies[message_id] = reply
+            ids.append(message_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[FlowerMessage]:
+        return [self.replies.pop(i) for i in message_ids if i in self.replies]
+
+
+@pytest.fixture(autouse=True)
+def _flower_task_identity() -> Iterator[None]:
+    """Flower stamps each Message with the run and node it is created in; outside a runtime, set them as one would."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    names = ("_task_id", "_run_id", "_node_id")
+    saved = [getattr(TaskIdentity, n) for n in names]
+    for n in names:
+        setattr(TaskIdentity, n, 1)
+    try:
+        yield
+    finally:
+        for n, value in zip(names, saved, strict=True):
+            setattr(TaskIdentity, n, value)
+
+
+@pytest.fixture
+def loopback(tmp_path: Path) -> Iterator[tuple[FlowerParties, LoopbackGrid, Path]]:
+    parties = start_workers(tmp_path, chain_data(), {"server": "server", "dealer": "dealer"})
+    grid = LoopbackGrid({100 + i: a for i, a in enumerate(parties.addresses)})
+    try:
+        yield parties, grid, tmp_path
+    finally:
+        parties.stop()
+
+
+def _keyring(directory: Path, party: str) -> Keyring:
+    return Keyring(PartyCredentials.load(directory / "certs", party))
+
+
+def test_the_loopback_grid_runs_a_relayed_method_like_flower(loopback: Any) -> None:
+    parties, grid, directory = loopback
+    flower = FlowerGrid(grid)  # type: ignore[arg-type]
+    keyring = _keyring(directory, "a")
+    nodes = discover(flower, ["p1", "p2", "server", "dealer"], keyring=keyring, timeout=5)
+    deployment = Deployment(parties.deploy, train=parties.train, test=parties.test,
+                            link=flower_link(flower, nodes, keyring=keyring, deadline=60))
+    try:
+        out = deployment.run(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), seed=3)
+    finally:
+        deployment.close()
+    assert np.array_equal(out.scores,
+                          run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), chain_data(), seed=3).scores)
+    # What p1 and p2 said to each other crossed the hub only sealed: none of those frames is readable there.
+    onward = [parse_outcome(b, max_bytes=1 << 30)[1:] for b in grid.outcomes if b[:1] == b"O"]
+    between = [frames for receiver, frames in onward if receiver != "a"]
+    assert between and all(f.startswith(MAGIC) for frames in between for f in frames)
+
+
+def test_a_reply_the_hub_forged_for_another_party_is_refused(tmp_path: Path) -> None:
+    from vflo.comm.relay import RelayTransport
+    from vflo.comm.tls import init_certs
+
+    init_certs(tmp_path / "certs", ["a", "p1", "p2"])
+    p1 = _keyring(tmp_path, "p1")
+    p1.add_peers({"p2": (tmp_path / "certs" / "p2.pem").read_bytes()})
+    transport = RelayTransport("p1", hub="a", keyring=p1, deadline=5)
+    outcome: list[BaseException | Message] = []
+
+    def send() -> None:
+        try:
+            outcome.append(transport.request(Message(sender="p1", receiver="p2", kind="vfl_asp.x", round=1)))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    import threading
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    receiver, frames = parse_outcome(transport.outbox.get(timeout=5), max_bytes=1 << 30)[1:]
+    assert receiver == "p2" and frames[0].startswith(MAGIC)
+    # The hub answers in p2's name, without p2's seal.
+    transport.inbox.put(pack_frames([encode(Message(sender="p2", receiver="p1", kind="vfl_asp.x", round=1))]))
+    thread.join(timeout=5)
+    assert isinstance(outcome[0], PartyBoundaryError) and "not sealed by it" in str(outcome[0])
+
+
+def test_discover_names_the_parties_with_no_supernode(loopback: Any) -> None:
+    _parties, grid, directory = loopback
+    grid.workers.pop(min(grid.workers))
+    with pytest.raises(TransportError, match=r"no SuperNode serves \['p2'\].*vflo flower party"):
+        discover(grid, ["p2", "p1"], keyring=_keyring(directory, "a"), timeout=0.2)  # type: ignore[arg-type]
+
+
+def test_a_supernode_that_cannot_prove_its_party_is_refused(loopback: Any, tmp_path_factory: Any) -> None:
+    _parties, _grid, directory = loopback
+    # A worker with a certificate from another CA, claiming to be p1.
+    other = tmp_path_factory.mktemp("other_ca")
+    from vflo.comm.tls import init_certs
+
+    init_certs(other / "certs", ["p1", "a"])
+    config = PartyConfig(name="p1", role="server", tls=TLSConfig(dir=str(other / "certs")),
+                         peers={"a": PeerEntry(role="active")})
+    impostor = PartyWorker(config, address=f"unix:{other / 'p1.sock'}").start()
+    try:
+        with pytest.raises(PartyBoundaryError, match="not issued by"):
+            discover(LoopbackGrid({1: impostor.address}), ["p1"], keyring=_keyring(directory, "a"),  # type: ignore[arg-type]
+                     timeout=1)
+    finally:
+        impostor.stop()
+
+
+def _deliver(address: str, message: Message) -> Message:
+    out = call_worker(address, "deliver", pack_frames([encode(message)]))
+    tag, _, frames = parse_outcome(out, max_bytes=1 << 30)
+    assert tag == FINAL
+    return decode(frames[0])
+
+
+def test_the_hub_cannot_speak_for_another_party(loopback: Any) -> None:
+    parties, _grid, _directory = loopback
+    p1 = parties.workers[[w.name for w in parties.workers].index("p1")]
+    # A plain frame is the hub's own party's: claiming to be the server (or p2) is refused before any handler.
+    for claimed in ("server", "p2"):
+        reply = _deliver(p1.address, Message(sender=claimed, receiver="p1", kind="control.teardown", round=0))
+        assert reply.error is not None and "was plain" in reply.error.message
+    # A stranger is refused as over gRPC.
+    reply = _deliver(p1.address, Message(sender="mallory", receiver="p1", kind="control.teardown", round=0))
+    assert reply.error is not None and "not a configured peer" in reply.error.message
+
+
+def test_a_sealed_frame_is_checked_against_who_sealed_it(loopback: Any) -> None:
+    parties, grid, directory = loopback
+    p1 = next(w for w in parties.workers if w.name == "p1")
+    nodes = discover(grid, ["p1", "p2", "server", "dealer"], keyring=_keyring(directory, "a"),  # type: ignore[arg-type]
+                     timeout=5)
+    assert set(nodes) == {"p1", "p2", "server", "dealer"}
+    server = _keyring(directory, "server")
+    server.add_peers({"p1": (directory / "certs" / "p1.pem").read_bytes()})
+    # The server seals a message that says it comes from p2: refused, it is the server's seal.
+    forged = Message(sender="p2", receiver="p1", kind="control.teardown", round=0)
+    out = call_worker(p1.address, "deliver", pack_frames([server.seal(encode(forged), "p1")]))
+    frames = parse_outcome(out, max_bytes=1 << 30)[2]
+    reply = decode(server.open(frames[0])[1])
+    assert reply.error is not None and "sealed by 'server'" in reply.error.message
+    # The same sealed frame twice: the copy is refused.
+    honest = server.seal(encode(Message(sender="server", receiver="p1", kind="control.teardown", round=0)), "p1")
+    call_worker(p1.address, "deliver", pack_frames([honest]))
+    out = call_worker(p1.address, "deliver", pack_frames([honest]))
+    reply = decode(parse_outcome(out, max_bytes=1 << 30)[2][0])
+    assert reply.error is not None and "arrived twice" in reply.error.message
+    # A sealed frame altered on the way does not open.
+    tampered = bytearray(server.seal(encode(forged), "p1"))
+    tampered[-1] ^= 1
+    out = call_worker(p1.address, "deliver", pack_frames([bytes(tampered)]))
+    reply = decode(parse_outcome(out, max_bytes=1 << 30)[2][0])
+    assert reply.error is not None and "signature" in reply.error.message
+
+
+def test_a_delivery_cannot_start_while_another_waits_and_resume_needs_one(loopback: Any) -> None:
+    parties, _, _ = loopback
+    p1 = next(w for w in parties.workers if w.name == "p1")
+    out = call_worker(p1.address, "resume", pack_frames([b"x"]))
+    reply = decode(parse_outcome(out, max_bytes=1 << 30)[2][0])
+    assert reply.error is not None and "waits for no onward answer" in reply.error.message
+    out = call_worker(p1.address, "deliver", b"not frames")
+    reply = decode(parse_outcome(out, max_bytes=1 << 30)[2][0])
+    assert reply.error is not None and "malformed" in reply.error.message
+
+
+def test_a_worker_listens_only_locally_and_names_the_fix() -> None:
+    assert check_local("unix:/tmp/x.sock") == "unix:/tmp/x.sock"
+    assert check_local("127.0.0.1:9000") == "127.0.0.1:9000"
+    with pytest.raises(ConfigError, match="listens only locally.*unix:PATH or 127.0.0.1:PORT"):
+        check_local("0.0.0.0:9000")
+
+
+def test_a_worker_needs_tls_keys_or_says_it_runs_insecure(tmp_path: Path) -> None:
+    config = PartyConfig(name="p1", role="server", peers={"a": PeerEntry(role="active")})
+    with pytest.raises(ConfigError, match=r"give \[tls\] dir.*insecure = true"):
+        PartyWorker(config, address=f"unix:{tmp_path / 's.sock'}")
+    two_active = PartyConfig(name="p1", role="server", tls=TLSConfig(insecure=True),
+                             peers={"a": PeerEntry(role="active"), "b": PeerEntry(role="active")})
+    with pytest.raises(ConfigError, match="exactly one peer must have role 'active'"):
+        PartyWorker(two_active, address=f"unix:{tmp_path / 's.sock'}")
+
+
+def test_the_supernode_command_gets_the_worker_and_refuses_its_own_node_config() -> None:
+    command = supernode_command(["flower-supernode", "--insecure", "--superlink", "127.0.0.1:9092"], "unix:/s")
+    assert command[-2:] == ["--node-config", "vflo-worker='unix:/s'"]
+    assert Path(command[0]).name == "flower-supernode"
+    with pytest.raises(ConfigError, match="leave --node-config out"):
+        supernode_command(["flower-supernode", "--node-config", "x=1"], "unix:/s")
+
+
+def test_the_run_config_names_what_is_missing() -> None:
+    with pytest.raises(ConfigError, match="needs 'deploy'.*--run-config"):
+        FlowerRun.from_run_config({"experiment": "e.toml", "out": "o"})
+    run = FlowerRun.from_run_config({"experiment": "e.toml", "deploy": "d.toml", "out": "o", "connect-timeout": 5.0})
+    assert run.connect_timeout == 5.0
+
+
+def test_insecure_parties_still_refuse_strangers_and_give_the_same_results(tmp_path: Path) -> None:
+    data = vertical_split(40)
+    parties = start_workers(tmp_path, data, {}, tls=False)
+    grid = LoopbackGrid({7: parties.addresses[0]})
+    try:
+        nodes = discover(grid, ["pas"], keyring=None, timeout=5)  # type: ignore[arg-type]
+        deployment = Deployment(parties.deploy, train=parties.train, test=parties.test,
+                                link=flower_link(FlowerGrid(grid), nodes, keyring=None, deadline=60))  # type: ignore[arg-type]
+        try:
+            out = deployment.run(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), seed=11)
+        finally:
+            deployment.close()
+        _same(out, run_method(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), data, seed=11))
+        reply = _deliver(parties.addresses[0], Message(sender="mallory", receiver="pas", kind="control.teardown",
+                                                      round=0))
+        assert reply.error is not None and "not a configured peer" in reply.error.message
+    finally:
+        parties.stop()
+
+
+
+def test_only_the_parties_the_methods_need_are_waited_for(tmp_path: Path) -> None:
+    from vflo.flower.apps import needed_parties
+
+    parties = start_workers(tmp_path, vertical_split(40), {"server": "server", "dealer": "dealer"})
+    parties.stop()
+    deploy = parties.deploy
+    assert needed_parties(deploy, [get_method("apc_vfl")()]) == ["pas"]
+    assert needed_parties(deploy, [get_method("rap")()]) == ["pas", "server"]
+    assert needed_parties(deploy, [get_method("fedsvd")(), get_method("local")()]) == ["pas", "server", "dealer"]
+
+
+def test_vflo_flower_party_refuses_a_config_without_keys_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from vflo.cli import main
+
+    config = tmp_path / "server.toml"
+    config.write_text('name = "server"\nrole = "server"\n[peers]\nact = { role = "active" }\n')
+    assert main(["flower", "party", str(config)]) == 2
+    assert "give [tls] dir" in capsys.readouterr().err
