@@ -72,7 +72,8 @@ def chain_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[
 
 
 def _same(over_flower: RunOutput, local: RunOutput) -> None:
-    assert np.array_equal(over_flower.scores, local.scores)
+    # As over gRPC: PyTorch's multi-threaded kernels may differ in the last bits between two runs of one model.
+    assert np.allclose(over_flower.scores, local.scores, rtol=0, atol=1e-6)
     a, b = over_flower.ledger.summary(), local.ledger.summary()
     assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
     a, b = over_flower.fit_summary, local.fit_summary
@@ -177,8 +178,7 @@ def test_the_loopback_grid_runs_a_relayed_method_like_flower(loopback: Any) -> N
         out = deployment.run(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), seed=3)
     finally:
         deployment.close()
-    assert np.array_equal(out.scores,
-                          run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), chain_data(), seed=3).scores)
+    _same(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), chain_data(), seed=3))
     # What p1 and p2 said to each other crossed the hub only sealed: none of those frames is readable there.
     onward = [parse_outcome(b, max_bytes=1 << 30)[1:] for b in grid.outcomes if b[:1] == b"O"]
     between = [frames for receiver, frames in onward if receiver != "a"]

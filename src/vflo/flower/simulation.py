@@ -27,38 +27,47 @@ T = TypeVar("T")
 
 
 def run_in_simulation(deploy: DeployConfig, workers: Sequence[str], job: Callable[[Deployment], T], *,
-                      train: PartyData | None = None, test: PartyData | None = None, timeout: float = 120.0) -> T:
-    """``job(deployment)``'s result, the deployment's parties reached through Flower's simulation runtime."""
-    results: list[T] = []
-    failures: list[BaseException] = []
-    started: list[bool] = []
-    server = ServerApp()
+                      train: PartyData | None = None, test: PartyData | None = None, timeout: float = 60.0,
+                      attempts: int = 3) -> T:
+    """``job(deployment)``'s result, the deployment's parties reached through Flower's simulation runtime.
 
-    @server.main()
-    def _main(grid: Grid, context: Context) -> None:
-        started.append(True)
-        try:
-            deployment = connect(grid, deploy, timeout=timeout, train=train, test=test)
+    Ray gives its node 30 s to register and, on a busy machine starting it for the first time, can miss that;
+    Flower then ends the simulation before any SuperNode connected. Such a start is tried again (``attempts``
+    in all); a failure after the parties were connected is raised at once.
+    """
+    for attempt in range(1, attempts + 1):
+        results: list[T] = []
+        failures: list[BaseException] = []
+        connected: list[bool] = []
+        server = ServerApp()
+
+        @server.main()
+        def _main(grid: Grid, context: Context, results: list[T] = results, failures: list[BaseException] = failures,
+                  connected: list[bool] = connected) -> None:
             try:
-                results.append(job(deployment))
-            finally:
-                deployment.close()
-        except BaseException as exc:  # handed back to the caller: Flower would only log it
-            failures.append(exc)
+                deployment = connect(grid, deploy, timeout=timeout, train=train, test=test)
+                connected.append(True)
+                try:
+                    results.append(job(deployment))
+                finally:
+                    deployment.close()
+            except BaseException as exc:  # handed back to the caller: Flower would only log it
+                failures.append(exc)
 
-    client = make_client_app(partition_workers(dict(enumerate(workers))))
-    for attempt in (1, 2):
+        client = make_client_app(partition_workers(dict(enumerate(workers))))
         try:
             run_simulation(server, client, num_supernodes=len(workers),
                            backend_config={"client_resources": {"num_cpus": 1}})
-            break
         except RuntimeError:
-            # Ray gives its node 30 s to register, which a loaded machine can miss; nothing ran yet, so try again.
-            if started or attempt == 2:
+            if connected or attempt == attempts:
                 raise
-            logger.warning("Flower's simulation runtime did not start (Ray); trying once more")
-    if failures:
-        raise failures[0]
-    if not results:
-        raise ProtocolError("Flower's simulation ended before the ServerApp finished; see Flower's log above")
-    return results[0]
+            # The abandoned ServerApp thread gives up waiting for SuperNodes after ``timeout`` s on its own.
+            logger.warning("Flower's simulation runtime did not start (Ray); trying again (%d of %d)", attempt + 1,
+                           attempts)
+            continue
+        if failures:
+            raise failures[0]
+        if not results:
+            raise ProtocolError("Flower's simulation ended before the ServerApp finished; see Flower's log above")
+        return results[0]
+    raise AssertionError("unreachable")  # pragma: no cover
