@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,6 +66,17 @@ def chain_data() -> FederatedData:
                             BlockSpec(parties=("a",), rows=120))))
     layout = spec.build(ds, seed=0)
     return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:40])
+
+
+def assert_same_run(deployed: Any, local: Any) -> None:
+    """A run across processes (gRPC, Flower) against the same run in one process: scores within 1e-6 (PyTorch's
+    threaded kernels may differ in the last bits), the same messages, bytes and rounds, in all and in training
+    (every party's own record of it, not only the coordinator's), the same alignment, nothing unanswered."""
+    assert np.allclose(deployed.scores, local.scores, rtol=0, atol=1e-6)
+    for a, b in ((deployed.ledger.summary(), local.ledger.summary()), (deployed.fit_summary, local.fit_summary)):
+        assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
+        assert (a.align_bytes, a.align_rounds) == (b.align_bytes, b.align_rounds)
+        assert a.unanswered == 0
 
 
 @pytest.fixture

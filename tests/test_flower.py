@@ -12,11 +12,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from flwr.app import Message as FlowerMessage
 
-from tests.conftest import chain_data, vertical_split
+from tests.conftest import assert_same_run, chain_data, vertical_split
 from tests.flower_parties import FlowerParties, start_workers
 from vflo.comm.codec import decode, encode
 from vflo.comm.grpc_transport import pack_frames
@@ -71,27 +70,18 @@ def chain_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[
         parties.stop()
 
 
-def _same(over_flower: RunOutput, local: RunOutput) -> None:
-    # As over gRPC: PyTorch's multi-threaded kernels may differ in the last bits between two runs of one model.
-    assert np.allclose(over_flower.scores, local.scores, rtol=0, atol=1e-6)
-    a, b = over_flower.ledger.summary(), local.ledger.summary()
-    assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
-    a, b = over_flower.fit_summary, local.fit_summary
-    assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
-    assert (a.align_bytes, a.align_rounds) == (b.align_bytes, b.align_rounds)
-    assert a.unanswered == 0
 
 
 @pytest.mark.parametrize("name", VERTICAL)
 def test_a_method_gives_the_same_results_over_flower_simulation(vertical_runs: Any, name: str) -> None:
     runs, data = vertical_runs
-    _same(runs[name], run_method(get_method(name)(**SETTINGS[name]), data, seed=11))
+    assert_same_run(runs[name], run_method(get_method(name)(**SETTINGS[name]), data, seed=11))
 
 
 def test_vfl_asp_second_hop_is_relayed_sealed_and_gives_the_same_results(chain_runs: Any) -> None:
     runs, data = chain_runs
     out = runs["vfl_asp"]
-    _same(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), data, seed=3))
+    assert_same_run(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), data, seed=3))
     # p1 drives p2 through the ServerApp: those frames travel sealed, and the seal is transport framing,
     # outside the frame bytes that match the in-process run.
     relayed = [e for e in out.ledger.entries if {e.sender, e.receiver} == {"p1", "p2"}]
@@ -178,7 +168,7 @@ def test_the_loopback_grid_runs_a_relayed_method_like_flower(loopback: Any) -> N
         out = deployment.run(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), seed=3)
     finally:
         deployment.close()
-    _same(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), chain_data(), seed=3))
+    assert_same_run(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), chain_data(), seed=3))
     # What p1 and p2 said to each other crossed the hub only sealed: none of those frames is readable there.
     onward = [parse_outcome(b, max_bytes=1 << 30)[1:] for b in grid.outcomes if b[:1] == b"O"]
     between = [frames for receiver, frames in onward if receiver != "a"]
@@ -340,7 +330,7 @@ def test_insecure_parties_still_refuse_strangers_and_give_the_same_results(tmp_p
             out = deployment.run(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), seed=11)
         finally:
             deployment.close()
-        _same(out, run_method(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), data, seed=11))
+        assert_same_run(out, run_method(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), data, seed=11))
         reply = _deliver(parties.addresses[0], Message(sender="mallory", receiver="pas", kind="control.teardown",
                                                       round=0))
         assert reply.error is not None and "not a configured peer" in reply.error.message

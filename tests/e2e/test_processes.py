@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import chain_data, make_dataset, two_party_spec, vertical_split
+from tests.conftest import assert_same_run, chain_data, make_dataset, two_party_spec, vertical_split
 from tests.e2e.conftest import Federation, restart, start_federation, stopped, write_deploy
 from vflo.cli import main
 from vflo.comm.codec import decode
@@ -60,14 +60,6 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
                                         {"server": "server", "dealer": "dealer"}))
 
 
-def _same(over_grpc, local) -> None:  # type: ignore[no-untyped-def]
-    assert np.allclose(over_grpc.scores, local.scores, rtol=0, atol=1e-6)
-    a, b = over_grpc.ledger.summary(), local.ledger.summary()
-    assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
-    # Training alone too: every party's own record of it, not only the coordinator's.
-    a, b = over_grpc.fit_summary, local.fit_summary
-    assert (a.messages, a.bytes, a.rounds) == (b.messages, b.bytes, b.rounds)
-    assert (a.align_bytes, a.align_rounds) == (b.align_bytes, b.align_rounds)
 
 
 def _run_save_and_score(federation: Federation, name: str, seed: int, folder: Path):  # type: ignore[no-untyped-def]
@@ -90,18 +82,18 @@ def _run_save_and_score(federation: Federation, name: str, seed: int, folder: Pa
 def test_every_method_gives_the_same_results_over_grpc(vertical: Federation, name: str, tmp_path: Path) -> None:
     over_grpc = _run_save_and_score(vertical, name, 11, tmp_path)
     local = run_method(get_method(name)(**SETTINGS.get(name, {})), vertical.local, seed=11)
-    _same(over_grpc, local)
+    assert_same_run(over_grpc, local)
 
 
 @pytest.mark.parametrize("name", CHAIN)
 def test_second_hop_methods_give_the_same_results_over_grpc(chain: Federation, name: str, tmp_path: Path) -> None:
     over_grpc = _run_save_and_score(chain, name, 3, tmp_path)
-    _same(over_grpc, run_method(get_method(name)(**SETTINGS[name]), chain.local, seed=3))
+    assert_same_run(over_grpc, run_method(get_method(name)(**SETTINGS[name]), chain.local, seed=3))
 
 
 def test_entity_augmentation_over_grpc(label_only: Federation, tmp_path: Path) -> None:
     over_grpc = _run_save_and_score(label_only, "entity_augmentation", 5, tmp_path)
-    _same(over_grpc, run_method(get_method("entity_augmentation")(**SETTINGS["entity_augmentation"]),
+    assert_same_run(over_grpc, run_method(get_method("entity_augmentation")(**SETTINGS["entity_augmentation"]),
                                 label_only.local, seed=5))
 
 
@@ -113,7 +105,7 @@ def test_psi_alignment_over_grpc(vertical: Federation) -> None:
     finally:
         deployment.close()
     local = run_method(get_method("apc_vfl")(train=QUICK), vertical.local, seed=2, alignment=psi)
-    _same(over_grpc, local)
+    assert_same_run(over_grpc, local)
 
 
 @pytest.mark.parametrize("name", [m for m in method_names() if get_method(m).simulation_only])
