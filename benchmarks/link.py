@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,16 +24,13 @@ from typing import Any
 from benchmarks.apc_vfl import SPLITNN_CREDIT, credit_partition
 from vflo.deploy import Deployment, export_federation, load_deploy_config
 from vflo.federation.simulation import run_method
+from vflo.flower.local import free_port
 from vflo.methods.registry import get_method
 
 ROOT = Path(__file__).resolve().parents[1]
 LINKS = {"loopback": None, "LAN 1 ms, 1 Gbit/s": (1.0, 1000.0), "WAN 50 ms, 100 Mbit/s": (50.0, 100.0)}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(proc: subprocess.Popen[str], word: str, seconds: float = 90) -> None:

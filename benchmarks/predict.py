@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import pandas as pd
 
 import vflo
 from vflo.comm.tls import init_certs
+from vflo.flower.local import free_port
 from vflo.methods.registry import get_method, method_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,12 +109,6 @@ def active_only(work: Path, rows: int) -> dict[str, Any]:
     in_process = time.perf_counter() - started
     assert len(frame) == rows
     return {"rows": rows, "command": command, "in_process_seconds": in_process}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def together(work: Path, rows: int) -> dict[str, Any]:

@@ -163,7 +163,7 @@ def test_the_loopback_grid_runs_a_relayed_method_like_flower(loopback: Any) -> N
     keyring = _keyring(directory, "a")
     nodes = discover(flower, ["p1", "p2", "server", "dealer"], keyring=keyring, timeout=5)
     deployment = Deployment(parties.deploy, train=parties.train, test=parties.test,
-                            link=flower_link(flower, nodes, keyring=keyring, deadline=60))
+                            link=flower_link(flower, nodes, deadline=60))
     try:
         out = deployment.run(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), seed=3)
     finally:
@@ -325,7 +325,7 @@ def test_insecure_parties_still_refuse_strangers_and_give_the_same_results(tmp_p
     try:
         nodes = discover(grid, ["pas"], keyring=None, timeout=5)  # type: ignore[arg-type]
         deployment = Deployment(parties.deploy, train=parties.train, test=parties.test,
-                                link=flower_link(FlowerGrid(grid), nodes, keyring=None, deadline=60))  # type: ignore[arg-type]
+                                link=flower_link(FlowerGrid(grid), nodes, deadline=60))  # type: ignore[arg-type]
         try:
             out = deployment.run(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), seed=11)
         finally:

@@ -170,6 +170,11 @@ class DeployConfig:
         if any(p.role == "active" for p in self.parties):
             raise ConfigError("only [active] may have the role 'active'")
 
+    @property
+    def party_infos(self) -> tuple[PartyInfo, ...]:
+        """Every party with its role, the active one first."""
+        return (PartyInfo(self.active.name, "active"), *(PartyInfo(p.name, p.role) for p in self.parties))
+
     def check_grpc(self) -> None:
         """What vflo's own gRPC needs (Flower needs neither): the active party's TLS and every party's address."""
         missing = [p.name for p in self.parties if not p.address]
@@ -299,16 +304,13 @@ class RunningParty:
 Link = Callable[[Node], Transport]
 
 
-def party_tables(config: PartyConfig) -> PartyTables:
-    """The party's rows as its config's [data] table says (nothing for a party without data)."""
-    if config.data is None:
-        return PartyTables(train=None, serve=None, test=None, preprocessing=None)
-    return load_party_data(config.name, config.data)
-
-
-def build_node(config: PartyConfig, *, data: PartyData | None, serve: PartyData | None,
-               preprocessing: Preprocessing | None) -> Node:
-    """The party's node with its rows, its peers' roles, its policy and its own model and checkpoint folders."""
+def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
+               preprocessing: Preprocessing | None = None) -> Node:
+    """The party's node with its rows (read as its config says, unless given), its peers' roles, its policy and
+    its own model and checkpoint folders."""
+    if data is None and serve is None and config.data is not None:
+        tables = load_party_data(config.name, config.data)
+        data, serve, preprocessing = tables.train, tables.serve, tables.preprocessing
     store = None
     if config.models is not None:
         store = DeployedStore(Path(config.models), party=config.name, role=config.role, preprocessing=preprocessing,
@@ -326,9 +328,6 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
     through ``link`` (then nothing listens here; the link's hub reaches the others)."""
     if link is None:
         config.check_grpc()
-    if data is None and serve is None:
-        tables = party_tables(config)
-        data, serve, preprocessing = tables.train, tables.serve, tables.preprocessing
     node = build_node(config, data=data, serve=serve, preprocessing=preprocessing)
     if link is not None:
         transport = link(node)
@@ -424,7 +423,7 @@ class Deployment:
                              tls=active.tls, peers={**active.peers, **peers}, deadline=active.deadline,
                              max_message_bytes=active.max_message_bytes)
         self.party = start_party(config, data=train, serve=serving, preprocessing=self.preprocessing, link=link)
-        self.parties = (PartyInfo(active.name, "active"), *(PartyInfo(p.name, p.role) for p in deploy.parties))
+        self.parties = deploy.party_infos
 
     @property
     def data_parties(self) -> tuple[PartyInfo, ...]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,14 +16,11 @@ from vflo.comm.tls import init_certs
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
 from vflo.deploy import DataConfig, DeployConfig, PartyConfig, PeerConfig, TLSConfig, load_party_data
+from vflo.flower.local import free_port
 
 STARTUP_SECONDS = 90
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

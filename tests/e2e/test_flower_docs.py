@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from tests.e2e.test_docs import doc_steps
-from vflo.flower.local import free_port, stop_process
+from vflo.flower.local import free_port, stop_process, wait_for_log
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "flower.md"
@@ -37,14 +37,6 @@ def test_the_flower_guides_commands_are_parsed() -> None:
     assert {k for k, _ in steps if k.startswith("file")} == {"file runs/fl/experiment.toml",
                                                              "file ~/.flwr/config.toml"}
     assert all(port in DOC.read_text() for port in PORTS)
-
-
-def _wait_for(log: Path, text: str, process: subprocess.Popen[bytes], command: str) -> None:
-    end = time.monotonic() + STARTUP_SECONDS
-    while text not in log.read_text(errors="replace"):
-        if time.monotonic() > end or process.poll() is not None:
-            raise AssertionError(f"`{command}` did not start:\n{log.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.2)
 
 
 def test_every_command_in_the_flower_guide(tmp_path: Path) -> None:
@@ -80,8 +72,8 @@ def test_every_command_in_the_flower_guide(tmp_path: Path) -> None:
                 with log.open("wb") as out:
                     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
                 background.append(proc)
-                _wait_for(log, "Uvicorn running" if command[0] == "flower-superlink" else "SuperNode ID", proc,
-                          content)
+                wait_for_log(log, "Uvicorn running" if command[0] == "flower-superlink" else "SuperNode ID", proc,
+                             until=time.monotonic() + STARTUP_SECONDS, what=f"`{content}`")
                 continue
             done = subprocess.run(command, check=False, cwd=tmp_path, env=env, text=True, capture_output=True,
                                   timeout=RUN_SECONDS)

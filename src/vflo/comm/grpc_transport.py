@@ -27,7 +27,7 @@ import grpc
 from vflo.comm.codec import DEFAULT_MAX_BYTES, encode
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
-from vflo.comm.serving import error_frame, serve_frame
+from vflo.comm.serving import error_frame, serve_each, serve_frame
 from vflo.comm.tls import PartyCredentials
 from vflo.comm.transport import Endpoint, Transport
 from vflo.errors import (
@@ -168,14 +168,8 @@ class PartyServer:
             frames = unpack_frames(body, max_bytes=self.max_message_bytes)
         except CodecError as exc:
             return pack_frames([self._error(exc)])
-        replies = []
         with self._lock:
-            for frame in frames:
-                reply, failed = self._serve(frame, context)
-                replies.append(reply)
-                if failed:
-                    break
-        return pack_frames(replies)
+            return pack_frames(serve_each(frames, lambda frame: self._serve(frame, context)))
 
     def _serve(self, frame: bytes, context: grpc.ServicerContext) -> tuple[bytes, bool]:
         """One message's reply frame, and whether it carries an error (the caller holds the node's lock)."""

@@ -31,7 +31,7 @@ from vflo.comm.grpc_transport import FRAME_HEADER, pack_frames, unpack_frames
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
 from vflo.comm.seal import Keyring, is_sealed
-from vflo.comm.serving import error_frame, serve_frame
+from vflo.comm.serving import error_frame, serve_each, serve_frame
 from vflo.comm.transport import Endpoint, Transport
 from vflo.errors import CodecError, DeliveryTimeoutError, PartyBoundaryError, ProtocolError
 
@@ -81,8 +81,10 @@ class RelayTransport(Transport):
         receiver = messages[0].receiver
         frames = [encode(m, max_bytes=self.max_message_bytes) for m in messages]
         framing = FRAME_HEADER if len(frames) > 1 else 0
-        sealing = self.keyring is not None and receiver != self.hub
-        wire = [self.keyring.seal(f, receiver) if sealing and self.keyring else f for f in frames]
+        # Frames to the hub's own party go plain; to any other party, sealed (when this party has keys).
+        keyring = self.keyring if receiver != self.hub else None
+        sealing = keyring is not None
+        wire = [keyring.seal(f, receiver) for f in frames] if keyring is not None else frames
         seqs = self._record_requests(messages, frames, framing=framing, wire=wire)
         self.outbox.put(onward_body(receiver, wire))
         try:
@@ -162,13 +164,7 @@ class RelayedParty:
         return self._wait()
 
     def _work(self, frames: list[bytes]) -> None:
-        replies = []
-        for wire in frames:
-            reply, failed = self._serve(wire)
-            replies.append(reply)
-            if failed:
-                break
-        self.transport.outbox.put(FINAL + pack_frames(replies))
+        self.transport.outbox.put(FINAL + pack_frames(serve_each(frames, self._serve)))
 
     def _serve(self, wire: bytes) -> tuple[bytes, bool]:
         """The reply to one frame as it came through the hub: sealed back to its sealer, plain to the hub."""

@@ -7,7 +7,7 @@ the sender check and the conversion of failures into error replies are the same 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 from vflo.comm.codec import decode, encode
 from vflo.comm.message import Message, MessageError
@@ -26,6 +26,18 @@ def error_frame(party: str, exc: Exception, *, max_bytes: int, sender: str = "?"
     reply = Message(sender=party, receiver=sender, kind=kind, round=round_no,
                     error=MessageError(type=type(exc).__name__, message=str(exc)))
     return encode(reply, max_bytes=max_bytes)
+
+
+def serve_each(frames: Sequence[bytes], serve_one: Callable[[bytes], tuple[bytes, bool]]) -> list[bytes]:
+    """The reply frames to ``frames``, in order, stopping after the first that carries an error (a party handles
+    a batch as it would the messages one by one: what comes after a failure is not run)."""
+    replies = []
+    for frame in frames:
+        reply, failed = serve_one(frame)
+        replies.append(reply)
+        if failed:
+            break
+    return replies
 
 
 def serve_frame(node: Endpoint, frame: bytes, *, allowed: Collection[str], max_bytes: int,

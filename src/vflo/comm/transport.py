@@ -53,7 +53,7 @@ class Transport(ABC):
         """
         posted = self._posted.pop(message.receiver, [])
         replies = self._deliver([*posted, message])
-        _raise_posted_errors(posted, replies, len(posted) + 1)
+        raise_posted_errors(posted, replies, len(posted) + 1)
         return replies[-1]
 
     def post(self, message: Message) -> None:
@@ -64,7 +64,7 @@ class Transport(ABC):
         """Deliver every posted message now; raise the first error one of them caused."""
         while self._posted:
             _, posted = self._posted.popitem()
-            _raise_posted_errors(posted, self._deliver(posted), len(posted))
+            raise_posted_errors(posted, self._deliver(posted), len(posted))
 
     def drop_posted(self) -> int:
         """Forget posted messages that were never delivered (a run that failed left them); how many."""
@@ -154,7 +154,8 @@ class Transport(ABC):
         """Release connections; the in-process transport has none."""
 
 
-def _raise_posted_errors(posted: Sequence[Message], replies: Sequence[Message], expected: int) -> None:
+def raise_posted_errors(posted: Sequence[Message], replies: Sequence[Message], expected: int) -> None:
+    """The error a posted message caused (its reply carries it), or that the receiver answered too few."""
     for reply in replies[: len(posted)]:
         reply.unwrap()  # raises the RemoteError of a posted message that failed
     if len(replies) < expected:

@@ -19,7 +19,6 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from vflo import schema
-from vflo.comm.seal import Keyring
 from vflo.data.partydata import PartyData
 from vflo.deploy import DeployConfig, Deployment, Link, load_deploy_config
 from vflo.errors import ConfigError
@@ -31,7 +30,6 @@ from vflo.flower.adapter import client_app
 from vflo.flower.transport import FlowerGrid, FlowerTransport, discover
 from vflo.flower.worker import keyring_for
 from vflo.methods.base import Method
-from vflo.roles import PartyInfo
 
 logger = logging.getLogger(__name__)
 
@@ -60,21 +58,20 @@ class FlowerRun:
         return schema.build(cls, settings, "the Flower run config")
 
 
-def flower_link(grid: Grid | FlowerGrid, nodes: dict[str, int], *, keyring: Keyring | None, deadline: float) -> Link:
+def flower_link(grid: Grid | FlowerGrid, nodes: dict[str, int], *, deadline: float) -> Link:
     """How the coordinator's node reaches the others: a :class:`FlowerTransport` over ``grid``."""
 
     def link(node: Node) -> FlowerTransport:
         return FlowerTransport(grid, party=node.name, nodes=nodes, local=node, allowed=set(node.peers),
-                               keyring=keyring, deadline=deadline)
+                               deadline=deadline)
 
     return link
 
 
 def needed_parties(deploy: DeployConfig, methods: Sequence[Method]) -> list[str]:
     """The parties ``methods`` need besides the active one: every passive party, and their servers and dealers."""
-    data = (PartyInfo(deploy.active.name, "active"),
-            *(PartyInfo(p.name, p.role) for p in deploy.parties if p.role == "passive"))
-    names = {p.name for p in data[1:]}
+    data = tuple(p for p in deploy.party_infos if p.holds_data)
+    names = {p.name for p in data if p.role != "active"}
     for method in methods:
         names |= {p.name for p in method.extra_parties(data)}
     return [p.name for p in deploy.parties if p.name in names]
@@ -93,7 +90,7 @@ def connect(grid: Grid, deploy: DeployConfig, *, timeout: float = 120.0, train: 
                      optional=[p for p in everyone if p not in needed])
     logger.info("parties on SuperNodes: %s", ", ".join(f"{p} = {n}" for p, n in nodes.items()))
     return Deployment(deploy, train=train, test=test,
-                      link=flower_link(flower, nodes, keyring=keyring, deadline=deploy.active.deadline))
+                      link=flower_link(flower, nodes, deadline=deploy.active.deadline))
 
 
 def run_on_grid(grid: Grid, run: FlowerRun) -> list[dict[str, Any]]:

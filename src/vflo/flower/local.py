@@ -40,6 +40,16 @@ def stop_process(process: subprocess.Popen[Any], grace: float = 15.0) -> None:
         process.wait(timeout=5)
 
 
+def wait_for_log(log: Path, text: str, process: subprocess.Popen[Any], *, until: float, what: str) -> None:
+    """Wait until ``text`` is in the ``log`` a started ``process`` writes, at the latest until ``until``
+    (time.monotonic); a process that ends first, or the time running out, is an error quoting the log's end."""
+    while text not in log.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > until:
+            tail = log.read_text(errors="replace")[-3000:]
+            raise TransportError(f"{what} did not start (waited for {text!r}); its log ends:\n{tail}")
+        time.sleep(0.1)
+
+
 class LocalFlower:
     """``flower-superlink`` and one ``vflo flower party ... -- flower-supernode`` per party config, on 127.0.0.1."""
 
@@ -65,12 +75,7 @@ class LocalFlower:
         return process
 
     def _wait_for(self, name: str, text: str, end: float) -> None:
-        path = self.logs / f"{name}.log"
-        while text not in path.read_text(errors="replace"):
-            if self.processes[name].poll() is not None or time.monotonic() > end:
-                tail = path.read_text(errors="replace")[-2000:]
-                raise TransportError(f"{name} did not start (waited for {text!r}); its log ends:\n{tail}")
-            time.sleep(0.1)
+        wait_for_log(self.logs / f"{name}.log", text, self.processes[name], until=end, what=name)
 
     def start(self) -> LocalFlower:
         self.home.mkdir(parents=True, exist_ok=True)

@@ -28,8 +28,8 @@ from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
 from vflo.comm.relay import FINAL, parse_outcome
 from vflo.comm.seal import Keyring
-from vflo.comm.serving import error_frame, serve_frame
-from vflo.comm.transport import Endpoint, Transport
+from vflo.comm.serving import error_frame, serve_each, serve_frame
+from vflo.comm.transport import Endpoint, Transport, raise_posted_errors
 from vflo.errors import (
     CodecError,
     ConfigError,
@@ -156,7 +156,7 @@ class FlowerTransport(Transport):
     """The coordinator's requests over Flower; onward requests of parties relayed through here."""
 
     def __init__(self, grid: Grid | FlowerGrid, *, party: str, nodes: Mapping[str, int], local: Endpoint,
-                 allowed: Collection[str], keyring: Keyring | None, ledger: Ledger | None = None,
+                 allowed: Collection[str], ledger: Ledger | None = None,
                  max_message_bytes: int = DEFAULT_MAX_BYTES, deadline: float = DEFAULT_DEADLINE) -> None:
         super().__init__(ledger=ledger, max_message_bytes=max_message_bytes)
         self.flower = grid if isinstance(grid, FlowerGrid) else FlowerGrid(grid, deadline=deadline)
@@ -164,7 +164,6 @@ class FlowerTransport(Transport):
         self.nodes = dict(nodes)
         self.local = local
         self.allowed = frozenset(allowed)
-        self.keyring = keyring
 
     @property
     def shared_ledger(self) -> bool:
@@ -228,14 +227,9 @@ class FlowerTransport(Transport):
             if message.sender != origin:
                 raise PartyBoundaryError(f"party {origin!r} sent a message in the name of {message.sender!r}; refused")
 
-        replies = []
-        for frame in frames:
-            reply, failed = serve_frame(self.local, frame, allowed=self.allowed, max_bytes=self.max_message_bytes,
-                                        authenticate=authenticate)
-            replies.append(reply)
-            if failed:
-                break
-        return replies
+        return serve_each(frames, lambda frame: serve_frame(self.local, frame, allowed=self.allowed,
+                                                            max_bytes=self.max_message_bytes,
+                                                            authenticate=authenticate))
 
     def request_each(self, messages: Sequence[Message]) -> list[Message | TransportError]:
         """One round to several parties: one push, so a deployed round waits for the slowest SuperNode once."""
@@ -249,10 +243,6 @@ class FlowerTransport(Transport):
             return [exc for _ in messages]
         out: list[Message | TransportError] = []
         for batch, batch_replies in zip(batches, replies, strict=True):
-            for reply in batch_replies[: len(batch) - 1]:
-                reply.unwrap()  # a posted message that failed
-            if len(batch_replies) < len(batch):
-                raise ProtocolError(f"party {batch[0].receiver!r} answered {len(batch_replies)} of {len(batch)} "
-                                    "messages sent together")
+            raise_posted_errors(batch[:-1], batch_replies, len(batch))
             out.append(batch_replies[-1])
         return out

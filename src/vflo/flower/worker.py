@@ -27,7 +27,7 @@ import grpc
 from vflo.comm.relay import RelayedParty
 from vflo.comm.seal import Keyring
 from vflo.data.partydata import PartyData
-from vflo.deploy import PartyConfig, announce, build_node, credentials_for, party_tables, stop_on_signal
+from vflo.deploy import PartyConfig, announce, build_node, credentials_for, stop_on_signal
 from vflo.errors import ConfigError, PartyBoundaryError, TransportError
 from vflo.flower.adapter import SERVICE, WORKER_KEY
 from vflo.flower.local import stop_process
@@ -89,12 +89,8 @@ class PartyWorker:
                  serve: PartyData | None = None) -> None:
         address = check_local(address or default_address(config.name))
         self.keyring = keyring_for(config)
-        preprocessing = None
-        if data is None and serve is None:
-            tables = party_tables(config)
-            data, serve, preprocessing = tables.train, tables.serve, tables.preprocessing
         self.config = config
-        self.node = build_node(config, data=data, serve=serve, preprocessing=preprocessing)
+        self.node = build_node(config, data=data, serve=serve)
         self.relay = RelayedParty(self.node, allowed=set(config.peers), hub=hub_party(config), keyring=self.keyring,
                                   max_message_bytes=config.max_message_bytes, deadline=config.deadline)
         handler = grpc.method_handlers_generic_handler(SERVICE, {
