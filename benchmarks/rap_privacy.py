@@ -21,9 +21,13 @@ import numpy as np
 from vflo.data.datasets import load_dataset
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
+from vflo.dp import RowNoise
 from vflo.methods.rap import ClientTransform
 from vflo.privacy.attacks import attack_report, known_means
 from vflo.privacy.distance import distortion, kmeans_agreement, neighbour_recall
+
+# The client's keyed noise for the pseudo feature (its secret key stands in for a party's own).
+PSEUDO = RowNoise(b"pseudo-feature-key")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(4):
         party = data.train[f"client{i}"]
         t = ClientTransform.fit(party, rng, other=False, pseudo=True, max_condition=10.0)
-        Xt = t.project(party, rng)
+        Xt = t.project(party, PSEUDO)
         blocks.append((party.X.astype(np.float64), Xt.astype(np.float64)))
         for n_known in (party.n_features, 10 * party.n_features):
             attacks[f"client{i} ({party.n_features} features), {n_known} known rows"] = attack_report(
@@ -55,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     for pseudo in (False, True):
         t = ClientTransform.fit(one, rng, other=False, pseudo=pseudo)
         one_feature["with pseudo feature" if pseudo else "without pseudo feature"] = known_means(
-            t.project(one, rng), one.X)
+            t.project(one, PSEUDO), one.X)
     X = np.hstack([b[0] for b in blocks])
     Xt = np.hstack([b[1] for b in blocks])
     low, high = distortion(X, Xt)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,30 @@ import pytest
 
 from vflo.data.datasets import Dataset
 from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.seeding import derive_seed
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+class _PartySeeds(Mapping[str, int]):
+    """Each party's own seed in tests, by name: what a deployed party's own config holds (``seed = ...``) and what
+    the in-process run of the same experiment is handed (``run_method(..., party_seeds=PARTY_SEEDS)``), so the
+    two draw the same secret numbers. Any name has one."""
+
+    def __getitem__(self, name: str) -> int:
+        return derive_seed(20261124, "test-party-seed", name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+PARTY_SEEDS: Mapping[str, int] = _PartySeeds()
 
 
 def make_dataset(

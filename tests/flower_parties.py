@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.conftest import PARTY_SEEDS
 from vflo.comm.tls import init_certs
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
@@ -46,10 +47,11 @@ def start_workers(directory: Path, data: FederatedData, extra_roles: dict[str, R
             continue
         config = PartyConfig(name=name, role=role, data=in_memory if name in data.train else None, tls=security,
                              peers={n: PeerEntry(role=r) for n, r in roles.items() if n != name},
-                             policy=Policy(methods=policy))
+                             policy=Policy(methods=policy), seed=PARTY_SEEDS[name])
         workers.append(PartyWorker(config, address=f"unix:{directory / name}.sock", data=data.train.get(name),
                                    serve=data.serve.get(name)).start())
-    deploy = DeployConfig(active=PartyConfig(name=active, role="active", data=in_memory, tls=security),
+    deploy = DeployConfig(active=PartyConfig(name=active, role="active", data=in_memory, tls=security,
+                                             seed=PARTY_SEEDS[active]),
                           parties=tuple(PeerConfig(name=n, role=r) for n, r in roles.items() if n != active))
     test = PartyData(party=active, ids=data.test_ids, X=data.serve[active].subset(data.test_ids).X,
                      columns=data.serve[active].columns, y=data.test_y)

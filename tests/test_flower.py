@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from flwr.app import Message as FlowerMessage
 
-from tests.conftest import assert_same_run, chain_data, vertical_split
+from tests.conftest import PARTY_SEEDS, assert_same_run, chain_data, vertical_split
 from tests.flower_parties import FlowerParties, start_workers
 from vflo.comm.codec import decode, encode
 from vflo.comm.grpc_transport import pack_frames
@@ -75,13 +75,14 @@ def chain_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[
 @pytest.mark.parametrize("name", VERTICAL)
 def test_a_method_gives_the_same_results_over_flower_simulation(vertical_runs: Any, name: str) -> None:
     runs, data = vertical_runs
-    assert_same_run(runs[name], run_method(get_method(name)(**SETTINGS[name]), data, seed=11))
+    assert_same_run(runs[name], run_method(get_method(name)(**SETTINGS[name]), data, seed=11, party_seeds=PARTY_SEEDS))
 
 
 def test_vfl_asp_second_hop_is_relayed_sealed_and_gives_the_same_results(chain_runs: Any) -> None:
     runs, data = chain_runs
     out = runs["vfl_asp"]
-    assert_same_run(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), data, seed=3))
+    assert_same_run(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), data, seed=3,
+                                    party_seeds=PARTY_SEEDS))
     # p1 drives p2 through the ServerApp: those frames travel sealed, and the seal is transport framing,
     # outside the frame bytes that match the in-process run.
     relayed = [e for e in out.ledger.entries if {e.sender, e.receiver} == {"p1", "p2"}]
@@ -168,7 +169,8 @@ def test_the_loopback_grid_runs_a_relayed_method_like_flower(loopback: Any) -> N
         out = deployment.run(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), seed=3)
     finally:
         deployment.close()
-    assert_same_run(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), chain_data(), seed=3))
+    assert_same_run(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), chain_data(), seed=3,
+                                    party_seeds=PARTY_SEEDS))
     # What p1 and p2 said to each other crossed the hub only sealed: none of those frames is readable there.
     onward = [parse_outcome(b, max_bytes=1 << 30)[1:] for b in grid.outcomes if b[:1] == b"O"]
     between = [frames for receiver, frames in onward if receiver != "a"]
@@ -330,7 +332,8 @@ def test_insecure_parties_still_refuse_strangers_and_give_the_same_results(tmp_p
             out = deployment.run(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), seed=11)
         finally:
             deployment.close()
-        assert_same_run(out, run_method(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), data, seed=11))
+        assert_same_run(out, run_method(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), data, seed=11,
+                                        party_seeds=PARTY_SEEDS))
         reply = _deliver(parties.addresses[0], Message(sender="mallory", receiver="pas", kind="control.teardown",
                                                       round=0))
         assert reply.error is not None and "not a configured peer" in reply.error.message

@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tests.conftest import vertical_split
+from tests.conftest import PARTY_SEEDS, vertical_split
 from vflo.cli import main
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer, pack_frames, unpack_frames
 from vflo.comm.local import LocalTransport
@@ -49,9 +49,10 @@ def _federation(certs: Path | None):  # type: ignore[no-untyped-def]
     data = _split()
     tls = TLSConfig(insecure=True) if certs is None else TLSConfig(dir=str(certs))
     dummy = DataConfig(file="unused", id_column="id")
-    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": PeerEntry(address="x", role="active")}),  # noqa: E501
+    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": PeerEntry(address="x", role="active")}, seed=PARTY_SEEDS["pas"]),  # noqa: E501
                       data=data.train["pas"], serve=data.serve["pas"])
-    deploy = DeployConfig(active=PartyConfig(name="act", role="active", listen="127.0.0.1:0", data=dummy, tls=tls),
+    deploy = DeployConfig(active=PartyConfig(name="act", role="active", listen="127.0.0.1:0", data=dummy, tls=tls,
+                                             seed=PARTY_SEEDS["act"]),
                           parties=(PeerConfig(name="pas", role="passive", address=pas.server.address),))
     test = PartyData(party="act", ids=data.test_ids, X=data.serve["act"].subset(data.test_ids).X,
                      columns=data.serve["act"].columns, y=data.test_y)
@@ -67,7 +68,7 @@ def test_grpc_gives_the_same_numbers_and_bytes_as_in_process(certs: Path, secure
         for name in ("splitnn", "apc_vfl"):
             kwargs = {"train": {"max_epochs": 2, "patience": 0}}
             over_grpc = dep.run(get_method(name)(**kwargs), seed=3)
-            local = run_method(get_method(name)(**kwargs), data, seed=3)
+            local = run_method(get_method(name)(**kwargs), data, seed=3, party_seeds=PARTY_SEEDS)
             assert np.array_equal(over_grpc.scores, local.scores)
             a, b = over_grpc.ledger.summary(), local.ledger.summary()
             assert (a.bytes, a.messages, a.rounds, a.align_bytes) == (b.bytes, b.messages, b.rounds, b.align_bytes)
@@ -363,9 +364,10 @@ def test_the_deploy_guide_lists_every_config_key() -> None:
 def _deployed(train_pas: PartyData, serve_pas: PartyData | None, train_act: PartyData, test: PartyData):  # type: ignore[no-untyped-def]
     tls = TLSConfig(insecure=True)
     dummy = DataConfig(file="unused", id_column="id")
-    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": PeerEntry(address="x", role="active")}),  # noqa: E501
+    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": PeerEntry(address="x", role="active")}, seed=PARTY_SEEDS["pas"]),  # noqa: E501
                       data=train_pas, serve=serve_pas)
-    deploy = DeployConfig(active=PartyConfig(name="act", role="active", listen="127.0.0.1:0", data=dummy, tls=tls),
+    deploy = DeployConfig(active=PartyConfig(name="act", role="active", listen="127.0.0.1:0", data=dummy, tls=tls,
+                                             seed=PARTY_SEEDS["act"]),
                           parties=(PeerConfig(name="pas", role="passive", address=pas.server.address),
                                    PeerConfig(name="server", role="server", address="127.0.0.1:1")))
     dep = Deployment(deploy, train=train_act, test=test)

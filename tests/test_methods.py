@@ -13,13 +13,13 @@ from tests.conftest import make_dataset, two_party_spec
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import MethodError
-from vflo.federation.simulation import build_federation, run_method
+from vflo.federation.simulation import build_federation, party_secret, run_method
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method, method_names
 from vflo.metrics import compute_metrics
 from vflo.nn.models import mlp
 from vflo.nn.train import TrainConfig, fit_module
-from vflo.seeding import numpy_rng, torch_generator
+from vflo.seeding import numpy_rng
 
 FAST = {"lr": 1e-2, "batch_size": 32, "max_epochs": 15, "patience": 5}
 TINY = {"max_epochs": 2, "patience": 0, "batch_size": 64}
@@ -126,12 +126,13 @@ def test_one_party_splitnn_equals_a_plain_mlp() -> None:
     party = data.train["solo"]
     order = np.argsort(party.ids)
     X, y = torch.tensor(party.X[order]), torch.tensor(party.y[order])  # type: ignore[index]
+    secret = party_secret(42, "solo")  # the party's own randomness, as the harness gives it
     model = torch.nn.Sequential(
-        mlp(6, (16, 8), None, generator=torch_generator(42, "solo", "splitnn-bottom")),
-        mlp(8, (8,), 2, generator=torch_generator(42, "solo", "splitnn-top")),
+        mlp(6, (16, 8), None, generator=secret.torch_generator(42, "solo", "splitnn-bottom")),
+        mlp(8, (8,), 2, generator=secret.torch_generator(42, "solo", "splitnn-top")),
     )
     hist = fit_module(model, lambda m, b: F.cross_entropy(m(b["x"]), b["y"]), {"x": X, "y": y}, config=train,
-                      rng=numpy_rng(42, "solo", "splitnn-train"))
+                      rng=numpy_rng(42, "solo", "splitnn-train"))  # batches: public, from the run seed
     assert np.allclose(method.history_["loss"], hist["loss"], rtol=1e-5)
     assert np.allclose(method.history_["val_loss"], hist["val_loss"], rtol=1e-5)
     with torch.no_grad():

@@ -46,13 +46,16 @@ def test_the_page_lists_every_deployable_method() -> None:
 
 @pytest.mark.parametrize("name", DEPLOYABLE)
 def test_what_the_page_says_each_party_keeps(name: str, tmp_path: Path) -> None:
+    assert "also holds `node`" in DOC.read_text()
     data = data_for(name)
     folder = vflo.fit(quick(name), data, seed=0).save(tmp_path)
     kept: dict[str, set[str]] = {"active": set(), "passive": set(), "helper": set()}
     for party in (p for p in folder.iterdir() if p.is_dir()):
         role = json.loads((party / "manifest.json").read_text())["role"]
         state = decode((party / "state.vflo").read_bytes()).payload
-        kept[role if role in ("active", "passive") else "helper"] |= {k.split(".")[0] for k in state}
+        groups = {k.split(".")[0] for k in state}
+        assert "node" in groups, f"{party.name}'s part lacks its release key"  # every part: see the page's note
+        kept[role if role in ("active", "passive") else "helper"] |= groups - {"node"}
     active, passive, helper = documented()[name]
     assert kept["active"] == active, "active party"
     assert kept["passive"] == passive, "passive parties"

@@ -9,6 +9,7 @@ from tests.conftest import make_dataset
 from vflo.data.datasets import Dataset
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData, PartySpec, ScenarioSpec
+from vflo.dp import RowNoise
 from vflo.errors import ConfigError, DataError, RemoteError, ScenarioError
 from vflo.federation.simulation import run_method
 from vflo.methods.rap import ClientTransform, LabelTransform, label_matrix, whiten, whitening
@@ -16,6 +17,9 @@ from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
 from vflo.privacy.attacks import attack_report, known_means
 from vflo.privacy.distance import distortion, kmeans_agreement, neighbour_recall
+
+# The client's keyed noise for the pseudo feature (its secret key stands in for a party's own).
+PSEUDO = RowNoise(b"pseudo-feature-key")
 
 FAST = {"model": "mlp", "hidden": [32], "train": {"lr": 1e-2, "batch_size": 64, "max_epochs": 30, "patience": 3,
                                                   "validation_fraction": 0.125, "stop": "plateau"}}
@@ -190,15 +194,15 @@ def test_client_transform_special_cases() -> None:
     unseen = PartyData(party="c", ids=[9], X=np.array([[5, 1.0]]), columns=("colour", "size"),
                        categorical=("colour",))
     with pytest.raises(DataError, match="categories \\[5.0\\] not seen in training"):
-        tc.project(unseen, rng)
+        tc.project(unseen, PSEUDO)
     with_other = ClientTransform.fit(cat, rng, other=True, pseudo=True)
-    assert with_other.width == 5 and with_other.project(unseen, rng).shape == (1, 5)
+    assert with_other.width == 5 and with_other.project(unseen, PSEUDO).shape == (1, 5)
     single = PartyData(party="c", ids=np.arange(3), X=np.array([[1, 0.2], [1, 0.3], [1, 0.1]]),
                        columns=("kind", "v"), categorical=("kind",))
     with pytest.raises(DataError, match="has a single category"):
         ClientTransform.fit(single, rng, other=False, pseudo=True)
     with pytest.raises(DataError, match="not\\s+the 2 columns"):
-        tc.project(PartyData(party="c", ids=[1], X=np.zeros((1, 2)), columns=("size", "colour")), rng)
+        tc.project(PartyData(party="c", ids=[1], X=np.zeros((1, 2)), columns=("size", "colour")), PSEUDO)
 
 
 def test_bad_input() -> None:
@@ -233,7 +237,7 @@ def test_server_attacks_and_the_pseudo_feature_defence() -> None:
     X = rng.normal(3.0, 1.0, size=(500, 4))
     data = PartyData(party="c", ids=np.arange(500), X=X, columns=tuple("abcd"))
     t = ClientTransform.fit(data, rng, other=False, pseudo=True)
-    Xt = t.project(data, rng)
+    Xt = t.project(data, PSEUDO)
     report = attack_report(Xt, X, n_known=10)
     assert report["known_rows_with_collusion"] < 1e-3           # n >= F and IDs revealed: recovered
     assert report["known_rows_no_collusion"] > 0.5              # blind pairing: not recovered
@@ -241,9 +245,9 @@ def test_server_attacks_and_the_pseudo_feature_defence() -> None:
     salary = X[:, :1]
     one = PartyData(party="c", ids=np.arange(500), X=salary, columns=("salary",))
     bare = ClientTransform.fit(one, rng, other=False, pseudo=False)
-    assert known_means(bare.project(one, rng), salary) < 1e-4  # the scale estimate recovers it
+    assert known_means(bare.project(one, PSEUDO), salary) < 1e-4  # the scale estimate recovers it
     defended = ClientTransform.fit(one, rng, other=False, pseudo=True)
-    assert known_means(defended.project(one, rng), salary) > 0.3
+    assert known_means(defended.project(one, PSEUDO), salary) > 0.3
 
 
 def test_projections_preserve_distances_for_clustering_and_search() -> None:

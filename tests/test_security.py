@@ -128,14 +128,39 @@ def test_policy_settings_are_checked() -> None:
         "rap (requiring rap.max_condition <= 5)"
 
 
-@pytest.mark.parametrize("mask", ["identity", "permutation", "not orthogonal"])
+def _weak_mask(mask: str, m: int) -> OrthogonalMask:
+    """Masks an attacking dealer deals: each hides nothing, at one block size or another."""
+    rng = np.random.default_rng(0)
+    no_blocks = np.zeros((0, 0, 0))
+    if mask == "identity":
+        return OrthogonalMask(no_blocks, np.eye(m))
+    if mask == "permutation":
+        return OrthogonalMask(no_blocks, np.eye(m)[rng.permutation(m)])
+    if mask == "not orthogonal":
+        return OrthogonalMask(no_blocks, np.ones((m, m)))
+    if mask == "identity as 1x1 blocks":
+        return OrthogonalMask(np.ones((m - 1, 1, 1)), np.eye(1))
+    if mask == "permutations in 7x7 blocks":
+        k = m // 7
+        return OrthogonalMask(np.stack([np.eye(7)[rng.permutation(7)] for _ in range(k)]), np.eye(m - 7 * k))
+    if mask == "half identity":
+        half = np.eye(m)
+        half[m // 2:, m // 2:] = OrthogonalMask.random(m - m // 2, None, rng).tail
+        return OrthogonalMask(no_blocks, half)
+    assert mask == "permutation inside one block"
+    inner = np.zeros((m, m))
+    for start in range(0, m, 7):  # block-diagonal 7x7 rotations, hidden by a permutation of the rows
+        size = min(7, m - start)
+        inner[start:start + size, start:start + size] = OrthogonalMask.random(size, None, rng).tail
+    return OrthogonalMask(no_blocks, inner[rng.permutation(m)])
+
+
+@pytest.mark.parametrize("mask", ["identity", "permutation", "not orthogonal", "identity as 1x1 blocks",
+                                  "permutations in 7x7 blocks", "half identity", "permutation inside one block"])
 def test_masks_that_hide_nothing_are_refused_even_from_the_dealer(mask: str) -> None:
     data, _method, fed, nodes = federation("fedsvd")
     pas = data.train["pas"]
-    m = len(pas.ids)
-    P = np.eye(m) if mask == "identity" else np.eye(m)[np.random.default_rng(0).permutation(m)] \
-        if mask == "permutation" else np.ones((m, m))
-    payload = {**OrthogonalMask(np.zeros((0, 0, 0)), P).to_payload("p"),
+    payload = {**_weak_mask(mask, len(pas.ids)).to_payload("p"),
                **OrthogonalMask(np.zeros((0, 0, 0)), np.zeros((0, 0))).to_payload("q")}
     reply = send(fed, "dealer", "pas", "svd.masks", payload)
     assert reply.error is not None and "refused" in reply.error.message

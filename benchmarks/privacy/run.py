@@ -2,12 +2,15 @@
 that applies to what each party received (benchmark, not a test).
 
     python -m benchmarks.privacy.run DATASET [--data-dir ../shared/datasets] [--out runs/privacy] [--quick]
+                                             [--serve-repeats 3]
 
 DATASET is ``breast`` (APC-VFL's Breast Cancer partition), ``credit`` (APC-VFL's Credit partition; Entity
 Augmentation on its own paper's Credit partition) or ``handwritten`` (configs/privacy/handwritten.toml). VFL-ASP
 runs on its own paper's second-hop partition of Breast Cancer and Credit. Each run's result is written to
 ``OUT/DATASET/RUN.json`` as soon as it finishes and a run already there is skipped, so a restart loses one run,
 not all. One thread per process. ``benchmarks/privacy/report.py`` turns the results into docs/privacy.md.
+Each run scores the test people ``--serve-repeats`` times (the protocol lets the active party ask again), so an
+attacker holding several releases of one person can average them.
 """
 
 from __future__ import annotations
@@ -119,6 +122,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "privacy")
     parser.add_argument("--quick", action="store_true", help="no defence levels: each method once")
     parser.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+    parser.add_argument("--serve-repeats", type=int, default=3,
+                        help="how many times each run scores the test people (every scoring release is attacked)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     folder = args.out / args.dataset
@@ -137,7 +142,7 @@ def main() -> None:
         data, label, standin = splits[config_path]
         started = time.perf_counter()
         try:
-            result = attack_run(run.build(), data, seed=0)
+            result = attack_run(run.build(), data, seed=0, serve_repeats=args.serve_repeats)
             result["status"] = "ok"
         except Exception as exc:  # recorded: the report says which runs failed and why
             result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}

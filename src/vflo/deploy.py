@@ -40,6 +40,7 @@ from vflo.data.datasets import Dataset
 from vflo.data.files import TableEncoding, read_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
+from vflo.dp import PrivacyBudget
 from vflo.errors import AlignmentError, ConfigError, DataError, MethodError, RemoteError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
@@ -49,6 +50,7 @@ from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
 from vflo.roles import PartyInfo, Role, check_party_name
 from vflo.scoring import Missing, SavedModel, combine
+from vflo.seeding import PartySecret
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +114,11 @@ class PartyConfig:
     models: str | None = None
     # Where this party keeps its own training checkpoints, so a run can resume after any party stopped.
     checkpoints: str | None = None
+    # This party's own randomness: its masks, projections, noise and private weights. Left out, 128 bits of the
+    # operating system's; a seed here (kept as secret as a key) makes the party's runs reproducible. Never sent.
+    seed: int | None = field(default=None, repr=False)
+    # What this party lets out of each person's privacy over all its noised releases ([privacy] epsilon, delta).
+    privacy: PrivacyBudget | None = None
 
     def __post_init__(self) -> None:
         for name in (self.name, *self.peers):
@@ -319,7 +326,7 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
     if config.checkpoints is not None:
         checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
     return party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
-                      store=store, checkpoints=checkpoints)
+                      store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=config.privacy)
 
 
 def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
@@ -421,7 +428,7 @@ class Deployment:
         serving = None if test is None else PartyData(party=test.party, ids=test.ids, X=test.X, columns=test.columns)
         config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data,
                              tls=active.tls, peers={**active.peers, **peers}, deadline=active.deadline,
-                             max_message_bytes=active.max_message_bytes)
+                             max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy)
         self.party = start_party(config, data=train, serve=serving, preprocessing=self.preprocessing, link=link)
         self.parties = deploy.party_infos
 
@@ -531,7 +538,7 @@ class Deployment:
         model_id = new_model_id()
         own = PartStore(folder, party=self.train.party, role="active", preprocessing=self.preprocessing)
         manifests = {self.train.party: own.save(label=label, method=method.name, config=method.config_json(),
-                                                model_id=model_id, state=method.coordinator_state(fed))}
+                                                model_id=model_id, state=fed.own_part(method))}
         manifests |= fed.save_parts(label, model_id)
         classes = () if self.preprocessing.encoding is None else self.preprocessing.encoding.classes
         card = ModelCard(label=label, method=method.name, config=method.config_json(), model_id=model_id,
@@ -579,7 +586,7 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
     peers = {p.name: PeerEntry(address=p.address, role=p.role) for p in deploy.parties}
     config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data, tls=active.tls,
                          peers={**active.peers, **peers}, deadline=active.deadline,
-                         max_message_bytes=active.max_message_bytes)
+                         max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy)
     party = start_party(config, data=None, serve=serving)
     try:
         fed, method = model.restore(party.node, party.transport)

@@ -11,16 +11,36 @@ the exact conversion of μ-GDP (their Corollary 2.13, equal to Balle & Wang's an
     δ(ε) = Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2).
 
 This is exact for Gaussian releases, where an RDP accountant (Opacus) would only bound it.
+
+**What ε covers.** Each released row is a function of that person's row *given the model that computes it*.
+Where that model (APC-VFL's encoder, a SplitNN bottom, RAP's projection) was itself fitted on every row without
+privacy, replacing one person moves every row's release, not only theirs, and the 2C bound holds only given a
+fixed model: ε covers the release given a fixed encoder; the encoder itself was trained without privacy
+(:data:`SCOPE_FIXED_MODEL`). Only a release whose mapping does not depend on the other rows (a data-independent
+projection, raw features) is covered in full.
+
+**Noise a party cannot be asked to repeat.** Noise on rows comes from the party's own secret
+(:class:`RowNoise`, keyed by :class:`vflo.seeding.PartySecret`): independent for every person and every row
+value, and the same again for the same row, so a second request for a row returns the first release and
+averages nothing away. :class:`PrivacyAccount` counts every release a party makes, per person, against the
+budget in its own config (``[privacy] epsilon``, ``delta``) and refuses the release that would pass it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from vflo.errors import ConfigError
+from vflo.errors import ConfigError, PrivacyBudgetError
+
+#: What a release's ε covers when the model computing it was fitted, without privacy, on every row.
+SCOPE_FIXED_MODEL = "ε covers the release given a fixed encoder; the encoder itself was trained without privacy"
+#: What a release's ε covers when its mapping does not depend on other people's rows.
+SCOPE_FULL = "ε covers the release in full (the mapping does not depend on the other rows)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,15 +58,41 @@ class GaussianNoise:
         if not 0 < self.delta < 1:
             raise ConfigError(f"noise: delta must be in (0, 1), got {self.delta}")
 
-    def release(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """The rows as a party sends them: each clipped to norm ``clip``, then noised; same shape and dtype."""
-        X = np.asarray(rows)
-        flat = X.reshape(len(X), -1).astype(np.float64)
+    def clipped(self, rows: np.ndarray) -> np.ndarray:
+        """Each row scaled to L2 norm at most ``clip``, as float64 of shape (n, values)."""
+        flat = np.asarray(rows).reshape(len(rows), -1).astype(np.float64)
         norms = np.linalg.norm(flat, axis=1, keepdims=True)
-        clipped = flat * np.minimum(1.0, self.clip / np.maximum(norms, 1e-12))
-        noisy = clipped + rng.normal(0.0, self.noise_multiplier * self.clip, size=flat.shape)
+        out: np.ndarray = flat * np.minimum(1.0, self.clip / np.maximum(norms, 1e-12))
+        return out
+
+    def release(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The rows as a party sends them: each clipped to norm ``clip``, then fresh noise from ``rng`` (a
+        party's own secret stream); same shape and dtype. For rows that may be asked for again, use
+        :meth:`release_rows`."""
+        X = np.asarray(rows)
+        flat = self.clipped(X)
+        noisy = flat + rng.normal(0.0, self.noise_multiplier * self.clip, size=flat.shape)
         out: np.ndarray = noisy.reshape(X.shape).astype(X.dtype)
         return out
+
+    def release_rows(self, rows: np.ndarray, ids: np.ndarray, noise: RowNoise,
+                     account: PrivacyAccount | None = None, *, what: str = "rows") -> np.ndarray:
+        """Rows of people ``ids`` as a party sends them: clipped, then noise keyed by the party's secret, the ID
+        and the row, so the same row released again is the same release. ``account`` is charged first (each
+        person once per distinct release) and refuses past the party's budget."""
+        X = np.asarray(rows)
+        flat = self.clipped(X)
+        std, prints = noise.normal(ids, flat)
+        if account is not None:
+            account.charge(ids, prints, mu=2.0 / self.noise_multiplier, what=what)
+        noisy = flat + self.noise_multiplier * self.clip * std
+        out: np.ndarray = noisy.reshape(X.shape).astype(X.dtype)
+        return out
+
+    @property
+    def mu(self) -> float:
+        """μ of one release in Gaussian differential privacy."""
+        return 2.0 / self.noise_multiplier
 
     def epsilon(self, releases: int = 1) -> float:
         """ε at ``delta`` for a person whose row this mechanism released ``releases`` times."""
@@ -86,3 +132,150 @@ def laplace_epsilon(per_value: float, values: int) -> float:
     """ε of a row whose ``values`` entries each went through a Laplace mechanism at ``per_value`` (basic
     composition, tight for Laplace)."""
     return per_value * values
+
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_GAMMA2 = np.uint64(0xD1B54A32D192ED03)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, on arrays of uint64 (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    out: np.ndarray = z ^ (z >> np.uint64(31))
+    return out
+
+
+class RowNoise:
+    """Noise for the rows a party releases, fixed by its secret ``key``, the person's ID and the row's values.
+
+    Each row gets a 256-bit keyed BLAKE2b digest of (ID, row); half of it seeds that row's values (two
+    SplitMix64 streams), half is the release's fingerprint for :class:`PrivacyAccount`. Without the key no one
+    can recompute a value; rows of different people, or one person's different rows, get independent noise; the
+    same row again gets the same noise. One-row releases therefore carry independent noise (keying by the number
+    of rows did not), and asking twice returns the first release.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 16:
+            raise ConfigError("RowNoise needs a key of at least 16 secret bytes")
+        self._key = bytes(key[:64])
+
+    def __repr__(self) -> str:
+        return "RowNoise(<key hidden>)"
+
+    def _digests(self, ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        if len(ids) != len(rows):
+            raise ConfigError(f"RowNoise: {len(ids)} IDs for {len(rows)} rows")
+        words = np.empty((len(rows), 2), dtype=np.uint64)
+        prints: list[bytes] = []
+        key = self._key
+        for i, (pid, row) in enumerate(zip(np.asarray(ids).tolist(), rows, strict=True)):
+            digest = hashlib.blake2b(str(pid).encode("utf-8") + b"\x00" + row.tobytes(), key=key,
+                                     digest_size=32).digest()
+            words[i] = np.frombuffer(digest[:16], dtype=np.uint64)
+            prints.append(digest[16:])
+        return words, prints
+
+    def uniform(self, ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        """Uniforms in (0, 1), one per value of each row, and each row's fingerprint."""
+        words, prints = self._digests(ids, rows)
+        width = int(np.asarray(rows).reshape(len(rows), -1).shape[1]) if len(rows) else 0
+        j = np.arange(1, width + 1, dtype=np.uint64)[None, :]
+        z = _mix64(words[:, :1] + j * _GAMMA) ^ _mix64(words[:, 1:] + j * _GAMMA2)
+        u: np.ndarray = ((z >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+        return u, prints
+
+    def normal(self, ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        """Standard normal values, one per value of each row, and each row's fingerprint."""
+        from scipy.special import ndtri
+
+        u, prints = self.uniform(ids, rows)
+        return ndtri(u), prints
+
+    def laplace(self, ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        """Standard Laplace values (scale 1), one per value of each row, and each row's fingerprint."""
+        u, prints = self.uniform(ids, rows)
+        centred = u - 0.5
+        return -np.sign(centred) * np.log1p(-2.0 * np.abs(centred)), prints
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyBudget:
+    """What a party lets out of each person's privacy over everything it releases: (ε, δ); in its own config
+    as ``[privacy] epsilon = ..., delta = ...``."""
+
+    epsilon: float
+    delta: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.epsilon, int | float) and math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise ConfigError(f"[privacy] epsilon must be a positive number, got {self.epsilon!r}")
+        if not 0 < self.delta < 1:
+            raise ConfigError(f"[privacy] delta must be in (0, 1), got {self.delta!r}")
+
+
+class PrivacyAccount:
+    """Every differentially private release a party makes, per person, and the budget that bounds them.
+
+    Gaussian releases compose as μ-GDP (μ² adds up), Laplace releases add their ε; a person's ε at δ is the
+    GDP conversion plus the Laplace sum (basic composition between the two). A release whose fingerprint was
+    counted already is the same release again (:class:`RowNoise`) and costs nothing. A charge that would put
+    anyone past the budget is refused whole, before anything is sent.
+    """
+
+    def __init__(self, party: str, budget: PrivacyBudget | None = None) -> None:
+        self.party = party
+        self.budget = budget
+        self._mu2: dict[object, float] = {}
+        self._pure: dict[object, float] = {}
+        self._seen: set[bytes] = set()
+        self.releases = 0
+
+    def charge(self, ids: np.ndarray, prints: Sequence[bytes] | None = None, *, mu: float = 0.0,
+               epsilon: float = 0.0, what: str = "rows") -> None:
+        """Count one release of each person in ``ids`` (skipping rows whose fingerprint was counted)."""
+        people = np.asarray(ids).tolist()
+        if prints is not None:
+            fresh = [i for i, p in enumerate(prints) if p not in self._seen]
+            people = [people[i] for i in fresh]
+        if not people:
+            return
+        mu2 = {p: self._mu2.get(p, 0.0) + mu * mu for p in people}
+        pure = {p: self._pure.get(p, 0.0) + epsilon for p in people}
+        if self.budget is not None:
+            worst = self._worst(mu2, pure)
+            if worst > self.budget.epsilon:
+                raise PrivacyBudgetError(
+                    f"party {self.party!r} refuses to release {what}: {len(set(people))} people's privacy would reach "
+                    f"ε = {worst:.3g} at δ = {self.budget.delta:g}, past its budget ε = {self.budget.epsilon:g} "
+                    "([privacy] epsilon in its own config); release less often, with more noise, or raise the budget")
+        self._mu2.update(mu2)
+        self._pure.update(pure)
+        if prints is not None:
+            self._seen.update(prints)
+        self.releases += 1
+
+    def _worst(self, mu2: dict[object, float], pure: dict[object, float]) -> float:
+        assert self.budget is not None
+        pairs = {(round(mu2[p], 12), round(pure[p], 12)) for p in mu2}
+        return max(_epsilon_at(math.sqrt(m), e, self.budget.delta) for m, e in pairs)
+
+    def epsilon(self, delta: float | None = None) -> float:
+        """The largest ε (at ``delta``, or the budget's δ, or 1e-5) of any person this party released."""
+        d = delta if delta is not None else (self.budget.delta if self.budget is not None else 1e-5)
+        pairs = {(round(self._mu2.get(p, 0.0), 12), round(self._pure.get(p, 0.0), 12))
+                 for p in (*self._mu2, *self._pure)}
+        return max((_epsilon_at(math.sqrt(m), e, d) for m, e in pairs), default=0.0)
+
+    @property
+    def people(self) -> int:
+        return len(set(self._mu2) | set(self._pure))
+
+
+def _epsilon_at(mu: float, pure: float, delta: float) -> float:
+    return (gdp_epsilon(mu, delta) if mu > 0 else 0.0) + pure

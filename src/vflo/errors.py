@@ -67,6 +67,10 @@ class RefusedError(ProtocolError):
     """A party refused a message: the sender may not ask it that (its own config says who may ask what)."""
 
 
+class PrivacyBudgetError(RefusedError):
+    """A party refused a release that would spend more of its people's privacy than its own budget allows."""
+
+
 class RemoteError(ProtocolError):
     """A party answered a request with an error."""
 

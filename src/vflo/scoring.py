@@ -89,7 +89,7 @@ class SavedModel:
         method = self.new_method()
         for party, sha in fed.load_parts(method, self.label, self.card.model_id).items():
             _check_manifest(self.card, party, sha)
-        method.load_coordinator_state(fed, self.active.state)
+        fed.load_own_part(method, self.active.state)
         return fed, method
 
     def rows(self, party: str, rows: Rows) -> PartyData:

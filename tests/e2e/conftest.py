@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.conftest import PARTY_SEEDS
 from vflo.comm.tls import init_certs
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
@@ -133,7 +134,7 @@ def write_federation(directory: Path, data: FederatedData, extra_roles: dict[str
             f = files[name]
             data_fields = {"file": f.file, "id_column": f.id_column, "serve_file": f.serve_file, "standardize": False}
         # Each party's own model and checkpoint folders: parts it saves after training and loads to score.
-        write_party_toml(cfg, {"name": name, "role": role, "listen": addresses[name],
+        write_party_toml(cfg, {"name": name, "role": role, "listen": addresses[name], "seed": PARTY_SEEDS[name],
                                "models": str(directory / f"{name}_models"),
                                "checkpoints": str(directory / f"{name}_checkpoints")}, data_fields,
                          directory / "certs", {n: (a, names[n]) for n, a in addresses.items() if n != name},
@@ -141,7 +142,7 @@ def write_federation(directory: Path, data: FederatedData, extra_roles: dict[str
         configs[name] = cfg
     deploy = DeployConfig(
         active=PartyConfig(name=active, role="active", listen=addresses[active], data=files[active],
-                           tls=TLSConfig(dir=str(directory / "certs")), deadline=120.0),
+                           tls=TLSConfig(dir=str(directory / "certs")), deadline=120.0, seed=PARTY_SEEDS[active]),
         parties=tuple(PeerConfig(name=n, role=r, address=addresses[n]) for n, r in names.items()  # type: ignore[arg-type]
                       if n != active),
         test_file=str(test_path),
@@ -182,7 +183,8 @@ def write_deploy(d: DeployConfig, path: Path, deadline: float = 20.0, *, address
                       + (f'\naddress = "{p.address}"' if addresses else "") for p in d.parties)
     path.write_text(
         f'test_file = "{d.test_file}"\n[active]\nname = "{d.active.name}"\nrole = "active"\n'
-        f'listen = "{d.active.listen}"\ndeadline = {deadline}\n[active.data]\nfile = "{d.active.data.file}"\n'
+        f'listen = "{d.active.listen}"\ndeadline = {deadline}\nseed = {PARTY_SEEDS[d.active.name]}\n'
+        f'[active.data]\nfile = "{d.active.data.file}"\n'
         f'id_column = "id"\nlabel_column = "label"\nstandardize = false\n[active.tls]\n'
         f'dir = "{d.active.tls.dir}"\n{peers}\n')
     return path

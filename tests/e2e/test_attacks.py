@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import vertical_split
+from tests.conftest import PARTY_SEEDS, vertical_split
 from tests.e2e.conftest import Federation, start_federation, stopped
 from tests.test_security import identity_masks
 from vflo.comm.codec import encode
@@ -61,7 +61,7 @@ def attacks(federation: Federation) -> list[tuple[str, str, dict[str, object]]]:
 
 
 def test_a_malicious_server_gets_nothing_while_the_real_run_completes(guarded: Federation) -> None:
-    reference = run_method(get_method("fedsvd")(), guarded.local, seed=5)
+    reference = run_method(get_method("fedsvd")(), guarded.local, seed=5, party_seeds=PARTY_SEEDS)
     clients = {name: impostor(guarded, name) for name in ("server", "dealer")}
     deployment = Deployment(guarded.deploy)
     outcome: dict[str, object] = {}

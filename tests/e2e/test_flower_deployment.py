@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO, vertical_split
+from tests.conftest import PARTY_SEEDS, REPO, vertical_split
 from tests.e2e.conftest import write_deploy, write_federation
 from vflo.federation.simulation import run_method
 from vflo.flower.local import LocalFlower
@@ -53,7 +53,7 @@ def test_flwr_run_of_vflos_app_gives_the_in_process_results_and_refuses_what_a_p
     for name in ("apc_vfl", "rap"):
         row = rows[name]
         assert row["status"] == "ok", row
-        local = run_method(entries[name].instantiate(), files.local, seed=_seed(experiment))
+        local = run_method(entries[name].instantiate(), files.local, seed=_seed(experiment), party_seeds=PARTY_SEEDS)
         metrics = compute_metrics(files.local.task, files.local.test_y, local.scores)
         assert row["accuracy"] == pytest.approx(metrics["accuracy"], abs=0)
         summary = local.ledger.summary()

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import assert_same_run, chain_data, make_dataset, two_party_spec, vertical_split
+from tests.conftest import PARTY_SEEDS, assert_same_run, chain_data, make_dataset, two_party_spec, vertical_split
 from tests.e2e.conftest import Federation, restart, start_federation, stopped, write_deploy
 from vflo.cli import main
 from vflo.comm.codec import decode
@@ -81,20 +81,21 @@ def _run_save_and_score(federation: Federation, name: str, seed: int, folder: Pa
 @pytest.mark.parametrize("name", DEPLOYABLE)
 def test_every_method_gives_the_same_results_over_grpc(vertical: Federation, name: str, tmp_path: Path) -> None:
     over_grpc = _run_save_and_score(vertical, name, 11, tmp_path)
-    local = run_method(get_method(name)(**SETTINGS.get(name, {})), vertical.local, seed=11)
+    local = run_method(get_method(name)(**SETTINGS.get(name, {})), vertical.local, seed=11, party_seeds=PARTY_SEEDS)
     assert_same_run(over_grpc, local)
 
 
 @pytest.mark.parametrize("name", CHAIN)
 def test_second_hop_methods_give_the_same_results_over_grpc(chain: Federation, name: str, tmp_path: Path) -> None:
     over_grpc = _run_save_and_score(chain, name, 3, tmp_path)
-    assert_same_run(over_grpc, run_method(get_method(name)(**SETTINGS[name]), chain.local, seed=3))
+    assert_same_run(over_grpc, run_method(get_method(name)(**SETTINGS[name]), chain.local, seed=3,
+                                          party_seeds=PARTY_SEEDS))
 
 
 def test_entity_augmentation_over_grpc(label_only: Federation, tmp_path: Path) -> None:
     over_grpc = _run_save_and_score(label_only, "entity_augmentation", 5, tmp_path)
     assert_same_run(over_grpc, run_method(get_method("entity_augmentation")(**SETTINGS["entity_augmentation"]),
-                                label_only.local, seed=5))
+                                label_only.local, seed=5, party_seeds=PARTY_SEEDS))
 
 
 def test_psi_alignment_over_grpc(vertical: Federation) -> None:
@@ -104,7 +105,8 @@ def test_psi_alignment_over_grpc(vertical: Federation) -> None:
         over_grpc = deployment.run(get_method("apc_vfl")(train=QUICK), seed=2, alignment=psi)
     finally:
         deployment.close()
-    local = run_method(get_method("apc_vfl")(train=QUICK), vertical.local, seed=2, alignment=psi)
+    local = run_method(get_method("apc_vfl")(train=QUICK), vertical.local, seed=2, alignment=psi,
+                       party_seeds=PARTY_SEEDS)
     assert_same_run(over_grpc, local)
 
 

@@ -148,6 +148,7 @@ def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
             [[r["variant"], r["method"], *(_fmt(r[m]) for m in others)] for _, r in summary.iterrows()],
         ), ""]
     lines += _training_section(result)
+    lines += _privacy_section(result)
     lines += _communication_section(result)
     if any(summary["simulation_only"]):
         lines += [
@@ -178,6 +179,22 @@ def _training_section(result: ExperimentResult) -> list[str]:
             "rule ended it (the others ran to `max_epochs`), and runs resumed from a checkpoint.", "",
             markdown_table(["variant", "method", "epochs (mean)", "epochs (max)", "stopped by rule", "resumed"], body),
             ""]
+
+
+def _privacy_section(result: ExperimentResult) -> list[str]:
+    """Each ε the runs report, and what it covers (the method's own statement, recorded in every row)."""
+    frame = pd.DataFrame([r for r in result.rows if r.get("status") == "ok" and r.get("epsilon_scope")])
+    if frame.empty:
+        return []
+    body = []
+    for (variant, method), group in frame.groupby(["variant", "method"], sort=False):
+        eps = [c for c in group.columns if c.startswith("epsilon_") and c != "epsilon_scope" and group[c].notna().any()]
+        body.append([variant, method, ", ".join(f"{c[len('epsilon_'):]} {group[c].max():.3g}" for c in eps),
+                     str(group["epsilon_scope"].iloc[0])])
+    return ["## Differential privacy: what each ε covers", "",
+            "The largest ε (at the noise's δ) over runs, per protected flow, and what the figure covers and does not, "
+            "as the method states it.", "",
+            markdown_table(["variant", "method", "ε", "what it covers"], body), ""]
 
 
 def _communication_section(result: ExperimentResult) -> list[str]:

@@ -21,11 +21,12 @@ import numpy as np
 from vflo.align import plain, psi
 from vflo.align.plain import Alignment
 from vflo.comm.ledger import LedgerEntry
-from vflo.comm.message import Message, Payload
+from vflo.comm.message import Message, Payload, Value
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
+from vflo.dp import PrivacyAccount, RowNoise
 from vflo.errors import MethodError, PartyBoundaryError, ProtocolError, RemoteError, TransportError
-from vflo.federation.node import LEDGER, LOAD, SAVE, SETUP, TEARDOWN, Node, NodeContext
+from vflo.federation.node import LEDGER, LOAD, RELEASE_KEY, SAVE, SETUP, TEARDOWN, Node, NodeContext
 from vflo.roles import PartyInfo, active_party
 
 if TYPE_CHECKING:
@@ -130,6 +131,18 @@ class Federation:
     def torch_generator(self, *purpose: int | str) -> torch.Generator:
         return self.ctx.torch_generator(*purpose)
 
+    def shared_rng(self, *purpose: int | str) -> np.random.Generator:
+        """Randomness from the public run seed, for choices the messages reveal anyway (see NodeContext)."""
+        return self.ctx.shared_rng(*purpose)
+
+    def row_noise(self, *purpose: int | str) -> RowNoise:
+        return self.ctx.row_noise(*purpose)
+
+    @property
+    def privacy(self) -> PrivacyAccount:
+        """What the coordinating party has released under differential privacy (its own account)."""
+        return self.ctx.privacy
+
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def setup(self, method: Method, *, save: bool = False) -> None:
@@ -162,6 +175,19 @@ class Federation:
         request: Payload = {"label": label, "model_id": model_id}
         replies = self._send_all(SAVE, {name: request for name in others}, round_no=self._round)
         return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
+
+    def own_part(self, method: Method) -> dict[str, Value]:
+        """What the coordinating party saves of the fitted ``method``: its state, and the key of its noised
+        releases (so scoring later releases a row as before)."""
+        return {**method.coordinator_state(self), RELEASE_KEY: np.frombuffer(self.ctx.release_key, np.uint8)}
+
+    def load_own_part(self, method: Method, state: Mapping[str, Value]) -> None:
+        """Restore what :meth:`own_part` saved."""
+        state = dict(state)
+        key = state.pop(RELEASE_KEY, None)
+        if isinstance(key, np.ndarray):
+            self.ctx.release_key = key.astype(np.uint8).tobytes()
+        method.load_coordinator_state(self, state)
 
     def load_parts(self, method: Method, label: str, model_id: str) -> dict[str, str]:
         """Install ``method`` here and have every other party restore its saved part; each one's manifest checksum."""

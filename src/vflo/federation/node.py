@@ -10,6 +10,7 @@ way to send onward messages, and nothing of any other party.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -21,11 +22,12 @@ import numpy as np
 from vflo.comm.message import BOOL, INT, STR, FieldSpec, Message, Payload, check_payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
+from vflo.dp import PrivacyAccount, PrivacyBudget, RowNoise
 from vflo.errors import PartyBoundaryError, ProtocolError, RefusedError, VfloError
 from vflo.federation.handlers import HandlerInfo, HandlerSet
 from vflo.federation.policy import Policy
 from vflo.roles import PartyInfo, Role
-from vflo.seeding import numpy_rng, torch_generator
+from vflo.seeding import PartySecret, numpy_rng
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +41,8 @@ LEDGER = "control.ledger"
 SAVE = "control.save"
 LOAD = "control.load"
 CONTROL_KINDS = frozenset({SETUP, TEARDOWN, LEDGER, SAVE, LOAD})
+# The key of a party's noised releases, kept in its saved part (its own folder) beside the method's state.
+RELEASE_KEY = "node.release_key"
 SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "save": BOOL}
 SAVE_SPEC: dict[str, FieldSpec] = {"label": STR, "model_id": STR}
 LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "label": STR,
@@ -97,19 +101,29 @@ def _no_methods(name: str, _config: str) -> HandlerSet:
 class NodeContext:
     """What a handler may touch: its own party's data and state, and an outbox."""
 
-    __slots__ = ("_current_round", "_transport", "checkpoints", "data", "info", "parties", "seed", "sender", "serving",
-                 "state")
+    __slots__ = ("_current_round", "_secret", "_transport", "checkpoints", "data", "info", "parties", "policy",
+                 "privacy", "release_key", "seed", "sender", "serving", "state")
 
     def __init__(
         self, *, info: PartyInfo, data: PartyData | None, serving: PartyData | None,
         parties: tuple[PartyInfo, ...], seed: int, transport: Transport | None,
-        checkpoints: CheckpointStoreLike | None = None,
+        checkpoints: CheckpointStoreLike | None = None, secret: PartySecret | None = None,
+        privacy: PrivacyAccount | None = None, policy: Policy | None = None,
     ) -> None:
         self.info = info
         self.data = data
         self.serving = serving
         self.parties = parties
+        # The run seed: public (every party gets it at setup), so it only salts this party's own streams.
         self.seed = seed
+        self._secret = secret if secret is not None else PartySecret()
+        # Keys the noise on every row this party releases in this model (see row_noise); saved with its part, so
+        # scoring with the saved model later releases a row exactly as before.
+        self.release_key = self._secret.key(seed, info.name, "release-key")
+        # Every differentially private release this party makes, against its own budget (vflo.dp).
+        self.privacy = privacy if privacy is not None else PrivacyAccount(info.name)
+        # What this party agreed to (its own config): bounds handlers check, such as the masks it accepts.
+        self.policy = policy if policy is not None else Policy()
         self.state: dict[str, Any] = {}
         # Who sent the message being handled (set by the node for each message).
         self.sender = ""
@@ -144,11 +158,25 @@ class NodeContext:
         raise ProtocolError(f"unknown row split {split!r}; expected 'train' or 'serve'")
 
     def rng(self, *purpose: int | str) -> np.random.Generator:
-        """A numpy generator for this party and purpose, fixed by the run seed."""
+        """A numpy generator for this party and purpose from the party's own secret (salted by the run seed):
+        no other party can recompute it, whatever it was sent."""
+        return self._secret.rng(self.seed, self.party, *purpose)
+
+    def shared_rng(self, *purpose: int | str) -> np.random.Generator:
+        """Randomness any party may recompute (from the public run seed): only for choices the messages reveal
+        anyway, such as a batch order or a validation split whose rows are named to the other parties, so that a
+        restarted party resumes with the same choices."""
         return numpy_rng(self.seed, self.party, *purpose)
 
     def torch_generator(self, *purpose: int | str) -> torch.Generator:
-        return torch_generator(self.seed, self.party, *purpose)
+        """A torch generator from the party's own secret, as :meth:`rng` (e.g. its own model's initial weights)."""
+        return self._secret.torch_generator(self.seed, self.party, *purpose)
+
+    def row_noise(self, *purpose: int | str) -> RowNoise:
+        """Noise for rows this party releases, keyed by its own secret key for this model: the same row released
+        again, in this run or later with the saved model, is the same release (nothing to average)."""
+        name = "\x1f".join(str(p) for p in purpose).encode("utf-8")
+        return RowNoise(hashlib.blake2b(name, key=self.release_key, digest_size=32).digest())
 
     def send(self, receiver: str, kind: str, payload: Payload) -> Payload:
         """Send an onward request in the current round and return the reply's payload."""
@@ -174,7 +202,8 @@ class Node:
         self, info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
         peers: Mapping[str, Role] | None = None, policy: Policy | None = None,
         methods: MethodFactory = _no_methods, protocols: Sequence[HandlerSet] = (), store: PartStoreLike | None = None,
-        checkpoints: CheckpointStoreLike | None = None,
+        checkpoints: CheckpointStoreLike | None = None, secret: PartySecret | None = None,
+        budget: PrivacyBudget | None = None,
     ) -> None:
         if data is not None and data.party != info.name:
             raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
@@ -202,6 +231,11 @@ class Node:
             raise PartyBoundaryError(f"party {self.name!r} lists itself among its peers")
         self.policy = policy or Policy()
         self._coordinator: str | None = None
+        # This party's own randomness (its config's seed, or the OS's): masks, projections, noise and the initial
+        # weights of models only it holds come from here, never from the run seed every party receives.
+        self.secret = secret if secret is not None else PartySecret()
+        # What it has released under differential privacy, for as long as it runs, against its own budget.
+        self.privacy = PrivacyAccount(info.name, budget)
 
     @property
     def name(self) -> str:
@@ -222,7 +256,8 @@ class Node:
         self._handlers = method.handler_table()
         self.context = NodeContext(
             info=self.info, data=self._data, serving=self._serving, parties=parties, seed=seed,
-            transport=self._transport, checkpoints=self.checkpoints,
+            transport=self._transport, checkpoints=self.checkpoints, secret=self.secret, privacy=self.privacy,
+            policy=self.policy,
         )
         return self.context
 
@@ -275,7 +310,8 @@ class Node:
             self._authorize(message, info)
             if self.context is None:
                 self.context = NodeContext(info=self.info, data=self._data, serving=self._serving,
-                                           parties=(self.info,), seed=0, transport=self._transport)
+                                           parties=(self.info,), seed=0, transport=self._transport,
+                                           secret=self.secret, privacy=self.privacy, policy=self.policy)
         elif self.context is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} got {kind!r} before any method was set up")
         elif kind in self._handlers:
@@ -350,7 +386,7 @@ class Node:
         if self.context is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} was asked to save a model before any method was set up")
         method: Any = self.method
-        state = method.party_state(self.context)
+        state = {**method.party_state(self.context), RELEASE_KEY: np.frombuffer(self.context.release_key, np.uint8)}
         sha = self._require_store().save(label=str(payload["label"]), method=method.name, config=method.config_json(),
                                          model_id=str(payload["model_id"]), state=state)
         logger.info("party %s saved its part of %s (model %s)", self.name, payload["label"], payload["model_id"])
@@ -372,7 +408,11 @@ class Node:
             self._serving = serving
         self.install(method, seed=int(payload["seed"]), parties=self._checked_parties(payload))
         assert self.context is not None
-        method.load_party_state(self.context, part.state)
+        state = dict(part.state)
+        key = state.pop(RELEASE_KEY, None)
+        if isinstance(key, np.ndarray):  # parts saved before release keys existed have none: a fresh one is drawn
+            self.context.release_key = key.astype(np.uint8).tobytes()
+        method.load_party_state(self.context, state)
         return {"manifest": part.manifest_sha256}
 
     def _setup(self, payload: Payload) -> None:

@@ -2,10 +2,15 @@
 
 A party's own config holds its policy (``[policy]`` in PARTY.toml). A ``control.setup`` (or a saved model's
 ``control.load``) for a method outside it, or with a setting outside its bounds, is refused before anything
-runs, and the coordinator's error names the party, the method and the setting.
+runs, and the coordinator's error names the party, the method and the setting. Masks a dealer deals (FedSVD,
+VFL-ASP) are refused unless every block has at least ``min_mask_block`` rows (or the whole mask, when smaller) and
+every row and column of a block mixes at least ``min_mask_mixing`` inputs, or what a random block of its size
+surely does when that is less (``vflo.methods.masks.required_mixing``).
 
     [policy]
     methods = ["apc_vfl", "rap"]           # nothing else; leave out to agree to any method
+    min_mask_block = 64                    # FedSVD/VFL-ASP: the smallest mask block taken from the dealer
+    min_mask_mixing = 8.0                  # and how many inputs each row of a block must mix at least
     [policy.require]
     "fedsvd.svd.mask" = "dense"            # a setting that must have this value
     "rap.max_condition" = { max = 10.0 }   # or stay within bounds
@@ -29,18 +34,39 @@ class PolicyError(ProtocolError):
 @dataclass(frozen=True, kw_only=True)
 class Policy:
     """``methods``: the methods this party consents to (empty: any); ``require``: a setting by its dotted path
-    (``METHOD.FIELD.SUBFIELD``) and the value it must have, or a table with ``min`` and/or ``max``."""
+    (``METHOD.FIELD.SUBFIELD``) and the value it must have, or a table with ``min`` and/or ``max``;
+    ``min_mask_block`` and ``min_mask_mixing``: what masks from a dealer must reach to be taken
+    (``OrthogonalMask.check_strength``)."""
 
     methods: tuple[str, ...] = ()
     require: dict[str, Any] = field(default_factory=dict)
+    min_mask_block: int = 64
+    min_mask_mixing: float = 8.0
 
     def __post_init__(self) -> None:
+        block, mixing = self.min_mask_block, self.min_mask_mixing
+        if not isinstance(block, int) or isinstance(block, bool) or block < 2:
+            raise ConfigError(f"policy.min_mask_block must be an integer of at least 2 (a block of one row passes it "
+                              f"through up to its sign), got {block!r}; set min_mask_block = 64 or more under "
+                              "[policy]")
+        if not _is_number(mixing) or mixing < 1.0:
+            raise ConfigError(f"policy.min_mask_mixing must be a finite number of at least 1.0 (1 turns the mixing "
+                              f"check off), got {mixing!r}; set min_mask_mixing = 8.0 or more under [policy]")
         for path, rule in self.require.items():
             if len(path.split(".")) < 2:
                 raise ConfigError(f"policy.require: {path!r} must name a method and a setting, e.g. "
                                   "'rap.max_condition'")
-            if isinstance(rule, Mapping) and (not rule or set(rule) - {"min", "max"}):
+            if not isinstance(rule, Mapping):
+                continue
+            if not rule or set(rule) - {"min", "max"}:
                 raise ConfigError(f"policy.require.{path}: a table of bounds takes min and/or max, got {dict(rule)}")
+            for key, bound in rule.items():
+                if not _is_number(bound):
+                    raise ConfigError(f"policy.require.{path}: {key} must be a finite number, got {bound!r}; e.g. "
+                                      f"{{ {key} = 10.0 }}")
+            if "min" in rule and "max" in rule and rule["min"] > rule["max"]:
+                raise ConfigError(f"policy.require.{path}: min = {rule['min']} is above max = {rule['max']}, so no "
+                                  "value could meet it; swap them or widen the range")
 
     @property
     def open(self) -> bool:
@@ -72,6 +98,11 @@ class Policy:
             if not _meets(value, rule):
                 raise PolicyError(f"party {party!r} does not agree to run {method} with {'.'.join(keys)} = "
                                   f"{value!r}: its policy requires {_rule_text(rule)}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and \
+        (isinstance(value, int) or math.isfinite(value))
 
 
 def _meets(value: Any, rule: Any) -> bool:

@@ -16,6 +16,7 @@ from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.comm.local import LocalTransport, Observer
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
+from vflo.dp import PrivacyBudget
 from vflo.errors import MethodError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
@@ -24,6 +25,7 @@ from vflo.methods.base import Method
 from vflo.methods.registry import method_from_json
 from vflo.nn.train import CheckpointPlan
 from vflo.roles import PartyInfo, Role
+from vflo.seeding import PartySecret, derive_seed
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,13 +52,24 @@ class RunOutput:
 
 def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
                peers: Mapping[str, Role] | Sequence[PartyInfo], policy: Policy | None = None,
-               store: PartStore | None = None, checkpoints: CheckpointStore | None = None) -> Node:
+               store: PartStore | None = None, checkpoints: CheckpointStore | None = None,
+               secret: PartySecret | None = None, budget: PrivacyBudget | None = None) -> Node:
     """A node that serves every registered method and alignment: what each party runs. ``peers``: the other
-    parties and their roles as this party knows them (a mapping, or every party of the federation)."""
+    parties and their roles as this party knows them (a mapping, or every party of the federation); ``secret``:
+    its own randomness (the OS's unless given); ``budget``: its privacy budget."""
     if not isinstance(peers, Mapping):
         peers = {p.name: p.role for p in peers if p.name != info.name}
     return Node(info, data, serving, peers=peers, policy=policy, methods=method_from_json, protocols=(ALIGNMENT,),
-                store=store, checkpoints=checkpoints)
+                store=store, checkpoints=checkpoints, secret=secret, budget=budget)
+
+
+def party_secret(seed: int, party: str, party_seeds: Mapping[str, int] | None = None) -> PartySecret:
+    """A party's own secret in simulation: its seed in ``party_seeds`` (as a deployed party's own config gives
+    it, so both runs draw the same numbers), else one derived from the run seed and its name, here in the
+    harness. The coordinator's setup message never carries it."""
+    if party_seeds is not None and party in party_seeds:
+        return PartySecret(party_seeds[party])
+    return PartySecret(derive_seed(seed, "party-secret", party))
 
 
 def preprocessing_of(data: FederatedData, party: str) -> Preprocessing | None:
@@ -82,7 +95,7 @@ def save_model(fed: Federation, nodes: Mapping[str, Node], method: Method, data:
     own = nodes[fed.party].store
     assert own is not None
     manifests = {fed.party: own.save(label=label, method=method.name, config=method.config_json(),
-                                     model_id=model_id, state=method.coordinator_state(fed))}
+                                     model_id=model_id, state=fed.own_part(method))}
     manifests |= fed.save_parts(label, model_id)
     card = ModelCard(label=label, method=method.name, config=method.config_json(), model_id=model_id, seed=fed.seed,
                      task=fed.task, n_classes=fed.n_classes, classes=tuple(data.classes), active=fed.party,
@@ -96,20 +109,24 @@ def build_federation(
     data: FederatedData, method: Method, *, seed: int, ledger: Ledger | None = None,
     max_message_bytes: int | None = None, observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
     alignment: AlignmentConfig | None = None, checkpoints: Path | None = None,
+    party_seeds: Mapping[str, int] | None = None,
 ) -> tuple[Federation, dict[str, Node]]:
     """One node per party built from that party's data only, joined by a :class:`LocalTransport`; with
-    ``checkpoints``, each party keeps its own checkpoints in its own subfolder of that folder."""
+    ``checkpoints``, each party keeps its own checkpoints in its own subfolder of that folder. Each node draws
+    its secrets from its own seed (``party_seeds``, else derived from ``seed`` and its name)."""
     def stores(p: PartyInfo) -> CheckpointStore | None:
         return None if checkpoints is None else CheckpointStore(checkpoints, party=p.name, role=p.role)
 
     extras: tuple[PartyInfo, ...] = method.extra_parties(data.parties)
     parties = (*data.parties, *extras)
     nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name), peers=parties,
-                                checkpoints=stores(p)) for p in data.parties}
+                                checkpoints=stores(p), secret=party_secret(seed, p.name, party_seeds))
+             for p in data.parties}
     for info in extras:
         if info.name in nodes:
             raise MethodError(f"{method.name} adds a party named {info.name!r}, but a data party has that name")
-        nodes[info.name] = party_node(info, peers=parties, checkpoints=stores(info))
+        nodes[info.name] = party_node(info, peers=parties, checkpoints=stores(info),
+                                      secret=party_secret(seed, info.name, party_seeds))
     transport = LocalTransport(nodes, ledger=ledger, max_message_bytes=max_message_bytes, observers=observers,
                                faults=faults)
     oracle = data.oracle if method.simulation_only else None
@@ -124,7 +141,7 @@ def run_method(
     method: Method, data: FederatedData, *, seed: int, max_message_bytes: int | None = None,
     observers: tuple[Observer, ...] = (), on_fitted: Callable[[Federation], None] | None = None,
     faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None, save: tuple[Path, str] | None = None,
-    checkpoint: tuple[Path, CheckpointPlan] | None = None,
+    checkpoint: tuple[Path, CheckpointPlan] | None = None, party_seeds: Mapping[str, int] | None = None,
 ) -> RunOutput:
     """Fit ``method`` and score the test IDs, all over a fresh in-process federation; with ``save`` (a folder
     and a label) every party also writes its part of the fitted model there; with ``checkpoint`` (a folder and
@@ -132,7 +149,7 @@ def run_method(
     method.check_task(data.task)
     fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
                                   faults=faults, alignment=alignment,
-                                  checkpoints=None if checkpoint is None else checkpoint[0])
+                                  checkpoints=None if checkpoint is None else checkpoint[0], party_seeds=party_seeds)
     if checkpoint is not None:
         fed.checkpoint = checkpoint[1]
     fed.setup(method)

@@ -12,7 +12,7 @@ import numpy as np
 
 from vflo.align.plain import SELECTOR, Alignment, selected_ids
 from vflo.comm.message import IDS, Payload, Value, expect_rows
-from vflo.dp import GaussianNoise
+from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError
 from vflo.methods.base import Inference, MethodConfig, State, handles, need
 from vflo.methods.representation import RepresentationMethod
@@ -138,13 +138,15 @@ class APCVFL(RepresentationMethod):
         assert isinstance(selector, np.ndarray)
         ids = selected_ids(ctx, selector)
         z = self._local_encoder(ctx).encode(ctx.require_data().subset(ids).X)
-        return {"z": self._released(ctx, z, "train")}
+        return {"z": self._released(ctx, z, ids)}
 
-    def _released(self, ctx: NodeContext, z: np.ndarray, purpose: str) -> np.ndarray:
-        """Latents as they leave the party: noised when the config asks (a person's row: one release)."""
+    def _released(self, ctx: NodeContext, z: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Latents as they leave the party: noised when the config asks, with noise keyed by the party's own
+        secret, the person and the latent (the same latent asked again is the same release), and counted
+        against the party's privacy budget."""
         noise = self.config.noise
         if noise is not None:
-            z = noise.release(z, ctx.rng("apc-upload-noise", purpose, len(z)))
+            z = noise.release_rows(z, ids, ctx.row_noise("apc-upload"), ctx.privacy, what="latents")
         return z.astype(self.config.payload_dtype)
 
     @handles("apc.encode_serve", carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
@@ -153,7 +155,7 @@ class APCVFL(RepresentationMethod):
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)
         z = self._local_encoder(ctx).encode(ctx.rows("serve").subset(ids).X)
-        return {"z": self._released(ctx, z, "serve")}
+        return {"z": self._released(ctx, z, ids)}
 
     # -- active party -----------------------------------------------------------------------------
 
@@ -268,6 +270,16 @@ class APCVFL(RepresentationMethod):
         stats = super().summary_stats()
         if self.config.noise is not None:
             stats["epsilon_features"] = self.config.noise.epsilon(releases=1)
+        return stats | self._encoder_stats()
+
+    def epsilon_scope(self) -> str:
+        if self.config.noise is None:
+            return ""
+        return (SCOPE_FIXED_MODEL + ": replacing one person's row moves every uploaded latent, not only theirs; "
+                "counted once per uploaded row")
+
+    def _encoder_stats(self) -> dict[str, float]:
+        stats: dict[str, float] = {}
         for prefix, attr in (("g1_", "g1_active_"), ("g2_", "teacher_"), ("g3_", "student_")):
             encoder = getattr(self, attr, None)
             if isinstance(encoder, FittedAutoencoder):

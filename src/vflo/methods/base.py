@@ -140,6 +140,10 @@ class Method(HandlerSet, ABC):
         """Method-specific facts for the results table (e.g. how many entities were used)."""
         return {}
 
+    def epsilon_scope(self) -> str:
+        """What the ε figures in :meth:`summary_stats` cover and what they do not (empty: no ε reported)."""
+        return ""
+
     # -- saving and loading a fitted model ---------------------------------------------------------------
 
     def coordinator_state(self, fed: Federation) -> State:

@@ -11,7 +11,7 @@ from vflo.data.preprocessing import Standardizer
 from vflo.errors import MethodError
 from vflo.methods.base import Method, MethodConfig
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
-from vflo.seeding import derive_seed
+from vflo.seeding import own_seed
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -60,7 +60,7 @@ class Centralized(Method):
         X = self._fill(X)
         self.scaler_ = Standardizer.fit(X) if self.config.standardize else None
         self.estimator_: Estimator = make_estimator(
-            self.config, task=fed.task, n_classes=fed.n_classes, seed=derive_seed(fed.seed, "centralized"),
+            self.config, task=fed.task, n_classes=fed.n_classes, seed=own_seed(fed.rng("centralized")),
         ).fit(self._scale(X), y)
 
     def _fill(self, X: np.ndarray) -> np.ndarray:

@@ -185,7 +185,7 @@ class EntityAugmentation(SplitParty, Method):
             positions = self._next_positions(st, int(payload["n"]))
         elif positions.min(initial=0) < 0 or positions.max(initial=-1) >= len(st["ids"]):
             raise ProtocolError("ea.forward: a position beyond this guest's entities")
-        acts = bottom_of(ctx).forward(st["x"][torch.as_tensor(positions)])
+        acts = bottom_of(ctx).forward(st["x"][torch.as_tensor(positions)], st["ids"][positions])
         return {"acts": acts, "ids": st["ids"][positions]}
 
     def checkpoint_extras(self, ctx: NodeContext) -> dict[str, Any]:
@@ -207,7 +207,7 @@ class EntityAugmentation(SplitParty, Method):
         assert isinstance(ids, np.ndarray)
         bottom = bottom_of(ctx)
         bottom.validation_pass(bool(payload["keep_previous"]))
-        return {"acts": bottom.infer(as_tensor(ctx.require_data().subset(ids).X))}
+        return {"acts": bottom.infer(as_tensor(ctx.require_data().subset(ids).X), ids, fresh=True)}
 
     # -- host ---------------------------------------------------------------------------------------
 
@@ -244,10 +244,12 @@ class EntityAugmentation(SplitParty, Method):
                     f"the host {fed.party!r} holds no label for any of guest {g!r}'s {len(ids)} entities; guests "
                     "must share entities with the host (check the ID columns)"
                 )
-        rng = fed.rng("ea-host-order")
+        # The order and the validation rows are named to the guests in the messages: public choices, from the run
+        # seed, so a restarted host resumes with the same ones.
+        rng = fed.shared_rng("ea-host-order")
         # Validation entities: labelled and held by every guest, so each can be scored with its true label.
         common = sorted(set.intersection(*(set(guest_ids[g][masks[g]].tolist()) for g in guests)))
-        val_pos = split_validation(len(common), cfg.train.validation_fraction, fed.rng("ea-validation"))[1]
+        val_pos = split_validation(len(common), cfg.train.validation_fraction, fed.shared_rng("ea-validation"))[1]
         val_ids = np.asarray([common[i] for i in val_pos], dtype=host.ids.dtype)
         held_out = set(val_ids.tolist())
         shared = cfg.entities == "aligned"

@@ -145,7 +145,7 @@ class MaskedSVD(HandlerSet):
         X = ctx.require_data().subset(ids).X.astype(np.float64)
         noise = self.upload_noise() if upload else None
         if noise is not None:
-            X = noise.release(X, ctx.rng("svd-upload-noise", len(ids)))
+            X = noise.release_rows(X, ids, ctx.row_noise("svd-upload"), ctx.privacy, what="rows before masking")
         if isinstance(Q, OrthogonalMask):
             X = Q.right(X)
         masked: np.ndarray = P.left(X).astype(self.svd_settings().dtype)
@@ -270,8 +270,12 @@ def keep_masks(ctx: NodeContext, payload: Payload) -> None:
         Q = OrthogonalMask.from_payload(payload, "q")
     except KeyError as exc:
         raise ProtocolError(f"the dealer's masks lack {exc}") from exc
-    P.check_strength(f"party {ctx.party!r}: the row mask from {ctx.sender!r}")
-    Q.check_strength(f"party {ctx.party!r}: the column mask from {ctx.sender!r}")
+    # The party's own policy says how strong a mask must be (vflo.federation.policy): blocks of at least
+    # min_mask_block rows, every row and column mixing at least min_mask_mixing inputs.
+    block, mixing = ctx.policy.min_mask_block, ctx.policy.min_mask_mixing
+    P.check_strength(f"party {ctx.party!r}: the row mask from {ctx.sender!r}", min_block=block, min_mixing=mixing)
+    Q.check_strength(f"party {ctx.party!r}: the column mask from {ctx.sender!r}", min_block=block,
+                     min_mixing=mixing)
     ctx.state["svd.P"] = P
     ctx.state["svd.Q"] = Q if Q.size else None
 

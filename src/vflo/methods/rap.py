@@ -13,13 +13,13 @@ import numpy as np
 from vflo.align.plain import SELECTOR, selected_ids
 from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, Value, expect_rows
 from vflo.data.partydata import PartyData
-from vflo.dp import GaussianNoise, laplace_epsilon
+from vflo.dp import GaussianNoise, RowNoise, laplace_epsilon
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RemoteError
 from vflo.methods.base import Method, MethodConfig, State, handles, need, prefixed, unprefixed
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import TrainConfig
 from vflo.roles import PartyInfo
-from vflo.seeding import derive_seed
+from vflo.seeding import derive_seed, own_seed
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -202,7 +202,8 @@ class ClientTransform:
         """How many of the encoded columns are one-hot indicators."""
         return _one_hot_width(self.categories, self.other)
 
-    def encode(self, X: np.ndarray, rng: np.random.Generator, columns: tuple[str, ...]) -> np.ndarray:
+    def encode(self, X: np.ndarray, pseudo: np.ndarray | None, columns: tuple[str, ...]) -> np.ndarray:
+        """The encoded rows; ``pseudo``: one standard normal per row for the pseudo feature (when it is on)."""
         parts = [X[:, self.numeric].astype(np.float32)]
         for i, seen in zip(self.categorical, self.categories, strict=True):
             codes = X[:, i]
@@ -218,17 +219,23 @@ class ClientTransform:
                 onehot[np.flatnonzero(~known), len(seen)] = 1.0
             parts.append(onehot)
         if self.pseudo is not None:
-            parts.append(rng.normal(self.pseudo[0], self.pseudo[1], size=(len(X), 1)).astype(np.float32))
+            if pseudo is None:
+                raise ProtocolError("the pseudo feature needs one standard normal per row")
+            parts.append((self.pseudo[0] + self.pseudo[1] * pseudo.reshape(len(X), 1)).astype(np.float32))
         return np.hstack(parts)
 
-    def project(self, data: PartyData, rng: np.random.Generator) -> np.ndarray:
-        """X_m A_m, in chunks so a million rows never need more than a chunk of the encoded matrix."""
+    def project(self, data: PartyData, noise: RowNoise) -> np.ndarray:
+        """X_m A_m, in chunks so a million rows never need more than a chunk of the encoded matrix. The pseudo
+        feature's value of a row is keyed by the party's secret, the ID and the row (``noise``): the same row
+        projected again is the same release."""
         if data.columns != self.columns:
             raise DataError(f"client {data.party!r}: rows to project have columns {list(data.columns)[:6]}..., not "
                             f"the {len(self.columns)} columns the transform was fitted on")
         out = np.empty((data.n_samples, self.width), dtype=np.float32)
         for start in range(0, data.n_samples, CHUNK):
-            block = self.encode(data.X[start : start + CHUNK], rng, data.columns)
+            X = data.X[start : start + CHUNK]
+            pseudo = noise.normal(data.ids[start : start + CHUNK], X)[0][:, :1] if self.pseudo is not None else None
+            block = self.encode(X, pseudo, data.columns)
             out[start : start + CHUNK] = block @ self.A
         return out
 
@@ -354,10 +361,11 @@ class RAP(Method):
 
     def _client_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
         transform = self._transform(ctx)
-        projected = transform.project(rows, ctx.rng("rap-pseudo", rows.n_samples))
+        projected = transform.project(rows, ctx.row_noise("rap-pseudo"))
         noise = getattr(self.config, "noise", None)
-        if noise is not None:  # a person's projected row: one release
-            projected = noise.release(projected, ctx.rng("rap-upload-noise", rows.n_samples))
+        if noise is not None:  # a person's projected row: one release, the same again for the same row
+            projected = noise.release_rows(projected, rows.ids, ctx.row_noise("rap-upload"), ctx.privacy,
+                                           what="projected rows")
         return projected
 
     @handles("rap.project", senders=("server",), carries={"selector": "membership"},
@@ -441,7 +449,7 @@ class RAP(Method):
     def _fit_server(self, ctx: NodeContext, X: np.ndarray, y: np.ndarray, task: str, n_classes: int | None) -> Any:
         cfg = self.config.estimator
         grid = self.config.lr_grid
-        seed = derive_seed(ctx.seed, "rap-server")
+        seed = own_seed(ctx.rng("rap-server"))
         if not grid:
             return make_estimator(cfg, task=task, n_classes=n_classes, seed=seed).fit(X, y)  # type: ignore[arg-type]
         best, best_loss = None, float("inf")
@@ -528,6 +536,14 @@ class RAP(Method):
         was sent once (with the config's noise)."""
         noise = getattr(self.config, "noise", None)
         return {**self.server_stats_, **({"epsilon_features": noise.epsilon(releases=1)} if noise else {})}
+
+    def epsilon_scope(self) -> str:
+        if getattr(self.config, "noise", None) is None:
+            return ""
+        return ("ε covers each projected row given the client's fitted encoding (its standardisation and category "
+                "sets, fitted on every row, and sent to no one but folded into the projection); counted once per "
+                "distinct row sent, training and scoring (a row scored again is the same release); the one-hot "
+                "column count goes to the server without noise")
 
     # -- saving: the label owner keeps its label transform, each client its projection, the server its model --
 
@@ -617,8 +633,12 @@ class LocalDP(RAP):
             raise DataError(f"client {ctx.party!r}: rows to send have a different column set from its training rows")
         c = self.config.clip
         clipped = np.clip(rows.X.astype(np.float64), -c, c)
-        noise = ctx.rng("ldp-noise", rows.n_samples).laplace(0.0, 2 * c / self.config.epsilon, size=clipped.shape)
-        return (clipped + noise).astype(np.float32)
+        # Keyed by the party's secret, the person and the row: one-row releases carry independent noise, and
+        # the same row asked again gets the same noise (nothing to average).
+        standard, prints = ctx.row_noise("ldp").laplace(rows.ids, clipped)
+        ctx.privacy.charge(rows.ids, prints, epsilon=laplace_epsilon(self.config.epsilon, clipped.shape[1]),
+                           what="Laplace-noised features")
+        return (clipped + 2 * c / self.config.epsilon * standard).astype(np.float32)
 
     def _label_transform(self, y: np.ndarray, fed: Federation) -> LabelTransform:
         return LabelTransform(kind="plain")
@@ -629,3 +649,8 @@ class LocalDP(RAP):
         width = max(self.client_widths_.values(), default=0)
         return {**super().summary_stats(), "epsilon_per_value": self.config.epsilon,
                 "epsilon_features": laplace_epsilon(self.config.epsilon, width)}
+
+    def epsilon_scope(self) -> str:
+        return ("ε covers each row's values clipped to [-clip, clip] after the client's standardisation (fitted on "
+                "every row without privacy); counted once per distinct row sent, training and scoring (a row sent "
+                "again is the same release)")

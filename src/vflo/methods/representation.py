@@ -19,7 +19,7 @@ import numpy as np
 from vflo.comm.message import Value
 from vflo.methods.base import Method, State, prefixed, unprefixed
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
-from vflo.seeding import derive_seed
+from vflo.seeding import own_seed
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -44,7 +44,7 @@ class RepresentationMethod(Method):
 
     def new_estimator(self, fed: Federation) -> Estimator:
         return make_estimator(self.estimator_config(), task=fed.task, n_classes=fed.n_classes,
-                              seed=derive_seed(fed.seed, self.name, "classifier"))
+                              seed=own_seed(fed.rng(self.name, "classifier")))
 
     def fit(self, fed: Federation) -> None:
         ids, Z = self.fit_representation(fed)

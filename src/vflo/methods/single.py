@@ -13,7 +13,7 @@ from vflo.methods.base import Method, MethodConfig
 from vflo.metrics import compute_metrics, default_metric, higher_is_better
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import split_validation
-from vflo.seeding import derive_seed
+from vflo.seeding import own_seed
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -65,7 +65,7 @@ class Single(Method):
             X = oracle.features(ids, party)
             scaler = Standardizer.fit(X[train])
             est = make_estimator(self.config, task=fed.task, n_classes=fed.n_classes,
-                                 seed=derive_seed(fed.seed, "single", party))
+                                 seed=own_seed(fed.rng("single", party)))
             est.fit(scaler.transform(X[train]), y[train])
             scores = est.predict_scores(scaler.transform(X[val])) if len(val) else None
             score = compute_metrics(fed.task, y[val], scores)[metric] if scores is not None else 0.0

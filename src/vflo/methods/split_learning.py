@@ -20,7 +20,7 @@ import numpy as np
 
 from vflo.comm.message import BOOL, IDS, INT, STR, Payload, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
-from vflo.dp import GaussianNoise
+from vflo.dp import GaussianNoise, PrivacyAccount, RowNoise
 from vflo.errors import ProtocolError
 from vflo.federation.handlers import HandlerSet, handles
 from vflo.methods.base import State, prefixed, unprefixed
@@ -52,12 +52,19 @@ class Bottom:
     """A party's bottom network and its optimiser. A training forward keeps its output for the backward."""
 
     def __init__(self, net: nn.Module, train: TrainConfig, payload_dtype: str, *, noise: GaussianNoise | None = None,
-                 rng: np.random.Generator | None = None) -> None:
+                 rng: np.random.Generator | None = None, keyed: RowNoise | None = None,
+                 account: PrivacyAccount | None = None) -> None:
         self.net = net
         # Activations this party sends are clipped and noised (when the method asks): every release, training,
-        # validation and scoring alike.
+        # validation and scoring alike. Training releases get fresh noise from the party's own stream (the model
+        # changes every step, so each is a new release, counted); scoring releases noise keyed by the party's
+        # secret, the person and the activation (asked again: the same release, nothing to average).
         self.noise = noise
-        self.rng = rng or np.random.default_rng(0)
+        if noise is not None and (rng is None or keyed is None):
+            raise ProtocolError("a noised bottom needs the party's own noise stream and keyed noise")
+        self.rng = rng
+        self.keyed = keyed
+        self.account = account
         self.optimizer: torch.optim.Optimizer | None = adam(net.parameters(), train)
         self.payload_dtype = payload_dtype
         self.restore_best = train.restore_best
@@ -66,12 +73,13 @@ class Bottom:
         self.best: dict[str, Any] | None = None
         self.in_dim = 0
 
-    def forward(self, x: torch.Tensor) -> np.ndarray:
-        """Training-mode activations; the graph is kept for the :meth:`backward` that follows."""
+    def forward(self, x: torch.Tensor, ids: np.ndarray | None = None) -> np.ndarray:
+        """Training-mode activations of people ``ids``; the graph is kept for the :meth:`backward` that
+        follows."""
         self.net.train()
         out = self.net(x)
         self.pending = out
-        return self._released(out.detach())
+        return self._released(out.detach(), ids, fresh=True)
 
     def backward(self, grad: np.ndarray) -> None:
         """Finish the backward pass with the coordinator's gradient and take one optimiser step."""
@@ -85,15 +93,26 @@ class Bottom:
         self.optimizer.step()
         self.pending = None
 
-    def infer(self, x: torch.Tensor) -> np.ndarray:
-        """Evaluation-mode activations, no graph kept."""
+    def infer(self, x: torch.Tensor, ids: np.ndarray | None = None, *, fresh: bool = False) -> np.ndarray:
+        """Evaluation-mode activations of people ``ids``, no graph kept; ``fresh``: a validation pass during
+        training (the model still changes), else a scoring release (keyed: the same again for the same row)."""
         self.net.eval()
         with torch.no_grad():
-            return self._released(self.net(x))
+            return self._released(self.net(x), ids, fresh=fresh)
 
-    def _released(self, out: torch.Tensor) -> np.ndarray:
+    def _released(self, out: torch.Tensor, ids: np.ndarray | None, *, fresh: bool) -> np.ndarray:
         wire = self._wire(out)
-        return wire if self.noise is None else self.noise.release(wire, self.rng)
+        if self.noise is None:
+            return wire
+        if ids is None:
+            raise ProtocolError("a noised activation release needs the IDs of the people it describes")
+        if fresh:
+            assert self.rng is not None
+            if self.account is not None:
+                self.account.charge(ids, mu=self.noise.mu, what="activations")
+            return self.noise.release(wire, self.rng)
+        assert self.keyed is not None
+        return self.noise.release_rows(wire, ids, self.keyed, self.account, what="activations")
 
     def state(self) -> dict[str, Any]:
         """The network mid-training (weights, optimiser, validation snapshots), for a checkpoint."""
@@ -165,7 +184,8 @@ class SplitParty(HandlerSet):
     def new_bottom(self, ctx: NodeContext, in_dim: int) -> Bottom:
         train, payload_dtype = self.bottom_settings()
         bottom = Bottom(self.build_bottom(ctx, in_dim), train, payload_dtype, noise=self.bottom_noise(),
-                        rng=ctx.rng("split-activation-noise"))
+                        rng=ctx.rng("split-activation-noise"), keyed=ctx.row_noise("split-activations"),
+                        account=ctx.privacy)
         bottom.in_dim = in_dim
         ctx.state[BOTTOM] = bottom
         return bottom
@@ -224,6 +244,7 @@ class SplitParty(HandlerSet):
         bottom_of(ctx).finish(bool(payload["keep_previous"]))
         # Training rows are no longer needed; serving rows are read on demand.
         ctx.state.pop("x", None)
+        ctx.state.pop("x.ids", None)
         return {}
 
     @handles("split.activations", carries={"ids": "ids"}, replies={"acts": "outputs"}, ids=IDS, split=STR)
@@ -232,7 +253,7 @@ class SplitParty(HandlerSet):
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)
         rows = ctx.rows(str(payload["split"])).subset(ids)
-        return {"acts": bottom_of(ctx).infer(as_tensor(self.bottom_input(ctx, rows)))}
+        return {"acts": bottom_of(ctx).infer(as_tensor(self.bottom_input(ctx, rows)), rows.ids)}
 
 
 def remote_activations(replies: dict[str, Payload], parties: list[str], rows: int,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value
-from vflo.dp import GaussianNoise
+from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
@@ -135,6 +135,7 @@ class SplitNN(SplitParty, Method):
         x_val = self.bottom_input(ctx, data.subset(val_ids))
         self.new_bottom(ctx, int(x_train.shape[1]))
         ctx.state["x"] = {"train": as_tensor(x_train), "val": as_tensor(x_val)}
+        ctx.state["x.ids"] = {"train": np.asarray(train_ids), "val": np.asarray(val_ids)}
         return {"width": self.config.passive_bottom[-1]}
 
     @handles("splitnn.forward", carries={"rows": "membership"}, replies={"acts": "outputs"}, rows=POSITIONS,
@@ -147,10 +148,11 @@ class SplitNN(SplitParty, Method):
         rows = payload["rows"]
         assert isinstance(rows, np.ndarray)
         x = ctx.state["x"][subset][torch.as_tensor(rows)]
+        ids = ctx.state["x.ids"][subset][rows]
         if payload["training"]:
-            return {"acts": bottom.forward(x)}
+            return {"acts": bottom.forward(x, ids)}
         bottom.validation_pass(bool(payload["keep_previous"]))
-        return {"acts": bottom.infer(x)}
+        return {"acts": bottom.infer(x, ids, fresh=True)}
 
     # -- the coordinator ------------------------------------------------------------------------------
 
@@ -165,7 +167,9 @@ class SplitNN(SplitParty, Method):
                 f"splitnn needs aligned rows, but the active party {fed.party!r} shares no training sample "
                 f"with {passives}; check the ID columns or the scenario's aligned count"
             )
-        rng = fed.rng("splitnn-train")
+        # Batches and validation rows are named to the passive parties: public choices, from the run seed (a
+        # restarted coordinator resumes with the same ones); its own weights come from its own secret.
+        rng = fed.shared_rng("splitnn-train")
         train_pos, val_pos = split_validation(len(ids), cfg.train.validation_fraction, rng)
         train_ids, val_ids = ids[train_pos], ids[val_pos]
         widths: dict[str, int] = {}
@@ -195,7 +199,7 @@ class SplitNN(SplitParty, Method):
             y_train = (y_train - self.y_mean_) / self.y_scale_
             y_val = (y_val - self.y_mean_) / self.y_scale_
         trainer = _SplitTrainer(self, fed, x={"train": data.subset(train_ids).X, "val": data.subset(val_ids).X},
-                                y={"train": y_train, "val": y_val}, rng=rng)
+                                y={"train": y_train, "val": y_val}, rng=rng, ids=train_ids)
         self.history_: History = trainer.fit()
         self.n_train_ = len(train_ids)
 
@@ -218,11 +222,23 @@ class SplitNN(SplitParty, Method):
         """ε (at each mechanism's δ) of a training example, over the epochs it was released in."""
         epochs = max(len(self.history_.epochs), 1)
         out = {}
-        for name, noise in (("epsilon_features", self.config.activation_noise),
-                            ("epsilon_labels", self.config.gradient_noise)):
-            if noise is not None:
-                out[name] = noise.epsilon(releases=epochs)
+        if self.config.activation_noise is not None:  # each row once per epoch (training or validation pass)
+            out["epsilon_features"] = self.config.activation_noise.epsilon(releases=epochs)
+        if self.config.gradient_noise is not None:  # each example once per epoch to every passive party
+            out["epsilon_labels"] = self.config.gradient_noise.epsilon(
+                releases=epochs * max(len(getattr(self, "passives_", [])), 1))
         return out
+
+    def epsilon_scope(self) -> str:
+        parts = []
+        if self.config.activation_noise is not None:
+            parts.append("features: " + SCOPE_FIXED_MODEL.replace("encoder", "bottom model") + "; counted once per "
+                         "epoch trained and once per scored row (a row scored again is the same release)")
+        if self.config.gradient_noise is not None:
+            parts.append("labels: ε covers each example's gradient given the fixed top model, once per epoch to each "
+                         "passive party; the top model was trained on every label without privacy, and the "
+                         "early-stopping decision and the validation rows' choice are not noised")
+        return "; ".join(parts)
 
     def coordinator_state(self, fed: Federation) -> State:
         return {**module_state(self.bottom_, "bottom."), **module_state(self.top_, "top."),
@@ -252,10 +268,11 @@ class _SplitTrainer(RemoteBottomsTrainer):
     lookahead = True
 
     def __init__(self, method: SplitNN, fed: Federation, *, x: dict[str, np.ndarray], y: dict[str, np.ndarray],
-                 rng: np.random.Generator) -> None:
+                 rng: np.random.Generator, ids: np.ndarray) -> None:
         config = method.config.train
         super().__init__(config, rng, fed, method.passives_)
         self.m = method
+        self.ids = ids  # the training rows' IDs, for the active party's account of the gradients it releases
         self.regression = fed.task == "regression"
         target = torch.float32 if self.regression else torch.long
         self.x = {k: as_tensor(v) for k, v in x.items()}
@@ -308,6 +325,8 @@ class _SplitTrainer(RemoteBottomsTrainer):
                     # and noise the example's own gradient, as DP-SGD does, then scale back (post-processing).
                     # Clipping the 1/n rows, a clip of 1 never binds and Adam, blind to scale, makes every σ the same.
                     grad = noise.release(grad * len(batch), self.noise_rng) / len(batch)
+                    # Each receiver gets its own noisy gradient of each example: a release per receiver.
+                    self.fed.privacy.charge(self.ids[batch], mu=noise.mu, what="gradients")
                 grads[name] = {"grad": grad.astype(self.payload_dtype)}
             # Posted: it goes out with the next forward, one round trip per batch over a network.
             self.fed.post("split.backward", grads)

@@ -224,6 +224,13 @@ class VFLASP(MaskedSVD, SplitNN):
         return {"second_hop_shared": float(self.shared_), "components": float(self.components_),
                 **super().summary_stats(), **noise}
 
+    def epsilon_scope(self) -> str:
+        scope = super().epsilon_scope()
+        if self.config.noise is not None:
+            scope = "; ".join(filter(None, [scope, "second hop: ε covers its rows, clipped and noised once before "
+                                            "masking; the first hop's activations and embedding carry no noise"]))
+        return scope
+
     # -- saving: the teacher as SplitNN's parts, P1's embedding encoder with P1's bottom; the student alone ----
 
     def coordinator_state(self, fed: Federation) -> State:

@@ -1,4 +1,5 @@
-"""Run a method once, capture every message, and run every attack that applies to what each party received.
+"""Run a method once, capture every message, and run every attack that applies to what each party holds: what
+it received, and what it sent itself (its own bottom model's outputs).
 
 The utility of the run (its test metric and ε where a defence is on) and every attack's success come out of
 one call, so a privacy–utility curve is one loop over defence levels (benchmarks/privacy/).
@@ -6,27 +7,36 @@ one call, so a privacy–utility curve is one loop over defence levels (benchmar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from vflo.comm.message import Message
+from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
-from vflo.errors import ConfigError
+from vflo.errors import ConfigError, VfloError
+from vflo.federation.coordinator import Federation
 from vflo.federation.simulation import build_federation
 from vflo.methods.base import Method
 from vflo.metrics import compute_metrics
 from vflo.privacy.identity import exposure
 from vflo.privacy.label_inference import gradient_attacks, model_completion
-from vflo.privacy.reconstruction import decode
-from vflo.privacy.views import gradients_received, ids_received, representations_received
+from vflo.privacy.reconstruction import decode, decode_each
+from vflo.privacy.views import activations_sent, gradients_received, ids_received, releases_received
 
 
 def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequence[float] = (0.0, 0.01, 0.05, 0.1),
                completion: Sequence[int] = (10, 40, 100), decoders: Sequence[str] = ("ridge", "mlp"),
-               max_rows: int = 4000) -> dict[str, Any]:
-    """The run's metrics and stats, and the success of every applicable attack (nested by attack)."""
+               max_rows: int = 4000, serve_repeats: int = 1) -> dict[str, Any]:
+    """The run's metrics and stats, and the success of every applicable attack (nested by attack).
+
+    ``serve_repeats``: how many times the test people are scored (the protocol lets the active party ask again);
+    the metrics are those of the first, and every scoring release that crossed is an attacker's input."""
+    if serve_repeats < 1:
+        raise ConfigError(f"serve_repeats must be at least 1 (the scoring the metrics come from), got {serve_repeats}")
     seen: list[Message] = []
     method.check_task(data.task)
     fed, _ = build_federation(data, method, seed=seed, observers=(seen.append,))
@@ -35,7 +45,11 @@ def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequenc
     fed.flush()
     scores = method.predict(fed, data.test_ids)
     out: dict[str, Any] = {"metrics": compute_metrics(data.task, data.test_y, scores),
-                           "stats": method.summary_stats(), "messages": len(seen)}
+                           "stats": method.summary_stats(), "epsilon_scope": method.epsilon_scope()}
+    out["serving"] = _score_again(method, fed, data, serve_repeats)
+    fed.flush()
+    out["messages"] = len(seen)
+    started = time.perf_counter()
     rng = np.random.default_rng(seed)
     active = data.active
     y_active = data.train[active].y
@@ -44,12 +58,29 @@ def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequenc
     out["labels"] = _label_attacks(seen, data, labels_of, completion, rng)
     out["features"] = _feature_attacks(seen, data, known, decoders, rng, max_rows)
     out["identity"] = _identity(seen, data)
+    out["attack_seconds"] = time.perf_counter() - started
     fed.teardown()
     return out
 
 
+def _score_again(method: Method, fed: Federation, data: FederatedData, repeats: int) -> dict[str, Any]:
+    """Score the test people ``repeats`` times in all (the first already done); a party that refuses a release
+    (its privacy budget spent) ends the repeats, and the refusal is recorded."""
+    done: dict[str, Any] = {"asked": repeats, "answered": 1}
+    for _ in range(repeats - 1):
+        try:
+            method.predict(fed, data.test_ids)
+        except VfloError as exc:  # the defence at work: recorded, not a failed run
+            done["refused"] = f"{type(exc).__name__}: {exc}"
+            break
+        done["answered"] += 1
+    return done
+
+
 def _label_attacks(seen: list[Message], data: FederatedData, labels_of: dict[object, int],
                    completion: Sequence[int], rng: np.random.Generator) -> dict[str, Any]:
+    """Label inference by each passive party, from what it holds: the gradients it received, and the outputs of
+    its own bottom model, which it knows because it sent them."""
     if data.task != "binary":
         return {}
 
@@ -61,65 +92,93 @@ def _label_attacks(seen: list[Message], data: FederatedData, labels_of: dict[obj
             continue
         known = np.asarray([i in labels_of for i in ids.tolist()], dtype=bool)
         result: dict[str, Any] = gradient_attacks(ids[known], grads[known], labels_of, rng=rng)
-        # Model completion: a head on the passive party's own bottom-model outputs (the first activations it
-        # sent for each person it shares with the active party, which it computed itself).
-        own = [r for r in representations_received(seen, data.active) if r.sender == party]
-        if own:
-            rows = own[0]
-            keep = np.asarray([i in labels_of for i in rows.ids.tolist()])
-            labels = np.asarray([labels_of[i] for i in rows.ids[keep].tolist()])
-            raw = data.train[party].subset(rows.ids[keep]).X  # what it could do with its own features alone
+        # Model completion (Fu et al.): a head on the passive party's own bottom-model outputs for each person it
+        # shares with the active party. The party's final bottom is the last it trained: the last activations it
+        # sent for each person (the sender knows what it sent; nothing of any other party is read). Beside it,
+        # the first activations it sent (an untrained bottom) and its raw features (no protocol at all), on the
+        # same people and, for each k, the same known labels.
+        sent = activations_sent(seen, party, data.active)
+        if sent is not None:
+            final, first = sent.last(), sent.first()  # people in the same order
+            keep = np.asarray([i in labels_of for i in final.ids.tolist()], dtype=bool)
+            keep &= data.train[party].contains(final.ids)
+            labels = np.asarray([labels_of[i] for i in final.ids[keep].tolist()])
+            raw = data.train[party].subset(final.ids[keep]).X  # what it could do with its own features alone
+            inputs = {"completion": final.values[keep], "completion_first": first.values[keep],
+                      "completion_raw": raw}
             for k in completion:
                 if k + 20 <= len(labels):  # enough other rows to measure on
-                    result[f"completion_{k}"] = model_completion(rows.values[keep], labels, known=k,
+                    for name, values in inputs.items():
+                        result[f"{name}_{k}"] = model_completion(values, labels, known=k,
                                                                  rng=np.random.default_rng(k))
-                    result[f"completion_raw_{k}"] = model_completion(raw, labels, known=k,
-                                                                     rng=np.random.default_rng(k))
-            result["majority"] = float(max(np.mean(labels), 1 - np.mean(labels)))
+            result["completion_rows"] = len(labels)
+            result["majority"] = float(max(np.mean(labels), 1 - np.mean(labels))) if len(labels) else math.nan
         out[party] = result
     return out
 
 
 def _feature_attacks(seen: list[Message], data: FederatedData, known: Sequence[float], decoders: Sequence[str],
                      rng: np.random.Generator, max_rows: int) -> dict[str, Any]:
+    """Feature reconstruction by each receiver of rows of another party's data, per flow (sender and kind): from
+    one release per person (the first), from all its releases averaged per person, and, on the same known rows
+    with the same decoder, from the receiver's own features alone."""
     out: dict[str, Any] = {}
     holders = {p.name for p in data.parties if p.holds_data and data.train[p.name].n_features}
     for receiver in sorted({m.receiver for m in seen}):
         aligned = _aligned_at(seen, data, receiver)
-        for rows in representations_received(seen, receiver, aligned=aligned):
+        for flow in releases_received(seen, receiver, aligned=aligned):
+            rows, averaged, counts = flow.first(), flow.averaged(), flow.counts()
             # A server's reply (the SVD's U Σ) is about every other data party's columns.
-            targets = [rows.sender] if rows.sender in holders else sorted(holders - {receiver})
+            targets = [flow.sender] if flow.sender in holders else sorted(holders - {receiver})
             for target in targets:
-                table = data.train[target]
-                keep = table.contains(rows.ids)
+                split, keep = _rows_of(data, target, rows.ids)
                 if keep.sum() < 20:
                     continue
-                ids, values = rows.ids[keep][:max_rows], rows.values[keep][:max_rows]
-                X = table.subset(ids).X
-                key = f"{receiver} <- {rows.sender}" + (f" (about {target})" if target != rows.sender else "")
-                out[key] = {f"{decoder}@{share:g}": decode(values, X, known=share, decoder=decoder, rng=rng)
-                            for share in known for decoder in (decoders if share > 0 else ("mean",))}
-                own = data.train.get(receiver)
+                ids = rows.ids[keep][:max_rows]
+                inputs = {"message": rows.values[keep][:max_rows]}
+                repeated = counts[keep][:max_rows]
+                if repeated.max() > 1:
+                    inputs["averaged"] = averaged.values[keep][:max_rows]
+                X = split[target].subset(ids).X
+                own = split.get(receiver)
                 if own is not None and own.n_features and own.contains(ids).all():
-                    # What the receiver could infer from its own features alone, with the same known rows: the
-                    # part of the success that needs no message at all (correlated columns).
-                    mine = own.subset(ids).X
-                    for share in (s for s in known if s > 0):
-                        out[key][f"own features@{share:g}"] = decode(mine, X, known=share, decoder="ridge",
-                                                                     rng=np.random.default_rng(int(share * 1000)))
-                if receiver == "server" and _sent_kind(seen, rows.sender) == "rap.project":
+                    inputs["own features"] = own.subset(ids).X
+                key = f"{receiver} <- {flow.sender}" + (f" (about {target})" if target != flow.sender else "") + \
+                    f": {flow.kind}"
+                result: dict[str, Any] = {"flow": {"receiver": receiver, "sender": flow.sender, "target": target,
+                                                   "kind": flow.kind, "people": len(ids),
+                                                   "releases_mean": float(repeated.mean()),
+                                                   "releases_max": int(repeated.max())}}
+                for share in known:
+                    if share == 0:
+                        result["mean@0"] = decode(inputs["message"], X, known=0.0, decoder="mean", rng=rng)
+                        continue
+                    if round(share * len(ids)) < 2:  # a decoder needs more than one known row
+                        continue
+                    for decoder in decoders:
+                        fits = decode_each(inputs, X, known=share, decoder=decoder, rng=rng)
+                        for name, fit in fits.items():
+                            prefix = "" if name == "message" else f"{name} "
+                            result[f"{prefix}{decoder}@{share:g}"] = fit
+                if flow.kind == "rap.project":
                     # RAP's own server attacks (Zhang et al., Section 3) on the same rows: relative error.
                     from vflo.privacy.attacks import known_means, no_knowledge
 
-                    out[key]["rap_no_knowledge"] = {"relative_error": no_knowledge(values, X, rng)}
-                    out[key]["rap_known_means"] = {"relative_error": known_means(values, X)}
+                    result["rap_no_knowledge"] = {"relative_error": no_knowledge(inputs["message"], X, rng)}
+                    result["rap_known_means"] = {"relative_error": known_means(inputs["message"], X)}
+                out[key] = result
     return out
 
 
-def _sent_kind(seen: list[Message], sender: str) -> str:
-    """The kind of the representation ``sender`` sent (its first reply carrying rows)."""
-    return next((m.kind for m in seen if m.sender == sender and m.kind in ("rap.project", "apc.encode_aligned",
-                                                                         "splitnn.forward", "ea.forward")), "")
+def _rows_of(data: FederatedData, target: str, ids: np.ndarray) -> tuple[Mapping[str, PartyData], np.ndarray]:
+    """The split (training or serving rows) that holds most of ``ids`` for ``target``, and which ``ids`` it holds."""
+    best: tuple[Mapping[str, PartyData], np.ndarray] = (data.train, data.train[target].contains(ids))
+    serve = data.serve.get(target)
+    if serve is not None:
+        held = serve.contains(ids)
+        if held.sum() > best[1].sum():
+            best = (data.serve, held)
+    return best
 
 
 def _aligned_at(seen: list[Message], data: FederatedData, party: str) -> np.ndarray | None:

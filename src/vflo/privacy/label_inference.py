@@ -11,8 +11,9 @@ party's labels of the rows it shares.
   (USENIX Security 2022), passive model completion: with a few rows' labels (k), the passive party trains a
   small head on its own trained bottom network's outputs and labels every other row.
 
-Each returns the area under the ROC curve of recovering the positive class (binary tasks) or accuracy
-(:func:`model_completion`), measured against the true labels the experiment knows.
+Each returns the area under the ROC curve of separating the two classes (binary tasks; for the better of the
+score's two orientations, and with label 1 ranked first beside it) or accuracy (:func:`model_completion`),
+measured against the true labels the experiment knows.
 """
 
 from __future__ import annotations
@@ -47,16 +48,27 @@ def direction_scores(gradients: np.ndarray, known_positive: int) -> np.ndarray:
     return scores
 
 
+def either_way(auc: float) -> float:
+    """The AUC of the better orientation of a score, max(AUC, 1 - AUC): a score that ranks the negatives first
+    separates the classes as well as one that ranks the positives first (0.5: no separation at all). Which
+    orientation holds is one bit, which a single known label, or the class balance, tells the attacker."""
+    return max(auc, 1.0 - auc)
+
+
 def gradient_attacks(ids: np.ndarray, gradients: np.ndarray, labels_of: dict[object, int], *,
                      rng: np.random.Generator) -> dict[str, float]:
-    """AUC of norm and direction scoring over every gradient row the passive party received."""
+    """AUC of norm and direction scoring over every gradient row the passive party received: ``norm_auc`` and
+    ``direction_auc`` for the better orientation (:func:`either_way`), ``*_auc_positive`` with label 1 ranked
+    first."""
     y = np.asarray([labels_of[i] for i in ids.tolist()])
     positives = np.flatnonzero(y == 1)
     if len(positives) == 0:
         raise ConfigError("no positive row among the gradients")
     known = int(rng.choice(positives))
-    return {"norm_auc": _auc(norm_scores(gradients), y),
-            "direction_auc": _auc(direction_scores(gradients, known), y)}
+    norm = _auc(norm_scores(gradients), y)
+    direction = _auc(direction_scores(gradients, known), y)
+    return {"norm_auc": either_way(norm), "direction_auc": either_way(direction),
+            "norm_auc_positive": norm, "direction_auc_positive": direction}
 
 
 def model_completion(outputs: np.ndarray, labels: np.ndarray, *, known: int, rng: np.random.Generator) -> float:

@@ -1,14 +1,14 @@
-"""What one party received in a real run, read from the messages that crossed: the inputs of every attack.
+"""What one party received (or sent) in a real run, read from the messages that crossed: the inputs of every attack.
 
 Attacks never read a method's internal state: each view here takes the messages of a run (as a transport
-observer saw them, in order) and the name of the attacking party, keeps what reached that party (requests to
-it and replies to it), and puts it in the shape an attack needs, with the IDs each row concerns as that
-party knows them.
+observer saw them, in order) and the name of the attacking party, keeps what that party holds (what reached it:
+requests to it and replies to it; or what it sent itself, which it knows), and puts it in the shape an attack
+needs, with the IDs each row concerns as that party knows them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +16,11 @@ import numpy as np
 from vflo.comm.message import Message
 from vflo.errors import ConfigError
 from vflo.methods.masks import OrthogonalMask
+
+#: Kinds whose reply carries a party's bottom-model outputs (activations) for rows of its own.
+ACTIVATION_KINDS = ("splitnn.forward", "ea.forward", "ea.validate", "split.activations")
+#: Kinds whose reply carries rows of the sender's data at scoring time (the IDs are in the request).
+SERVING_KINDS = ("split.activations", "apc.encode_serve", "rap.project_serve", "svd.project")
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,54 @@ class Rows:
     ids: np.ndarray
     values: np.ndarray
     sender: str
+
+
+@dataclass(frozen=True)
+class Releases:
+    """Every row of one kind that one sender released to one receiver, in the order they crossed: a person's ID
+    appears once per release (SplitNN sends a training row's activations every epoch; a person scored again is
+    released again)."""
+
+    ids: np.ndarray
+    values: np.ndarray
+    sender: str
+    receiver: str
+    kind: str
+
+    def _people(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(IDs in the order of their first release, index of that first release, index into the IDs of every
+        release, releases per person)."""
+        _, first, inverse, counts = np.unique(self.ids, return_index=True, return_inverse=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        return self.ids[first[order]], first[order], rank[np.ravel(inverse)], counts[order]
+
+    def counts(self) -> np.ndarray:
+        """Releases per person, people in the order of their first release (as :meth:`first` lists them)."""
+        return self._people()[3]
+
+    def first(self) -> Rows:
+        """One row per person: the first release that crossed."""
+        ids, first, _, _ = self._people()
+        return Rows(ids=ids, values=self.values[first], sender=self.sender)
+
+    def last(self) -> Rows:
+        """One row per person: the last release that crossed (for a bottom model's outputs, those of the latest
+        model), people in the order of their first release."""
+        ids, _, inverse, _ = self._people()
+        last = np.zeros(len(ids), dtype=np.int64)
+        last[inverse] = np.arange(len(inverse))  # later releases overwrite earlier ones
+        return Rows(ids=ids, values=self.values[last], sender=self.sender)
+
+    def averaged(self) -> Rows:
+        """One row per person: the mean of all of its releases (what an attacker holding several noisy releases of
+        the same person does before decoding), people in the order of their first release."""
+        ids, _, inverse, counts = self._people()
+        values = np.asarray(self.values, dtype=np.float64).reshape(len(self.values), -1)
+        sums = np.zeros((len(ids), values.shape[1]))
+        np.add.at(sums, inverse, values)
+        return Rows(ids=ids, values=sums / counts[:, None], sender=self.sender)
 
 
 def exchanges(messages: Sequence[Message]) -> list[tuple[Message, Message | None]]:
@@ -69,62 +122,93 @@ def gradients_received(messages: Sequence[Message], party: str) -> tuple[np.ndar
     return np.concatenate(ids), np.vstack(grads)
 
 
-def representations_received(messages: Sequence[Message], party: str, *,
-                             aligned: np.ndarray | None = None) -> list[Rows]:
-    """The rows of other parties' data (latents, activations, singular vectors, projections) that reached
-    ``party``, by sender, with their IDs as ``party`` knows them.
-
-    * APC-VFL: ``apc.encode_aligned`` replies (g1 of the aligned rows, in the order of ``aligned``, the IDs the
-      active party aligned on).
-    * SplitNN, Entity Augmentation: training activations (``splitnn.forward``, ``ea.forward`` replies), the
-      first that reached the party for each person.
-    * FedSVD, VFedTrans, VFL-ASP: the ``svd.solve`` reply to the requester: U Σ of the rows it asked for (in
-      the order of ``aligned``), about every party's columns at once.
-    * RAP: ``rap.project`` replies at the server (each client's projected rows; IDs in the label owner's
-      aligned order, ``aligned``).
-    """
-    out: dict[str, Rows] = {}
-    train_ids: dict[str, np.ndarray] = {}
-    row_mask: OrthogonalMask | None = None
+def _rows_crossing(messages: Sequence[Message], aligned: np.ndarray | None) -> Iterator[tuple[Message, np.ndarray,
+                                                                                              np.ndarray]]:
+    """Every reply that carries rows of its sender's data, with the IDs the rows concern (as both ends know them)
+    and the rows: (reply, ids, values). ``aligned``: the IDs a receiver aligned on, for the replies that follow its
+    order (APC-VFL's upload, RAP's projections, the SVD's U Σ); without it those are left out."""
+    subsets: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (coordinator, party): the IDs of splitnn.init
+    row_masks: dict[str, OrthogonalMask] = {}
     for request, reply in exchanges(messages):
-        if reply is None or reply.error is not None or reply.receiver != party:
+        if reply is None or reply.error is not None:
             continue
         if request.kind == "svd.deal":  # the requester's own masks: it unmasks what the server returns
-            row_mask = OrthogonalMask.from_payload(reply.payload, "p")
-        sender, payload, kind = reply.sender, reply.payload, request.kind
+            row_masks[reply.receiver] = OrthogonalMask.from_payload(reply.payload, "p")
+        payload, kind, pair = reply.payload, request.kind, (request.sender, request.receiver)
         if kind == "splitnn.init":
-            train_ids[sender] = np.asarray(request.payload["train_ids"])
-        elif kind == "splitnn.forward" and request.payload.get("training") and sender in train_ids:
-            rows = train_ids[sender][np.asarray(request.payload["rows"], dtype=np.int64)]
-            acts = np.asarray(payload["acts"], dtype=np.float64)
-            previous = out.get(sender)
-            merged_ids = rows if previous is None else np.concatenate([previous.ids, rows])
-            merged = acts if previous is None else np.vstack([previous.values, acts])
-            out[sender] = Rows(ids=merged_ids, values=merged, sender=sender)
+            subsets[pair] = {"train": np.asarray(request.payload["train_ids"]),
+                             "val": np.asarray(request.payload["val_ids"])}
+        elif kind == "splitnn.forward" and str(request.payload.get("subset")) in subsets.get(pair, {}):
+            ids = subsets[pair][str(request.payload["subset"])][np.asarray(request.payload["rows"], dtype=np.int64)]
+            yield reply, ids, np.asarray(payload["acts"], dtype=np.float64)
         elif kind == "ea.forward":
-            rows_ids = np.asarray(payload["ids"])
-            acts = np.asarray(payload["acts"], dtype=np.float64)
-            previous = out.get(sender)
-            out[sender] = Rows(ids=rows_ids if previous is None else np.concatenate([previous.ids, rows_ids]),
-                               values=acts if previous is None else np.vstack([previous.values, acts]), sender=sender)
+            yield reply, np.asarray(payload["ids"]), np.asarray(payload["acts"], dtype=np.float64)
+        elif kind in ("ea.validate", "split.activations", "apc.encode_serve", "rap.project_serve", "svd.project"):
+            field = {"ea.validate": "acts", "split.activations": "acts", "apc.encode_serve": "z",
+                     "rap.project_serve": "x", "svd.project": "p"}[kind]
+            if field in payload and "ids" in request.payload:
+                values = np.asarray(payload[field], dtype=np.float64)
+                values = values.reshape(len(values), -1)
+                yield reply, np.asarray(request.payload["ids"])[: len(values)], values
         elif kind in ("apc.encode_aligned", "rap.project") and aligned is not None:
-            field = "z" if kind == "apc.encode_aligned" else "x"
-            values = np.asarray(payload[field], dtype=np.float64)
-            out[sender] = Rows(ids=aligned[: len(values)], values=values, sender=sender)
+            values = np.asarray(payload["z" if kind == "apc.encode_aligned" else "x"], dtype=np.float64)
+            yield reply, aligned[: len(values)], values
         elif kind == "svd.solve" and aligned is not None:
             u = np.asarray(payload["u"], dtype=np.float64)
-            if row_mask is not None and row_mask.size == len(u):
-                u = row_mask.left_t(u)
+            mask = row_masks.get(reply.receiver)
+            if mask is not None and mask.size == len(u):
+                u = mask.left_t(u)
             us = u * np.asarray(payload["s"], dtype=np.float64)
-            out[sender] = Rows(ids=aligned[: len(us)], values=us, sender=sender)
-    return [_first_of_each(r) for r in out.values()]
+            yield reply, aligned[: len(us)], us
 
 
-def _first_of_each(rows: Rows) -> Rows:
-    """One row per person: the first that reached the party (later epochs send the same people again)."""
-    _, first = np.unique(rows.ids, return_index=True)
-    first = np.sort(first)
-    return Rows(ids=rows.ids[first], values=rows.values[first], sender=rows.sender)
+def _grouped(found: Iterator[tuple[Message, np.ndarray, np.ndarray]], *, by_kind: bool = True) -> list[Releases]:
+    """Rows by (sender, receiver, and with ``by_kind`` kind), in the order they crossed."""
+    groups: dict[tuple[str, str, str], tuple[list[np.ndarray], list[np.ndarray], list[str]]] = {}
+    for reply, ids, values in found:
+        ids_of, values_of, kinds = groups.setdefault((reply.sender, reply.receiver, reply.kind if by_kind else ""),
+                                                     ([], [], []))
+        ids_of.append(ids)
+        values_of.append(values.reshape(len(values), -1))
+        if reply.kind not in kinds:
+            kinds.append(reply.kind)
+    return [Releases(ids=np.concatenate(i), values=np.vstack(v), sender=s, receiver=r, kind="+".join(k))
+            for (s, r, _), (i, v, k) in groups.items()]
+
+
+def releases_received(messages: Sequence[Message], party: str, *, aligned: np.ndarray | None = None) -> list[Releases]:
+    """Every release of rows of other parties' data (latents, activations, singular vectors, projections) that
+    reached ``party``, one :class:`Releases` per sender and kind, with the IDs as ``party`` knows them.
+
+    * APC-VFL: ``apc.encode_aligned`` replies (g1 of the aligned rows, in the order of ``aligned``, the IDs the
+      active party aligned on); ``apc.encode_serve`` at scoring.
+    * SplitNN, VFL-ASP's teacher, Entity Augmentation: activations of training and validation rows, every epoch
+      (``splitnn.forward``, ``ea.forward``, ``ea.validate`` replies); ``split.activations`` at scoring.
+    * FedSVD, VFedTrans, VFL-ASP: the ``svd.solve`` reply to the requester: U Σ of the rows it asked for (in
+      the order of ``aligned``), about every party's columns at once; ``svd.project`` at scoring.
+    * RAP: ``rap.project`` replies at the server (each client's projected rows; IDs in the label owner's
+      aligned order, ``aligned``); ``rap.project_serve`` at scoring.
+    """
+    return [r for r in _grouped(_rows_crossing(messages, aligned)) if r.receiver == party]
+
+
+def representations_received(messages: Sequence[Message], party: str, *,
+                             aligned: np.ndarray | None = None) -> list[Rows]:
+    """The rows of other parties' data that reached ``party`` during training, by sender, one per person: the
+    first release of each (:func:`releases_received` has every release, serving included)."""
+    training = (found for found in _rows_crossing(messages, aligned)
+                if found[0].receiver == party and found[0].kind not in SERVING_KINDS)
+    return [r.first() for r in _grouped(training, by_kind=False)]
+
+
+def activations_sent(messages: Sequence[Message], party: str, receiver: str) -> Releases | None:
+    """Every row of bottom-model outputs ``party`` sent ``receiver`` (training and validation forwards, and the
+    evaluation-mode activations it was asked for later), in the order they left, with the IDs as ``party`` knows
+    them: what the sender holds of its own outputs without reading any other party's state. None if it sent none.
+    :meth:`Releases.last` is, for each person, the output of the latest bottom model the party trained."""
+    sent = _grouped((found for found in _rows_crossing(messages, None) if found[0].sender == party
+                     and found[0].receiver == receiver and found[0].kind in ACTIVATION_KINDS), by_kind=False)
+    return sent[0] if sent else None
 
 
 def ids_received(messages: Sequence[Message], party: str) -> dict[str, np.ndarray]:
