@@ -143,3 +143,23 @@ def test_payload_spec_checks_dtype_shape_and_fields() -> None:
         check_payload("k", {"grad": good["grad"]}, spec)
     with pytest.raises(PayloadError, match="must be an array"):
         check_payload("k", {**good, "ids": 3}, {"grad": spec["grad"], "ids": ArraySpec(("int64",), (None,))})
+
+
+def test_a_header_over_its_limit_is_refused_before_it_is_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer's 120 MB JSON header took a party to 3.5 GB while parsing: the header's size is checked first."""
+    import json as json_module
+
+    from vflo.comm import codec
+
+    monkeypatch.setattr(codec, "MAX_HEADER_BYTES", 1000)
+    big = Message(sender="a", receiver="b", kind="k", round=0, payload={"text": "x" * 2000})
+    with pytest.raises(CodecError, match="over the 1000-byte limit; send large data as arrays"):
+        encode(big)
+    monkeypatch.setattr(codec, "MAX_HEADER_BYTES", 10_000)
+    frame = encode(big)
+    monkeypatch.setattr(codec, "MAX_HEADER_BYTES", 1000)
+    parsed: list[object] = []
+    monkeypatch.setattr(json_module, "loads", lambda *a, **k: parsed.append(a) or {})  # must never be reached
+    with pytest.raises(CodecError, match="refused before parsing"):
+        decode(frame)
+    assert not parsed

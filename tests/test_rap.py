@@ -161,12 +161,13 @@ def test_the_label_matrix_is_redrawn_until_well_conditioned() -> None:
     rng = np.random.default_rng(3)
     conds = [np.linalg.cond(label_matrix(rng, 2.0)) for _ in range(200)]
     assert max(conds) <= 2.0
-    unbounded = [np.linalg.cond(label_matrix(rng, 0.0)) for _ in range(200)]
+    unbounded = [np.linalg.cond(label_matrix(rng, np.inf)) for _ in range(200)]
     assert max(unbounded) > 2.0  # the bound is what keeps them there
     y = rng.normal(size=50)
     assert np.linalg.cond(LabelTransform.fit(y, "regression", None, rng, max_condition=1.5).A) <= 1.5
-    with pytest.raises(ConfigError, match="label_max_condition must be 0 .off. or at least 1"):
-        get_method("rap")(label_max_condition=0.5)
+    for off in (0.5, 0.0, -1.0, float("nan")):  # 0 no longer switches the check off: a bound { max = 10 } holds
+        with pytest.raises(ConfigError, match=r"label_max_condition must be at least 1 \(inf turns the check off\)"):
+            get_method("rap")(label_max_condition=off)
 
 
 def test_the_pseudo_label_scale() -> None:

@@ -78,6 +78,9 @@ SECRETS: dict[str, tuple[str, dict[str, Any], Callable[[dict[str, Node], list[Me
     "vfl_asp dealer's row mask": ("vfl_asp", {}, _row_mask("p2")),
     "apc_vfl upload noise": ("apc_vfl", {"noise": NOISE}, _upload("apc.encode_aligned", "z")),
     "splitnn activation noise": ("splitnn", {"activation_noise": NOISE}, _upload("splitnn.forward", "acts")),
+    # The active party's secrets, replayed by the passive party or the server in the old attacks:
+    "splitnn gradient noise": ("splitnn", {"gradient_noise": NOISE}, _upload("split.backward", "grad")),
+    "rap label map": ("rap", {}, _upload("rap.train", "labels")),
 }
 
 

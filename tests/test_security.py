@@ -128,6 +128,24 @@ def test_policy_settings_are_checked() -> None:
         "rap (requiring rap.max_condition <= 5)"
 
 
+@pytest.mark.parametrize("value", [0.0, float("inf"), 20.0])
+def test_a_policy_bound_cannot_be_met_by_switching_the_check_off(value: float) -> None:
+    """docs/security.md's own example, { max = 10 } on RAP's condition bound: 0 used to mean "no check" and met
+    it; now no value switches the check off within the bound (inf does, and inf is not <= 10)."""
+    data = data_for("rap")
+    method = get_method("rap")(estimator={"model": "mlp", "hidden": [8], "train": {"max_epochs": 1}})
+    fed, nodes = build_federation(data, method, seed=0)
+    nodes["pas"].policy = Policy(methods=("rap",), require={"rap.max_condition": {"max": 10}})
+    config = json.loads(method.config_json())
+    config["max_condition"] = value
+    reply = send(fed, "act", "pas", "control.setup",
+                 {"method": "rap", "config": json.dumps(config), "seed": 0, "parties": json.dumps(
+                     [[p.name, p.role] for p in fed.parties]), "save": False})
+    assert reply.error is not None
+    assert "max_condition" in reply.error.message
+    assert nodes["pas"].method is None
+
+
 def _weak_mask(mask: str, m: int) -> OrthogonalMask:
     """Masks an attacking dealer deals: each hides nothing, at one block size or another."""
     rng = np.random.default_rng(0)
@@ -182,3 +200,26 @@ def test_handlers_declare_who_may_send_them() -> None:
 
     with pytest.raises(ValueError, match="senders must be some of"):
         handles("x.y", senders=("anyone",))  # type: ignore[arg-type]
+
+
+def test_a_party_that_requires_psi_refuses_plain_alignment_and_runs_with_psi() -> None:
+    """[policy] alignment = 'psi': a plain alignment request (guessed IDs, any split) is refused, naming the
+    setting and the fix; the same method aligned by PSI runs."""
+    from vflo.federation.coordinator import AlignmentConfig
+
+    data = data_for("splitnn")
+    for alignment, refused in ((None, True), (AlignmentConfig(method="psi"), False)):
+        method = quick("splitnn")
+        fed, nodes = build_federation(data, method, seed=0, alignment=alignment)
+        nodes["pas"].policy = Policy(alignment="psi")
+        fed.setup(method)
+        if refused:
+            guessed = {"ids": data.train["pas"].ids[:5], "split": "serve"}
+            reply = send(fed, "act", "pas", "align.plain", guessed)
+            assert reply.error is not None and "[policy] alignment = 'psi'" in reply.error.message
+            assert 'method = "psi"' in reply.error.message
+            with pytest.raises(RemoteError, match="aligns only by private set intersection"):
+                method.fit(fed)
+        else:
+            method.fit(fed)
+            assert method.predict(fed, data.test_ids).shape[0] == len(data.test_ids)

@@ -26,7 +26,7 @@ from vflo.comm.local import LocalTransport
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.errors import AlignmentError, ConfigError
-from vflo.federation.coordinator import Federation
+from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
 from vflo.federation.simulation import party_node
 from vflo.methods.base import Method
@@ -81,11 +81,14 @@ class SavedModel:
     def parties(self) -> tuple[PartyInfo, ...]:
         return tuple(PartyInfo(name, role) for name, role in self.card.parties)  # type: ignore[arg-type]
 
-    def restore(self, node: Node, transport: Transport) -> tuple[Federation, Method]:
-        """A federation of the card's parties over ``transport``, with every party's part restored."""
+    def restore(self, node: Node, transport: Transport, *,
+                alignment: AlignmentConfig | None = None) -> tuple[Federation, Method]:
+        """A federation of the card's parties over ``transport``, with every party's part restored; ``alignment``:
+        how the rows to score are matched with the other parties' (plain unless given)."""
         parties = (PartyInfo(self.card.active, "active"),) if self.active_only else self.parties
         fed = Federation(node=node, transport=transport, parties=parties, seed=self.card.seed,
-                         task=self.card.task, n_classes=self.card.n_classes)  # type: ignore[arg-type]
+                         task=self.card.task, n_classes=self.card.n_classes,  # type: ignore[arg-type]
+                         alignment=alignment)
         method = self.new_method()
         for party, sha in fed.load_parts(method, self.label, self.card.model_id).items():
             _check_manifest(self.card, party, sha)

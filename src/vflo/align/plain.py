@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vflo.comm.message import IDS, INT, STR, ArraySpec, FieldSpec, Payload, check_payload
-from vflo.errors import ProtocolError
+from vflo.errors import ProtocolError, RefusedError
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -51,6 +51,12 @@ class Alignment:
 
 def handle(ctx: NodeContext, payload: Payload) -> Payload:
     """Party side: which requested IDs this party holds in ``split``; remember them in order."""
+    if ctx.policy.alignment == "psi":
+        raise RefusedError(
+            f"party {ctx.party!r} aligns only by private set intersection ([policy] alignment = 'psi' in its "
+            "config): plain alignment would show it the coordinator's IDs and tell which of them it holds; set "
+            "[alignment] method = \"psi\" in the experiment config (for `vflo predict --deploy`, the model's own "
+            "alignment is used)")
     ids = payload["ids"]
     assert isinstance(ids, np.ndarray)
     rows = ctx.rows(str(payload["split"]))

@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from vflo.errors import ConfigError, ProtocolError
 
@@ -36,12 +36,14 @@ class Policy:
     """``methods``: the methods this party consents to (empty: any); ``require``: a setting by its dotted path
     (``METHOD.FIELD.SUBFIELD``) and the value it must have, or a table with ``min`` and/or ``max``;
     ``min_mask_block`` and ``min_mask_mixing``: what masks from a dealer must reach to be taken
-    (``OrthogonalMask.check_strength``)."""
+    (``OrthogonalMask.check_strength``); ``alignment``: ``"psi"`` refuses plain alignment (which shows this party
+    the coordinator's IDs and tells the coordinator which of them it holds), training and scoring alike."""
 
     methods: tuple[str, ...] = ()
     require: dict[str, Any] = field(default_factory=dict)
     min_mask_block: int = 64
     min_mask_mixing: float = 8.0
+    alignment: Literal["any", "psi"] = "any"
 
     def __post_init__(self) -> None:
         block, mixing = self.min_mask_block, self.min_mask_mixing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -48,12 +49,13 @@ class RAPConfig(MethodConfig):
     one_feature_pseudo: bool = True
     # A Gaussian matrix's condition number is heavy-tailed (median about 3.4 x its width); a nearly
     # singular projection squashes a direction that regularised models then cannot recover. Redraw
-    # until the condition number is at most this many times the width (0 turns the check off).
+    # until the condition number is at most this many times the width (inf turns the check off; no value
+    # below 1 exists, so a party's policy bound such as { max = 10 } cannot be met by switching the check off).
     max_condition: float = 10.0
     # The regression label's 2 x 2 matrix A_Y mixes y with a pseudo label of the same variance. When A_Y is
     # badly conditioned, y's share of both server targets can be a few per cent, the two regressors learn
     # noise, and decoding with A_Y^-1 amplifies their errors (RMSE 297 against 91 on the WOC stand-in at
-    # condition number 30). Redraw until cond(A_Y) is at most this (absolute, not times the width; 0: off).
+    # condition number 30). Redraw until cond(A_Y) is at most this (absolute, not times the width; inf: off).
     label_max_condition: float = 2.0
     # Regression: the paper trains two models, one per column of [y, y_p] A_Y ("two"). By default one
     # network with two outputs (a shared hidden layer) learns both: it costs what Centralized's model
@@ -91,8 +93,8 @@ class RAPConfig(MethodConfig):
             raise ConfigError(f"whiten_min_rows must be at least 1, got {self.whiten_min_rows}")
         for name in ("max_condition", "label_max_condition"):
             value = getattr(self, name)
-            if value < 0 or 0 < value < 1:
-                raise ConfigError(f"{name} must be 0 (off) or at least 1, got {value}")
+            if not (isinstance(value, int | float) and value >= 1):  # NaN fails too
+                raise ConfigError(f"{name} must be at least 1 (inf turns the check off), got {value!r}")
 
 
 def gaussian_matrix(width: int, rng: np.random.Generator, max_condition: float) -> np.ndarray:
@@ -100,7 +102,7 @@ def gaussian_matrix(width: int, rng: np.random.Generator, max_condition: float) 
     ``max_condition`` x width (about 15% of draws are)."""
     for _ in range(1000):
         A = rng.normal(0.0, 1.0 / np.sqrt(width), size=(width, width))
-        if max_condition <= 0 or np.linalg.cond(A) <= max_condition * width:
+        if math.isinf(max_condition) or np.linalg.cond(A) <= max_condition * width:
             return A.astype(np.float32)
     raise ConfigError(f"no {width} x {width} Gaussian matrix with condition number <= {max_condition} x {width} in "
                       "1000 draws; raise max_condition")
@@ -146,7 +148,7 @@ class ClientTransform:
 
     @classmethod
     def fit(cls, data: PartyData, rng: np.random.Generator, *, other: bool, pseudo: bool,
-            max_condition: float = 0.0) -> ClientTransform:
+            max_condition: float = math.inf) -> ClientTransform:
         if data.n_features == 0:
             raise DataError(f"client {data.party!r} holds no feature column; RAP needs at least one per client")
         cat = [data.columns.index(c) for c in data.categorical]
@@ -242,11 +244,11 @@ class ClientTransform:
 
 def label_matrix(rng: np.random.Generator, max_condition: float) -> np.ndarray:
     """A 2 x 2 N(0, 1) matrix, redrawn while it is nearly singular or its condition number exceeds
-    ``max_condition`` (0: only the singularity check). About 20% of draws have cond <= 2."""
+    ``max_condition`` (inf: only the singularity check). About 20% of draws have cond <= 2."""
     for _ in range(1000):
         A = rng.normal(size=(2, 2))
         cond = np.linalg.cond(A)
-        if abs(np.linalg.det(A)) >= 1e-3 and (max_condition <= 0 or cond <= max_condition):
+        if abs(np.linalg.det(A)) >= 1e-3 and (math.isinf(max_condition) or cond <= max_condition):
             return A
     raise ConfigError(f"no 2 x 2 label matrix with condition number <= {max_condition} in 1000 draws; "
                       "raise label_max_condition")
