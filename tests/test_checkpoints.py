@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from tests.test_methods import data_for
+from vflo.artifacts import CheckpointStore
 from vflo.cli import main
 from vflo.comm.codec import decode
 from vflo.comm.message import Message
@@ -80,7 +81,9 @@ def test_checkpointing_does_not_change_the_model(tmp_path: Path) -> None:
     kept = run_method(method("splitnn", every=1), data, seed=1,  # type: ignore[arg-type]
                       checkpoint=(tmp_path, CheckpointPlan(run="abc")))
     assert np.array_equal(plain.scores, kept.scores)
-    assert sorted(p.name for p in (tmp_path / "abc").iterdir()) == [f"epoch-{e:05d}" for e in range(EPOCHS - 1)]
+    # Every epoch was checkpointed; each party keeps the newest three.
+    kept_epochs = list(range(EPOCHS - 1))[-CheckpointStore.KEEP:]
+    assert sorted(p.name for p in (tmp_path / "abc").iterdir()) == [f"epoch-{e:05d}" for e in kept_epochs]
 
 
 def test_each_party_keeps_only_its_own_checkpoint(tmp_path: Path) -> None:
@@ -180,3 +183,18 @@ train = {{ lr = 0.01, batch_size = 16, max_epochs = 6, patience = 100, checkpoin
     assert "resumed_after_epoch" not in plain
     report = (tmp_path / "a" / "report.md").read_text()
     assert "## How training ended" in report and "1 (after epoch 2)" in report
+
+
+def test_a_party_keeps_only_its_newest_checkpoints_whatever_epochs_it_is_asked_for(tmp_path: Path) -> None:
+    """25 split.checkpoint calls with epoch numbers of the coordinator's choosing wrote 38 MB at a lab: a party
+    keeps the newest three of a run, and a repeated epoch replaces its slot."""
+    from vflo.errors import ProtocolError
+
+    store = CheckpointStore(tmp_path, party="lab", role="passive")
+    state = {"w": np.ones((100, 100))}
+    for epoch in (5, 3, 900, 7, 7, 12, 40, 41):
+        store.save("run1", epoch, state)
+    assert store.epochs("run1") == [40, 41, 900]
+    assert len(list((tmp_path / "run1").iterdir())) == 3
+    with pytest.raises(ProtocolError, match="outside 0..99999"):
+        store.save("run1", 10**6, state)

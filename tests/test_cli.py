@@ -125,7 +125,7 @@ def test_scenario_export_writes_loadable_party_configs(tmp_path: Path, capsys: p
     train, serve = tables.train, tables.serve
     assert train.n_features == 13 - 4 and serve is not None
     assert load_party_config(out / "server.toml").data is None
-    assert (out / "certs" / "bank.pem").is_file()
+    assert (out / "certs" / "bank" / "bank.pem").is_file()
 
 
 def test_listing_help_and_config_errors_do_not_import_torch(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 
 from tests.conftest import PARTY_SEEDS, vertical_split
 from vflo.cli import main
+from vflo.comm.codec import decode
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer, pack_frames, unpack_frames
 from vflo.comm.local import LocalTransport
 from vflo.comm.message import Message
@@ -109,6 +110,11 @@ def test_an_unknown_party_name_is_refused(certs: Path) -> None:
         reply = client.request(Message("stranger", "pas", "control.teardown", 0))
         with pytest.raises(RemoteError, match="does not accept messages from 'stranger'"):
             reply.unwrap()
+        # A stranger's frame is refused before it is decoded: even bytes that are no vflo frame at all get the
+        # not-a-peer answer, not a decoding error (a stranger's 120 MB header was once parsed first).
+        call = client._stub("pas")[0]
+        answer = decode(call(b"\x00" * 64, timeout=5))
+        assert answer.error is not None and "refused before reading the message" in answer.error.message
         # a known party's certificate cannot be used to speak as another party
         act = GrpcTransport("act", {"pas": server.address}, credentials=PartyCredentials.load(certs, "act"),
                             deadline=5, retries=0)

@@ -40,7 +40,9 @@ def test_one_round_for_training_and_bytes_are_the_projected_matrices() -> None:
     method = get_method("rap")(estimator=FAST)
     out = run_method(method, data, seed=0)
     fit = out.fit_summary
-    assert fit.rounds == 1 and out.predict_summary.rounds == 1
+    # Scoring: the label owner opens a scoring session at each client (the only rows the server may then ask
+    # them for), then asks the server: two rounds.
+    assert fit.rounds == 1 and out.predict_summary.rounds == 2
     n = method.n_train_
     replies = [e for e in out.ledger.entries[: out.fit_entries] if e.kind == "rap.project" and e.direction == "reply"]
     assert len(replies) == 3

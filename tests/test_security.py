@@ -30,7 +30,8 @@ def federation(name: str, data: FederatedData | None = None):  # type: ignore[no
 
 def send(fed, sender: str, receiver: str, kind: str, payload: dict) -> Message:  # type: ignore[no-untyped-def]
     """A message as a peer would put it on the wire, with its own (authenticated) name as the sender."""
-    return fed.transport.request(Message(sender=sender, receiver=receiver, kind=kind, round=1, payload=payload))
+    return fed.transport.request(Message(sender=sender, receiver=receiver, kind=kind, round=max(fed.rounds, 1),
+                                         payload=payload, run=fed.run_id))
 
 
 def identity_masks(m: int, d: int) -> dict[str, np.ndarray]:
@@ -101,7 +102,8 @@ def test_roles_come_from_the_partys_own_config_not_from_the_setup() -> None:
     node = party_node(info, peers={"act": "active", "srv": "server"})
     setup = {"method": "local", "config": get_method("local")().config_json(), "seed": 0, "save": False,
              "parties": json.dumps([["act", "active"], ["pas", "passive"], ["srv", "active"]])}
-    reply = node.handle(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup))
+    reply = node.handle(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup,
+                                run="r1"))
     assert reply.error is not None and "knows 'srv' as server" in reply.error.message
 
 
@@ -138,9 +140,10 @@ def test_a_policy_bound_cannot_be_met_by_switching_the_check_off(value: float) -
     nodes["pas"].policy = Policy(methods=("rap",), require={"rap.max_condition": {"max": 10}})
     config = json.loads(method.config_json())
     config["max_condition"] = value
-    reply = send(fed, "act", "pas", "control.setup",
-                 {"method": "rap", "config": json.dumps(config), "seed": 0, "parties": json.dumps(
-                     [[p.name, p.role] for p in fed.parties]), "save": False})
+    setup = {"method": "rap", "config": json.dumps(config), "seed": 0,
+             "parties": json.dumps([[p.name, p.role] for p in fed.parties]), "save": False}
+    reply = fed.transport.request(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup,
+                                          run="run-1"))
     assert reply.error is not None
     assert "max_condition" in reply.error.message
     assert nodes["pas"].method is None
@@ -223,3 +226,77 @@ def test_a_party_that_requires_psi_refuses_plain_alignment_and_runs_with_psi() -
         else:
             method.fit(fed)
             assert method.predict(fed, data.test_ids).shape[0] == len(data.test_ids)
+
+
+def test_one_run_at_a_time_other_runs_and_backward_rounds_are_refused() -> None:
+    """A second active peer's setup in the middle of the hospital's run used to be accepted and broke the run;
+    messages carried no run ID and any round was accepted."""
+    data = data_for("splitnn")
+    method = quick("splitnn")
+    fed, nodes = build_federation(data, method, seed=0)
+    lab = nodes["pas"]
+    lab.peers["rival"] = "active"  # the lab's config lists a second active peer
+    fed.setup(method)
+    assert len(fed.run_id) == 32
+    setup = {"method": "splitnn", "config": quick("splitnn").config_json(), "seed": 9,
+             "parties": json.dumps([["rival", "active"], ["pas", "passive"]]), "save": False}
+    hijack = lab.handle(Message(sender="rival", receiver="pas", kind="control.setup", round=0, payload=setup,
+                                run="rival-run"))
+    assert hijack.error is not None and "serving a run of 'act'" in hijack.error.message
+    method.fit(fed)  # the hospital's run goes on undisturbed
+    assert method.predict(fed, data.test_ids).shape[0] == len(data.test_ids)
+    other = send(fed, "act", "pas", "split.finish", {"keep_previous": False})
+    assert other.error is None  # its own run, a round not behind
+    stale = lab.handle(Message(sender="act", receiver="pas", kind="split.finish", round=fed.rounds + 1,
+                               payload={"keep_previous": False}, run="an-old-run"))
+    assert stale.error is not None and "not to the run this party serves" in stale.error.message
+    backwards = lab.handle(Message(sender="act", receiver="pas", kind="split.finish", round=1,
+                                   payload={"keep_previous": False}, run=fed.run_id))
+    assert backwards.error is not None and "comes after round" in backwards.error.message
+    fed.teardown()
+    after = lab.handle(Message(sender="act", receiver="pas", kind="split.finish", round=fed.rounds + 2,
+                               payload={"keep_previous": False}, run=fed.run_id))
+    assert after.error is not None and "serves no run now" in after.error.message
+    # With the run over, the rival may start one of its own.
+    assert lab.handle(Message(sender="rival", receiver="pas", kind="control.setup", round=0, payload=setup,
+                              run="rival-run")).error is None
+
+
+def test_steps_out_of_order_are_refused() -> None:
+    """RAP's server pulled rap.project and rap.project_serve whenever it liked (and learnt which IDs the lab holds
+    from the errors); APC-VFL's encode_serve was served though APC-VFL scores from the active party alone."""
+    data = data_for("rap")
+    method = quick("rap")
+    fed, _nodes = build_federation(data, method, seed=0)
+    fed.setup(method)
+    lab_ids = data.serve["pas"].ids
+    early = send(fed, "server", "pas", "rap.project_serve", {"ids": lab_ids[:3]})
+    assert early.error is not None and "scoring session its coordinator opened" in early.error.message
+    method.fit(fed)
+    again = send(fed, "server", "pas", "rap.project", {"selector": np.ones(3, dtype=bool)})
+    assert again.error is not None and "once a run" in again.error.message
+    method.predict(fed, data.test_ids)  # the coordinator's own session: served, each row once
+    replay = send(fed, "server", "pas", "rap.project_serve", {"ids": data.test_ids[:2]})
+    assert replay.error is not None and "each row once" in replay.error.message
+    # Guessing IDs through the server tells it nothing: the refusal is the same for held and unheld IDs.
+    guesses = [send(fed, "server", "pas", "rap.project_serve", {"ids": np.asarray([i])}).error
+               for i in (lab_ids[0], "nobody")]
+    assert all(g is not None for g in guesses) and guesses[0].message == guesses[1].message  # type: ignore[union-attr]
+    fed.teardown()
+
+    data, apc, fed, _nodes = federation("apc_vfl")
+    apc.fit(fed)
+    served = send(fed, "act", "pas", "apc.encode_serve", {"ids": data.serve["pas"].ids[:3]})
+    assert served.error is not None and "scores from the active party's features alone" in served.error.message
+
+
+def test_a_delegate_must_be_a_data_party_in_the_partys_own_config() -> None:
+    """VFL-ASP with first_hop = "server" in the setup made the server a delegate that could send align.plain."""
+    data = data_for("vfl_asp")
+    method = get_method("vfl_asp")(**{**{f: getattr(quick("vfl_asp").config, f) for f in ("train", "student_train",
+                                                                                          "embedding_train")},
+                                      "first_hop": "server"})
+    fed, _nodes = build_federation(data, method, seed=0)
+    fed.setup(method)
+    asked = send(fed, "server", "p2", "align.plain", {"ids": data.train["p2"].ids[:3], "split": "train"})
+    assert asked.error is not None and asked.error.type == "RefusedError"

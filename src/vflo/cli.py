@@ -69,14 +69,18 @@ def _parser() -> argparse.ArgumentParser:
 
     certs = sub.add_parser("certs", help="make a private CA and one key and certificate per party")
     certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
-    init = certs_sub.add_parser("init", help="write ca.pem, ca.key and NAME.pem / NAME.key into DIR")
+    init = certs_sub.add_parser("init", help="write ca.pem, ca.key and NAME.pem / NAME.key into DIR (with --split: "
+                                             "DIR/ca/ for the CA, DIR/NAME/ for each party)")
     init.add_argument("dir", type=Path)
     init.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,bank,server")
     init.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
     init.add_argument("--overwrite", action="store_true")
     init.add_argument("--san", action="append", default=[], metavar="NAME=HOST,...",
                       help="extra host names or IP addresses for party NAME's certificate (repeatable); by default "
-                           "a certificate names only its party")
+                           "a certificate names only its party, and never any party's name in any spelling")
+    init.add_argument("--split", action="store_true",
+                      help="keep the keys apart: the CA (ca.pem, ca.key) in DIR/ca/, to keep offline, and for each "
+                           "party only its own ca.pem, NAME.pem and NAME.key in DIR/NAME/, its [tls] dir")
 
     party = sub.add_parser("party", help="run a party's server")
     party_sub = party.add_subparsers(dest="party_command", required=True, metavar="ACTION")
@@ -255,9 +259,15 @@ def _certs(args: argparse.Namespace) -> int:
         if not sep or not hosts.strip():
             raise ConfigError(f"--san {item!r}: write NAME=HOST[,HOST...], e.g. --san bank=bank.example.org")
         san.setdefault(name.strip(), []).extend(h.strip() for h in hosts.split(",") if h.strip())
-    written = init_certs(args.dir, parties, days=args.days, overwrite=args.overwrite, san=san)
-    print(f"wrote {len(written)} files to {args.dir}/: ca.pem (give to every party), ca.key (keep offline), and "
-          f"NAME.pem / NAME.key for {', '.join(parties)} (give each party its own)")
+    written = init_certs(args.dir, parties, days=args.days, overwrite=args.overwrite, san=san, split=args.split)
+    if args.split:
+        print(f"wrote {len(written)} files to {args.dir}/: ca/ (ca.pem and ca.key: keep this folder offline, never on "
+              f"a party's host) and one folder per party, NAME/ with ca.pem, NAME.pem and NAME.key, for "
+              f"{', '.join(parties)} (give each party its own folder; its [tls] dir points at it)")
+    else:
+        print(f"wrote {len(written)} files to {args.dir}/: ca.pem (give to every party), ca.key (keep offline), and "
+              f"NAME.pem / NAME.key for {', '.join(parties)} (give each party its own; --split writes a folder per "
+              "party)")
     return 0
 
 

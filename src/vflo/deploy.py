@@ -81,7 +81,8 @@ class DataConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TLSConfig:
-    """``dir`` holds ca.pem and NAME.pem / NAME.key (from ``vflo certs init``); ``insecure`` turns TLS off."""
+    """``dir`` holds ca.pem and NAME.pem / NAME.key (the party's own folder from ``vflo certs init --split``, or
+    the folder of ``vflo certs init``); ``insecure`` turns TLS off."""
 
     dir: str | None = None
     insecure: bool = False
@@ -632,8 +633,10 @@ def export_federation(
     For every data party: ``NAME_train.csv`` (and ``NAME_serve.csv`` with the rows to score); for the
     active party also ``NAME_test.csv`` with the test labels; ``NAME.toml`` for ``vflo party serve``
     (every party but the active one), each listing its peers with their roles and, under ``[policy]``, the
-    ``methods`` it agrees to run; ``deploy.toml`` for the active party; and, with ``tls``, certificates in
-    ``certs/``. Data is written already standardised, so parties do not rescale it.
+    ``methods`` it agrees to run; ``deploy.toml`` for the active party; and, with ``tls``, the keys kept apart:
+    ``certs/NAME/`` holds party NAME's ``ca.pem``, ``NAME.pem`` and ``NAME.key`` and nothing else (its config's
+    ``[tls] dir``), ``certs/ca/`` the CA's certificate and key with a README (it belongs offline, never on a
+    party's host). Data is written already standardised, so parties do not rescale it.
     """
     from vflo.comm.tls import init_certs
     from vflo.data.scenario import FederatedData
@@ -645,8 +648,11 @@ def export_federation(
     roles: dict[str, Role] = {p.name: p.role for p in data.parties} | (extra_roles or {})
     addresses = {name: f"{host}:{base_port + i}" for i, name in enumerate(roles)}
     if tls:
-        init_certs(directory / "certs", list(roles), overwrite=True)
-    tls_lines = ['[tls]', 'dir = "certs"'] if tls else ['[tls]', 'insecure = true']
+        certs = directory / "certs"
+        # An export before keys were kept apart left them all in certs/: none may stay next to the party folders.
+        for stale in ("ca.pem", "ca.key", *(f"{n}.{ext}" for n in roles for ext in ("pem", "key"))):
+            (certs / stale).unlink(missing_ok=True)
+        init_certs(certs, list(roles), overwrite=True, split=True)
     active = data.active
     written: dict[str, Path] = {}
     for name, role in roles.items():
@@ -657,6 +663,7 @@ def export_federation(
             label = '\nlabel_column = "label"' if name == active else ""
             lines = [f'file = "{name}_train.csv"', 'id_column = "id"' + label, f'serve_file = "{name}_serve.csv"',
                      "standardize = false"]
+        tls_lines = ["[tls]", f"dir = {toml_value(f'certs/{name}')}" if tls else "insecure = true"]
         peers = [f"{n} = {{ address = {toml_value(a)}, role = {toml_value(roles[n])} }}" for n, a in addresses.items()
                  if n != name]
         listed = ", ".join(toml_value(m) for m in dict.fromkeys(methods))

@@ -32,6 +32,7 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: The largest JSON header a frame may have, checked before the header is parsed: parsing JSON costs many times
 #: its size in memory (a 120 MB header took a party from 147 MB to 3.5 GB), and arrays travel outside it.
 MAX_HEADER_BYTES = 32 * 1024 * 1024
+MAX_RUN_ID = 64
 
 ALLOWED_DTYPES = frozenset({
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -108,6 +109,8 @@ def encode(message: Message, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
         "sender": message.sender, "receiver": message.receiver, "kind": message.kind,
         "round": int(message.round), "fields": fields,
     }
+    if message.run:
+        header["run"] = message.run
     if message.error is not None:
         header["error"] = [message.error.type, message.error.message]
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -178,6 +181,9 @@ def _decode(frame: bytes | bytearray | memoryview, max_bytes: int) -> Message:
         raise CodecError("frame header: sender, receiver and kind must be text")
     if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0 or not isinstance(fields, dict):
         raise CodecError("frame header has a malformed round or fields entry")
+    run = header.get("run", "")
+    if not isinstance(run, str) or len(run) > MAX_RUN_ID:
+        raise CodecError(f"frame header has a malformed run ID (text of at most {MAX_RUN_ID} characters)")
     payload: dict[str, Value] = {}
     for name, meta in fields.items():
         payload[name] = _decode_field(kind, name, meta, area)
@@ -187,7 +193,7 @@ def _decode(frame: bytes | bytearray | memoryview, max_bytes: int) -> Message:
         if not (isinstance(err, list) and len(err) == 2):
             raise CodecError("frame header has a malformed error entry")
         error = MessageError(type=str(err[0]), message=str(err[1]))
-    return Message(sender=sender, receiver=receiver, kind=kind, round=rnd, payload=payload, error=error)
+    return Message(sender=sender, receiver=receiver, kind=kind, round=rnd, payload=payload, error=error, run=run)
 
 
 def _span(kind: str, name: str, meta: dict[str, Any], i: int, area: memoryview) -> memoryview:

@@ -28,7 +28,13 @@ from vflo.comm.codec import DEFAULT_MAX_BYTES, encode
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
 from vflo.comm.serving import error_frame, serve_each, serve_frame
-from vflo.comm.tls import PartyCredentials
+from vflo.comm.tls import (
+    PartyCredentials,
+    certificate_names,
+    check_certificate_names,
+    peer_certificate,
+    pem_names,
+)
 from vflo.comm.transport import Endpoint, Transport
 from vflo.errors import (
     CodecError,
@@ -158,12 +164,32 @@ class PartyServer:
     def _error(self, exc: Exception) -> bytes:
         return error_frame(self.node.name, exc, max_bytes=self.max_message_bytes)
 
+    def _stranger(self, context: grpc.ServicerContext) -> bytes | None:
+        """An error reply for a client whose certificate names no peer of this party, before anything it sent is
+        decoded (a stranger's 120 MB header was parsed, at 3.5 GB, before its sender was checked)."""
+        if not self.secure:
+            return None
+        names = [n.decode() for n in (context.auth_context().get("x509_common_name") or [])]
+        if any(n in self.allowed for n in names):
+            return None
+        logger.warning("party %s refused a client authenticated as %s before reading its message: not a peer",
+                       self.node.name, names)
+        who = repr(names[0]) if len(names) == 1 else f"a client authenticated as {names}"
+        return self._error(PartyBoundaryError(f"party {self.node.name!r} does not accept messages from {who}: not a "
+                                              "configured peer (refused before reading the message)"))
+
     def _call(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
+        refused = self._stranger(context)
+        if refused is not None:
+            return refused
         with self._lock:
             return self._serve(frame, context)[0]
 
     def _call_many(self, body: bytes, context: grpc.ServicerContext) -> bytes:
         """Several messages in order, under one hold of the node; stops after the first that fails."""
+        refused = self._stranger(context)
+        if refused is not None:
+            return pack_frames([refused])
         try:
             frames = unpack_frames(body, max_bytes=self.max_message_bytes)
         except CodecError as exc:
@@ -177,10 +203,14 @@ class PartyServer:
         def authenticate(message: Message) -> None:
             if not self.secure:
                 return
-            names = [n.decode() for n in (context.auth_context().get("x509_common_name") or [])]
-            if message.sender not in names:
+            pem = (context.auth_context().get("x509_pem_cert") or [b""])[0]
+            names = pem_names(pem) if pem else ([], [])
+            # No name in the certificate may be a party's in another spelling ("Hospital", "hospital."): names
+            # are compared in normal form, so such a certificate could pass as that party elsewhere.
+            check_certificate_names(names, {*self.allowed, self.node.name}, holder="the client's certificate")
+            if names[0] != [message.sender]:
                 raise PartyBoundaryError(
-                    f"a client authenticated as {names} sent a message as {message.sender!r}; refused")
+                    f"a client authenticated as {names[0]} sent a message as {message.sender!r}; refused")
 
         return serve_frame(self.node, frame, allowed=self.allowed, max_bytes=self.max_message_bytes,
                            authenticate=authenticate)
@@ -205,6 +235,7 @@ class GrpcTransport(Transport):
         self.backoff = backoff
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, tuple[Any, Any]] = {}
+        self._checked: set[str] = set()  # peers whose certificate this client has read (see _check_server)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(4, len(self.peers)))
         # One sender thread for request_many_async: requests started early still go out in order.
@@ -214,7 +245,27 @@ class GrpcTransport(Transport):
     def shared_ledger(self) -> bool:
         return False
 
+    def _check_server(self, receiver: str) -> None:
+        """Until it has seen it once, read the certificate of the party at ``receiver``'s address and refuse one
+        that names a party in another spelling: gRPC's own check (that the certificate names ``receiver``)
+        ignores case and a trailing dot, so "Hospital" or "hospital." in the lab's certificate would pass as
+        "hospital". Where no handshake completes, the gRPC call that follows fails and says why."""
+        if self.credentials is None or receiver in self._checked or receiver not in self.peers:
+            return
+        address = self.peers[receiver]
+        cert = peer_certificate(address, receiver, self.credentials, timeout=min(self.deadline, 10.0))
+        if cert is None:
+            return
+        names = certificate_names(cert)
+        try:
+            check_certificate_names(names, {self.party, *self.peers}, holder="its certificate")
+        except PartyBoundaryError as exc:
+            raise TransportError(f"party {receiver!r} at {address} is refused: {exc}") from exc
+        if names[0] == [receiver]:
+            self._checked.add(receiver)
+
     def _stub(self, receiver: str) -> tuple[Any, Any]:
+        self._check_server(receiver)
         with self._lock:
             if receiver in self._stubs:
                 return self._stubs[receiver]

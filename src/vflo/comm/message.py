@@ -32,7 +32,8 @@ class MessageError:
 
 @dataclass(frozen=True)
 class Message:
-    """One request or reply: who to whom, what kind, in which communication round."""
+    """One request or reply: who to whom, what kind, in which communication round of which run (``run``: the
+    ID the coordinator chose at setup; empty before any run, e.g. alignment checks ahead of training)."""
 
     sender: str
     receiver: str
@@ -40,6 +41,7 @@ class Message:
     round: int
     payload: Payload = field(default_factory=dict)
     error: MessageError | None = None
+    run: str = ""
 
     @property
     def is_control(self) -> bool:
@@ -47,12 +49,13 @@ class Message:
         return self.kind.startswith(CONTROL_PREFIX)
 
     def reply(self, payload: Payload) -> Message:
-        return Message(sender=self.receiver, receiver=self.sender, kind=self.kind, round=self.round, payload=payload)
+        return Message(sender=self.receiver, receiver=self.sender, kind=self.kind, round=self.round, payload=payload,
+                       run=self.run)
 
     def error_reply(self, exc: BaseException) -> Message:
         return Message(
             sender=self.receiver, receiver=self.sender, kind=self.kind, round=self.round,
-            error=MessageError(type=type(exc).__name__, message=str(exc)),
+            error=MessageError(type=type(exc).__name__, message=str(exc)), run=self.run,
         )
 
     def unwrap(self) -> Payload:

@@ -1,19 +1,32 @@
 """Certificates for mutual TLS between parties: a private CA and one key and certificate per party.
 
 ``vflo certs init DIR --parties active,bank,server`` writes ``ca.pem`` (the CA certificate),
-``ca.key`` (keep it offline: it signs new parties) and ``NAME.pem`` / ``NAME.key`` per party.
+``ca.key`` (keep it offline: it signs new parties) and ``NAME.pem`` / ``NAME.key`` per party, all in DIR.
+With ``--split`` it keeps the keys apart: ``DIR/ca/`` holds the CA (``ca.pem``, ``ca.key`` and a README: this
+folder belongs offline) and ``DIR/NAME/`` holds what party NAME needs and nothing else (``ca.pem``, ``NAME.pem``,
+``NAME.key``): hand each party its own folder and point its ``[tls] dir`` at it.
+
 A party's certificate names the party and nothing else (common name and DNS name), so a server can tell
 which party a client is, and a client can check it reached the party it meant to (it verifies the server's
 certificate against the party's name, not the address it dialled). ``--san NAME=HOST,...`` adds host names or
-IP addresses to one party's certificate, for tools that check those; never another party's name.
+IP addresses to one party's certificate, for tools that check those; never a party's name. Names are compared
+in one normal form (:func:`vflo.roles.normal_name`: case, a trailing dot and NFKC look-alikes set aside), so
+"Hospital" or "hospital." is the party "hospital": no certificate may carry such a name but hospital's own, and
+a certificate that does (issued elsewhere) is refused by the server that checks it and by the client that
+dials it (:func:`check_certificate_names`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-from collections.abc import Sequence
+import os
+import socket
+import ssl
+import tempfile
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from cryptography import x509
@@ -21,8 +34,20 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from vflo.errors import ConfigError
-from vflo.roles import check_party_name
+from vflo.errors import ConfigError, PartyBoundaryError
+from vflo.roles import SAME_NAME, check_distinct_names, check_party_name, normal_name
+
+CA_FOLDER = "ca"
+CA_README = """This folder holds the federation's certificate authority (CA), written by `vflo certs init --split`
+(or `vflo scenario --export`).
+
+ca.key signs certificates: whoever holds it can make a certificate for any party and speak as that party.
+Keep this folder offline (an encrypted drive, a vault), never on a party's host, and never in a party's
+[tls] dir. Parties need only ca.pem, which is already in each party's own folder.
+
+Each party gets its own folder NAME/ (ca.pem, NAME.pem, NAME.key) and nothing else: no other party's key,
+and not ca.key.
+"""
 
 
 def _name(common_name: str) -> x509.Name:
@@ -36,30 +61,60 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     path.chmod(0o600)
 
 
-def init_certs(directory: Path, parties: list[str], *, days: int = 365, overwrite: bool = False,
-               san: dict[str, list[str]] | None = None) -> list[Path]:
-    """Create a CA and a key and certificate per party in ``directory``; ``san``: extra host names or IP
-    addresses for some parties' certificates."""
-    if not parties:
-        raise ConfigError("name at least one party: --parties active,bank,...")
-    for p in parties:
-        check_party_name(p)
-    if len(set(parties)) != len(parties):
-        raise ConfigError(f"party names repeat: {parties}")
-    san = san or {}
+def check_san(parties: Sequence[str], san: dict[str, list[str]]) -> None:
+    """Refuse extra names that are not host names or addresses of their own: a party's name in any spelling
+    (another party's would let the certificate pass as that party; its own is there already), or non-ASCII."""
+    known = {normal_name(p): p for p in parties}
     for party, hosts in san.items():
         if party not in parties:
-            raise ConfigError(f"--san names {party!r}, which is not among the parties {parties}")
-        clash = [h for h in hosts if h in parties]
-        if clash:
-            raise ConfigError(f"--san would let {party!r}'s certificate name the party {clash[0]!r}; give host "
-                              "names or addresses that are not party names")
+            raise ConfigError(f"--san names {party!r}, which is not among the parties {list(parties)}")
+        for host in hosts:
+            owner = known.get(normal_name(host))
+            spelled = "" if owner == host else f" ({host!r} is {owner!r}, {SAME_NAME})"
+            if owner is not None and owner != party:
+                raise ConfigError(
+                    f"--san {party}={host}: this would let {party!r}'s certificate name the party {owner!r}"
+                    f"{spelled}; give host names or addresses that are not party names")
+            if owner is not None:
+                raise ConfigError(
+                    f"--san {party}={host}: {party!r}'s certificate names {party!r} already{spelled}; leave "
+                    "it out and give only host names or addresses that are not party names")
+            if not host.isascii():
+                raise ConfigError(f"--san {party}={host}: a host name must be ASCII; write an internationalised "
+                                  "name as its A-label (xn--...)")
+
+
+def init_certs(directory: Path, parties: list[str], *, days: int = 365, overwrite: bool = False,
+               san: dict[str, list[str]] | None = None, split: bool = False) -> list[Path]:
+    """Create a CA and a key and certificate per party in ``directory``; ``san``: extra host names or IP
+    addresses for some parties' certificates. ``split``: the CA in ``directory/ca/`` (with a README: keep it
+    offline) and each party's ``ca.pem``, ``NAME.pem`` and ``NAME.key`` in ``directory/NAME/``, nothing else."""
+    if not parties:
+        raise ConfigError("name at least one party: --parties active,bank,...")
+    check_distinct_names(parties)
+    for p in parties:
+        check_party_name(p)
+    if split and CA_FOLDER in parties:
+        raise ConfigError(f"with --split the folder {CA_FOLDER}/ holds the CA: no party may be called "
+                          f"{CA_FOLDER!r}; choose another name")
+    san = san or {}
+    check_san(parties, san)
     if days < 1:
         raise ConfigError("certificates must be valid for at least one day")
-    directory.mkdir(parents=True, exist_ok=True)
-    existing = [directory / f for f in ("ca.pem", *(f"{p}.pem" for p in parties)) if (directory / f).exists()]
+    ca_dir = directory / CA_FOLDER if split else directory
+    folders = {p: directory / p if split else directory for p in parties}
+    planned = [ca_dir / "ca.pem", *(folders[p] / f"{p}.pem" for p in parties)]
+    existing = [f for f in planned if f.exists()]
     if existing and not overwrite:
         raise ConfigError(f"{existing[0]} already exists; choose another folder or pass --overwrite")
+    loose = sorted(directory.glob("*.key")) if split else []
+    if loose:
+        raise ConfigError(f"{loose[0]} (from a `vflo certs init` without --split) lies beside the folders --split "
+                          "writes, where keys must not be: move it away (ca.key offline) or choose another folder")
+    for folder in {ca_dir, *folders.values()}:
+        folder.mkdir(parents=True, exist_ok=True)
+        if split:
+            folder.chmod(0o700)
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (
@@ -69,11 +124,18 @@ def init_certs(directory: Path, parties: list[str], *, days: int = 365, overwrit
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    written = [directory / "ca.pem", directory / "ca.key"]
-    written[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
+    written = [ca_dir / "ca.pem", ca_dir / "ca.key"]
+    written[0].write_bytes(ca_pem)
     _write_key(written[1], ca_key)
+    if split:
+        (ca_dir / "README.txt").write_text(CA_README)
+        written.append(ca_dir / "README.txt")
     for party in parties:
-        written += issue(directory, party, ca_key, ca_cert, not_before=now - dt.timedelta(minutes=5),
+        if split:
+            (folders[party] / "ca.pem").write_bytes(ca_pem)
+            written.append(folders[party] / "ca.pem")
+        written += issue(folders[party], party, ca_key, ca_cert, not_before=now - dt.timedelta(minutes=5),
                          not_after=now + dt.timedelta(days=days), hosts=san.get(party, ()))
     return written
 
@@ -81,7 +143,7 @@ def init_certs(directory: Path, parties: list[str], *, days: int = 365, overwrit
 def issue(directory: Path, party: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, *,
           not_before: dt.datetime, not_after: dt.datetime, hosts: Sequence[str] = ()) -> list[Path]:
     """Write ``PARTY.pem`` and ``PARTY.key``: a certificate for ``party`` (and only the ``hosts`` asked for
-    besides) signed by the CA."""
+    besides) signed by the CA. It checks no name: :func:`init_certs` does, before it calls this."""
     key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = [x509.DNSName(party)]
     for host in hosts:
@@ -120,8 +182,8 @@ class PartyCredentials:
         missing = [str(p) for p in paths.values() if not p.is_file()]
         if missing:
             raise ConfigError(
-                f"TLS files {missing} are missing; make them with `vflo certs init {directory} --parties ...` "
-                "(or pass --insecure for a loopback experiment)"
+                f"TLS files {missing} are missing; make them with `vflo certs init DIR --parties ... --split` "
+                f"and give party {party!r} the folder DIR/{party}/ (or pass --insecure for a loopback experiment)"
             )
         ca_pem, cert_pem, key_pem = (paths[k].read_bytes() for k in ("ca", "cert", "key"))
         try:
@@ -146,3 +208,96 @@ class PartyCredentials:
         if names != [party]:
             raise ConfigError(f"{paths['cert']} names {names}, not party {party!r}")
         return cls(party=party, ca=ca_pem, certificate=cert_pem, key=key_pem)
+
+
+def certificate_names(cert: x509.Certificate) -> tuple[list[str], list[str]]:
+    """A certificate's common names and DNS names (its subject alternative names that are host names)."""
+    common = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    try:
+        extension = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return common, []
+    return common, list(extension.value.get_values_for_type(x509.DNSName))
+
+
+@lru_cache(maxsize=256)
+def pem_names(pem: bytes) -> tuple[list[str], list[str]]:
+    """:func:`certificate_names` of a PEM certificate (a server checks the same client's certificate per message)."""
+    return certificate_names(x509.load_pem_x509_certificate(pem))
+
+
+def check_certificate_names(names: tuple[list[str], list[str]], parties: Collection[str], *, holder: str) -> None:
+    """Refuse a certificate (its common and DNS ``names``) that names any of ``parties`` in any spelling
+    (:func:`vflo.roles.normal_name`) other than the one party its common name is, spelled exactly as that party
+    is: "Hospital" or "hospital." in the lab's certificate would let it pass as "hospital" (TLS host-name checks
+    ignore case and a trailing dot). ``holder``: whose certificate it is, for the error."""
+    common, dns = names
+    known = {normal_name(p): p for p in parties}
+    owner = common[0] if len(common) == 1 else None
+    for name in (*common, *dns):
+        party = known.get(normal_name(name))
+        if party is not None and not name == party == owner:
+            spelled = "" if name == party else f" ({SAME_NAME})"
+            whose = repr(owner) if owner is not None else str(common)
+            raise PartyBoundaryError(
+                f"{holder} names {name!r}, which is the party {party!r}{spelled}, but it is the certificate of "
+                f"{whose}: a certificate may name only its own party, spelled as "
+                "that party is; refused. Make certificates with `vflo certs init`, which never issues such a name")
+
+
+def _socket_target(address: str) -> str | tuple[str, int] | None:
+    """Where a gRPC target string connects: a Unix socket's path, (host, port), or None for forms not probed."""
+    for prefix in ("dns:///", "ipv4:", "ipv6:"):
+        address = address.removeprefix(prefix)
+    if address.startswith("unix:"):
+        path = address.removeprefix("unix:")
+        return path.removeprefix("//") if path.startswith("///") else path
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or any(c in host for c in "/,") or host.startswith("dns:"):
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _client_context(credentials: PartyCredentials) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=credentials.ca.decode())
+    context.check_hostname = False  # the names are checked by check_certificate_names, in their normal form
+    context.set_alpn_protocols(["h2"])
+    chain = credentials.certificate + b"\n" + credentials.key
+    # ssl reads a key only from a file: one in memory (Linux), else one only this user can read, removed at once.
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("vflo-tls", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, chain)
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return context
+    with tempfile.TemporaryDirectory(prefix="vflo-tls-") as folder:
+        path = Path(folder) / "chain.pem"
+        path.touch(mode=0o600)
+        path.write_bytes(chain)
+        context.load_cert_chain(path)
+    return context
+
+
+def peer_certificate(address: str, receiver: str, credentials: PartyCredentials, *,
+                     timeout: float = 10.0) -> x509.Certificate | None:
+    """The certificate (signed by the CA) of the party listening at ``address``, read in a TLS handshake of our
+    own (gRPC's Python client does not show it); None when no handshake completed there (nothing listens,
+    another CA, no TLS, an address form not probed): the gRPC call that follows then fails and says why."""
+    target = _socket_target(address)
+    if target is None:
+        return None
+    try:
+        context = _client_context(credentials)
+        if isinstance(target, str):
+            raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            raw.settimeout(timeout)
+            raw.connect(target)
+        else:
+            raw = socket.create_connection(target, timeout=timeout)
+        with raw, context.wrap_socket(raw, server_hostname=receiver) as channel:
+            der = channel.getpeercert(binary_form=True)
+    except (OSError, ValueError):  # ssl.SSLError and timeouts are OSErrors
+        return None
+    return None if der is None else x509.load_der_x509_certificate(der)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import secrets
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ class Federation:
         self.seed = seed
         self._oracle = oracle
         self._round = 0
+        # The current run's ID, chosen at setup: every message of the run carries it, and a party serves one run.
+        self.run_id = ""
         self._method: Method | None = None
         self._in_flight: PendingExchange | None = None
         # Where a method's training keeps checkpoints and whether it resumes (set by the runner): see nn.train.
@@ -157,7 +160,8 @@ class Federation:
                 stale.result()
         if dropped := self.transport.drop_posted():
             logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
-        self._node.install(method, seed=self.seed, parties=self.parties)
+        self.run_id = secrets.token_hex(16)
+        self._node.install(method, seed=self.seed, parties=self.parties, run=self.run_id)
         payload: Payload = {**self._method_payload(method), "save": save}
         others = self.names()
         if others:
@@ -192,7 +196,8 @@ class Federation:
     def load_parts(self, method: Method, label: str, model_id: str) -> dict[str, str]:
         """Install ``method`` here and have every other party restore its saved part; each one's manifest checksum."""
         self._method = method
-        self._node.install(method, seed=self.seed, parties=self.parties)
+        self.run_id = secrets.token_hex(16)
+        self._node.install(method, seed=self.seed, parties=self.parties, run=self.run_id)
         others = self.names()
         if not others:
             return {}
@@ -324,7 +329,7 @@ class Federation:
         if self.party in payloads:
             raise PartyBoundaryError(f"the coordinator {self.party!r} cannot send {kind!r} to itself")
         return [
-            Message(sender=self.party, receiver=name, kind=kind, round=round_no, payload=payload)
+            Message(sender=self.party, receiver=name, kind=kind, round=round_no, payload=payload, run=self.run_id)
             for name, payload in payloads.items()
         ]
 

@@ -102,15 +102,17 @@ class NodeContext:
     """What a handler may touch: its own party's data and state, and an outbox."""
 
     __slots__ = ("_current_round", "_secret", "_transport", "checkpoints", "data", "info", "parties", "policy",
-                 "privacy", "release_key", "seed", "sender", "serving", "state")
+                 "privacy", "release_key", "run", "seed", "sender", "serving", "state")
 
     def __init__(
         self, *, info: PartyInfo, data: PartyData | None, serving: PartyData | None,
         parties: tuple[PartyInfo, ...], seed: int, transport: Transport | None,
         checkpoints: CheckpointStoreLike | None = None, secret: PartySecret | None = None,
-        privacy: PrivacyAccount | None = None, policy: Policy | None = None,
+        privacy: PrivacyAccount | None = None, policy: Policy | None = None, run: str = "",
     ) -> None:
         self.info = info
+        # The run this context serves (the coordinator's ID for it); onward messages carry it.
+        self.run = run
         self.data = data
         self.serving = serving
         self.parties = parties
@@ -182,7 +184,8 @@ class NodeContext:
         """Send an onward request in the current round and return the reply's payload."""
         if self._transport is None:
             raise ProtocolError(f"party {self.party!r} has no transport to reach {receiver!r}")
-        message = Message(sender=self.party, receiver=receiver, kind=kind, round=self._current_round, payload=payload)
+        message = Message(sender=self.party, receiver=receiver, kind=kind, round=self._current_round, payload=payload,
+                          run=self.run)
         return self._transport.request(message).unwrap()
 
     def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Payload]:
@@ -236,6 +239,10 @@ class Node:
         self.secret = secret if secret is not None else PartySecret()
         # What it has released under differential privacy, for as long as it runs, against its own budget.
         self.privacy = PrivacyAccount(info.name, budget)
+        # The run this party serves (its coordinator's ID for it) and the last round each sender used in it: one
+        # run at a time, messages of other runs and rounds that go backwards refused.
+        self._run = ""
+        self._rounds: dict[str, int] = {}
 
     @property
     def name(self) -> str:
@@ -245,7 +252,7 @@ class Node:
         """The transport this node uses for onward messages."""
         self._transport = transport
 
-    def install(self, method: HandlerSet, *, seed: int, parties: tuple[PartyInfo, ...]) -> NodeContext:
+    def install(self, method: HandlerSet, *, seed: int, parties: tuple[PartyInfo, ...], run: str = "") -> NodeContext:
         """Serve ``method``'s handlers with a fresh private state and, where this party keeps a ledger of its
         own, an empty one: entries an earlier run left (one that failed, or a scoring) are not this run's."""
         if self._transport is not None and not self._transport.shared_ledger:
@@ -257,7 +264,7 @@ class Node:
         self.context = NodeContext(
             info=self.info, data=self._data, serving=self._serving, parties=parties, seed=seed,
             transport=self._transport, checkpoints=self.checkpoints, secret=self.secret, privacy=self.privacy,
-            policy=self.policy,
+            policy=self.policy, run=run,
         )
         return self.context
 
@@ -287,20 +294,24 @@ class Node:
 
     def _dispatch(self, message: Message) -> Payload:
         kind = message.kind
-        if kind in CONTROL_KINDS:
+        if kind in (SETUP, LOAD):
             self._authorize_control(message)
+            self._start_run(message)
             if kind == SETUP:
-                self._setup(message.payload)
+                self._setup(message.payload, message.run)
                 self._coordinator = message.sender
                 return {}
+            loaded = self._load(message.payload, message.run)
+            self._coordinator = message.sender
+            return loaded
+        self._check_run(message)
+        if kind in CONTROL_KINDS:
+            self._authorize_control(message)
             if kind == SAVE:
                 return self._save(message.payload)
-            if kind == LOAD:
-                loaded = self._load(message.payload)
-                self._coordinator = message.sender
-                return loaded
             if kind == TEARDOWN:
                 self.context, self.method, self._handlers, self._coordinator = None, None, {}, None
+                self._run, self._rounds = "", {}
                 return {}
             return {"records": self._ledger_records()}
         if kind in self._protocols:
@@ -326,6 +337,33 @@ class Node:
         self.context.sender = message.sender
         result: Payload = getattr(handler_set, attr)(self.context, message.payload)
         return result
+
+    # -- one run at a time --------------------------------------------------------------------------
+
+    def _start_run(self, message: Message) -> None:
+        """A setup (or load) starts a run: refused while another coordinator's run is going on."""
+        if not message.run:
+            raise self._refuse(message, "a setup must carry the ID of the run it starts")
+        if self._run and self._coordinator is not None and message.sender != self._coordinator:
+            raise self._refuse(message, f"this party is serving a run of {self._coordinator!r}; it takes another "
+                                        "coordinator's setup only after that run ends")
+
+    def _check_run(self, message: Message) -> None:
+        """Messages of the run being served, in rounds that never go backwards; with no run going on, only what
+        comes before one (alignment checks, which carry no run)."""
+        if not self._run:
+            if message.run:
+                raise self._refuse(message, f"it belongs to run {message.run!r}, and this party serves no run now")
+            return
+        if message.run != self._run:
+            if not message.run and message.sender == self._coordinator and message.kind in self._protocols:
+                return  # the same coordinator checking rows before its next run (which will replace this one)
+            raise self._refuse(message, f"it belongs to run {message.run or '(none)'!r}, not to the run this party "
+                                        "serves")
+        last = self._rounds.get(message.sender, 0)
+        if message.round < last:
+            raise self._refuse(message, f"its round {message.round} comes after round {last} from the same sender")
+        self._rounds[message.sender] = message.round
 
     # -- who may ask what ---------------------------------------------------------------------------
 
@@ -362,7 +400,10 @@ class Node:
         allowed = info.senders
         if "coordinator" in allowed and self._is_coordinator(sender):
             return
-        if "delegate" in allowed and self.method is not None and sender in self.method.delegates():
+        # A delegate must be a data party in this party's own config: a setup that names the server or the dealer
+        # as VFL-ASP's first hop cannot make it one.
+        if ("delegate" in allowed and self.method is not None and sender in self.method.delegates()
+                and role == "passive"):
             return
         if role in allowed:
             return
@@ -392,7 +433,7 @@ class Node:
         logger.info("party %s saved its part of %s (model %s)", self.name, payload["label"], payload["model_id"])
         return {"manifest": sha}
 
-    def _load(self, payload: Payload) -> Payload:
+    def _load(self, payload: Payload, run: str) -> Payload:
         """Set the method up from this party's saved part, ready to score (its training data is not needed)."""
         check_payload(LOAD, payload, LOAD_SPEC)
         part = self._require_store().load(label=str(payload["label"]), model_id=str(payload["model_id"]))
@@ -406,7 +447,8 @@ class Node:
         serving = self._require_store().serving_rows(part)
         if serving is not None:
             self._serving = serving
-        self.install(method, seed=int(payload["seed"]), parties=self._checked_parties(payload))
+        self.install(method, seed=int(payload["seed"]), parties=self._checked_parties(payload), run=run)
+        self._run, self._rounds = run, {}
         assert self.context is not None
         state = dict(part.state)
         key = state.pop(RELEASE_KEY, None)
@@ -415,7 +457,7 @@ class Node:
         method.load_party_state(self.context, state)
         return {"manifest": part.manifest_sha256}
 
-    def _setup(self, payload: Payload) -> None:
+    def _setup(self, payload: Payload, run: str) -> None:
         check_payload(SETUP, payload, SETUP_SPEC)
         parties = self._checked_parties(payload)
         self.policy.check(self.name, str(payload["method"]), str(payload["config"]))
@@ -424,7 +466,8 @@ class Node:
         method = self._methods(str(payload["method"]), str(payload["config"]))
         seed = payload["seed"]
         assert isinstance(seed, int)
-        self.install(method, seed=seed, parties=parties)
+        self.install(method, seed=seed, parties=parties, run=run)
+        self._run, self._rounds = run, {}
         logger.info("party %s runs %s %s (within its policy: %s)", self.name, payload["method"], payload["config"],
                     self.policy.describe())
 

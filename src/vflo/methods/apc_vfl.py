@@ -13,7 +13,7 @@ import numpy as np
 from vflo.align.plain import SELECTOR, Alignment, selected_ids
 from vflo.comm.message import IDS, Payload, Value, expect_rows
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
-from vflo.errors import ConfigError, MethodError
+from vflo.errors import ConfigError, MethodError, RefusedError
 from vflo.methods.base import Inference, MethodConfig, State, handles, need
 from vflo.methods.representation import RepresentationMethod
 from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
@@ -152,6 +152,9 @@ class APCVFL(RepresentationMethod):
     @handles("apc.encode_serve", carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
     def _encode_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Collaborative inference (the fully aligned variant only): g1 of rows to score."""
+        if self.inference != "collaborative":  # APC-VFL scores from the active party alone: no step needs this
+            raise RefusedError(f"party {ctx.party!r}: {self.name} scores from the active party's features alone, "
+                               "so no scoring step asks for this party's latents; refused")
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)
         z = self._local_encoder(ctx).encode(ctx.rows("serve").subset(ids).X)

@@ -15,7 +15,7 @@ from vflo.align.plain import SELECTOR, selected_ids
 from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, Value, expect_rows
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, RowNoise, laplace_epsilon
-from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RemoteError
+from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RefusedError, RemoteError
 from vflo.methods.base import Method, MethodConfig, State, handles, need, prefixed, unprefixed
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import TrainConfig
@@ -373,18 +373,40 @@ class RAP(Method):
     @handles("rap.project", senders=("server",), carries={"selector": "membership"},
              replies={"x": "masked features", "one_hot": "control"}, selector=SELECTOR)
     def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
-        """The one exchange of a client: its projected aligned training rows, to the server."""
+        """The one exchange of a client: its projected aligned training rows, to the server, once a run (a server
+        asking again could only be fishing: the rows it trains on do not change)."""
         selector = payload["selector"]
         assert isinstance(selector, np.ndarray)
+        if ctx.state.get("rap.projected"):
+            raise RefusedError(f"party {ctx.party!r} sends its projected training rows once a run; refused")
+        ctx.state["rap.projected"] = True
         return {"x": self._client_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector))),
                 "one_hot": self._transform(ctx).one_hot_width}
 
     @handles("rap.project_serve", senders=("server",), carries={"ids": "ids"}, replies={"x": "masked features"},
              ids=IDS)
     def _project_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """Projected rows to score, for the server: only rows of a scoring session the coordinator opened here, each
+        once. A refusal never says which of the IDs this party holds."""
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)
-        return {"x": self._client_rows(ctx, ctx.rows("serve").subset(ids))}
+        opened = ctx.state.get("rap.scoring")
+        if not isinstance(opened, np.ndarray) or not np.isin(ids, opened).all():
+            raise RefusedError(f"party {ctx.party!r} projects rows to score only for a scoring session its coordinator "
+                               "opened (rap.open_scoring), each row once; refused")
+        ctx.state["rap.scoring"] = opened[~np.isin(opened, ids)]
+        rows = ctx.rows("serve")
+        if not rows.contains(ids).all():
+            raise DataError(f"party {ctx.party!r} holds no sample for some rows of this scoring session")
+        return {"x": self._client_rows(ctx, rows.subset(ids))}
+
+    @handles("rap.open_scoring", carries={"ids": "ids"}, ids=IDS)
+    def _open_scoring(self, ctx: NodeContext, payload: Payload) -> Payload:
+        """The coordinator names the rows it will score: the only ones the server may then ask this party for."""
+        ids = payload["ids"]
+        assert isinstance(ids, np.ndarray)
+        ctx.state["rap.scoring"] = ids
+        return {}
 
     # -- server -----------------------------------------------------------------------------------
 
@@ -592,6 +614,7 @@ class RAP(Method):
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         own = self._own_block(fed, fed.serving.subset(ids))
         try:
+            fed.broadcast("rap.open_scoring", {"ids": ids}, self.clients_)
             reply = fed.request(SERVER, "rap.predict", {"block": own, "ids": ids, "clients": json.dumps(self.clients_)})
         except RemoteError as exc:
             if "holds no sample" not in str(exc):
