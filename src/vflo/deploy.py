@@ -590,7 +590,9 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
                          max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy)
     party = start_party(config, data=None, serve=serving)
     try:
-        fed, method = model.restore(party.node, party.transport)
+        # The rows to score are matched with each partner's by private set intersection: a partner learns which of
+        # its own people are scored, never the IDs of people it does not hold (plain alignment sent them all).
+        fed, method = model.restore(party.node, party.transport, alignment=AlignmentConfig(method="psi"))
         covered = np.ones(len(serving.ids), dtype=bool)
         for name in method.scoring_parties(fed.parties):
             covered &= held_rows(fed, serving.ids, name, method.name)
