@@ -183,6 +183,15 @@ class DeployConfig:
         """Every party with its role, the active one first."""
         return (PartyInfo(self.active.name, "active"), *(PartyInfo(p.name, p.role) for p in self.parties))
 
+    def coordinator_config(self) -> PartyConfig:
+        """The active party's own config as it coordinates: its [active] settings (its own seed and privacy
+        budget included), with every party of ``[[parties]]`` as a peer."""
+        active = self.active
+        peers = {p.name: PeerEntry(address=p.address, role=p.role) for p in self.parties}
+        return PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data, tls=active.tls,
+                           peers={**active.peers, **peers}, deadline=active.deadline,
+                           max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy)
+
     def check_grpc(self) -> None:
         """What vflo's own gRPC needs (Flower needs neither): the active party's TLS and every party's address."""
         missing = [p.name for p in self.parties if not p.address]
@@ -425,11 +434,8 @@ class Deployment:
         self.train = train
         self.test = test
         self.task, self.n_classes = _task_of(train, test, deploy)
-        peers = {p.name: PeerEntry(address=p.address, role=p.role) for p in deploy.parties}
         serving = None if test is None else PartyData(party=test.party, ids=test.ids, X=test.X, columns=test.columns)
-        config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data,
-                             tls=active.tls, peers={**active.peers, **peers}, deadline=active.deadline,
-                             max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy)
+        config = deploy.coordinator_config()
         self.party = start_party(config, data=train, serve=serving, preprocessing=self.preprocessing, link=link)
         self.parties = deploy.party_infos
 
@@ -584,11 +590,7 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
         raise ConfigError(f"the model was saved with {model.card.active!r} as the active party, but deploy.toml's "
                           f"[active] is {active.name!r}")
     serving = model.rows(active.name, rows)
-    peers = {p.name: PeerEntry(address=p.address, role=p.role) for p in deploy.parties}
-    config = PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data, tls=active.tls,
-                         peers={**active.peers, **peers}, deadline=active.deadline,
-                         max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy)
-    party = start_party(config, data=None, serve=serving)
+    party = start_party(deploy.coordinator_config(), data=None, serve=serving)
     try:
         # The rows to score are matched with each partner's by private set intersection: a partner learns which of
         # its own people are scored, never the IDs of people it does not hold (plain alignment sent them all).

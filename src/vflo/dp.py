@@ -39,8 +39,6 @@ from vflo.errors import ConfigError, PrivacyBudgetError
 
 #: What a release's ε covers when the model computing it was fitted, without privacy, on every row.
 SCOPE_FIXED_MODEL = "ε covers the release given a fixed encoder; the encoder itself was trained without privacy"
-#: What a release's ε covers when its mapping does not depend on other people's rows.
-SCOPE_FULL = "ε covers the release in full (the mapping does not depend on the other rows)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,10 +63,15 @@ class GaussianNoise:
         out: np.ndarray = flat * np.minimum(1.0, self.clip / np.maximum(norms, 1e-12))
         return out
 
-    def release(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def release(self, rows: np.ndarray, rng: np.random.Generator, account: PrivacyAccount | None = None,
+                ids: np.ndarray | None = None, *, what: str = "rows") -> np.ndarray:
         """The rows as a party sends them: each clipped to norm ``clip``, then fresh noise from ``rng`` (a
-        party's own secret stream); same shape and dtype. For rows that may be asked for again, use
-        :meth:`release_rows`."""
+        party's own secret stream); same shape and dtype. ``account`` (with the people's ``ids``) is charged
+        first, one release each. For rows that may be asked for again, use :meth:`release_rows`."""
+        if account is not None:
+            if ids is None:
+                raise ConfigError(f"a counted release of {what} needs the IDs of the people it describes")
+            account.charge(ids, mu=self.mu, what=what)
         X = np.asarray(rows)
         flat = self.clipped(X)
         noisy = flat + rng.normal(0.0, self.noise_multiplier * self.clip, size=flat.shape)
@@ -84,7 +87,7 @@ class GaussianNoise:
         flat = self.clipped(X)
         std, prints = noise.normal(ids, flat)
         if account is not None:
-            account.charge(ids, prints, mu=2.0 / self.noise_multiplier, what=what)
+            account.charge(ids, prints, mu=self.mu, what=what)
         noisy = flat + self.noise_multiplier * self.clip * std
         out: np.ndarray = noisy.reshape(X.shape).astype(X.dtype)
         return out
@@ -96,7 +99,7 @@ class GaussianNoise:
 
     def epsilon(self, releases: int = 1) -> float:
         """ε at ``delta`` for a person whose row this mechanism released ``releases`` times."""
-        return gdp_epsilon(math.sqrt(releases) * 2.0 / self.noise_multiplier, self.delta)
+        return gdp_epsilon(math.sqrt(releases) * self.mu, self.delta)
 
 
 def _phi(x: float) -> float:
@@ -134,7 +137,6 @@ def laplace_epsilon(per_value: float, values: int) -> float:
     return per_value * values
 
 
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _GAMMA2 = np.uint64(0xD1B54A32D192ED03)
 
@@ -248,7 +250,7 @@ class PrivacyAccount:
         mu2 = {p: self._mu2.get(p, 0.0) + mu * mu for p in people}
         pure = {p: self._pure.get(p, 0.0) + epsilon for p in people}
         if self.budget is not None:
-            worst = self._worst(mu2, pure)
+            worst = _largest_epsilon(mu2, pure, self.budget.delta)
             if worst > self.budget.epsilon:
                 raise PrivacyBudgetError(
                     f"party {self.party!r} refuses to release {what}: {len(set(people))} people's privacy would reach "
@@ -260,22 +262,18 @@ class PrivacyAccount:
             self._seen.update(prints)
         self.releases += 1
 
-    def _worst(self, mu2: dict[object, float], pure: dict[object, float]) -> float:
-        assert self.budget is not None
-        pairs = {(round(mu2[p], 12), round(pure[p], 12)) for p in mu2}
-        return max(_epsilon_at(math.sqrt(m), e, self.budget.delta) for m, e in pairs)
-
     def epsilon(self, delta: float | None = None) -> float:
         """The largest ε (at ``delta``, or the budget's δ, or 1e-5) of any person this party released."""
         d = delta if delta is not None else (self.budget.delta if self.budget is not None else 1e-5)
-        pairs = {(round(self._mu2.get(p, 0.0), 12), round(self._pure.get(p, 0.0), 12))
-                 for p in (*self._mu2, *self._pure)}
-        return max((_epsilon_at(math.sqrt(m), e, d) for m, e in pairs), default=0.0)
+        return _largest_epsilon(self._mu2, self._pure, d)
 
     @property
     def people(self) -> int:
         return len(set(self._mu2) | set(self._pure))
 
 
-def _epsilon_at(mu: float, pure: float, delta: float) -> float:
-    return (gdp_epsilon(mu, delta) if mu > 0 else 0.0) + pure
+def _largest_epsilon(mu2: dict[object, float], pure: dict[object, float], delta: float) -> float:
+    """The largest ε at ``delta`` of anyone in ``mu2`` or ``pure`` (GDP part plus Laplace part); people with the
+    same spending are converted once."""
+    pairs = {(round(mu2.get(p, 0.0), 12), round(pure.get(p, 0.0), 12)) for p in (*mu2, *pure)}
+    return max(((gdp_epsilon(math.sqrt(m), delta) if m > 0 else 0.0) + e for m, e in pairs), default=0.0)

@@ -42,9 +42,13 @@ def _sequence(seed: int, *keys: int | str) -> np.random.SeedSequence:
     return np.random.SeedSequence([_width(seed), *(_key(k) for k in keys), 0x9E3779B1 + len(keys)])
 
 
+def _seed63(sequence: np.random.SeedSequence) -> int:
+    return int(sequence.generate_state(1, dtype=np.uint64)[0]) & ((1 << 63) - 1)
+
+
 def derive_seed(seed: int, *keys: int | str) -> int:
     """A 63-bit seed from a base seed (all of its bits) and any number of names or numbers."""
-    return int(_sequence(seed, *keys).generate_state(1, dtype=np.uint64)[0]) & ((1 << 63) - 1)
+    return _seed63(_sequence(seed, *keys))
 
 
 def own_seed(rng: np.random.Generator) -> int:
@@ -86,7 +90,7 @@ class PartySecret:
 
     def torch_generator(self, salt: int, *keys: int | str) -> torch.Generator:
         gen = torch.Generator()
-        gen.manual_seed(int(self._sequence(salt, *keys).generate_state(1, dtype=np.uint64)[0]) & ((1 << 63) - 1))
+        gen.manual_seed(_seed63(self._sequence(salt, *keys)))
         return gen
 
     def key(self, salt: int, *keys: int | str) -> bytes:

@@ -74,7 +74,7 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, sa
             "control_bytes": summary.control_bytes, "framing_bytes": summary.framing_bytes,
             "fit_seconds": out.fit_seconds,
             "predict_seconds": out.predict_seconds, "wall_seconds": wall, **out.stats,
-            **({"epsilon_scope": method.epsilon_scope()} if any(k.startswith("epsilon") for k in out.stats) else {}),
+            **method.epsilon_columns(out.stats),
         })
         logger.info("%s: %s done in %.1fs", experiment.name, entry.label, wall)
     return rows

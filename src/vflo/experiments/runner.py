@@ -270,8 +270,7 @@ def _run_one(
     row = _row(config, dataset, variant, repeat, fold, seed, entry, facts, metrics, out.ledger, out.fit_entries,
                out.fit_seconds, out.predict_seconds, wall)
     row.update(out.stats)
-    if any(key.startswith("epsilon") for key in out.stats):
-        row["epsilon_scope"] = method.epsilon_scope()  # what the ε columns cover, and what they do not
+    row.update(method.epsilon_columns(out.stats))  # what the ε columns cover, and what they do not
     return row, _comm(variant, repeat, fold, entry, out.ledger)
 
 

@@ -27,7 +27,17 @@ from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
 from vflo.errors import MethodError, PartyBoundaryError, ProtocolError, RemoteError, TransportError
-from vflo.federation.node import LEDGER, LOAD, RELEASE_KEY, SAVE, SETUP, TEARDOWN, Node, NodeContext
+from vflo.federation.node import (
+    LEDGER,
+    LOAD,
+    SAVE,
+    SETUP,
+    TEARDOWN,
+    Node,
+    NodeContext,
+    take_release_key,
+    with_release_key,
+)
 from vflo.roles import PartyInfo, active_party
 
 if TYPE_CHECKING:
@@ -183,15 +193,11 @@ class Federation:
     def own_part(self, method: Method) -> dict[str, Value]:
         """What the coordinating party saves of the fitted ``method``: its state, and the key of its noised
         releases (so scoring later releases a row as before)."""
-        return {**method.coordinator_state(self), RELEASE_KEY: np.frombuffer(self.ctx.release_key, np.uint8)}
+        return with_release_key(method.coordinator_state(self), self.ctx)
 
     def load_own_part(self, method: Method, state: Mapping[str, Value]) -> None:
         """Restore what :meth:`own_part` saved."""
-        state = dict(state)
-        key = state.pop(RELEASE_KEY, None)
-        if isinstance(key, np.ndarray):
-            self.ctx.release_key = key.astype(np.uint8).tobytes()
-        method.load_coordinator_state(self, state)
+        method.load_coordinator_state(self, take_release_key(state, self.ctx))
 
     def load_parts(self, method: Method, label: str, model_id: str) -> dict[str, str]:
         """Install ``method`` here and have every other party restore its saved part; each one's manifest checksum."""

@@ -43,6 +43,22 @@ LOAD = "control.load"
 CONTROL_KINDS = frozenset({SETUP, TEARDOWN, LEDGER, SAVE, LOAD})
 # The key of a party's noised releases, kept in its saved part (its own folder) beside the method's state.
 RELEASE_KEY = "node.release_key"
+
+
+def with_release_key(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+    """A party's saved state: the method's, and the key of its noised releases (so scoring later releases a row
+    as before)."""
+    return {**state, RELEASE_KEY: np.frombuffer(ctx.release_key, np.uint8)}
+
+
+def take_release_key(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+    """The method's part of a saved ``state``; its release key goes back into ``ctx`` (parts saved before release
+    keys existed have none: the context keeps the fresh one it drew)."""
+    rest = dict(state)
+    key = rest.pop(RELEASE_KEY, None)
+    if isinstance(key, np.ndarray):
+        ctx.release_key = key.astype(np.uint8).tobytes()
+    return rest
 SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "save": BOOL}
 SAVE_SPEC: dict[str, FieldSpec] = {"label": STR, "model_id": STR}
 LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "label": STR,
@@ -261,12 +277,14 @@ class Node:
                 logger.info("party %s dropped %d ledger entries of an earlier run", self.name, len(stale))
         self.method = method
         self._handlers = method.handler_table()
-        self.context = NodeContext(
-            info=self.info, data=self._data, serving=self._serving, parties=parties, seed=seed,
-            transport=self._transport, checkpoints=self.checkpoints, secret=self.secret, privacy=self.privacy,
-            policy=self.policy, run=run,
-        )
+        self.context = self._new_context(parties, seed=seed, run=run)
         return self.context
+
+    def _new_context(self, parties: tuple[PartyInfo, ...], *, seed: int, run: str = "") -> NodeContext:
+        """A fresh context over this party's own data, secret, privacy account and policy."""
+        return NodeContext(info=self.info, data=self._data, serving=self._serving, parties=parties, seed=seed,
+                           transport=self._transport, checkpoints=self.checkpoints, secret=self.secret,
+                           privacy=self.privacy, policy=self.policy, run=run)
 
     def handle(self, message: Message) -> Message:
         """Run the handler for ``message`` and return the reply; failures become error replies."""
@@ -320,9 +338,7 @@ class Node:
             handler_set, info, attr = self._protocols[kind]
             self._authorize(message, info)
             if self.context is None:
-                self.context = NodeContext(info=self.info, data=self._data, serving=self._serving,
-                                           parties=(self.info,), seed=0, transport=self._transport,
-                                           secret=self.secret, privacy=self.privacy, policy=self.policy)
+                self.context = self._new_context((self.info,), seed=0)
         elif self.context is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} got {kind!r} before any method was set up")
         elif kind in self._handlers:
@@ -427,7 +443,7 @@ class Node:
         if self.context is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} was asked to save a model before any method was set up")
         method: Any = self.method
-        state = {**method.party_state(self.context), RELEASE_KEY: np.frombuffer(self.context.release_key, np.uint8)}
+        state = with_release_key(method.party_state(self.context), self.context)
         sha = self._require_store().save(label=str(payload["label"]), method=method.name, config=method.config_json(),
                                          model_id=str(payload["model_id"]), state=state)
         logger.info("party %s saved its part of %s (model %s)", self.name, payload["label"], payload["model_id"])
@@ -450,11 +466,7 @@ class Node:
         self.install(method, seed=int(payload["seed"]), parties=self._checked_parties(payload), run=run)
         self._run, self._rounds = run, {}
         assert self.context is not None
-        state = dict(part.state)
-        key = state.pop(RELEASE_KEY, None)
-        if isinstance(key, np.ndarray):  # parts saved before release keys existed have none: a fresh one is drawn
-            self.context.release_key = key.astype(np.uint8).tobytes()
-        method.load_party_state(self.context, state)
+        method.load_party_state(self.context, take_release_key(part.state, self.context))
         return {"manifest": part.manifest_sha256}
 
     def _setup(self, payload: Payload, run: str) -> None:

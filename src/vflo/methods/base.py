@@ -144,6 +144,10 @@ class Method(HandlerSet, ABC):
         """What the ε figures in :meth:`summary_stats` cover and what they do not (empty: no ε reported)."""
         return ""
 
+    def epsilon_columns(self, stats: Mapping[str, float]) -> dict[str, str]:
+        """The results columns that go with ``stats`` (its summary stats): where they report an ε, what it covers."""
+        return {"epsilon_scope": self.epsilon_scope()} if any(k.startswith("epsilon") for k in stats) else {}
+
     # -- saving and loading a fitted model ---------------------------------------------------------------
 
     def coordinator_state(self, fed: Federation) -> State:

@@ -108,9 +108,7 @@ class Bottom:
             raise ProtocolError("a noised activation release needs the IDs of the people it describes")
         if fresh:
             assert self.rng is not None
-            if self.account is not None:
-                self.account.charge(ids, mu=self.noise.mu, what="activations")
-            return self.noise.release(wire, self.rng)
+            return self.noise.release(wire, self.rng, self.account, ids, what="activations")
         assert self.keyed is not None
         return self.noise.release_rows(wire, ids, self.keyed, self.account, what="activations")
 

@@ -324,9 +324,9 @@ class _SplitTrainer(RemoteBottomsTrainer):
                     # The loss is a batch mean, so a row is 1/n of the gradient of that example's own loss: clip
                     # and noise the example's own gradient, as DP-SGD does, then scale back (post-processing).
                     # Clipping the 1/n rows, a clip of 1 never binds and Adam, blind to scale, makes every σ the same.
-                    grad = noise.release(grad * len(batch), self.noise_rng) / len(batch)
                     # Each receiver gets its own noisy gradient of each example: a release per receiver.
-                    self.fed.privacy.charge(self.ids[batch], mu=noise.mu, what="gradients")
+                    grad = noise.release(grad * len(batch), self.noise_rng, self.fed.privacy, self.ids[batch],
+                                         what="gradients") / len(batch)
                 grads[name] = {"grad": grad.astype(self.payload_dtype)}
             # Posted: it goes out with the next forward, one round trip per batch over a network.
             self.fed.post("split.backward", grads)
