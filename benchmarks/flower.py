@@ -144,8 +144,9 @@ def main() -> None:
     results["in_process"] = in_process(data, methods)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        # Each party's own side of the methods as the measured runs set it.
         export_federation(data, work, base_port=free_port(), extra_roles={"server": "server"},
-                          methods=list(methods))
+                          methods=list(methods), proposals=[get_method(n)(**s) for n, s in methods.items()])
         results["grpc"] = over_grpc(work, methods, args.calls)
         results["flower"] = over_flower(work, methods, args.calls)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -71,7 +71,10 @@ def main() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        export_federation(data, work, base_port=free_port() - 1, methods=list(methods(1)))
+        # The bureau's own side of each method as the measured runs set it (APC-VFL's passive encoder trains for
+        # as many epochs as its own config says, whatever a run proposes).
+        export_federation(data, work, base_port=free_port() - 1, methods=list(methods(1)),
+                          proposals=list(methods(args.epochs).values()))
         deploy_text = (work / "deploy.toml").read_text()
         passive = subprocess.Popen([sys.executable, "-m", "vflo", "party", "serve", "bureau.toml"], cwd=work,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

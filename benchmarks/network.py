@@ -62,7 +62,11 @@ def latency(secure: bool, size: int, calls: int, certs: Path) -> float:
 
 def splitnn_epoch(data_dir: str | None, workdir: Path) -> dict[str, float]:
     data = credit_partition(data_dir)
-    export_federation(data, workdir, base_port=56000 + os.getpid() % 1000)
+    settings = {"active_bottom": (64, 128), "passive_bottom": (128, 256), "top": (256, 256),
+                "activation": "selu", "train": {"batch_size": 128, "max_epochs": 1, "patience": 0,
+                                                "validation_fraction": 0.0}}
+    # The bureau's own bottom network is the one the in-process run uses (its config's [methods.splitnn]).
+    export_federation(data, workdir, base_port=56000 + os.getpid() % 1000, proposals=[SplitNN(**settings)])
     proc = subprocess.Popen([sys.executable, "-m", "vflo", "party", "serve", "bureau.toml"], cwd=workdir,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -72,9 +76,6 @@ def splitnn_epoch(data_dir: str | None, workdir: Path) -> dict[str, float]:
         deadline = time.monotonic() + 90
         while "listening on" not in line and time.monotonic() < deadline and proc.poll() is None:
             line = proc.stdout.readline()
-        settings = {"active_bottom": (64, 128), "passive_bottom": (128, 256), "top": (256, 256),
-                    "activation": "selu", "train": {"batch_size": 128, "max_epochs": 1, "patience": 0,
-                                                    "validation_fraction": 0.0}}
         deployment = Deployment(load_deploy_config(workdir / "deploy.toml"))
         over_grpc, local = [], []
         try:

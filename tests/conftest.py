@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,17 @@ class _PartySeeds(Mapping[str, int]):
 
 
 PARTY_SEEDS: Mapping[str, int] = _PartySeeds()
+
+
+def own_sections(proposals: Sequence[Any], role: str = "passive") -> dict[str, dict[str, Any]]:
+    """A party's own ``[methods.NAME]`` sections set as the experiment's ``proposals`` set them (the first entry
+    of each method), as an export writes them."""
+    from vflo.methods.own_settings import party_section
+
+    out: dict[str, dict[str, Any]] = {}
+    for method in proposals:
+        out.setdefault(method.name, party_section(type(method), role, method.config_json()))
+    return out
 
 
 def make_dataset(

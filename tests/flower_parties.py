@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tests.conftest import PARTY_SEEDS
+from tests.conftest import PARTY_SEEDS, own_sections
 from vflo.comm.tls import init_certs
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
@@ -32,7 +34,7 @@ class FlowerParties:
 
 
 def start_workers(directory: Path, data: FederatedData, extra_roles: dict[str, Role], *,
-                  tls: bool = True, policy: tuple[str, ...] = ()) -> FlowerParties:
+                  tls: bool = True, policy: tuple[str, ...] = (), proposals: Sequence[Any] = ()) -> FlowerParties:
     """Every party but the active one as a :class:`PartyWorker` on a Unix socket in ``directory``, holding its
     rows of ``data``; the active party's deploy config (its rows are handed to the deployment directly)."""
     active = data.active
@@ -47,7 +49,8 @@ def start_workers(directory: Path, data: FederatedData, extra_roles: dict[str, R
             continue
         config = PartyConfig(name=name, role=role, data=in_memory if name in data.train else None, tls=security,
                              peers={n: PeerEntry(role=r) for n, r in roles.items() if n != name},
-                             policy=Policy(methods=policy), seed=PARTY_SEEDS[name])
+                             policy=Policy(methods=policy), seed=PARTY_SEEDS[name],
+                             methods=own_sections(proposals, role) if name in data.train else {})
         workers.append(PartyWorker(config, address=f"unix:{directory / name}.sock", data=data.train.get(name),
                                    serve=data.serve.get(name)).start())
     deploy = DeployConfig(active=PartyConfig(name=active, role="active", data=in_memory, tls=security,

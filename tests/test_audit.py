@@ -202,3 +202,25 @@ def test_the_security_page_shows_the_declarations_of_this_code() -> None:
     shown = text[text.index("<!-- messages:begin -->") + len("<!-- messages:begin -->"):
                  text.index("<!-- messages:end -->")].strip()
     assert shown == markdown(), "regenerate the table in docs/security.md: vflo methods --messages --markdown"
+
+
+def test_every_kind_says_when_it_is_served() -> None:
+    from vflo.audit import STEPS, declarations
+
+    assert {d.kind for d in declarations()} == set(STEPS)
+
+
+@pytest.mark.parametrize("name", [m for m in deployable() if get_method(m).own_settings])
+def test_the_audit_holds_on_settings_an_adversary_proposes(name: str) -> None:
+    """The coordinator proposes what the issue's attacker picked for every setting a passive party decides
+    (a layer as wide as the features, lr 1e-30, no condition bound); the parties' configs set their own side as
+    the honest experiment does. Every message still keeps to its declaration and carries nothing raw."""
+    from tests.test_own_settings import adversarial
+
+    data = data_for(name)
+    honest = quick(name)
+    attack = adversarial(name, honest, data.train[data.parties[1].name].n_features)
+    roles = {p.name: p.role for p in (*data.parties, *attack.extra_parties(data.parties))}
+    seen: list[Message] = []
+    run_method(attack, data, seed=0, observers=(seen.append,), party_config=honest)
+    assert seen and audit(name, seen, data, roles) == []

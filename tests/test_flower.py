@@ -41,6 +41,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "vfl_asp": {"train": CHAIN_TRAIN, "student_train": CHAIN_TRAIN, "embedding_train": CHAIN_TRAIN},
 }
 VERTICAL = ("apc_vfl", "rap", "fedsvd", "splitnn")
+# Each party's own side of these methods, set in its config as the experiment sets it (as an export writes it).
+PROPOSALS = [get_method(n)(**s) for n, s in SETTINGS.items()]
 
 
 def _runs(parties: FlowerParties, names: Iterable[str], seed: int) -> dict[str, RunOutput]:
@@ -53,7 +55,8 @@ def _runs(parties: FlowerParties, names: Iterable[str], seed: int) -> dict[str, 
 @pytest.fixture(scope="module")
 def vertical_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, RunOutput], Any]]:
     data = vertical_split(40)
-    parties = start_workers(tmp_path_factory.mktemp("flower_vertical"), data, {"server": "server", "dealer": "dealer"})
+    parties = start_workers(tmp_path_factory.mktemp("flower_vertical"), data, {"server": "server", "dealer": "dealer"},
+                            proposals=PROPOSALS)
     try:
         yield _runs(parties, VERTICAL, seed=11), data
     finally:
@@ -63,7 +66,8 @@ def vertical_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[di
 @pytest.fixture(scope="module")
 def chain_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, RunOutput], Any]]:
     data = chain_data()
-    parties = start_workers(tmp_path_factory.mktemp("flower_chain"), data, {"server": "server", "dealer": "dealer"})
+    parties = start_workers(tmp_path_factory.mktemp("flower_chain"), data, {"server": "server", "dealer": "dealer"},
+                            proposals=PROPOSALS)
     try:
         yield _runs(parties, ["vfl_asp"], seed=3), data
     finally:
@@ -146,7 +150,7 @@ def _flower_task_identity() -> Iterator[None]:
 
 @pytest.fixture
 def loopback(tmp_path: Path) -> Iterator[tuple[FlowerParties, LoopbackGrid, Path]]:
-    parties = start_workers(tmp_path, chain_data(), {"server": "server", "dealer": "dealer"})
+    parties = start_workers(tmp_path, chain_data(), {"server": "server", "dealer": "dealer"}, proposals=PROPOSALS)
     grid = LoopbackGrid({100 + i: a for i, a in enumerate(parties.addresses)})
     try:
         yield parties, grid, tmp_path
@@ -322,7 +326,7 @@ def test_the_run_config_names_what_is_missing() -> None:
 
 def test_insecure_parties_still_refuse_strangers_and_give_the_same_results(tmp_path: Path) -> None:
     data = vertical_split(40)
-    parties = start_workers(tmp_path, data, {}, tls=False)
+    parties = start_workers(tmp_path, data, {}, tls=False, proposals=PROPOSALS)
     grid = LoopbackGrid({7: parties.addresses[0]})
     try:
         nodes = discover(grid, ["pas"], keyring=None, timeout=5)  # type: ignore[arg-type]

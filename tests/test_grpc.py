@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tests.conftest import PARTY_SEEDS, vertical_split
+from tests.conftest import PARTY_SEEDS, own_sections, vertical_split
 from vflo.cli import main
 from vflo.comm.codec import decode
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer, pack_frames, unpack_frames
@@ -46,11 +46,16 @@ def _split():  # type: ignore[no-untyped-def]
     return vertical_split(30)
 
 
+QUICK_GRPC = {"train": {"max_epochs": 2, "patience": 0}}
+
+
 def _federation(certs: Path | None):  # type: ignore[no-untyped-def]
     data = _split()
     tls = TLSConfig(insecure=True) if certs is None else TLSConfig(dir=str(certs))
     dummy = DataConfig(file="unused", id_column="id")
-    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": PeerEntry(address="x", role="active")}, seed=PARTY_SEEDS["pas"]),  # noqa: E501
+    # The lab's own side of the methods below, as they set it (its config's [methods.NAME]).
+    own = own_sections([get_method(n)(**QUICK_GRPC) for n in ("splitnn", "apc_vfl")])
+    pas = start_party(PartyConfig(name="pas", listen="127.0.0.1:0", data=dummy, tls=tls, peers={"act": PeerEntry(address="x", role="active")}, seed=PARTY_SEEDS["pas"], methods=own),  # noqa: E501
                       data=data.train["pas"], serve=data.serve["pas"])
     deploy = DeployConfig(active=PartyConfig(name="act", role="active", listen="127.0.0.1:0", data=dummy, tls=tls,
                                              seed=PARTY_SEEDS["act"]),
@@ -67,7 +72,7 @@ def test_grpc_gives_the_same_numbers_and_bytes_as_in_process(certs: Path, secure
     data, dep, pas = _federation(certs if secure else None)
     try:
         for name in ("splitnn", "apc_vfl"):
-            kwargs = {"train": {"max_epochs": 2, "patience": 0}}
+            kwargs = QUICK_GRPC
             over_grpc = dep.run(get_method(name)(**kwargs), seed=3)
             local = run_method(get_method(name)(**kwargs), data, seed=3, party_seeds=PARTY_SEEDS)
             assert np.array_equal(over_grpc.scores, local.scores)

@@ -133,20 +133,35 @@ def test_policy_settings_are_checked() -> None:
 @pytest.mark.parametrize("value", [0.0, float("inf"), 20.0])
 def test_a_policy_bound_cannot_be_met_by_switching_the_check_off(value: float) -> None:
     """docs/security.md's own example, { max = 10 } on RAP's condition bound: 0 used to mean "no check" and met
-    it; now no value switches the check off within the bound (inf does, and inf is not <= 10)."""
+    it. Now no value below 1 exists, and the bound is a client's own setting: whatever the coordinator proposes,
+    the client projects with its own (the default, 10) and says so."""
     data = data_for("rap")
     method = get_method("rap")(estimator={"model": "mlp", "hidden": [8], "train": {"max_epochs": 1}})
     fed, nodes = build_federation(data, method, seed=0)
     nodes["pas"].policy = Policy(methods=("rap",), require={"rap.max_condition": {"max": 10}})
+    nodes["pas"].settings = {}
     config = json.loads(method.config_json())
     config["max_condition"] = value
     setup = {"method": "rap", "config": json.dumps(config), "seed": 0,
              "parties": json.dumps([[p.name, p.role] for p in fed.parties]), "save": False}
     reply = fed.transport.request(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup,
                                           run="run-1"))
-    assert reply.error is not None
-    assert "max_condition" in reply.error.message
-    assert nodes["pas"].method is None
+    if value < 1:
+        assert reply.error is not None and "max_condition" in reply.error.message
+        assert nodes["pas"].method is None
+        return
+    assert reply.error is None and json.loads(str(reply.payload["own"])) == {"max_condition": 10.0}
+    assert nodes["pas"].method.config.max_condition == 10.0  # type: ignore[union-attr]
+
+
+def test_a_partys_own_setting_outside_its_policy_is_refused() -> None:
+    data = data_for("rap")
+    method = get_method("rap")(estimator={"model": "mlp", "hidden": [8], "train": {"max_epochs": 1}})
+    fed, nodes = build_federation(data, method, seed=0)
+    nodes["pas"].policy = Policy(methods=("rap",), require={"rap.max_condition": {"max": 10}})
+    nodes["pas"].settings = {"rap": {"max_condition": float("inf")}}
+    with pytest.raises(RemoteError, match=r"'pas' does not agree to run rap with max_condition = inf"):
+        fed.setup(method)
 
 
 def _weak_mask(mask: str, m: int) -> OrthogonalMask:
@@ -300,3 +315,46 @@ def test_a_delegate_must_be_a_data_party_in_the_partys_own_config() -> None:
     fed.setup(method)
     asked = send(fed, "server", "p2", "align.plain", {"ids": data.train["p2"].ids[:3], "split": "train"})
     assert asked.error is not None and asked.error.type == "RefusedError"
+
+
+def test_plain_alignment_of_training_rows_answers_one_set_of_ids_a_run() -> None:
+    """Each answer tells the asker which of the IDs it named the party holds: asked again and again with other
+    guesses, a party would give away who it holds one guess at a time."""
+    data, method, fed, _nodes = federation("splitnn")
+    ids = data.train["act"].ids
+    first = send(fed, "act", "pas", "align.plain", {"ids": ids, "split": "train"})
+    assert first.error is None
+    assert send(fed, "act", "pas", "align.plain", {"ids": ids, "split": "train"}).error is None  # the same set
+    probe = send(fed, "act", "pas", "align.plain", {"ids": np.asarray(["someone"]), "split": "train"})
+    assert probe.error is not None and "once a run" in probe.error.message
+    fed.setup(method)  # a new run (the same coordinator starting again): one new set
+    assert send(fed, "act", "pas", "align.plain", {"ids": ids[:5], "split": "train"}).error is None
+
+
+def test_sizes_a_peer_chooses_are_bounded_by_the_partys_policy() -> None:
+    """The issue's resource attacks: svd.deal with m = 2e6 kept the dealer busy 100-140 s (and would take 16 GB
+    of block masks); a request may hold only so many rows; Entity Augmentation's batch size is the host's."""
+    import time
+
+    _data, _method, fed, nodes = federation("fedsvd")
+    started = time.perf_counter()
+    deal = send(fed, "act", "dealer", "svd.deal", {"m": 2_000_000, "parties": json.dumps([["act", 3], ["pas", 3]]),
+                                                   "column_masks": True})
+    assert deal.error is not None and "at most 1000000 rows" in deal.error.message
+    assert time.perf_counter() - started < 5  # refused before any mask is drawn
+    big = send(fed, "act", "dealer", "svd.deal", {"m": 900_000, "parties": json.dumps([["act", 3], ["pas", 3]]),
+                                                  "column_masks": True})
+    assert big.error is not None and "GiB of masks" in big.error.message
+    wide = send(fed, "act", "dealer", "svd.deal", {"m": 100, "parties": json.dumps([["act", 3], ["pas", 20000]]),
+                                                   "column_masks": True})
+    assert wide.error is not None and "max_mask_bytes" in wide.error.message
+    nodes["pas"].policy = Policy(max_rows=50)
+    rows = send(fed, "act", "pas", "svd.project", {"ids": np.arange(51).astype(str)})
+    assert rows.error is not None and "more than this party's policy allows" in rows.error.message
+    _data, method, fed, nodes = federation("entity_augmentation")
+    method.fit(fed)
+    guest = next(iter(fed.names("passive")))
+    huge = send(fed, "act", guest, "ea.forward", {"n": 10**12, "positions": np.empty(0, dtype=np.int64)})
+    assert huge.error is not None and "walks between 1 and 1000000" in huge.error.message
+    with pytest.raises(ConfigError, match="max_rows must be an integer of at least 1"):
+        Policy(max_rows=0)

@@ -534,9 +534,10 @@ def _export(args: argparse.Namespace, config: Any, dataset: Any, seed: int) -> i
     for name in extra:
         if name not in ("server", "dealer"):
             raise ConfigError(f"--extra-parties takes 'server' and 'dealer', not {name!r}")
-    methods = [e.method_cls.name for e in config.methods if not e.method_cls.simulation_only]
+    deployable = [e for e in config.methods if not e.method_cls.simulation_only]
     written = export_federation(data, args.export, base_port=args.base_port, extra_roles=extra,
-                                tls=not args.insecure, methods=methods)
+                                tls=not args.insecure, methods=[e.method_cls.name for e in deployable],
+                                proposals=[e.instantiate() for e in deployable])
     active = data.active
     print(f"wrote each party's data and config to {args.export}/ (variant {config.variants[0].label}).")
     print("start every party but the active one, each in its own terminal:")

@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -120,10 +120,19 @@ class PartyConfig:
     seed: int | None = field(default=None, repr=False)
     # What this party lets out of each person's privacy over all its noised releases ([privacy] epsilon, delta).
     privacy: PrivacyBudget | None = None
+    # Its own side of each method ([methods.NAME]: its bottom network, encoder, learning rate, ...): whatever a
+    # coordinator proposes, these (else the method's defaults) run here (vflo.methods.own_settings).
+    methods: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in (self.name, *self.peers):
             check_party_name(name)
+        if self.methods:
+            from vflo.methods.own_settings import check_section
+            from vflo.methods.registry import get_method
+
+            for method, section in self.methods.items():
+                check_section(get_method(method), self.role, section, where=f"methods.{method}")
         if self.role in ("active", "passive") and self.data is None:
             raise ConfigError(f"party {self.name!r} ({self.role}) needs a [data] table with its file and ID column")
         if self.name in self.peers:
@@ -336,7 +345,8 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
     if config.checkpoints is not None:
         checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
     return party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
-                      store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=config.privacy)
+                      store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=config.privacy,
+                      settings=config.methods)
 
 
 def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
@@ -476,12 +486,19 @@ class Deployment:
         test_ids = np.empty(0, dtype=own.ids.dtype) if self.test is None else self.test.ids
         _refuse_leaks(own.party, test_ids[own.contains(test_ids)], "training file")
         passives = [p.name for p in self.data_parties if p.role == "passive"]
+        # One question per party about its training rows (a party answers one set of IDs a run): the test rows
+        # and the active party's own, together.
+        asked = np.unique(np.concatenate([test_ids.astype(own.ids.dtype), own.ids]))
+        is_test, is_own = np.isin(asked, test_ids.astype(own.ids.dtype)), np.isin(asked, own.ids)
+        shares = False
         for name in passives:
-            if len(test_ids):
-                held = fed.align(test_ids, [name]).held.get(name)
-                leaked = np.sort(test_ids)[held] if held is not None else np.empty(0)
-                _refuse_leaks(name, leaked, "training rows")
-        if passives and not any(fed.align(own.ids, [name]).held[name].any() for name in passives):
+            answer = fed.align(asked, [name])
+            held = answer.held.get(name)
+            if held is None:  # PSI with mode = 'active': only the shared IDs come back
+                held = np.isin(asked, answer.ids)
+            _refuse_leaks(name, asked[held & is_test], "training rows")
+            shares = shares or bool((held & is_own).any())
+        if passives and not shares:
             raise AlignmentError(
                 f"the active party {own.party!r} shares no ID with {passives}: its training IDs look like "
                 f"{own.ids[:3].tolist()}; check that every party's id_column holds the same IDs in the same format")
@@ -538,7 +555,8 @@ class Deployment:
         fed.teardown()
         ledger, fit_entries = training_first(transport.ledger, own_fit, remote, fit_round)
         return RunOutput(scores=scores, ledger=ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1,
-                         rounds=fed.rounds, fit_entries=fit_entries, stats=method.summary_stats())
+                         rounds=fed.rounds, fit_entries=fit_entries, stats=method.summary_stats(),
+                         party_settings=fed.party_settings)
 
     def save(self, fed: Federation, method: Method, folder: Path, label: str) -> ModelCard:
         """This party's part and the model card in ``folder``; every other party's part in its own folder."""
@@ -620,24 +638,58 @@ def held_rows(fed: Federation, ids: np.ndarray, party: str, method: str) -> np.n
 
 
 def toml_value(value: object) -> str:
-    """``value`` as TOML writes it (a string quoted and escaped)."""
+    """``value`` as TOML writes it (a string quoted and escaped, lists and tables inline)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     return str(value)
+
+
+def _toml_key(key: object) -> str:
+    text = str(key)
+    return text if text.replace("_", "").replace("-", "").isalnum() and text.isascii() else toml_value(text)
+
+
+def own_settings_toml(proposals: Sequence[Any], role: Role) -> list[str]:
+    """A party's ``[methods.NAME]`` sections for the experiment's ``proposals`` (methods with their configs): its
+    own side of each, as the experiment sets it (the first entry of a method where several differ, noted)."""
+    from vflo.methods.own_settings import party_section
+
+    sections: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    for method in proposals:
+        section = party_section(type(method), role, method.config_json())
+        if method.name in sections:
+            if sections[method.name] != section:
+                notes.append(f"# another {method.name} entry of the experiment sets this party's side otherwise: "
+                             f"{toml_value(section)}; a party runs one, the one below")
+            continue
+        sections[method.name] = section
+    lines: list[str] = ["# This party's own side of each method: whatever a coordinator proposes, these run here.",
+                        *notes] if any(sections.values()) else []
+    for name, section in sections.items():
+        if section:
+            lines += [f"[methods.{name}]", *(f"{_toml_key(k)} = {toml_value(v)}" for k, v in section.items()), ""]
+    return lines
 
 
 def export_federation(
     data: Any, directory: Path, *, base_port: int = 50051, extra_roles: dict[str, Role] | None = None,
-    tls: bool = True, host: str = "127.0.0.1", methods: Sequence[str] = (),
+    tls: bool = True, host: str = "127.0.0.1", methods: Sequence[str] = (), proposals: Sequence[Any] = (),
 ) -> dict[str, Path]:
     """Write what each party of a simulated split would bring to a real deployment.
 
     For every data party: ``NAME_train.csv`` (and ``NAME_serve.csv`` with the rows to score); for the
     active party also ``NAME_test.csv`` with the test labels; ``NAME.toml`` for ``vflo party serve``
     (every party but the active one), each listing its peers with their roles and, under ``[policy]``, the
-    ``methods`` it agrees to run; ``deploy.toml`` for the active party; and, with ``tls``, the keys kept apart:
+    ``methods`` it agrees to run and, under ``[methods.NAME]``, its own side of each of the experiment's
+    ``proposals`` (methods with their configs) as the experiment sets it; ``deploy.toml`` for the active party;
+    and, with ``tls``, the keys kept apart:
     ``certs/NAME/`` holds party NAME's ``ca.pem``, ``NAME.pem`` and ``NAME.key`` and nothing else (its config's
     ``[tls] dir``), ``certs/ca/`` the CA's certificate and key with a README (it belongs offline, never on a
     party's host). Data is written already standardised, so parties do not rescale it.
@@ -688,7 +740,8 @@ def export_federation(
             text = "\n".join([
                 f"# vflo party serve {name}.toml", f"name = {toml_value(name)}", f"role = {toml_value(role)}",
                 f"listen = {toml_value(addresses[name])}", "",
-                *(["[data]", *lines, ""] if lines else []), *tls_lines, "", *policy, "[peers]", *peers, ""])
+                *(["[data]", *lines, ""] if lines else []), *tls_lines, "", *policy,
+                *own_settings_toml(proposals, role), "[peers]", *peers, ""])
             path = directory / f"{name}.toml"
         path.write_text(text)
         written[name] = path

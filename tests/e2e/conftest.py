@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +16,17 @@ from tests.conftest import PARTY_SEEDS
 from vflo.comm.tls import init_certs
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
-from vflo.deploy import DataConfig, DeployConfig, PartyConfig, PeerConfig, TLSConfig, load_party_data
+from vflo.deploy import (
+    DataConfig,
+    DeployConfig,
+    PartyConfig,
+    PeerConfig,
+    TLSConfig,
+    load_party_data,
+    own_settings_toml,
+)
 from vflo.flower.local import free_port
+from vflo.methods.base import Method
 
 STARTUP_SECONDS = 90
 
@@ -55,11 +64,15 @@ def _toml_value(v: object) -> str:
 
 
 def write_party_toml(path: Path, fields: dict[str, object], data: dict[str, object] | None, tls_dir: Path,
-                     peers: dict[str, tuple[str, str]], policy: tuple[str, ...] = ()) -> None:
-    """A party's config; ``peers``: each peer's address and the role this party knows it by."""
+                     peers: dict[str, tuple[str, str]], policy: tuple[str, ...] = (),
+                     proposals: Sequence[Method] = ()) -> None:
+    """A party's config; ``peers``: each peer's address and the role this party knows it by; ``proposals``: the
+    methods (with their configs) whose own side this party's ``[methods.NAME]`` sets as they do, as an export
+    writes it."""
     lines = [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
     if policy:
         lines += ["[policy]", f"methods = [{', '.join(_toml_value(m) for m in policy)}]"]
+    lines += own_settings_toml(proposals, str(fields["role"]))  # type: ignore[arg-type]
     if data is not None:
         lines += ["[data]", *(f"{k} = {_toml_value(v)}" for k, v in data.items())]
     lines += ["[tls]", f'dir = "{tls_dir}"', "[peers]",
@@ -103,7 +116,7 @@ class FederationFiles:
 
 
 def write_federation(directory: Path, data: FederatedData, extra_roles: dict[str, str],
-                     policy: tuple[str, ...] = ()) -> FederationFiles:
+                     policy: tuple[str, ...] = (), proposals: Sequence[Method] = ()) -> FederationFiles:
     """Each party's files, certificates and config (every party but the active one: NAME.toml; the active
     party: a deploy config), with a free loopback port each; with ``policy``, every such party agrees to run
     only those methods."""
@@ -138,7 +151,7 @@ def write_federation(directory: Path, data: FederatedData, extra_roles: dict[str
                                "models": str(directory / f"{name}_models"),
                                "checkpoints": str(directory / f"{name}_checkpoints")}, data_fields,
                          directory / "certs", {n: (a, names[n]) for n, a in addresses.items() if n != name},
-                         policy=policy)
+                         policy=policy, proposals=proposals)
         configs[name] = cfg
     deploy = DeployConfig(
         active=PartyConfig(name=active, role="active", listen=addresses[active], data=files[active],
@@ -161,10 +174,11 @@ def write_federation(directory: Path, data: FederatedData, extra_roles: dict[str
 
 
 def start_federation(directory: Path, data: FederatedData, extra_roles: dict[str, str],
-                     policy: tuple[str, ...] = ()) -> Federation:
+                     policy: tuple[str, ...] = (), proposals: Sequence[Method] = ()) -> Federation:
     """Write each party's files, start every non-active party as `vflo party serve`, wait until they listen;
-    with ``policy``, every such party agrees to run only those methods."""
-    files = write_federation(directory, data, extra_roles, policy)
+    with ``policy``, every such party agrees to run only those methods; each sets its own side of the
+    ``proposals`` as they do."""
+    files = write_federation(directory, data, extra_roles, policy, proposals)
     processes: dict[str, subprocess.Popen[str]] = {}
     try:
         for name, cfg in files.configs.items():

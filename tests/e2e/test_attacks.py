@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import PARTY_SEEDS, vertical_split
 from tests.e2e.conftest import Federation, start_federation, stopped
 from tests.test_security import identity_masks
-from vflo.comm.codec import encode
+from vflo.comm.codec import decode, encode
 from vflo.comm.grpc_transport import GrpcTransport
 from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials
@@ -130,3 +130,130 @@ def test_a_method_outside_a_partys_policy_is_refused_before_anything_runs(guarde
         assert len(out.scores) == len(guarded.local.test_ids)
     finally:
         deployment.close()
+
+
+# What a party process may reach while the attacks below are tried on it (VmHWM, its peak resident memory). The
+# attacks used to take a party to 3.4-3.6 GB (a 120 MB header parsed) or 6.4 GB (a 40000 x 40000 bottom network),
+# and a dealer 100-140 s (m = 2e6). Measured here: the dealer 141 MB before and 145 MB after; the lab (which had
+# trained) 418 MB before and 851 MB at its peak (two 120 MB frames received whole by gRPC before being refused).
+MEMORY_CEILING = 5 << 28  # 1.25 GiB; measured here: the lab 418 MB before the attacks, 851 MB at its peak
+
+
+def _peak_bytes(process: object) -> int:
+    """The peak resident memory (VmHWM) of a party process, from /proc."""
+    pid = process.pid  # type: ignore[attr-defined]
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc: this test needs Linux")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    """Active, the lab (passive), a server and a dealer; the lab's config sets its own side of SplitNN and
+    APC-VFL as the honest experiment does (the defaults), and allows any method."""
+    data = vertical_split(40)
+    honest = [get_method("splitnn")(train=QUICK), get_method("apc_vfl")(train=QUICK)]
+    yield from stopped(start_federation(tmp_path_factory.mktemp("lab"), data, {"server": "server", "dealer": "dealer"},
+                                        proposals=honest))
+
+
+def _setup(config: str, method: str, parties: list[list[str]]) -> dict[str, object]:
+    return {"method": method, "config": config, "seed": 0, "save": False, "parties": json.dumps(parties)}
+
+
+def test_a_malicious_coordinator_cannot_choose_the_lab_s_computation(lab: Federation) -> None:
+    """The issue's attacks, as a coordinator holding the active party's own certificate: SplitNN with
+    passive_bottom = [100], leaky_relu and lr 1e-30 (activations that invert to raw rows when the coordinator
+    knows the weights) runs the lab's own bottom network; APC-VFL with a latent as wide as the features is
+    refused, naming both widths."""
+    act = impostor(lab, "act")
+    parties = [["act", "active"], ["pas", "passive"]]
+    try:
+        splitnn = json.loads(get_method("splitnn")(train=QUICK).config_json())
+        splitnn.update(passive_bottom=[100], activation="leaky_relu", train={**splitnn["train"], "lr": 1e-30})
+        reply = act.request(Message("act", "pas", "control.setup", 0, _setup(json.dumps(splitnn), "splitnn", parties),
+                                    run="attack-1"))
+        assert reply.error is None
+        assert json.loads(str(reply.payload["own"])) == {"passive_bottom": [64, 64], "activation": "relu",
+                                                          "train.lr": 0.001}
+        ids = lab.local.train["pas"].ids[:16]
+        init = act.request(Message("act", "pas", "splitnn.init", 1, {"train_ids": ids, "val_ids": ids[:4]},
+                                   run="attack-1"))
+        assert init.error is None and init.payload["width"] == 64  # the lab's own network, not the proposal's
+        width = lab.local.train["pas"].n_features
+        apc = json.loads(get_method("apc_vfl")(train=QUICK).config_json())
+        apc.update(passive_encoder=[width], train={**apc["train"], "lr": 1e-30})
+        refused = act.request(Message("act", "pas", "control.setup", 0, _setup(json.dumps(apc), "apc_vfl", parties),
+                                      run="attack-2"))
+        assert refused.error is not None
+        assert f"latent width (passive_encoder's last) = 256, but the coordinator's proposal needs {width}" in \
+            refused.error.message
+        act.request(Message("act", "pas", "control.teardown", 2, {}, run="attack-1"))
+    finally:
+        act.close()
+
+
+def test_under_the_resource_attacks_a_party_stays_under_its_ceiling_and_keeps_serving(lab: Federation) -> None:
+    """A stranger (a certificate from the federation's CA for a name no party lists) and then the coordinator
+    itself send a frame with a 120 MB JSON header; the coordinator asks the dealer for masks of 2e6 rows and the
+    lab for a batch of 1.5e6 positions. Each is refused without being served; the lab and the dealer stay under
+    MEMORY_CEILING, and the legitimate run that follows gives the in-process results."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from tests.conftest import assert_same_run
+    from tests.test_codec_fuzz import with_header
+    from vflo.comm.tls import issue
+
+    certs = lab.directory / "certs"
+    ca_key = serialization.load_pem_private_key((certs / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((certs / "ca.pem").read_bytes())
+    now = dt.datetime.now(dt.UTC)
+    issue(certs, "mallory", ca_key, ca_cert, not_before=now - dt.timedelta(minutes=5),  # type: ignore[arg-type]
+          not_after=now + dt.timedelta(days=1))
+    addresses = {p.name: p.address for p in lab.deploy.parties}
+    mallory = GrpcTransport("mallory", addresses, credentials=PartyCredentials.load(certs, "mallory"), deadline=60,
+                            retries=0)
+    act = impostor(lab, "act")
+    before = {name: _peak_bytes(lab.processes[name]) for name in ("pas", "dealer")}
+    try:
+        frame = encode(Message("mallory", "pas", "control.teardown", 0, {}))
+        huge = with_header(frame, {"pad": "x" * 120_000_000})
+        for client, sender in ((mallory, "mallory"), (act, "act")):
+            reply = decode(client._stub("pas")[0](huge, timeout=60))
+            assert reply.error is not None, sender
+        everyone = [["act", "active"], ["pas", "passive"], ["server", "server"], ["dealer", "dealer"]]
+        fedsvd = get_method("fedsvd")().config_json()
+        assert act.request(Message("act", "dealer", "control.setup", 0, _setup(fedsvd, "fedsvd", everyone),
+                                   run="attack-3")).error is None
+        deal = act.request(Message("act", "dealer", "svd.deal", 1, {
+            "m": 2_000_000, "parties": json.dumps([["act", 3], ["pas", 3]]), "column_masks": True}, run="attack-3"))
+        assert deal.error is not None and "at most 1000000 rows" in deal.error.message
+        act.request(Message("act", "dealer", "control.teardown", 2, {}, run="attack-3"))
+        splitnn = get_method("splitnn")(train=QUICK).config_json()
+        assert act.request(Message("act", "pas", "control.setup", 0, _setup(splitnn, "splitnn", everyone[:2]),
+                                   run="attack-4")).error is None
+        ids = lab.local.train["pas"].ids[:16]
+        assert act.request(Message("act", "pas", "splitnn.init", 1, {"train_ids": ids, "val_ids": ids[:4]},
+                                   run="attack-4")).error is None
+        batch = act.request(Message("act", "pas", "splitnn.forward", 2, {
+            "rows": np.zeros(1_500_000, dtype=np.int64), "subset": "train", "training": True,
+            "keep_previous": False}, run="attack-4"))
+        assert batch.error is not None and "max_rows" in batch.error.message
+        act.request(Message("act", "pas", "control.teardown", 3, {}, run="attack-4"))
+        after = {name: _peak_bytes(lab.processes[name]) for name in ("pas", "dealer")}
+        print(f"peak resident memory before and after the attacks: {before} -> {after}")
+        assert all(peak < MEMORY_CEILING for peak in after.values()), after
+    finally:
+        mallory.close()
+        act.close()
+    deployment = Deployment(lab.deploy)
+    try:
+        over_grpc = deployment.run(get_method("splitnn")(train=QUICK), seed=3)
+    finally:
+        deployment.close()
+    assert_same_run(over_grpc, run_method(get_method("splitnn")(train=QUICK), lab.local, seed=3,
+                                          party_seeds=PARTY_SEEDS))

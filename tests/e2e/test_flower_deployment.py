@@ -17,6 +17,7 @@ from tests.conftest import PARTY_SEEDS, REPO, vertical_split
 from tests.e2e.conftest import write_deploy, write_federation
 from vflo.federation.simulation import run_method
 from vflo.flower.local import LocalFlower
+from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
 
 pytestmark = pytest.mark.slow
@@ -27,7 +28,9 @@ def test_flwr_run_of_vflos_app_gives_the_in_process_results_and_refuses_what_a_p
     tmp_path: Path,
 ) -> None:
     files = write_federation(tmp_path, vertical_split(40), {"server": "server", "dealer": "dealer"},
-                             policy=("apc_vfl", "rap"))
+                             policy=("apc_vfl", "rap"),
+                             proposals=[get_method("apc_vfl")(train={"max_epochs": 2, "patience": 0,
+                                                                     "batch_size": 64})])
     deploy = write_deploy(files.deploy, tmp_path / "deploy.toml", deadline=300, addresses=False)
     experiment = tmp_path / "experiment.toml"
     experiment.write_text(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,7 @@ from vflo.deploy import Deployment, score_deployed
 from vflo.errors import MethodError, TransportError
 from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.simulation import run_method
+from vflo.methods.base import Method
 from vflo.methods.registry import get_method, method_names
 from vflo.scoring import SavedModel
 
@@ -36,11 +37,16 @@ DEPLOYABLE = [m for m in method_names()
               if not get_method(m).simulation_only and m != "entity_augmentation" and m not in CHAIN]
 
 
+def proposals(names: Sequence[str]) -> list[Method]:
+    """The experiment's methods as these tests run them: each party's config sets its own side as they do."""
+    return [get_method(n)(**SETTINGS.get(n, {})) for n in names]
+
+
 @pytest.fixture(scope="module")
 def vertical(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     data = vertical_split(40)
     yield from stopped(start_federation(tmp_path_factory.mktemp("vertical"), data,
-                                        {"server": "server", "dealer": "dealer"}))
+                                        {"server": "server", "dealer": "dealer"}, proposals=proposals(DEPLOYABLE)))
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +57,14 @@ def label_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
                         samples=SamplesSpec(layout="misaligned", aligned=0.3))
     layout = spec.build(ds, seed=0)
     data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:30])
-    yield from stopped(start_federation(tmp_path_factory.mktemp("label_only"), data, {}))
+    yield from stopped(start_federation(tmp_path_factory.mktemp("label_only"), data, {},
+                                        proposals=proposals(["entity_augmentation"])))
 
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     yield from stopped(start_federation(tmp_path_factory.mktemp("chain"), chain_data(),
-                                        {"server": "server", "dealer": "dealer"}))
+                                        {"server": "server", "dealer": "dealer"}, proposals=proposals(CHAIN)))
 
 
 

@@ -13,6 +13,7 @@ mask over that list (:meth:`Alignment.selector`) instead of sending IDs again.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 KIND = "align.plain"
 STATE_KEY = "align.held"
+ASKED_KEY = "align.asked"
 REQUEST: dict[str, FieldSpec] = {"ids": IDS, "split": STR}
 REPLY: dict[str, FieldSpec] = {"held": ArraySpec(("bool",), (None,)), "n_features": INT}
 SELECTOR = ArraySpec(("bool",), (None,))
@@ -59,10 +61,26 @@ def handle(ctx: NodeContext, payload: Payload) -> Payload:
             "alignment is used)")
     ids = payload["ids"]
     assert isinstance(ids, np.ndarray)
-    rows = ctx.rows(str(payload["split"]))
+    split = str(payload["split"])
+    if split == "train":
+        _once(ctx, ids)
+    rows = ctx.rows(split)
     held = rows.contains(ids)
     ctx.state[STATE_KEY] = ids[held]
     return {"held": held, "n_features": rows.n_features}
+
+
+def _once(ctx: NodeContext, ids: np.ndarray) -> None:
+    """One set of IDs per asker a run (and one before a run): each answer tells the asker which of the IDs it
+    named this party holds, so a second, different set would let it probe people one guess at a time. The same
+    set asked again tells nothing new and is answered (a method may align its rows more than once)."""
+    digest = hashlib.sha256("\x00".join(sorted(map(str, ids.tolist()))).encode()).hexdigest()
+    asked = ctx.state.setdefault(ASKED_KEY, {})
+    first = asked.setdefault(ctx.sender, digest)
+    if first != digest:
+        raise RefusedError(f"party {ctx.party!r} answers plain alignment of its training rows once a run; "
+                           f"{ctx.sender!r} already asked about another set of IDs in this run (use PSI, or align "
+                           "every ID the run needs at once)")
 
 
 def selected_ids(ctx: NodeContext, selector: np.ndarray) -> np.ndarray:

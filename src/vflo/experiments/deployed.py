@@ -75,6 +75,8 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, sa
             "fit_seconds": out.fit_seconds,
             "predict_seconds": out.predict_seconds, "wall_seconds": wall, **out.stats,
             **method.epsilon_columns(out.stats),
+            # Where a party ran its own side other than the experiment proposed: which settings, by party.
+            **({"party_settings": json.dumps(out.party_settings, sort_keys=True)} if out.party_settings else {}),
         })
         logger.info("%s: %s done in %.1fs", experiment.name, entry.label, wall)
     return rows

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -84,6 +84,8 @@ class Federation:
         self._round = 0
         # The current run's ID, chosen at setup: every message of the run carries it, and a party serves one run.
         self.run_id = ""
+        # What each party ran of its own side where it differs from the proposal (its setup reply): path -> value.
+        self.party_settings: dict[str, dict[str, Any]] = {}
         self._method: Method | None = None
         self._in_flight: PendingExchange | None = None
         # Where a method's training keeps checkpoints and whether it resumes (set by the runner): see nn.train.
@@ -174,8 +176,20 @@ class Federation:
         self._node.install(method, seed=self.seed, parties=self.parties, run=self.run_id)
         payload: Payload = {**self._method_payload(method), "save": save}
         others = self.names()
+        self.party_settings = {}
         if others:
-            self._send_all(SETUP, {n: payload for n in others}, round_no=0)
+            replies = self._send_all(SETUP, {n: payload for n in others}, round_no=0)
+            for name, reply in replies.items():
+                try:
+                    own = json.loads(str(reply.get("own", "{}")))
+                except json.JSONDecodeError as exc:
+                    raise ProtocolError(f"party {name!r} answered the setup with malformed settings: {exc}") from exc
+                if not isinstance(own, dict):
+                    raise ProtocolError(f"party {name!r} answered the setup with settings that are not a table")
+                if own:
+                    self.party_settings[name] = own
+                    logger.warning("party %s runs %s with its own %s (not the experiment's)", name, method.name,
+                                   ", ".join(f"{k} = {json.dumps(v)}" for k, v in sorted(own.items())))
 
     def _method_payload(self, method: Method) -> dict[str, str | int]:
         return {"method": method.name, "config": method.config_json(), "seed": self.seed,

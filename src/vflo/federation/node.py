@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -65,7 +65,7 @@ LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "p
                                    "model_id": STR}
 #: What control messages carry and who may send them (the node checks senders itself; this is for the audit).
 CONTROL_INFO: dict[str, HandlerInfo] = {
-    SETUP: HandlerInfo(SETUP, SETUP_SPEC, senders=("active",)),
+    SETUP: HandlerInfo(SETUP, SETUP_SPEC, senders=("active",), replies={"own": "control"}),
     LOAD: HandlerInfo(LOAD, LOAD_SPEC, senders=("active",), replies={"manifest": "control"}),
     SAVE: HandlerInfo(SAVE, SAVE_SPEC, replies={"manifest": "control"}),
     TEARDOWN: HandlerInfo(TEARDOWN, {}),
@@ -107,10 +107,17 @@ class PartStoreLike(Protocol):
         """The party's rows to score, prepared as ``part`` was trained (None: keep the node's own)."""
         ...
 # Builds the method a setup message names from its name and config (JSON): the method registry.
-MethodFactory = Callable[[str, str], HandlerSet]
+class MethodFactory(Protocol):
+    """Builds the method a setup names for this party: the coordinator's proposal (config JSON) with the settings
+    this party decides taken from ``own`` (its config's section for that method; vflo.methods.own_settings); and
+    those of its settings that differ from the proposal."""
+
+    def __call__(self, name: str, proposal: str, *, own: Mapping[str, Any] | None, role: str,
+                 party: str) -> tuple[HandlerSet, dict[str, Any]]: ...
 
 
-def _no_methods(name: str, _config: str) -> HandlerSet:
+def _no_methods(name: str, proposal: str, *, own: Mapping[str, Any] | None, role: str,
+                party: str) -> tuple[HandlerSet, dict[str, Any]]:
     raise ProtocolError(f"this node serves no methods; it cannot set up {name!r}")
 
 
@@ -222,7 +229,7 @@ class Node:
         peers: Mapping[str, Role] | None = None, policy: Policy | None = None,
         methods: MethodFactory = _no_methods, protocols: Sequence[HandlerSet] = (), store: PartStoreLike | None = None,
         checkpoints: CheckpointStoreLike | None = None, secret: PartySecret | None = None,
-        budget: PrivacyBudget | None = None,
+        budget: PrivacyBudget | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if data is not None and data.party != info.name:
             raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
@@ -249,6 +256,8 @@ class Node:
         if self.name in self.peers:
             raise PartyBoundaryError(f"party {self.name!r} lists itself among its peers")
         self.policy = policy or Policy()
+        # The settings of its own side of each method (its config's [methods.NAME]): a proposal cannot change them.
+        self.settings: dict[str, Mapping[str, Any]] = dict(settings or {})
         self._coordinator: str | None = None
         # This party's own randomness (its config's seed, or the OS's): masks, projections, noise and the initial
         # weights of models only it holds come from here, never from the run seed every party receives.
@@ -316,9 +325,9 @@ class Node:
             self._authorize_control(message)
             self._start_run(message)
             if kind == SETUP:
-                self._setup(message.payload, message.run)
+                reply = self._setup(message.payload, message.run)
                 self._coordinator = message.sender
-                return {}
+                return reply
             loaded = self._load(message.payload, message.run)
             self._coordinator = message.sender
             return loaded
@@ -349,10 +358,22 @@ class Node:
             name = getattr(self.method, "name", type(self.method).__name__)
             raise ProtocolError(f"party {self.name!r} running {name} has no handler for {kind!r}")
         check_payload(kind, message.payload, info.accepts)
+        self._check_sizes(message)
         self.context._current_round = message.round
         self.context.sender = message.sender
         result: Payload = getattr(handler_set, attr)(self.context, message.payload)
         return result
+
+    def _check_sizes(self, message: Message) -> None:
+        """No request may hold more rows than this party's policy allows (IDs, positions, rows of a block)."""
+        bound = self.policy.max_rows
+        for field, value in message.payload.items():
+            if isinstance(value, np.ndarray) and value.ndim:
+                rows = int(value.shape[0]) * (int(value.shape[1]) if value.ndim == 3 else 1)
+                if rows > bound:
+                    raise self._refuse(message, f"its {field!r} holds {rows} rows, more than this party's policy "
+                                                f"allows in one request ([policy] max_rows = {bound}); raise it "
+                                                "there for larger data")
 
     # -- one run at a time --------------------------------------------------------------------------
 
@@ -453,13 +474,19 @@ class Node:
         """Set the method up from this party's saved part, ready to score (its training data is not needed)."""
         check_payload(LOAD, payload, LOAD_SPEC)
         part = self._require_store().load(label=str(payload["label"]), model_id=str(payload["model_id"]))
-        saved = part.manifest.get("method"), json.dumps(part.manifest.get("config"), sort_keys=True)
-        asked = str(payload["method"]), json.dumps(json.loads(str(payload["config"])), sort_keys=True)
-        if saved != asked:
-            raise ProtocolError(f"party {self.name!r}'s saved part is {saved[0]} with another configuration than the "
-                                f"coordinator's {asked[0]}: the two come from different models")
-        self.policy.check(self.name, asked[0], str(payload["config"]))
-        method: Any = self._methods(asked[0], str(payload["config"]))
+        name = str(payload["method"])
+        if part.manifest.get("method") != name:
+            raise ProtocolError(f"party {self.name!r}'s saved part is {part.manifest.get('method')}, not the "
+                                f"coordinator's {name}: the two come from different models")
+        # Its own side as it trained it (the saved part's settings), the rest as the coordinator's model card says.
+        saved_config = part.manifest.get("config")
+        method: Any
+        method, _ = self._methods(name, str(payload["config"]), own=saved_config if isinstance(saved_config, dict)
+                                  else None, role=self.info.role, party=self.name)
+        if json.loads(method.config_json()) != saved_config:
+            raise ProtocolError(f"party {self.name!r}'s saved part is {name} with another configuration than the "
+                                f"coordinator's: the two come from different models")
+        self.policy.check(self.name, name, method.config_json())
         serving = self._require_store().serving_rows(part)
         if serving is not None:
             self._serving = serving
@@ -469,19 +496,25 @@ class Node:
         method.load_party_state(self.context, take_release_key(part.state, self.context))
         return {"manifest": part.manifest_sha256}
 
-    def _setup(self, payload: Payload, run: str) -> None:
+    def _setup(self, payload: Payload, run: str) -> Payload:
+        """Install the method the coordinator proposes, with this party's own settings for its own side; reply
+        with those that differ from the proposal (JSON), so the coordinator records what ran."""
         check_payload(SETUP, payload, SETUP_SPEC)
         parties = self._checked_parties(payload)
-        self.policy.check(self.name, str(payload["method"]), str(payload["config"]))
+        name = str(payload["method"])
+        method: Any
+        method, differs = self._methods(name, str(payload["config"]), own=self.settings.get(name),
+                                        role=self.info.role, party=self.name)
+        self.policy.check(self.name, name, method.config_json())
         if payload["save"]:
             self._require_store()
-        method = self._methods(str(payload["method"]), str(payload["config"]))
         seed = payload["seed"]
         assert isinstance(seed, int)
         self.install(method, seed=seed, parties=parties, run=run)
         self._run, self._rounds = run, {}
-        logger.info("party %s runs %s %s (within its policy: %s)", self.name, payload["method"], payload["config"],
+        logger.info("party %s runs %s %s (within its policy: %s)", self.name, name, method.config_json(),
                     self.policy.describe())
+        return {"own": json.dumps(differs, sort_keys=True)}
 
     def _checked_parties(self, payload: Payload) -> tuple[PartyInfo, ...]:
         """The coordinator's list of parties, where it agrees with what this party's own config says of them."""

@@ -11,6 +11,8 @@ surely does when that is less (``vflo.methods.masks.required_mixing``).
     methods = ["apc_vfl", "rap"]           # nothing else; leave out to agree to any method
     min_mask_block = 64                    # FedSVD/VFL-ASP: the smallest mask block taken from the dealer
     min_mask_mixing = 8.0                  # and how many inputs each row of a block must mix at least
+    max_rows = 1000000                     # the most rows (IDs, positions, values) a peer may send or ask for at once
+    max_mask_bytes = 1073741824            # the most a dealer draws for one deal (FedSVD, VFL-ASP): 1 GiB
     [policy.require]
     "fedsvd.svd.mask" = "dense"            # a setting that must have this value
     "rap.max_condition" = { max = 10.0 }   # or stay within bounds
@@ -44,6 +46,11 @@ class Policy:
     min_mask_block: int = 64
     min_mask_mixing: float = 8.0
     alignment: Literal["any", "psi"] = "any"
+    # Sizes a peer chooses, bounded so that a coordinator (or a stranger with a certificate) cannot make this party
+    # allocate or compute without end: rows in one request (IDs to align or score, positions of a batch, rows of
+    # a block) and the masks one deal draws (a block mask of m rows in blocks of b costs m x b x 8 bytes).
+    max_rows: int = 1_000_000
+    max_mask_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:
         block, mixing = self.min_mask_block, self.min_mask_mixing
@@ -51,6 +58,11 @@ class Policy:
             raise ConfigError(f"policy.min_mask_block must be an integer of at least 2 (a block of one row passes it "
                               f"through up to its sign), got {block!r}; set min_mask_block = 64 or more under "
                               "[policy]")
+        for key, least in (("max_rows", 1), ("max_mask_bytes", 1 << 20)):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ConfigError(f"policy.{key} must be an integer of at least {least}, got {value!r}; leave it out "
+                                  f"for the default ({getattr(Policy, key)}) or raise it for larger data")
         if not _is_number(mixing) or mixing < 1.0:
             raise ConfigError(f"policy.min_mask_mixing must be a finite number of at least 1.0 (1 turns the mixing "
                               f"check off), got {mixing!r}; set min_mask_mixing = 8.0 or more under [policy]")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,8 @@ from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
 from vflo.federation.policy import Policy
 from vflo.methods.base import Method
-from vflo.methods.registry import method_from_json
+from vflo.methods.own_settings import party_section
+from vflo.methods.registry import method_for_party
 from vflo.nn.train import CheckpointPlan
 from vflo.roles import PartyInfo, Role
 from vflo.seeding import PartySecret, derive_seed
@@ -39,6 +41,8 @@ class RunOutput:
     rounds: int
     fit_entries: int
     stats: dict[str, float]
+    # What each party ran of its own side where its config differs from the proposal (setting -> value).
+    party_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def fit_summary(self) -> LedgerSummary:
@@ -53,14 +57,22 @@ class RunOutput:
 def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
                peers: Mapping[str, Role] | Sequence[PartyInfo], policy: Policy | None = None,
                store: PartStore | None = None, checkpoints: CheckpointStore | None = None,
-               secret: PartySecret | None = None, budget: PrivacyBudget | None = None) -> Node:
+               secret: PartySecret | None = None, budget: PrivacyBudget | None = None,
+               settings: Mapping[str, Mapping[str, Any]] | None = None) -> Node:
     """A node that serves every registered method and alignment: what each party runs. ``peers``: the other
     parties and their roles as this party knows them (a mapping, or every party of the federation); ``secret``:
-    its own randomness (the OS's unless given); ``budget``: its privacy budget."""
+    its own randomness (the OS's unless given); ``budget``: its privacy budget; ``settings``: its own side of each
+    method, by method name (its config's ``[methods.NAME]``)."""
     if not isinstance(peers, Mapping):
         peers = {p.name: p.role for p in peers if p.name != info.name}
-    return Node(info, data, serving, peers=peers, policy=policy, methods=method_from_json, protocols=(ALIGNMENT,),
-                store=store, checkpoints=checkpoints, secret=secret, budget=budget)
+    return Node(info, data, serving, peers=peers, policy=policy, methods=method_for_party, protocols=(ALIGNMENT,),
+                store=store, checkpoints=checkpoints, secret=secret, budget=budget, settings=settings)
+
+
+def own_sections(method: Method, role: str) -> dict[str, dict[str, Any]]:
+    """A party's own config in simulation: its role's section of the one experiment config, as an export writes
+    it into that party's PARTY.toml."""
+    return {method.name: party_section(type(method), role, method.config_json())}
 
 
 def party_secret(seed: int, party: str, party_seeds: Mapping[str, int] | None = None) -> PartySecret:
@@ -109,18 +121,21 @@ def build_federation(
     data: FederatedData, method: Method, *, seed: int, ledger: Ledger | None = None,
     max_message_bytes: int | None = None, observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
     alignment: AlignmentConfig | None = None, checkpoints: Path | None = None,
-    party_seeds: Mapping[str, int] | None = None,
+    party_seeds: Mapping[str, int] | None = None, party_config: Method | None = None,
 ) -> tuple[Federation, dict[str, Node]]:
     """One node per party built from that party's data only, joined by a :class:`LocalTransport`; with
     ``checkpoints``, each party keeps its own checkpoints in its own subfolder of that folder. Each node draws
-    its secrets from its own seed (``party_seeds``, else derived from ``seed`` and its name)."""
+    its secrets from its own seed (``party_seeds``, else derived from ``seed`` and its name) and sets its own side
+    of the method as ``method`` does (or as ``party_config`` does: parties whose configs say other than what the
+    coordinator proposes)."""
     def stores(p: PartyInfo) -> CheckpointStore | None:
         return None if checkpoints is None else CheckpointStore(checkpoints, party=p.name, role=p.role)
 
     extras: tuple[PartyInfo, ...] = method.extra_parties(data.parties)
     parties = (*data.parties, *extras)
     nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name), peers=parties,
-                                checkpoints=stores(p), secret=party_secret(seed, p.name, party_seeds))
+                                checkpoints=stores(p), secret=party_secret(seed, p.name, party_seeds),
+                                settings=own_sections(party_config or method, p.role))
              for p in data.parties}
     for info in extras:
         if info.name in nodes:
@@ -142,6 +157,7 @@ def run_method(
     observers: tuple[Observer, ...] = (), on_fitted: Callable[[Federation], None] | None = None,
     faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None, save: tuple[Path, str] | None = None,
     checkpoint: tuple[Path, CheckpointPlan] | None = None, party_seeds: Mapping[str, int] | None = None,
+    party_config: Method | None = None,
 ) -> RunOutput:
     """Fit ``method`` and score the test IDs, all over a fresh in-process federation; with ``save`` (a folder
     and a label) every party also writes its part of the fitted model there; with ``checkpoint`` (a folder and
@@ -149,7 +165,8 @@ def run_method(
     method.check_task(data.task)
     fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
                                   faults=faults, alignment=alignment,
-                                  checkpoints=None if checkpoint is None else checkpoint[0], party_seeds=party_seeds)
+                                  checkpoints=None if checkpoint is None else checkpoint[0], party_seeds=party_seeds,
+                                  party_config=party_config)
     if checkpoint is not None:
         fed.checkpoint = checkpoint[1]
     fed.setup(method)
@@ -167,5 +184,5 @@ def run_method(
     fed.teardown()
     return RunOutput(
         scores=scores, ledger=fed.transport.ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1, rounds=fed.rounds,
-        fit_entries=fit_entries, stats=method.summary_stats(),
+        fit_entries=fit_entries, stats=method.summary_stats(), party_settings=fed.party_settings,
     )

@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -113,7 +113,16 @@ class APCVFL(RepresentationMethod):
     paper = "Irureta et al., APC-VFL"
     inference: ClassVar[Inference] = "active_only"
 
+    # A passive party's encoder g1 is trained at that party alone; the latent's width is what the others rely on.
+    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "passive": ("passive_encoder", "activation", "train", "reduction", "overcomplete")}
+    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("noise", "payload_dtype")}
+
     config: APCVFLConfig
+
+    def agreed(self, role: str) -> dict[str, Any]:
+        return {"the latent width (passive_encoder's last)": self.config.passive_encoder[-1]} \
+            if role == "passive" else {}
 
     # -- passive party ----------------------------------------------------------------------------
 

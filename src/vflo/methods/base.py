@@ -78,6 +78,11 @@ class Method(HandlerSet, ABC):
     #: The config's training settings whose loops keep checkpoints at every party and resume from them
     #: (long multi-round training); ``checkpoint_every`` anywhere else is refused.
     checkpointed: ClassVar[tuple[str, ...]] = ()
+    #: Per role, the settings (dotted paths into ``Config``) a party decides alone, from its own config's
+    #: ``[methods.NAME]`` or the defaults, whatever the coordinator proposes; and those it shares, where its
+    #: own value, if it gives one, must equal the proposal's (:mod:`vflo.methods.own_settings`).
+    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def __init__(self, config: MethodConfig | None = None, **overrides: Any) -> None:
         if config is None:
@@ -108,6 +113,11 @@ class Method(HandlerSet, ABC):
     def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
         """Data-less parties (server, dealer) this method needs beside the data holders."""
         return ()
+
+    def agreed(self, role: str) -> dict[str, Any]:
+        """What the other parties rely on of a party's own settings in ``role`` (a width they receive): a party
+        whose own settings give other values than the proposal's refuses at setup."""
+        return {}
 
     def config_json(self) -> str:
         return schema.to_json(self.config)

@@ -14,7 +14,7 @@ import numpy as np
 from vflo.align import psi
 from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Payload, Value, expect_rows
 from vflo.data.datasets import Task
-from vflo.errors import MethodError, ProtocolError, TransportError
+from vflo.errors import MethodError, ProtocolError, RefusedError, TransportError
 from vflo.methods.base import Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
 from vflo.nn.train import (
@@ -106,6 +106,11 @@ class EntityAugmentation(SplitParty, Method):
     inference = "collaborative"
     checkpointed = ("train",)
     tasks: ClassVar[frozenset[Task]] = frozenset({"binary", "multiclass"})
+    # A guest's network and its steps are its own; whether its IDs go out in the clear is shared, so a guest
+    # that says ids = 'blinded' in its own config refuses a run that would send them.
+    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "passive": ("guest", "guest_layers", "train.lr", "train.weight_decay")}
+    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("ids", "payload_dtype")}
 
     config: EntityAugmentationConfig
 
@@ -124,6 +129,9 @@ class EntityAugmentation(SplitParty, Method):
     @handles("ea.init", replies={"ids": "ids", "width": "control"})
     def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Build this guest's network; tell the host its width and (IDs in the clear) the entities it holds."""
+        if ctx.state.get("ea.initialised"):  # a second init would only rebuild the network mid-run
+            raise RefusedError(f"guest {ctx.party!r} builds its network once a run; refused")
+        ctx.state["ea.initialised"] = True
         data = ctx.require_data()
         if data.n_features == 0:
             raise MethodError(f"guest {ctx.party!r} holds no features; every guest needs at least one column")
@@ -182,7 +190,11 @@ class EntityAugmentation(SplitParty, Method):
         positions = payload["positions"]
         assert isinstance(positions, np.ndarray)
         if len(positions) == 0:
-            positions = self._next_positions(st, int(payload["n"]))
+            n = int(payload["n"])
+            if not 0 < n <= ctx.policy.max_rows:
+                raise ProtocolError(f"ea.forward: a batch of {n} entities; this guest walks between 1 and "
+                                    f"{ctx.policy.max_rows} ([policy] max_rows) a step")
+            positions = self._next_positions(st, n)
         elif positions.min(initial=0) < 0 or positions.max(initial=-1) >= len(st["ids"]):
             raise ProtocolError("ea.forward: a position beyond this guest's entities")
         acts = bottom_of(ctx).forward(st["x"][torch.as_tensor(positions)], st["ids"][positions])

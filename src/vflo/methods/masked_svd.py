@@ -37,6 +37,7 @@ from vflo.comm.message import BOOL, IDS, INT, STR, ArraySpec, Payload
 from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, ProtocolError
 from vflo.federation.handlers import HandlerSet, handles
+from vflo.federation.policy import PolicyError
 from vflo.methods.masks import OrthogonalMask
 from vflo.roles import PartyInfo
 
@@ -82,6 +83,32 @@ class Sender(Protocol):
     def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Payload]: ...
 
 
+def check_deal(ctx: NodeContext, m: int, block: int | None, widths: Mapping[str, int]) -> None:
+    """Refuse a deal larger than the dealer's policy allows: its rows, and the bytes of the masks it would draw
+    (a row mask of m rows in blocks of b is m x b numbers; dense, m x m; each column mask width x width)."""
+    policy = ctx.policy
+    if m < 1 or any(w < 1 for w in widths.values()):
+        raise ProtocolError(f"svd.deal: {m} rows and widths {dict(widths)}: a mask needs at least one of each")
+    if m > policy.max_rows:
+        raise PolicyError(f"party {ctx.party!r} deals masks of at most {policy.max_rows} rows ([policy] max_rows), "
+                          f"not {m}; raise it there for larger data")
+    numbers = mask_numbers(m, block) + sum(w * w for w in widths.values())
+    if numbers * 8 > policy.max_mask_bytes:
+        raise PolicyError(f"party {ctx.party!r} would draw {numbers * 8 / 2**30:.1f} GiB of masks for {m} rows "
+                          f"(blocks of {block or m}), more than its [policy] max_mask_bytes = {policy.max_mask_bytes}; "
+                          "use smaller blocks or raise the bound")
+
+
+def mask_numbers(m: int, block: int | None) -> int:
+    """How many numbers a row mask of ``m`` rows holds (as OrthogonalMask.random draws it)."""
+    if block is None or block >= m:
+        return m * m
+    k, r = divmod(m, block)
+    if r:
+        k, r = k - 1, block + r
+    return k * block * block + r * r if k else m * m
+
+
 def _no_mask(dtype: str) -> OrthogonalMask:
     return OrthogonalMask(np.zeros((0, 0, 0), dtype=dtype), np.zeros((0, 0), dtype=dtype))
 
@@ -111,6 +138,7 @@ class MaskedSVD(HandlerSet):
             raise ProtocolError(f"svd.deal: malformed party list: {exc}") from exc
         if ctx.sender not in widths:
             raise ProtocolError(f"svd.deal: the requester {ctx.sender!r} is not among the parties it names")
+        check_deal(ctx, int(payload["m"]), settings.row_block, widths if payload["column_masks"] else {})
         P = OrthogonalMask.random(int(payload["m"]), settings.row_block, rng, settings.dtype)
         own: Payload = {}
         for party, width in widths.items():

@@ -7,7 +7,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -344,6 +344,10 @@ class RAP(Method):
     paper = "Zhang et al., RAP"
     inference = "collaborative"
 
+    # A client's encoding and its secret projection are its own.
+    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "passive": ("unseen", "one_feature_pseudo", "max_condition")}
+
     config: RAPConfig
 
     def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
@@ -650,6 +654,8 @@ class LocalDP(RAP):
     Config = LDPConfig
     summary = "clients send Laplace-noised features once (local differential privacy); server trains"
     paper = "baseline in Zhang et al., RAP (Table 1)"
+
+    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("epsilon", "clip")}
 
     config: LDPConfig
 

@@ -7,6 +7,8 @@ import every method's dependencies.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from typing import Any
 
 from vflo.errors import ConfigError, unknown_name
 from vflo.methods.base import Method
@@ -34,8 +36,17 @@ def method_names() -> list[str]:
 
 
 def method_from_json(name: str, config_json: str) -> Method:
-    """The method ``name`` with the config a setup message carries (JSON): what a node installs."""
+    """The method ``name`` with the config ``config_json`` (JSON) as it is."""
     return get_method(name).from_config_json(config_json)
+
+
+def method_for_party(name: str, proposal: str, *, own: Mapping[str, Any] | None, role: str,
+                     party: str) -> tuple[Method, dict[str, Any]]:
+    """What a node installs for a setup: the coordinator's ``proposal`` with the party's own settings
+    (:func:`vflo.methods.own_settings.decide`)."""
+    from vflo.methods.own_settings import decide
+
+    return decide(get_method(name), proposal, own, role=role, party=party)
 
 
 def get_method(name: str) -> type[Method]:

@@ -95,6 +95,10 @@ class SplitNN(SplitParty, Method):
     paper = "Vepakomma et al. 2018; the VFL-STD / SplitNN baseline of APC-VFL and VFL-ASP"
     inference: ClassVar[Inference] = "collaborative"
     checkpointed = ("train",)
+    # A passive party's bottom network and how it steps are its own; what it sends is shared.
+    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "passive": ("passive_bottom", "activation", "train.lr", "train.weight_decay")}
+    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("activation_noise", "payload_dtype")}
 
     config: SplitNNConfig
 

@@ -15,7 +15,7 @@ from vflo.align import plain
 from vflo.comm.message import STR, Payload, Value
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise
-from vflo.errors import ConfigError, MethodError, ProtocolError
+from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError
 from vflo.methods.base import Inference, State, handles, need
 from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
 from vflo.methods.split_learning import remote_activations
@@ -102,6 +102,13 @@ class VFLASP(MaskedSVD, SplitNN):
     inference: ClassVar[Inference] = "collaborative"
     student: ClassVar[bool] = False
 
+    # P1's embedding autoencoder runs at P1 alone; the second hop's noise is shared (the reported ε is its).
+    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": (
+        *SplitNN.own_settings["passive"], "embedding_encoder", "embedding_activation", "embedding_weight",
+        "embedding_train")}
+    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": (
+        *SplitNN.shared_settings["passive"], "noise")}
+
     config: VFLASPConfig
 
     def svd_settings(self) -> FedSVDSettings:
@@ -122,6 +129,9 @@ class VFLASP(MaskedSVD, SplitNN):
     @handles("asp.extract", replies={"shared": "control", "components": "control"}, second_hop=STR)
     def _extract(self, ctx: NodeContext, payload: Payload) -> Payload:
         """P1 drives steps 1 and 2: align with P2, get the mask, have both blocks masked, solve, approximate."""
+        if ctx.state.get("asp.extracting"):
+            raise RefusedError(f"first hop {ctx.party!r} extracts embeddings once a run; refused")
+        ctx.state["asp.extracting"] = True
         data = ctx.require_data()
         t0 = time.perf_counter()
         second = str(payload["second_hop"])
