@@ -205,8 +205,13 @@ def test_an_existing_output_folder_is_kept_unless_overwrite(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="not empty"):
         write_results(result, out)
     assert (out / "keep.txt").exists()
-    write_results(result, out, overwrite=True)
-    assert (out / "report.md").exists() and not (out / "keep.txt").exists()
+    # --overwrite replaces only what vflo wrote there: a file of the user's is never deleted.
+    with pytest.raises(ConfigError, match=r"also holds \['keep.txt'\], which vflo did not write"):
+        write_results(result, out, overwrite=True)
+    (out / "keep.txt").unlink()
+    write_results(result, out)
+    write_results(result, out, overwrite=True)  # its own outputs: replaced
+    assert (out / "report.md").exists()
 
 
 def test_standin_results_say_so(tmp_path: Path) -> None:

@@ -419,6 +419,13 @@ def test_deployed_runs_are_checked_before_anything_trains() -> None:
             party.stop()
     dep, party = _deployed(pas, serve, act, test)
     try:
+        # --save and --checkpoints need a folder at every party the methods use: asked before anything trains
+        # (the lab here was started with neither; a dead server no method needs is not asked).
+        with pytest.raises(ConfigError, match=r"--save and --checkpoints needs a folder at every party the methods "
+                                              r"use; pas: party 'pas' has no folder for model parts"):
+            dep.preflight([splitnn], save=True, checkpoints=True)
+        assert not dep.party.transport.ledger.entries or all(
+            e.kind in ("control.ready", "align.plain") for e in dep.party.transport.ledger.entries)
         dep.preflight([splitnn])
         out = dep.run(splitnn, seed=0)  # the dead server is never contacted: splitnn needs no server
         assert out.scores.shape == (30, 2)
@@ -472,3 +479,51 @@ def test_a_party_certificate_names_only_its_party_unless_asked(tmp_path: Path) -
     with pytest.raises(ConfigError, match="host name every machine answers to"):
         PartyConfig(name="pas", tls=TLSConfig(insecure=True),
                     peers={"localhost": PeerEntry(address="x", role="active")})
+
+
+def test_a_party_keeps_its_own_record_of_what_left_it(certs: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The lab's audit file holds a line per message that left it (its replies and its refusals), and over a run
+    its totals are the ledger's for the messages the lab sent; `vflo party audit` sums it per peer and kind."""
+    from dataclasses import replace
+
+    from vflo.cli import main
+    from vflo.comm.departures import read_departures, summarize
+
+    data, dep, pas = _federation(certs)
+    pas.stop()
+    audit = tmp_path / "lab_audit.jsonl"
+    own = own_sections([get_method("splitnn")(**QUICK_GRPC)])
+    config = PartyConfig(name="pas", listen="127.0.0.1:0", data=DataConfig(file="unused", id_column="id"),
+                         tls=TLSConfig(dir=str(certs)), peers={"act": PeerEntry(address="x", role="active")},
+                         seed=PARTY_SEEDS["pas"], methods=own, audit_log=str(audit))
+    pas = start_party(config, data=data.train["pas"], serve=data.serve["pas"])
+    dep.close()
+    deploy = replace(dep.deploy, parties=(PeerConfig(name="pas", role="passive", address=pas.server.address),))
+    test = PartyData(party="act", ids=data.test_ids, X=data.serve["act"].subset(data.test_ids).X,
+                     columns=data.serve["act"].columns, y=data.test_y)
+    dep = Deployment(deploy, train=data.train["act"], test=test)
+    pas.transport.peers["act"] = dep.party.server.address
+    try:
+        out = dep.run(get_method("splitnn")(**QUICK_GRPC), seed=3)
+        stranger = GrpcTransport("stranger", {"pas": pas.server.address},  # type: ignore[union-attr]
+                                 credentials=PartyCredentials.load(certs, "stranger"), deadline=5, retries=0)
+        assert stranger.request(Message("stranger", "pas", "control.teardown", 0)).error is not None
+        stranger.close()
+    finally:
+        dep.close()
+        pas.stop()
+    records = read_departures(audit)
+    run = records[0].run
+    assert run and all(r.party == "pas" for r in records)
+    in_run = [r for r in records if r.run == run]
+    sent = [e for e in out.ledger.entries if e.sender == "pas"]
+    assert len(in_run) == len(sent) and sum(r.bytes for r in in_run) == sum(e.nbytes for e in sent)
+    kinds = {r["kind"]: r for r in summarize(in_run)}
+    assert kinds["splitnn.forward"]["rows"] > 0 and kinds["control.setup"]["messages"] == 1
+    refused = [r for r in records if r.status == "refused"]
+    assert refused and refused[-1].peer == "stranger" and "not a configured peer" in refused[-1].error
+    assert main(["party", "audit", str(audit), "--run", "last"]) == 0
+    table = capsys.readouterr().out
+    assert "what left party pas" in table and "splitnn.forward" in table
+    assert f"{sum(e.nbytes for e in sent):,}" in table

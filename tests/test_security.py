@@ -358,3 +358,18 @@ def test_sizes_a_peer_chooses_are_bounded_by_the_partys_policy() -> None:
     assert huge.error is not None and "walks between 1 and 1000000" in huge.error.message
     with pytest.raises(ConfigError, match="max_rows must be an integer of at least 1"):
         Policy(max_rows=0)
+
+
+def test_a_scoring_session_waits_for_the_training_run_it_would_replace() -> None:
+    """One run at a time: the hospital scoring with the lab while its own training run goes on would replace
+    that run. The lab refuses, says why and what to do; once the run ends (or falls silent), it scores."""
+    _data, method, fed, nodes = federation("splitnn")
+    lab = nodes["pas"]
+    load = {"method": "splitnn", "config": method.config_json(), "seed": 0, "label": "m", "model_id": "x",
+            "parties": json.dumps([[p.name, p.role] for p in fed.parties])}
+    during = lab.handle(Message("act", "pas", "control.load", 0, load, run="scoring-1"))
+    assert during.error is not None and "it scores after that run ends" in during.error.message
+    assert lab._run == fed.run_id  # the training run is untouched
+    lab.idle_run_seconds = 0.0  # a training run silent this long counts as abandoned
+    after = lab.handle(Message("act", "pas", "control.load", 0, load, run="scoring-2"))
+    assert after.error is not None and "no folder for model parts" in after.error.message  # past the run check

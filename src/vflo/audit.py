@@ -18,6 +18,7 @@ STEPS: dict[str, str] = {
     "control.save": "after the coordinator's setup, once the method is fitted",
     "control.teardown": "during a run: ends it",
     "control.ledger": "during a run, handed over once",
+    "control.ready": "any time, from an active peer: whether the folders a run will write to exist",
     "align.plain": "before or during a run; training rows: one set of IDs per asker a run; refused with "
                    "[policy] alignment = 'psi'",
     "align.psi": "before or during a run",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -67,9 +68,34 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--data-dir", type=Path, help="folder with dataset files (else $VFLO_DATA_DIR, ~/.vflo/data)")
     comp.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
-    certs = sub.add_parser("certs", help="make a private CA and one key and certificate per party")
+    certs = sub.add_parser("certs", help="certificates for mutual TLS: a CA, each party's own key and certificate")
     certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
-    init = certs_sub.add_parser("init", help="write ca.pem, ca.key and NAME.pem / NAME.key into DIR (with --split: "
+    ca = certs_sub.add_parser("ca", help="make the federation's CA in DIR (ca.pem, ca.key, crl.pem): once, by "
+                                         "whoever the federation trusts; keep DIR offline")
+    ca.add_argument("dir", type=Path)
+    ca.add_argument("--days", type=int, default=3650, help="validity in days (default 3650)")
+    request = certs_sub.add_parser("request", help="at a party, on its own host: its private key NAME.key (never "
+                                                   "leaves DIR) and a certificate request NAME.csr for the CA")
+    request.add_argument("dir", type=Path, help="the party's [tls] dir")
+    request.add_argument("--party", required=True, help="the party's name")
+    request.add_argument("--san", action="append", default=[], metavar="HOST",
+                         help="an extra host name or IP address for the certificate (repeatable; never a party's "
+                              "name)")
+    sign = certs_sub.add_parser("sign", help="at the CA: sign a party's NAME.csr; NAME.pem, ca.pem and crl.pem "
+                                             "are written beside it, to hand back")
+    sign.add_argument("ca_dir", type=Path)
+    sign.add_argument("request", type=Path)
+    sign.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    sign.add_argument("--out", type=Path, help="write the three files here instead of beside the request")
+    revoke = certs_sub.add_parser("revoke", help="put a party's certificates on the CA's revocation list (crl.pem); "
+                                                 "hand the new list to every party")
+    revoke.add_argument("ca_dir", type=Path)
+    revoke.add_argument("party")
+    revoke.add_argument("--serial", help="revoke only the certificate with this serial (see `vflo certs list`)")
+    listing = certs_sub.add_parser("list", help="what the CA signed and revoked")
+    listing.add_argument("ca_dir", type=Path)
+    init = certs_sub.add_parser("init", help="local demos only: one person makes the CA and every party's key at "
+                                             "once (ca.pem, ca.key and NAME.pem / NAME.key in DIR; with --split: "
                                              "DIR/ca/ for the CA, DIR/NAME/ for each party)")
     init.add_argument("dir", type=Path)
     init.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,bank,server")
@@ -84,6 +110,10 @@ def _parser() -> argparse.ArgumentParser:
 
     party = sub.add_parser("party", help="run a party's server")
     party_sub = party.add_subparsers(dest="party_command", required=True, metavar="ACTION")
+    audit = party_sub.add_parser("audit", help="sum a party's record of what left it (its audit_log file): per peer "
+                                               "and kind, messages, bytes, rows and refusals")
+    audit.add_argument("file", type=Path)
+    audit.add_argument("--run", help="one run only (its ID, as the file gives it; 'last': the newest run)")
     serve = party_sub.add_parser("serve", help="serve one party (PARTY.toml) until interrupted")
     serve.add_argument("config", type=Path)
     serve.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
@@ -152,7 +182,9 @@ def _parser() -> argparse.ArgumentParser:
     cut.add_argument("--id-column", required=True,
                      help="the ID column: one name for every file, or NAME:COLUMN,... per party")
     cut.add_argument("--label-column", required=True, help="the active party's label column")
-    cut.add_argument("--test", type=float, default=0.2, help="test rows: a fraction (< 1) or a count (default 0.2)")
+    cut.add_argument("--test", type=float, default=0.2,
+                     help="test rows: a share (< 1) or a count of the people --test-from names (by default those "
+                          "every party holds, not all of the active party's); default 0.2")
     cut.add_argument("--test-from", choices=["aligned", "active", "active_only"], default="aligned",
                      help="where test rows come from (default aligned: rows every party holds)")
     cut.add_argument("--seed", type=int, default=0)
@@ -250,7 +282,36 @@ def _console(*, stderr: bool = False):  # type: ignore[no-untyped-def]
 
 
 def _certs(args: argparse.Namespace) -> int:
+    from vflo.comm import pki
     from vflo.comm.tls import init_certs
+
+    if args.certs_command == "ca":
+        pki.create_ca(args.dir, days=args.days)
+        print(f"made the federation's CA in {args.dir}/: ca.pem (every party gets it), ca.key (signs certificates: "
+              f"keep {args.dir} offline), crl.pem (the revocation list, empty), issued.json (what it signs)")
+        return 0
+    if args.certs_command == "request":
+        key, csr = pki.make_request(args.dir, args.party, hosts=[h.strip() for h in args.san if h.strip()])
+        print(f"made {args.party}'s own key: {key.name} stays in {args.dir}/ and never travels. Send {csr} (public) "
+              f"to the CA; `vflo certs sign CA_DIR {csr.name}` gives back {args.party}.pem, ca.pem and crl.pem for "
+              f"this folder, the party's [tls] dir")
+        return 0
+    if args.certs_command == "sign":
+        written = pki.sign_request(args.ca_dir, args.request, days=args.days, out=args.out)
+        print(f"signed {written[0].name}; hand {', '.join(str(p) for p in written)} back to the party (into its "
+              "[tls] dir)")
+        return 0
+    if args.certs_command == "revoke":
+        serials = pki.revoke(args.ca_dir, args.party, serial=args.serial)
+        print(f"revoked {args.party}'s certificate(s) {', '.join(serials)}; hand {args.ca_dir / pki.CRL_FILE} to every "
+              "party (into its [tls] dir): each refuses the revoked certificate from then on")
+        return 0
+    if args.certs_command == "list":
+        for r in pki.issued(args.ca_dir):
+            state = f"revoked {r['revoked']}" if r["revoked"] else f"valid until {r['not_after']}"
+            hosts = f" (also {', '.join(r['hosts'])})" if r["hosts"] else ""
+            print(f"{r['party']}{hosts}: serial {r['serial']}, {state}")
+        return 0
 
     parties = [p.strip() for p in args.parties.split(",") if p.strip()]
     san: dict[str, list[str]] = {}
@@ -260,6 +321,8 @@ def _certs(args: argparse.Namespace) -> int:
             raise ConfigError(f"--san {item!r}: write NAME=HOST[,HOST...], e.g. --san bank=bank.example.org")
         san.setdefault(name.strip(), []).extend(h.strip() for h in hosts.split(",") if h.strip())
     written = init_certs(args.dir, parties, days=args.days, overwrite=args.overwrite, san=san, split=args.split)
+    print("for local demos: whoever ran this holds every party's key. A real federation makes each key on its "
+          "party's own host: vflo certs ca / request / sign (docs/deploy.md)")
     if args.split:
         print(f"wrote {len(written)} files to {args.dir}/: ca/ (ca.pem and ca.key: keep this folder offline, never on "
               f"a party's host) and one folder per party, NAME/ with ca.pem, NAME.pem and NAME.key, for "
@@ -286,6 +349,8 @@ def _party(args: argparse.Namespace) -> int:
 
     from vflo.deploy import load_party_config, serve_forever
 
+    if args.party_command == "audit":
+        return _party_audit(args.file, args.run)
     config = load_party_config(args.config)
     if args.insecure:
         config = _insecure_tls(config)
@@ -294,6 +359,35 @@ def _party(args: argparse.Namespace) -> int:
     if args.checkpoints is not None:
         config = replace(config, checkpoints=str(args.checkpoints))
     return serve_forever(config)
+
+
+def _party_audit(path: Path, run: str | None) -> int:
+    from rich.table import Table
+
+    from vflo.comm.departures import read_departures, summarize
+
+    records = read_departures(path)
+    runs = list(dict.fromkeys(r.run for r in records if r.run))
+    if run == "last":
+        if not runs:
+            raise ConfigError(f"{path} records no run yet")
+        run = runs[-1]
+    if run is not None:
+        if run not in runs:
+            raise ConfigError(f"{path} has no run {run!r}; its runs: {runs[-5:]}")
+        records = [r for r in records if r.run == run]
+    party = records[0].party if records else "?"
+    scope = f"run {run}" if run else f"{len(runs)} runs and what came outside any"
+    table = Table(title=f"what left party {party} ({scope}; {path})")
+    for col in ("to", "kind", "messages", "bytes", "rows", "refused", "errors"):
+        table.add_column(col, justify="right" if col not in ("to", "kind") else "left")
+    rows = summarize(records)
+    for r in rows:
+        table.add_row(r["peer"], r["kind"], *(f"{r[k]:,}" for k in ("messages", "bytes", "rows", "refused", "errors")))
+    table.add_row("all", "", *(f"{sum(r[k] for r in rows):,}" for k in ("messages", "bytes", "rows", "refused",
+                                                                         "errors")))
+    _console().print(table)
+    return 0
 
 
 def _flower_party(args: argparse.Namespace) -> int:
@@ -346,12 +440,12 @@ def _compare(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from vflo.experiments.output import check_out_dir
     from vflo.scoring import SavedModel
 
     if args.out.exists() and not args.overwrite:
         raise ConfigError(f"{args.out} exists; choose another --out or pass --overwrite")
-    check_out_dir(args.out.parent, overwrite=True)
+    if args.out.parent.exists() and not args.out.parent.is_dir():
+        raise ConfigError(f"{args.out.parent} is a file, not a folder to write {args.out.name} into")
     model = SavedModel.load(args.model, args.method)
     fallback = SavedModel.load(args.model, args.fallback) if args.fallback else None
     if args.deploy is None:
@@ -399,11 +493,15 @@ def _run_deployed(args: argparse.Namespace) -> int:
     if args.save is not None:
         check_out_dir(args.save, overwrite=args.overwrite)
     deployment = Deployment(deploy)
+    communication: list[dict[str, Any]] = []
+    started = time.perf_counter()
     try:
-        rows = run_deployed(experiment, deployment, save=args.save, checkpoints=args.checkpoints, resume=args.resume)
+        rows = run_deployed(experiment, deployment, save=args.save, checkpoints=args.checkpoints, resume=args.resume,
+                            communication=communication)
     finally:
         deployment.close()
-    write_deployed(experiment, deployment, rows, out_dir, overwrite=args.overwrite or args.resume)
+    write_deployed(experiment, deployment, rows, out_dir, overwrite=args.overwrite or args.resume,
+                   communication=communication, seconds=time.perf_counter() - started)
     console = _console()
     for r in rows:
         if r["status"] == "failed":
@@ -565,10 +663,19 @@ def _split(args: argparse.Namespace) -> int:
     if missing:
         raise ConfigError(f"--id-column gives no ID column for {missing}; give NAME:COLUMN for every party")
     test = int(args.test) if args.test >= 1 else args.test
-    written = cut_files(specs, label_column=args.label_column, out=args.out, test=test, test_from=args.test_from,
-                        seed=args.seed, overwrite=args.overwrite)
-    for name, paths in written.items():
-        print(f"{name}: " + ", ".join(str(p) for p in paths))
+    cut = cut_files(specs, label_column=args.label_column, out=args.out, test=test, test_from=args.test_from,
+                    seed=args.seed, overwrite=args.overwrite)
+    print(f"test rows: {cut.test_rows} of the {cut.pool} {cut.pool_what} (--test {args.test:g}, --test-from "
+          f"{args.test_from})")
+    gaps = False
+    for name, files in cut.files.items():
+        for f in files:
+            holes = ", ".join(f"{c}: {n}" for c, n in f.missing.items())
+            gaps = gaps or bool(holes)
+            print(f"{name}: {f.path} ({f.rows} rows{'; missing values in ' + holes if holes else ''})")
+    if gaps:
+        print("some files have missing values: a party refuses to train on them until they are filled in or the "
+              "columns dropped ([data] drop_columns in its config)")
     print(f"give each party its own files; {names[0]}_test.csv (with labels) stays with the active party {names[0]!r}")
     return 0
 

@@ -32,8 +32,10 @@ import pandas as pd
 from vflo import schema
 from vflo.artifacts import CheckpointStore, ModelCard, Part, PartStore, Preprocessing, new_model_id
 from vflo.comm.codec import DEFAULT_MAX_BYTES
+from vflo.comm.departures import DepartureLog
 from vflo.comm.grpc_transport import DEFAULT_DEADLINE, GrpcTransport, PartyServer
 from vflo.comm.ledger import Ledger
+from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials
 from vflo.comm.transport import Transport
 from vflo.data.datasets import Dataset
@@ -41,9 +43,9 @@ from vflo.data.files import TableEncoding, read_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
 from vflo.dp import PrivacyBudget
-from vflo.errors import AlignmentError, ConfigError, DataError, MethodError, RemoteError
+from vflo.errors import AlignmentError, ConfigError, DataError, MethodError, RemoteError, TransportError
 from vflo.federation.coordinator import AlignmentConfig, Federation
-from vflo.federation.node import Node
+from vflo.federation.node import READY, Node
 from vflo.federation.policy import Policy
 from vflo.federation.simulation import RunOutput, party_node
 from vflo.methods.base import Method
@@ -73,6 +75,10 @@ class DataConfig:
     categorical: tuple[str, ...] = ()
     task: Literal["binary", "multiclass", "regression"] | None = None
     standardize: bool = True
+    # Missing values, filled here at the owner from its training rows (and the same way in rows scored later):
+    # "mean", "median", "most_frequent" or a number; left out, a file with gaps is refused, naming the column.
+    impute: Literal["mean", "median", "most_frequent"] | float | None = None
+    missing_indicator: bool = False
 
     def __post_init__(self) -> None:
         if self.file is None and self.serve_file is None:
@@ -120,6 +126,9 @@ class PartyConfig:
     seed: int | None = field(default=None, repr=False)
     # What this party lets out of each person's privacy over all its noised releases ([privacy] epsilon, delta).
     privacy: PrivacyBudget | None = None
+    # Its own record of every message that left it (JSON lines, appended; `vflo party audit FILE` sums it). A
+    # PARTY.toml without the key keeps NAME_audit.jsonl beside the config; "" keeps none.
+    audit_log: str | None = None
     # Its own side of each method ([methods.NAME]: its bottom network, encoder, learning rate, ...): whatever a
     # coordinator proposes, these (else the method's defaults) run here (vflo.methods.own_settings).
     methods: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -230,15 +239,17 @@ def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
                 if isinstance(section.get(k), str) and not Path(section[k]).is_absolute():
                     section[k] = str(base / section[k])
             out[table] = section
-    for key in ("models", "checkpoints"):
-        if isinstance(out.get(key), str) and not Path(out[key]).is_absolute():
+    for key in ("models", "checkpoints", "audit_log"):
+        if isinstance(out.get(key), str) and out[key] and not Path(out[key]).is_absolute():
             out[key] = str(base / out[key])
     return out
 
 
 def load_party_config(path: str | Path) -> PartyConfig:
-    raw = _relative(_read_toml(path), Path(path).parent)
-    return schema.build(PartyConfig, raw)
+    raw = _read_toml(path)
+    if isinstance(raw.get("name"), str):
+        raw.setdefault("audit_log", f"{raw['name']}_audit.jsonl")
+    return schema.build(PartyConfig, _relative(raw, Path(path).parent))
 
 
 def load_deploy_config(path: str | Path) -> DeployConfig:
@@ -246,7 +257,10 @@ def load_deploy_config(path: str | Path) -> DeployConfig:
     base = Path(path).parent
     if isinstance(raw.get("active"), dict):
         # The [active] table is the active party; saying so again is allowed, anything else is refused below.
-        raw["active"] = _relative({"role": "active", **raw["active"]}, base)
+        active = {"role": "active", **raw["active"]}
+        if isinstance(active.get("name"), str):
+            active.setdefault("audit_log", f"{active['name']}_audit.jsonl")
+        raw["active"] = _relative(active, base)
     if isinstance(raw.get("test_file"), str) and not Path(raw["test_file"]).is_absolute():
         raw["test_file"] = str(base / raw["test_file"])
     return schema.build(DeployConfig, raw)
@@ -272,14 +286,22 @@ def load_party_data(party: str, config: DataConfig, *, extra: str | None = None)
     encoding = TableEncoding.fit(read_table(config.file, party=party, id_column=config.id_column), party=party,
                                  id_column=config.id_column, label_column=config.label_column,
                                  feature_columns=config.feature_columns, drop_columns=config.drop_columns,
-                                 categorical=config.categorical, task=config.task)
-    train = encoding.party_data(read_table(config.file, party=party, id_column=config.id_column))
+                                 categorical=config.categorical, task=config.task, impute=config.impute,
+                                 missing_indicator=config.missing_indicator)
+    def rows(path: str, *, labelled: bool = True) -> PartyData:
+        try:
+            data: PartyData = encoding.party_data(read_table(path, party=party, id_column=config.id_column),
+                                                  labelled=labelled)
+        except DataError as exc:  # which of the party's files it is, so the user knows which one to fix
+            raise type(exc)(f"{path}: {exc}") from exc
+        return data
+
+    train = rows(config.file)
     serve = test = None
     if config.serve_file:
-        serve = encoding.party_data(read_table(config.serve_file, party=party, id_column=config.id_column),
-                                    labelled=False)
+        serve = rows(config.serve_file, labelled=False)
     if extra:
-        test = encoding.party_data(read_table(extra, party=party, id_column=config.id_column))
+        test = rows(extra)
     scaler = None
     if config.standardize and train.n_features:
         scaler = Standardizer.for_party(train)
@@ -346,7 +368,7 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
         checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
     return party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
                       store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=config.privacy,
-                      settings=config.methods)
+                      settings=config.methods, idle_run_seconds=config.deadline)
 
 
 def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
@@ -356,16 +378,19 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
     if link is None:
         config.check_grpc()
     node = build_node(config, data=data, serve=serve, preprocessing=preprocessing)
+    departures = DepartureLog(Path(config.audit_log), config.name) if config.audit_log else None
     if link is not None:
         transport = link(node)
+        transport.departures = departures
         node.attach(transport)
         return RunningParty(node=node, transport=transport)
     credentials = credentials_for(config.name, config.tls)
     grpc_transport = GrpcTransport(config.name, config.addresses, credentials=credentials, deadline=config.deadline,
                                    max_message_bytes=config.max_message_bytes)
+    grpc_transport.departures = departures
     node.attach(grpc_transport)
     server = PartyServer(node, address=config.listen, credentials=credentials, allowed=set(config.peers),
-                         max_message_bytes=config.max_message_bytes).start()
+                         max_message_bytes=config.max_message_bytes, departures=departures).start()
     return RunningParty(node=node, transport=grpc_transport, server=server)
 
 
@@ -466,9 +491,11 @@ class Deployment:
             raise MethodError(f"{needs} in the deploy config's [[parties]]")
         return (*self.data_parties, *method.extra_parties(self.data_parties))
 
-    def preflight(self, methods: list[Method], *, alignment: AlignmentConfig | None = None) -> None:
-        """Before anything trains: no test row is in any party's training rows, the active party shares IDs
-        with the others, and every party a collaborative method scores with holds the rows to score.
+    def preflight(self, methods: list[Method], *, alignment: AlignmentConfig | None = None, save: bool = False,
+                  checkpoints: bool = False) -> None:
+        """Before anything trains: every party the methods need has the folders ``save`` and ``checkpoints``
+        will write to, no test row is in any party's training rows, the active party shares IDs with the
+        others, and every party a collaborative method scores with holds the rows to score.
 
         Each check is an alignment exchange (plain, or PSI as configured), reported apart like any alignment.
         First of all, every method's server or dealer is in the deploy config: a method that needs one
@@ -483,6 +510,8 @@ class Deployment:
         own = self.train
         fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+        if save or checkpoints:
+            self._check_folders(methods, save=save, checkpoints=checkpoints)
         test_ids = np.empty(0, dtype=own.ids.dtype) if self.test is None else self.test.ids
         _refuse_leaks(own.party, test_ids[own.contains(test_ids)], "training file")
         passives = [p.name for p in self.data_parties if p.role == "passive"]
@@ -519,6 +548,21 @@ class Deployment:
                         f"{method.name} scores together with {name!r}, which does not hold {len(missing)} of the "
                         f"{len(test_ids)} rows to score (e.g. {missing[:5].tolist()}); add them to its serve_file, or "
                         f"leave {method.name} out")
+
+    def _check_folders(self, methods: list[Method], *, save: bool, checkpoints: bool) -> None:
+        """Every party the methods need (servers and dealers included) has its model folder (``save``) and its
+        checkpoint folder (``checkpoints``): asked once, before anything trains."""
+        needed = {p.name: p for m in methods for p in self.parties_for(m) if p.name != self.train.party}
+        lacking: list[str] = []
+        for name in needed:
+            request = Message(sender=self.train.party, receiver=name, kind=READY, round=0,
+                              payload={"save": save, "checkpoints": checkpoints})
+            reply = self.party.transport.request(request)
+            if reply.error is not None:
+                lacking.append(f"{name}: {reply.error.message}")
+        if lacking:
+            what = " and ".join(w for w, on in (("--save", save), ("--checkpoints", checkpoints)) if on)
+            raise ConfigError(f"{what} needs a folder at every party the methods use; " + "; ".join(lacking))
 
     def run(self, method: Method, *, seed: int, alignment: AlignmentConfig | None = None,
             save: tuple[Path, str] | None = None, checkpoint: tuple[Path, CheckpointPlan] | None = None) -> RunOutput:
@@ -608,7 +652,14 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
         raise ConfigError(f"the model was saved with {model.card.active!r} as the active party, but deploy.toml's "
                           f"[active] is {active.name!r}")
     serving = model.rows(active.name, rows)
-    party = start_party(deploy.coordinator_config(), data=None, serve=serving)
+    try:
+        party = start_party(deploy.coordinator_config(), data=None, serve=serving)
+    except TransportError as exc:
+        if "cannot listen" not in str(exc):
+            raise
+        raise TransportError(f"{exc}. If `vflo run --deploy` is training at {active.name!r} now, it holds that "
+                             "address, and the other parties serve one run at a time: they refuse a scoring session "
+                             "while a training run goes on. Score when the run has ended") from exc
     try:
         # The rows to score are matched with each partner's by private set intersection: a partner learns which of
         # its own people are scored, never the IDs of people it does not hold (plain alignment sent them all).
@@ -739,7 +790,9 @@ def export_federation(
         else:
             text = "\n".join([
                 f"# vflo party serve {name}.toml", f"name = {toml_value(name)}", f"role = {toml_value(role)}",
-                f"listen = {toml_value(addresses[name])}", "",
+                f"listen = {toml_value(addresses[name])}",
+                "# Its own folders: the parts of models it trains (run --save) and its checkpoints (run --checkpoints)",
+                f"models = {toml_value(f'{name}_models')}", f"checkpoints = {toml_value(f'{name}_checkpoints')}", "",
                 *(["[data]", *lines, ""] if lines else []), *tls_lines, "", *policy,
                 *own_settings_toml(proposals, role), "[peers]", *peers, ""])
             path = directory / f"{name}.toml"

@@ -111,6 +111,14 @@ class SavedModel:
         return self.score(rows)[self.score_columns].to_numpy()
 
     @property
+    def id_column(self) -> str:
+        """The ID column's name in the active party's training file (``id`` where it came from no file); score
+        files keep it."""
+        encoding = self.active.preprocessing.encoding
+        name = encoding.id_column if encoding is not None else "id"
+        return "id (row)" if name in self.score_columns or name == "model" else name
+
+    @property
     def score_columns(self) -> list[str]:
         if self.card.task == "regression":
             return ["prediction"]
@@ -154,7 +162,7 @@ def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray, score: Call
             fallback: SavedModel | None, fallback_rows: Rows | None) -> pd.DataFrame:
     """Scores of the covered rows from ``model``, and of the others from ``fallback`` or a refusal."""
     columns = model.score_columns
-    out = pd.DataFrame({"id": ids})
+    out = pd.DataFrame({model.id_column: ids})
     values = np.full((len(ids), len(columns)), np.nan)
     source = np.full(len(ids), model.label, dtype=object)
     if (~covered).any():
@@ -171,7 +179,7 @@ def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray, score: Call
         if fallback.score_columns != columns:
             raise ConfigError(f"the fallback {fallback.label} scores {fallback.score_columns}, not {columns}")
         assert fallback_rows is not None
-        scored = fallback.score(fallback_rows).set_index("id")
+        scored = fallback.score(fallback_rows).set_index(fallback.id_column)
         values[~covered] = scored.loc[lacking, columns].to_numpy()
         source[~covered] = fallback.label
     if covered.any():

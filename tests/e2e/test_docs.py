@@ -46,11 +46,14 @@ def test_the_docs_commands_are_parsed() -> None:
     steps = doc_steps(DOC.read_text())
     runs = [c for kind, c in steps if kind == "run"]
     assert runs[0] == "source .venv/bin/activate"
-    assert sum(c.startswith("vflo party serve") for c in runs) == 4
-    assert sum(c.startswith("vflo run") for c in runs) == 5
+    assert sum(c.startswith("vflo party serve") for c in runs) == 5
+    assert sum(c.startswith("vflo run") for c in runs) == 6
     assert sum(c.startswith("vflo predict") for c in runs) == 2
-    assert {k for k, _ in steps if k.startswith("file")} == {"file runs/own/lab.toml", "file runs/own/deploy.toml",
-                                                             "file runs/own/experiment.toml"}
+    assert sum(c.startswith("vflo certs") for c in runs) == 7  # a CA, and each party's own key, signed
+    assert "vflo party audit runs/own/lab_audit.jsonl --run last" in runs
+    assert {k for k, _ in steps if k.startswith("file")} == {
+        "file runs/own/lab.toml", "file runs/own/deploy.toml", "file runs/own/experiment.toml",
+        "file runs/own/server.toml", "file runs/own/rap.toml"}
 
 
 def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
@@ -86,9 +89,12 @@ def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    for results in ("runs/demo/results", "runs/own/results", "runs/own/saved", "runs/own/long"):
+    for results in ("runs/demo/results", "runs/own/results", "runs/own/saved", "runs/own/long", "runs/own/rap"):
         frame = pd.read_csv(tmp_path / results / "results.csv")
-        assert (frame.status == "ok").all() and len(frame) >= 2
+        assert (frame.status == "ok").all() and len(frame) >= (1 if results.endswith("rap") else 2)
+    # No private key travelled: each lies only in the folder of the party that made it.
+    keys = sorted(str(p.relative_to(tmp_path / "runs/own")) for p in (tmp_path / "runs/own").rglob("*.key"))
+    assert keys == ["ca/ca.key", "hospital-tls/hospital.key", "lab-tls/lab.key", "server-tls/server.key"]
     own = tmp_path / "runs/own"
     resumed = pd.read_csv(own / "long" / "results.csv").set_index("method")
     assert resumed.loc["splitnn", "resumed_after_epoch"] >= 10
@@ -96,7 +102,7 @@ def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
     assert resumed.loc["splitnn", "accuracy"] == saved.loc["splitnn", "accuracy"]
     for name in ("apc", "splitnn"):
         scores = pd.read_csv(own / f"{name}_scores.csv")
-        assert list(scores.columns) == ["id", "readmitted", "recovered", "model"] and len(scores) > 0
+        assert list(scores.columns) == ["pid", "readmitted", "recovered", "model"] and len(scores) > 0
     assert (own / "lab_models" / "splitnn" / "lab" / "manifest.json").is_file()
     assert not (own / "models" / "splitnn" / "lab").exists()
     assert (tmp_path / "runs/demo/.gitignore").read_text().strip().endswith("*")

@@ -203,8 +203,20 @@ def test_a_run_resumed_after_a_party_was_killed_ends_with_the_uninterrupted_mode
         restart(federation, "pas")
         assert main([*run, "--out", str(tmp_path / "resumed"), "--checkpoints", str(mine), "--resume",
                      "--save", str(tmp_path / "resumed_model")]) == 0
-        resumed = json.loads((tmp_path / "resumed" / "results.json").read_text())["rows"][0]
+        results = json.loads((tmp_path / "resumed" / "results.json").read_text())
+        resumed = results["rows"][0]
         assert resumed["resumed_after_epoch"] >= 15
+        # Its ledger holds only what came after the restart: marked so, with the traffic before and the total
+        # (the run never interrupted sent no checkpoint messages, and the epochs after the last checkpoint were
+        # sent twice: the totals are close, not equal).
+        assert resumed["fit_traffic_scope"].startswith("after the restart only")
+        assert resumed["fit_bytes_total"] == resumed["fit_bytes"] + resumed["before_resume_bytes"]
+        assert resumed["fit_bytes_total"] == pytest.approx(plain["fit_bytes"], rel=0.1)
+        assert "MB before it" in (tmp_path / "resumed" / "report.md").read_text()
+        # As complete as a simulated run's: the config, the environment, the ledger by kind, the labels.
+        assert results["config"]["name"] and results["environment"]["vflo"]
+        assert "splitnn.forward" in results["communication"][0]["by_kind"]
+        assert results["labels"]["task"] == "binary" and "positive" in results["labels"]
         for metric in ("accuracy", "f1_macro", "epochs"):
             assert resumed[metric] == plain[metric], metric
         assert resumed["fit_rounds"] < plain["fit_rounds"]

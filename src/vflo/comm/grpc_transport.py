@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 
 from vflo.comm.codec import DEFAULT_MAX_BYTES, encode
+from vflo.comm.departures import DepartureLog
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
 from vflo.comm.serving import error_frame, serve_each, serve_frame
@@ -118,12 +119,14 @@ class PartyServer:
 
     def __init__(
         self, node: Endpoint, *, address: str, credentials: PartyCredentials | None, allowed: Collection[str],
-        max_message_bytes: int = DEFAULT_MAX_BYTES, workers: int = 8,
+        max_message_bytes: int = DEFAULT_MAX_BYTES, workers: int = 8, departures: DepartureLog | None = None,
     ) -> None:
         self.node = node
+        self.departures = departures
         self.max_message_bytes = max_message_bytes
         self.allowed = frozenset(allowed)
         self.secure = credentials is not None
+        self._revocations = credentials.revocations() if credentials is not None else None
         self._lock = threading.Lock()
         handler = grpc.method_handlers_generic_handler(
             SERVICE, {METHOD: grpc.unary_unary_rpc_method_handler(self._call),
@@ -171,12 +174,27 @@ class PartyServer:
             return None
         names = [n.decode() for n in (context.auth_context().get("x509_common_name") or [])]
         if any(n in self.allowed for n in names):
+            if self._revocations is None:
+                return None
+            pem = (context.auth_context().get("x509_pem_cert") or [b""])[0]
+            try:
+                self._revocations.check(pem, f"the client {names[0]!r}'s")
+            except PartyBoundaryError as exc:
+                logger.warning("party %s refused %s before reading its message: %s", self.node.name, names, exc)
+                return self._refused(names, exc)
             return None
         logger.warning("party %s refused a client authenticated as %s before reading its message: not a peer",
                        self.node.name, names)
         who = repr(names[0]) if len(names) == 1 else f"a client authenticated as {names}"
-        return self._error(PartyBoundaryError(f"party {self.node.name!r} does not accept messages from {who}: not a "
-                                              "configured peer (refused before reading the message)"))
+        return self._refused(names, PartyBoundaryError(f"party {self.node.name!r} does not accept messages from "
+                                                       f"{who}: not a configured peer (refused before reading the "
+                                                       "message)"))
+
+    def _refused(self, names: list[str], exc: Exception) -> bytes:
+        answer = self._error(exc)
+        if self.departures is not None:
+            self.departures.refused(",".join(names) or "?", len(answer), str(exc))
+        return answer
 
     def _call(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
         refused = self._stranger(context)
@@ -213,7 +231,7 @@ class PartyServer:
                     f"a client authenticated as {names[0]} sent a message as {message.sender!r}; refused")
 
         return serve_frame(self.node, frame, allowed=self.allowed, max_bytes=self.max_message_bytes,
-                           authenticate=authenticate)
+                           authenticate=authenticate, departures=self.departures)
 
 
 class GrpcTransport(Transport):
@@ -236,6 +254,8 @@ class GrpcTransport(Transport):
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, tuple[Any, Any]] = {}
         self._checked: set[str] = set()  # peers whose certificate this client has read (see _check_server)
+        self._revocations = credentials.revocations() if credentials is not None else None
+        self._revoked: frozenset[int] = frozenset()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(4, len(self.peers)))
         # One sender thread for request_many_async: requests started early still go out in order.
@@ -250,6 +270,10 @@ class GrpcTransport(Transport):
         that names a party in another spelling: gRPC's own check (that the certificate names ``receiver``)
         ignores case and a trailing dot, so "Hospital" or "hospital." in the lab's certificate would pass as
         "hospital". Where no handshake completes, the gRPC call that follows fails and says why."""
+        if self._revocations is not None:
+            revoked = self._revocations.serials()
+            if revoked != self._revoked:  # a new list: every peer's certificate is read again
+                self._revoked, self._checked = revoked, set()
         if self.credentials is None or receiver in self._checked or receiver not in self.peers:
             return
         address = self.peers[receiver]
@@ -259,6 +283,9 @@ class GrpcTransport(Transport):
         names = certificate_names(cert)
         try:
             check_certificate_names(names, {self.party, *self.peers}, holder="its certificate")
+            if cert.serial_number in self._revoked:
+                raise PartyBoundaryError(f"its certificate (serial {cert.serial_number:x}) was revoked by the "
+                                         "federation's CA")
         except PartyBoundaryError as exc:
             raise TransportError(f"party {receiver!r} at {address} is refused: {exc}") from exc
         if names[0] == [receiver]:

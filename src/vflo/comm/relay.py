@@ -27,6 +27,7 @@ import threading
 from collections.abc import Collection, Sequence
 
 from vflo.comm.codec import DEFAULT_MAX_BYTES, encode
+from vflo.comm.departures import DepartureLog
 from vflo.comm.grpc_transport import FRAME_HEADER, pack_frames, unpack_frames
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
@@ -127,6 +128,8 @@ class RelayedParty:
         self.transport = RelayTransport(node.name, hub=hub, keyring=keyring, max_message_bytes=max_message_bytes,
                                         deadline=deadline)
         node.attach(self.transport)
+        # This party's record of what left it (replies here, onward requests in its transport), if it keeps one.
+        self.departures: DepartureLog | None = None
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
 
@@ -186,7 +189,7 @@ class RelayedParty:
                                          "over Flower another party's messages arrive sealed by that party")
 
         reply, failed = serve_frame(self.node, frame, allowed=self.allowed, max_bytes=self.max_message_bytes,
-                                    authenticate=authenticate)
+                                    authenticate=authenticate, departures=self.departures)
         if signer != self.hub and self.keyring is not None:
             reply = self.keyring.seal(reply, signer)
         return reply, failed

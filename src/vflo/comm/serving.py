@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 
 from vflo.comm.codec import decode, encode
+from vflo.comm.departures import DepartureLog
 from vflo.comm.message import Message, MessageError
 from vflo.comm.transport import Endpoint
 from vflo.errors import CodecError, PartyBoundaryError, ProtocolError
@@ -41,8 +42,9 @@ def serve_each(frames: Sequence[bytes], serve_one: Callable[[bytes], tuple[bytes
 
 
 def serve_frame(node: Endpoint, frame: bytes, *, allowed: Collection[str], max_bytes: int,
-                authenticate: Authenticate | None = None) -> tuple[bytes, bool]:
-    """``node``'s reply frame to ``frame``, and whether it carries an error.
+                authenticate: Authenticate | None = None, departures: DepartureLog | None = None) -> tuple[bytes, bool]:
+    """``node``'s reply frame to ``frame``, and whether it carries an error; with ``departures``, the reply is
+    written to the party's record of what left it.
 
     A frame that does not decode, or names a sender that is not one of ``allowed`` (the party's configured
     peers) or that ``authenticate`` rejects, is answered with an error before any handler runs.
@@ -51,8 +53,11 @@ def serve_frame(node: Endpoint, frame: bytes, *, allowed: Collection[str], max_b
         message = decode(frame, max_bytes=max_bytes)
     except CodecError as exc:
         logger.warning("party %s got a malformed message: %s", node.name, exc)
-        return error_frame(node.name, ProtocolError(f"party {node.name!r} got a malformed message: {exc}"),
-                           max_bytes=max_bytes), True
+        answer = error_frame(node.name, ProtocolError(f"party {node.name!r} got a malformed message: {exc}"),
+                             max_bytes=max_bytes)
+        if departures is not None:
+            departures.refused("?", len(answer), f"malformed: {exc}")
+        return answer, True
     try:
         if message.sender not in allowed:
             raise PartyBoundaryError(
@@ -61,11 +66,19 @@ def serve_frame(node: Endpoint, frame: bytes, *, allowed: Collection[str], max_b
             authenticate(message)
     except PartyBoundaryError as exc:
         logger.warning("party %s refused a message: %s", node.name, exc)
-        return error_frame(node.name, exc, max_bytes=max_bytes, sender=message.sender, kind=message.kind,
-                           round_no=message.round), True
+        answer = error_frame(node.name, exc, max_bytes=max_bytes, sender=message.sender, kind=message.kind,
+                             round_no=message.round)
+        if departures is not None:
+            departures.refused(message.sender, len(answer), str(exc), kind=message.kind, run=message.run,
+                               round_no=message.round)
+        return answer, True
     reply = node.handle(message)
     try:
-        return encode(reply, max_bytes=max_bytes), reply.error is not None
+        answer = encode(reply, max_bytes=max_bytes)
     except CodecError as exc:
-        return error_frame(node.name, exc, max_bytes=max_bytes, sender=message.sender, kind=message.kind,
-                           round_no=message.round), True
+        answer = error_frame(node.name, exc, max_bytes=max_bytes, sender=message.sender, kind=message.kind,
+                             round_no=message.round)
+        reply = message.error_reply(exc)
+    if departures is not None:
+        departures.message(reply, len(answer), "reply")
+    return answer, reply.error is not None

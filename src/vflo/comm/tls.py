@@ -28,6 +28,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -35,6 +36,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from vflo.errors import ConfigError, PartyBoundaryError
+
+if TYPE_CHECKING:
+    from vflo.comm.pki import Revocations
 from vflo.roles import SAME_NAME, check_distinct_names, check_party_name, normal_name
 
 CA_FOLDER = "ca"
@@ -53,6 +57,20 @@ and not ca.key.
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "vflo federation"),
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def new_ca(days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A fresh CA key and its self-signed certificate, valid for ``days``."""
+    now = dt.datetime.now(dt.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder().subject_name(_name("vflo CA")).issuer_name(_name("vflo CA"))
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
@@ -116,14 +134,7 @@ def init_certs(directory: Path, parties: list[str], *, days: int = 365, overwrit
         if split:
             folder.chmod(0o700)
     now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (
-        x509.CertificateBuilder().subject_name(_name("vflo CA")).issuer_name(_name("vflo CA"))
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_key, ca_cert = new_ca(days)
     ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
     written = [ca_dir / "ca.pem", ca_dir / "ca.key"]
     written[0].write_bytes(ca_pem)
@@ -173,6 +184,14 @@ class PartyCredentials:
     ca: bytes
     certificate: bytes
     key: bytes
+    # The folder it was read from: where the CA's revocation list (crl.pem) is looked for.
+    folder: str = ""
+
+    def revocations(self) -> Revocations | None:
+        """The CA's revocation list in this party's folder, kept current (None without a folder)."""
+        from vflo.comm.pki import Revocations
+
+        return Revocations(Path(self.folder), self.ca) if self.folder else None
 
     @classmethod
     def load(cls, directory: str | Path, party: str) -> PartyCredentials:
@@ -207,7 +226,12 @@ class PartyCredentials:
         names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
         if names != [party]:
             raise ConfigError(f"{paths['cert']} names {names}, not party {party!r}")
-        return cls(party=party, ca=ca_pem, certificate=cert_pem, key=key_pem)
+        credentials = cls(party=party, ca=ca_pem, certificate=cert_pem, key=key_pem, folder=str(directory))
+        revocations = credentials.revocations()
+        if revocations is not None and cert.serial_number in revocations.serials():
+            raise ConfigError(f"party {party!r}'s certificate {paths['cert']} was revoked by the CA "
+                              f"({revocations.path}); ask the CA to sign a new request (`vflo certs request`)")
+        return credentials
 
 
 def certificate_names(cert: x509.Certificate) -> tuple[list[str], list[str]]:

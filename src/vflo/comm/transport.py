@@ -11,12 +11,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vflo.comm.codec import DEFAULT_MAX_BYTES, decode
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
 from vflo.errors import CodecError, ProtocolError, TransportError
+
+if TYPE_CHECKING:
+    from vflo.comm.departures import DepartureLog
 
 
 class Endpoint(Protocol):
@@ -44,6 +47,8 @@ class Transport(ABC):
     def __init__(self, *, ledger: Ledger | None = None, max_message_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.ledger = ledger if ledger is not None else Ledger()
         self.max_message_bytes = max_message_bytes
+        # This party's own record of what left it (its requests; its server writes its replies), if it keeps one.
+        self.departures: DepartureLog | None = None
         self._posted: dict[str, list[Message]] = {}
 
     def request(self, message: Message) -> Message:
@@ -89,6 +94,9 @@ class Transport(ABC):
         """Each request in the ledger: its frame's bytes, and as framing what the transport adds around it
         (``framing`` bytes each, and the difference between ``wire`` and the frame where they differ)."""
         wire = frames if wire is None else wire
+        if self.departures is not None:
+            for m, f in zip(messages, frames, strict=True):
+                self.departures.message(m, len(f), "request")
         return [self.ledger.record(round=m.round, sender=m.sender, receiver=m.receiver, kind=m.kind,
                                    direction="request", nbytes=len(f), framing=framing + len(w) - len(f)).seq
                 for m, f, w in zip(messages, frames, wire, strict=True)]

@@ -65,6 +65,11 @@ def _is_integer_valued(values: pd.Series) -> bool:
     return bool(numbers.notna().all() and np.all(np.asarray(numbers) == np.round(np.asarray(numbers))))
 
 
+# How a party fills missing values at the owner: a rule over its training rows, or a number (None: it refuses them).
+Impute = Literal["mean", "median", "most_frequent"] | float | None
+IMPUTE_RULES = ("mean", "median", "most_frequent")
+
+
 @dataclass(frozen=True)
 class TableEncoding:
     """How one party turns a table of its own into features (and labels); fitted on its training file."""
@@ -76,14 +81,23 @@ class TableEncoding:
     label_column: str | None = None
     task: Task | None = None
     classes: tuple[str, ...] = ()
+    # Missing values, filled here at the owner with statistics of its training rows (``impute`` when fitted): the
+    # value each column's gaps get (a category's name for a categorical column), kept so that rows scored
+    # later are filled alike; ``indicators``: columns that also get a 0/1 column ``NAME=missing``.
+    fills: Mapping[str, float | str] = field(default_factory=dict)
+    indicators: tuple[str, ...] = ()
 
     @classmethod
     def fit(
         cls, frame: pd.DataFrame, *, party: str, id_column: str, label_column: str | None = None,
         feature_columns: Sequence[str] | None = None, drop_columns: Sequence[str] = (),
-        categorical: Sequence[str] = (), task: Task | None = None,
+        categorical: Sequence[str] = (), task: Task | None = None, impute: Impute = None,
+        missing_indicator: bool = False,
     ) -> TableEncoding:
-        """Learn the feature columns, categories and classes from ``frame`` (the party's training rows)."""
+        """Learn the feature columns, categories and classes from ``frame`` (the party's training rows); with
+        ``impute``, how each column's missing values are filled (``"mean"``, ``"median"``, ``"most_frequent"`` or
+        a number; a categorical column's with its most frequent category), and with ``missing_indicator`` a 0/1
+        column for each column that has gaps in ``frame``."""
         _require_columns(frame, [id_column], party=party, what="ID column",
                          fix="set id_column to the column that holds the sample IDs")
         if label_column is not None:
@@ -127,8 +141,10 @@ class TableEncoding:
         elif task is not None:
             raise DataError(f"party {party!r}: task is set but there is no label_column; only the active party "
                             "(the label holder) says what its labels are")
+        fills = _fills(frame, columns, categories, impute, party=party) if impute is not None else {}
+        indicators = tuple(c for c in columns if missing_indicator and bool(frame[c].isna().any()))
         return cls(party=party, id_column=id_column, columns=tuple(columns), categories=categories,
-                   label_column=label_column, task=label_task, classes=classes)
+                   label_column=label_column, task=label_task, classes=classes, fills=fills, indicators=indicators)
 
     # -- applying it ---------------------------------------------------------------------------------
 
@@ -138,6 +154,8 @@ class TableEncoding:
         names: list[str] = []
         for c in self.columns:
             names += [f"{c}={v}" for v in self.categories[c]] if c in self.categories else [c]
+            if c in self.indicators:
+                names.append(f"{c}=missing")
         return tuple(names)
 
     @property
@@ -152,9 +170,11 @@ class TableEncoding:
         out = np.empty((len(self.feature_names), len(frame)), dtype=np.float64)
         at = 0
         for c in self.columns:
+            gaps = frame[c].isna().to_numpy()
+            column = frame[c] if not gaps.any() or c not in self.fills else frame[c].fillna(self.fills[c])
             if c in self.categories:
                 known = self.categories[c]
-                values = frame[c].astype(str).to_numpy()
+                values = column.astype(str).to_numpy()
                 unseen = sorted(set(np.unique(values).tolist()) - set(known))
                 if unseen:
                     logger.warning("party %s: column %r has categories %s not seen in training; their one-hot "
@@ -163,11 +183,19 @@ class TableEncoding:
                     out[at] = values == v
                     at += 1
             else:
+                if gaps.any() and c not in self.fills:
+                    raise DataError(f"party {self.party!r}: column {c!r} has {int(gaps.sum())} missing values; fill "
+                                    "them here, at their owner: impute = 'mean' (or 'median', 'most_frequent', a "
+                                    "number) under [data], optionally with missing_indicator = true; or drop the "
+                                    f"column (drop_columns = [{c!r}])")
                 try:
-                    out[at] = pd.to_numeric(frame[c]).to_numpy(dtype=np.float64)
+                    out[at] = pd.to_numeric(column).to_numpy(dtype=np.float64)
                 except (TypeError, ValueError) as exc:
                     raise DataError(f"party {self.party!r}: column {c!r} holds text where its training file had "
                                     f"numbers ({exc})") from exc
+                at += 1
+            if c in self.indicators:
+                out[at] = gaps
                 at += 1
         result: np.ndarray = out.T
         return result
@@ -208,7 +236,8 @@ class TableEncoding:
     def to_dict(self) -> dict[str, Any]:
         return {"party": self.party, "id_column": self.id_column, "columns": list(self.columns),
                 "categories": {k: list(v) for k, v in self.categories.items()}, "label_column": self.label_column,
-                "task": self.task, "classes": list(self.classes)}
+                "task": self.task, "classes": list(self.classes), "fills": dict(self.fills),
+                "indicators": list(self.indicators)}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TableEncoding:
@@ -217,9 +246,36 @@ class TableEncoding:
                        columns=tuple(str(c) for c in raw["columns"]),
                        categories={str(k): tuple(str(v) for v in vs) for k, vs in raw["categories"].items()},
                        label_column=None if raw["label_column"] is None else str(raw["label_column"]),
-                       task=raw["task"], classes=tuple(str(c) for c in raw["classes"]))
+                       task=raw["task"], classes=tuple(str(c) for c in raw["classes"]),
+                       fills={str(k): v for k, v in raw.get("fills", {}).items()},
+                       indicators=tuple(str(c) for c in raw.get("indicators", ())))
         except (KeyError, TypeError, AttributeError) as exc:
             raise DataError(f"a table encoding is malformed: {exc}") from exc
+
+
+def _fills(frame: pd.DataFrame, columns: Sequence[str], categories: Mapping[str, tuple[str, ...]], impute: Impute, *,
+           party: str) -> dict[str, float | str]:
+    """What each column's missing values become, from the training rows: a numerical column's mean, median, most
+    frequent value or the number given; a categorical column's most frequent category."""
+    if isinstance(impute, str) and impute not in IMPUTE_RULES:
+        raise DataError(f"party {party!r}: impute = {impute!r}; choose one of {list(IMPUTE_RULES)} or a number")
+    fills: dict[str, float | str] = {}
+    for c in columns:
+        known = frame[c].dropna()
+        if c in categories:
+            if len(known):
+                fills[c] = str(known.astype(str).mode().iloc[0])
+            continue
+        if not isinstance(impute, str):
+            fills[c] = float(impute)  # type: ignore[arg-type]
+            continue
+        if not len(known):
+            raise DataError(f"party {party!r}: column {c!r} has no value in the training file to impute from; drop "
+                            f"it (drop_columns = [{c!r}])")
+        values = pd.to_numeric(known)
+        fills[c] = float(values.mean() if impute == "mean" else values.median() if impute == "median"
+                         else values.mode().iloc[0])
+    return fills
 
 
 def _class_name(value: object) -> str:

@@ -276,17 +276,23 @@ class PartyData:
         drop_columns: Sequence[str] = (),
         categorical: Sequence[str] = (),
         task: str | None = None,
+        impute: str | float | None = None,
+        missing_indicator: bool = False,
     ) -> PartyData:
         """Build from a table with an ID column, feature columns and optionally a label column.
 
         ``categorical`` columns (text or numbers) are one-hot encoded here, one column per category seen;
         text labels become class codes 0..C-1 in sorted order, their names kept in ``encoding.classes``.
+        ``impute`` fills missing values here (``"mean"``, ``"median"``, ``"most_frequent"`` or a number, from
+        these rows; ``encoding`` keeps the fills for rows scored later); ``missing_indicator`` adds a 0/1
+        column per column with gaps.
         """
         from vflo.data.files import TableEncoding
 
         encoding = TableEncoding.fit(frame, party=party, id_column=id_column, label_column=label_column,
                                      feature_columns=feature_columns, drop_columns=drop_columns,
-                                     categorical=categorical, task=task)  # type: ignore[arg-type]
+                                     categorical=categorical, task=task,  # type: ignore[arg-type]
+                                     impute=impute, missing_indicator=missing_indicator)  # type: ignore[arg-type]
         data: PartyData = encoding.party_data(frame)
         return data
 
@@ -302,11 +308,14 @@ class PartyData:
         drop_columns: Sequence[str] = (),
         categorical: Sequence[str] = (),
         task: str | None = None,
+        impute: str | float | None = None,
+        missing_indicator: bool = False,
     ) -> PartyData:
-        """Read a CSV (optionally gzipped), TSV or Parquet file; IDs are read as text."""
+        """Read a CSV (optionally gzipped), TSV or Parquet file; IDs are read as text (``impute``: as
+        :meth:`from_frame`)."""
         from vflo.data.files import read_table
 
         frame = read_table(path, party=party, id_column=id_column)
         return cls.from_frame(frame, party=party, id_column=id_column, label_column=label_column,
                               feature_columns=feature_columns, drop_columns=drop_columns, categorical=categorical,
-                              task=task)
+                              task=task, impute=impute, missing_indicator=missing_indicator)

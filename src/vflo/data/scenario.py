@@ -58,7 +58,9 @@ class PartySpec:
 
     From the party's own table: ``file`` (CSV, .csv.gz, TSV or Parquet, relative to the config file),
     ``id_column``, at the active party ``label_column`` (and optionally ``task``), and optionally
-    ``feature_columns`` / ``drop_columns`` and ``categorical`` (one-hot encoded at the owner).
+    ``feature_columns`` / ``drop_columns`` and ``categorical`` (one-hot encoded at the owner), and ``impute``
+    (missing values filled at the owner from its training rows: ``"mean"``, ``"median"``, ``"most_frequent"``
+    or a number) with ``missing_indicator`` (a 0/1 column for each column with gaps).
 
     ``role`` left out is ``"active"`` for a party that reads its own file with a ``label_column`` (the file
     with the labels is the active party's) and ``"passive"`` otherwise.
@@ -78,6 +80,8 @@ class PartySpec:
     drop_columns: tuple[str, ...] = ()
     categorical: tuple[str, ...] = ()
     task: Task | None = None
+    impute: Literal["mean", "median", "most_frequent"] | float | None = None
+    missing_indicator: bool = False
 
     @property
     def from_file(self) -> bool:
@@ -87,7 +91,8 @@ class PartySpec:
         if self.file is None:
             table_keys = [k for k in ("id_column", "label_column", "feature_columns", "task")
                           if getattr(self, k) is not None]
-            table_keys += [k for k in ("drop_columns", "categorical") if getattr(self, k)]
+            table_keys += [k for k in ("drop_columns", "categorical", "missing_indicator") if getattr(self, k)]
+            table_keys += ["impute"] if self.impute is not None else []
             if table_keys:
                 raise ConfigError(f"party {self.name!r}: {table_keys} describe a party's own file; give file = '...'")
             return
@@ -284,14 +289,15 @@ class ScenarioSpec:
             assert p.file is not None and p.id_column is not None
             path = Path(p.file) if base is None or Path(p.file).is_absolute() else base / p.file
             key = (str(path.resolve()), p.name, p.id_column, p.label_column, p.feature_columns, p.drop_columns,
-                   p.categorical, p.task)
+                   p.categorical, p.task, p.impute, p.missing_indicator)
             if cache is not None and key in cache:
                 out.append(cache[key])
                 continue
             frame = read_table(path, party=p.name, id_column=p.id_column)
             encoding = TableEncoding.fit(frame, party=p.name, id_column=p.id_column, label_column=p.label_column,
                                          feature_columns=p.feature_columns, drop_columns=p.drop_columns,
-                                         categorical=p.categorical, task=p.task)
+                                         categorical=p.categorical, task=p.task, impute=p.impute,
+                                         missing_indicator=p.missing_indicator)
             table = (encoding.party_data(frame), encoding)
             if cache is not None:
                 cache[key] = table

@@ -270,6 +270,8 @@ class DeploymentExperiment:
     alignment: AlignmentConfig
     transport: TransportConfig
     metric: str | None
+    # The config as written (results.json keeps it, as a simulated run's does).
+    raw: dict[str, Any] = field(default_factory=dict)
 
 
 def load_deployment_experiment(path: str | Path) -> DeploymentExperiment:
@@ -296,6 +298,7 @@ def load_deployment_experiment(path: str | Path) -> DeploymentExperiment:
         name=str(raw.get("name", path.stem)), seed=seed, methods=_methods(raw.get("methods")),
         alignment=schema.build(AlignmentConfig, raw.get("alignment"), where="alignment"),
         transport=schema.build(TransportConfig, raw.get("transport"), where="transport"), metric=report.metric,
+        raw=raw,
     )
 
 

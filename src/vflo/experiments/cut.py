@@ -32,11 +32,45 @@ class PartyFileSpec:
     id_column: str
 
 
+@dataclass(frozen=True)
+class CutFile:
+    """One file ``vflo split`` wrote: its rows, and the missing values of each column that has any."""
+
+    path: Path
+    rows: int
+    missing: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What ``vflo split`` wrote, by party; ``pool``: the people the test rows were drawn from (``pool_what``)."""
+
+    files: dict[str, list[CutFile]]
+    test_rows: int
+    pool: int
+    pool_what: str
+
+    @property
+    def written(self) -> dict[str, list[Path]]:
+        return {name: [f.path for f in files] for name, files in self.files.items()}
+
+
+POOLS = {"aligned": "people every party holds", "active": "the active party's people",
+         "active_only": "the active party's people no other party holds"}
+
+
+def _described(frame: pd.DataFrame, path: Path) -> CutFile:
+    missing = frame.isna().sum()
+    return CutFile(path=path, rows=len(frame), missing={str(c): int(n) for c, n in missing.items() if n})
+
+
 def cut_files(
     parties: Sequence[PartyFileSpec], *, label_column: str, out: Path, test: float | int = 0.2,
     test_from: TestFrom = "aligned", seed: int = 0, overwrite: bool = False,
-) -> dict[str, list[Path]]:
-    """Write each party's train and serve files and the active party's (the first party's) test file."""
+) -> Cut:
+    """Write each party's train and serve files and the active party's (the first party's) test file; how many
+    rows each holds and which columns have missing values. ``test`` is a share (or a count) of the people
+    ``test_from`` names: by default those every party holds."""
     if len(parties) < 2:
         raise ConfigError("vflo split needs the active party's file and at least one other party's")
     names = [p.name for p in parties]
@@ -64,18 +98,18 @@ def cut_files(
         raise AlignmentError(f"no row of {active.name!r} qualifies as a test row with test_from = {test_from!r}: "
                              "check that the parties' ID columns hold the same IDs")
     test_ids = set(draw_test(mine[keep], y[keep], test, numpy_rng(seed, "split", 0), True, "--test").tolist())
-    written: dict[str, list[Path]] = {}
+    files: dict[str, list[CutFile]] = {}
     with atomic_dir(out, overwrite=overwrite) as tmp:
         (tmp / ".gitignore").write_text("# party data: never commit it\n*\n")
         for p in parties:
             frame: pd.DataFrame = tables[p.name]
             is_test = frame[p.id_column].astype(str).isin(test_ids).to_numpy()
-            frame[~is_test].to_csv(tmp / f"{p.name}_train.csv", index=False)
-            serve = frame[is_test]
+            parts = {"train": frame[~is_test], "serve": frame[is_test]}
             if p.name == active.name:
-                serve.to_csv(tmp / f"{p.name}_test.csv", index=False)
-                serve = serve.drop(columns=[label_column])
-            serve.to_csv(tmp / f"{p.name}_serve.csv", index=False)
-            written[p.name] = [out / f"{p.name}_{k}.csv" for k in ("train", "serve")]
-        written[active.name].append(out / f"{active.name}_test.csv")
-    return written
+                parts["test"] = parts["serve"]
+                parts["serve"] = parts["serve"].drop(columns=[label_column])
+            files[p.name] = []
+            for kind, part in parts.items():
+                part.to_csv(tmp / f"{p.name}_{kind}.csv", index=False)
+                files[p.name].append(_described(part, out / f"{p.name}_{kind}.csv"))
+    return Cut(files=files, test_rows=len(test_ids), pool=int(keep.sum()), pool_what=POOLS[test_from])

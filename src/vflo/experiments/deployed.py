@@ -17,9 +17,9 @@ import pandas as pd
 from vflo.deploy import Deployment
 from vflo.errors import ConfigError, VfloError
 from vflo.experiments.config import DeploymentExperiment
-from vflo.experiments.output import atomic_dir
+from vflo.experiments.output import atomic_dir, json_safe
 from vflo.experiments.report import markdown_table
-from vflo.experiments.runner import run_key
+from vflo.experiments.runner import environment, mark_resumed, run_key
 from vflo.metrics import compute_metrics, default_metric
 from vflo.nn.train import CheckpointPlan
 from vflo.seeding import derive_seed
@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 
 
 def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, save: Path | None = None,
-                 checkpoints: Path | None = None, resume: bool = False) -> list[dict[str, Any]]:
+                 checkpoints: Path | None = None, resume: bool = False,
+                 communication: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One row per method: metrics on the test file, and the traffic from every party's ledger.
 
     Checks that concern every method (test rows held out of every party's training rows, shared IDs, rows
@@ -43,7 +44,8 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, sa
         if entry.method_cls.simulation_only:
             logger.warning("%s is simulation-only (it pools every party's raw features): skipped in a deployment",
                            entry.label)
-    deployment.preflight([e.instantiate() for e in entries], alignment=experiment.alignment)
+    deployment.preflight([e.instantiate() for e in entries], alignment=experiment.alignment, save=save is not None,
+                         checkpoints=checkpoints is not None)
     rows = []
     for entry in entries:
         seed = derive_seed(experiment.seed, "method", 0, 0)
@@ -58,7 +60,8 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, sa
                                  save=None if save is None else (save, entry.label), checkpoint=plan)
         except Exception as exc:  # one method failing must not discard the others' results
             code = exc.exit_code if isinstance(exc, VfloError) else 1
-            logger.error("%s: %s failed: %s", experiment.name, entry.label, exc)
+            # Said once: the command prints each failed method when the run ends (and the results record it).
+            logger.info("%s: %s failed: %s", experiment.name, entry.label, exc)
             rows.append({"experiment": experiment.name, "method": entry.label, "method_name": entry.method_cls.name,
                          "status": "failed", "error_type": type(exc).__name__, "error": str(exc), "exit_code": code})
             continue
@@ -78,6 +81,10 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, sa
             # Where a party ran its own side other than the experiment proposed: which settings, by party.
             **({"party_settings": json.dumps(out.party_settings, sort_keys=True)} if out.party_settings else {}),
         })
+        mark_resumed(rows[-1])
+        if communication is not None:  # the ledger's detail, as a simulated run's results.json has it
+            communication.append({"method": entry.label, "by_kind": out.ledger.by_kind(),
+                                  "by_party": out.ledger.by_party()})
         logger.info("%s: %s done in %.1fs", experiment.name, entry.label, wall)
     return rows
 
@@ -89,18 +96,38 @@ def _training(row: dict[str, Any]) -> str:
     text = f"{row['epochs']:.0f} epochs, " + ("stopped by its rule" if row.get("stopped_by_rule") else "to the cap")
     if row.get("resumed_after_epoch") is not None:
         text += f", resumed after epoch {row['resumed_after_epoch']:.0f}"
+        if "before_resume_bytes" in row:
+            text += (f"; traffic: {row['fit_bytes'] / 1e6:.3f} MB after the restart + "
+                     f"{row['before_resume_bytes'] / 1e6:.3f} MB before it = {row['fit_bytes_total'] / 1e6:.3f} MB")
     return text
 
 
+def labels_of(deployment: Deployment) -> dict[str, Any]:
+    """The task, the class names in the order of the score columns, and the class F1 and AUC count as positive."""
+    encoding = deployment.preprocessing.encoding if deployment.preprocessing is not None else None
+    classes = list(encoding.classes) if encoding is not None else []
+    out: dict[str, Any] = {"task": deployment.task, "label_column": None if encoding is None else encoding.label_column,
+                           "classes": classes}
+    if deployment.task == "binary":
+        out["positive"] = classes[1] if len(classes) == 2 else 1
+        out["positive_note"] = "f1_binary and auc treat this class (code 1, the second in 'classes') as positive"
+    return out
+
+
 def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, rows: list[dict[str, Any]],
-                   out_dir: Path, *, overwrite: bool = False) -> Path:
+                   out_dir: Path, *, overwrite: bool = False, communication: list[dict[str, Any]] | None = None,
+                   seconds: float | None = None) -> Path:
     metric = experiment.metric or default_metric(deployment.task)  # type: ignore[arg-type]
     done = [r for r in rows if r["status"] == "ok"]
     failed = [r for r in rows if r["status"] == "failed"]
+    labels = labels_of(deployment)
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         pd.DataFrame(rows).to_csv(tmp / "results.csv", index=False)
-        (tmp / "results.json").write_text(json.dumps({"experiment": experiment.name, "rows": rows,
-                                                      "failures": failed}, indent=1))
+        payload = {"experiment": experiment.name, "deployed": True, "config": experiment.raw,
+                   "environment": environment(), "seconds": seconds,
+                   "parties": [{"name": p.name, "role": p.role} for p in deployment.parties],
+                   "labels": labels, "rows": rows, "failures": failed, "communication": communication or []}
+        (tmp / "results.json").write_text(json.dumps(json_safe(payload), indent=1))
         body = [[r["method"], f"{r[metric]:.4f}", f"{r['fit_bytes'] / 1e6:.3f} MB", r["fit_rounds"],
                  f"{r['align_bytes'] / 1e6:.3f} MB", f"{r['fit_seconds']:.2f}", _training(r)] for r in done]
         failures = ["## Failures", "", markdown_table(["method", "error"], [
@@ -110,7 +137,10 @@ def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, row
             f"# {experiment.name} (deployed)", "", f"- Parties: {parties}",
             f"- Training rows at the active party: {deployment.train.n_samples}; test rows: "
             f"{0 if deployment.test is None else deployment.test.n_samples}",
-            f"- Alignment: {experiment.alignment.method}", "",
+            f"- Alignment: {experiment.alignment.method}",
+            *([f"- Classes: {', '.join(labels['classes'])}" + (f"; positive for F1 and AUC: {labels['positive']}"
+                                                               if "positive" in labels else "")]
+              if labels["classes"] else []), "",
             markdown_table(["method", metric, "train comm", "train rounds", "alignment", "fit s", "training"], body),
             "",
             *failures,

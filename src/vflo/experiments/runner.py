@@ -64,13 +64,18 @@ class ExperimentResult:
         return int(failures[0]["exit_code"]) if failures else 0
 
     def environment(self) -> dict[str, str]:
-        import sklearn
-        import torch
+        return environment()
 
-        return {
-            "vflo": __version__, "python": platform.python_version(), "torch": torch.__version__,
-            "numpy": np.__version__, "scikit-learn": sklearn.__version__, "platform": platform.platform(),
-        }
+
+def environment() -> dict[str, str]:
+    """The versions and machine a run used, for its results."""
+    import sklearn
+    import torch
+
+    return {
+        "vflo": __version__, "python": platform.python_version(), "torch": torch.__version__,
+        "numpy": np.__version__, "scikit-learn": sklearn.__version__, "platform": platform.platform(),
+    }
 
 
 def _plain(value: Any) -> Any:
@@ -236,7 +241,8 @@ def _failure(config: ExperimentConfig, dataset: Dataset, variant: Variant, repea
              entry: MethodEntry, facts: dict[str, Any], exc: Exception) -> dict[str, Any]:
     code = exc.exit_code if isinstance(exc, VfloError) else 1
     if isinstance(exc, VfloError):
-        logger.error("%s | %s | repeat %d fold %d | %s failed: %s", config.name, variant.label, repeat, fold,
+        # Said once: the command prints each failure when the run ends (and the results record it).
+        logger.info("%s | %s | repeat %d fold %d | %s failed: %s", config.name, variant.label, repeat, fold,
                      entry.label, exc)
     else:
         logger.exception("%s: %s failed with an unexpected error (a bug: please report it)", config.name, entry.label)
@@ -271,7 +277,18 @@ def _run_one(
                out.fit_seconds, out.predict_seconds, wall)
     row.update(out.stats)
     row.update(method.epsilon_columns(out.stats))  # what the ε columns cover, and what they do not
+    mark_resumed(row)
     return row, _comm(variant, repeat, fold, entry, out.ledger)
+
+
+def mark_resumed(row: dict[str, Any]) -> None:
+    """A resumed run's ledger holds only what came after the restart: say so, and add the totals with the
+    traffic before it (up to the checkpoint it resumed from)."""
+    if "before_resume_bytes" not in row:
+        return
+    row["fit_traffic_scope"] = "after the restart only; before_resume_* up to the checkpoint; *_total both"
+    row["fit_bytes_total"] = row["fit_bytes"] + row["before_resume_bytes"]
+    row["fit_rounds_total"] = row["fit_rounds"] + row.get("before_resume_rounds", 0)
 
 
 def _run_transductive(

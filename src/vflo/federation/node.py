@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Protocol
@@ -40,7 +41,8 @@ TEARDOWN = "control.teardown"
 LEDGER = "control.ledger"
 SAVE = "control.save"
 LOAD = "control.load"
-CONTROL_KINDS = frozenset({SETUP, TEARDOWN, LEDGER, SAVE, LOAD})
+READY = "control.ready"
+CONTROL_KINDS = frozenset({SETUP, TEARDOWN, LEDGER, SAVE, LOAD, READY})
 # The key of a party's noised releases, kept in its saved part (its own folder) beside the method's state.
 RELEASE_KEY = "node.release_key"
 
@@ -61,6 +63,7 @@ def take_release_key(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, An
     return rest
 SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "save": BOOL}
 SAVE_SPEC: dict[str, FieldSpec] = {"label": STR, "model_id": STR}
+READY_SPEC: dict[str, FieldSpec] = {"save": BOOL, "checkpoints": BOOL}
 LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "label": STR,
                                    "model_id": STR}
 #: What control messages carry and who may send them (the node checks senders itself; this is for the audit).
@@ -70,6 +73,7 @@ CONTROL_INFO: dict[str, HandlerInfo] = {
     SAVE: HandlerInfo(SAVE, SAVE_SPEC, replies={"manifest": "control"}),
     TEARDOWN: HandlerInfo(TEARDOWN, {}),
     LEDGER: HandlerInfo(LEDGER, {}, replies={"records": "control"}),
+    READY: HandlerInfo(READY, READY_SPEC, senders=("active",)),
 }
 
 
@@ -230,6 +234,7 @@ class Node:
         methods: MethodFactory = _no_methods, protocols: Sequence[HandlerSet] = (), store: PartStoreLike | None = None,
         checkpoints: CheckpointStoreLike | None = None, secret: PartySecret | None = None,
         budget: PrivacyBudget | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None,
+        idle_run_seconds: float = 600.0,
     ) -> None:
         if data is not None and data.party != info.name:
             raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
@@ -268,6 +273,11 @@ class Node:
         # run at a time, messages of other runs and rounds that go backwards refused.
         self._run = ""
         self._rounds: dict[str, int] = {}
+        # Whether the run is a training (setup) or a scoring session (load), and when its coordinator last spoke:
+        # a training run silent for longer than ``idle_run_seconds`` counts as abandoned.
+        self._run_kind = ""
+        self._last_heard = 0.0
+        self.idle_run_seconds = idle_run_seconds
 
     @property
     def name(self) -> str:
@@ -321,15 +331,24 @@ class Node:
 
     def _dispatch(self, message: Message) -> Payload:
         kind = message.kind
+        if kind == READY:  # before any run: whether this party can do what the coming runs will ask
+            self._authorize_control(message)
+            check_payload(READY, message.payload, READY_SPEC)
+            if message.payload["save"]:
+                self._require_store()
+            if message.payload["checkpoints"] and self.checkpoints is None:
+                raise ProtocolError(f"party {self.name!r} has no checkpoint folder: start it with --checkpoints DIR "
+                                    "(or checkpoints = 'DIR' in its config)")
+            return {}
         if kind in (SETUP, LOAD):
             self._authorize_control(message)
             self._start_run(message)
             if kind == SETUP:
                 reply = self._setup(message.payload, message.run)
-                self._coordinator = message.sender
+                self._coordinator, self._run_kind, self._last_heard = message.sender, SETUP, time.monotonic()
                 return reply
             loaded = self._load(message.payload, message.run)
-            self._coordinator = message.sender
+            self._coordinator, self._run_kind, self._last_heard = message.sender, LOAD, time.monotonic()
             return loaded
         self._check_run(message)
         if kind in CONTROL_KINDS:
@@ -337,8 +356,10 @@ class Node:
             if kind == SAVE:
                 return self._save(message.payload)
             if kind == TEARDOWN:
+                logger.info("party %s: run %s of %s ended (teardown)", self.name, self._run,
+                            getattr(self.method, "name", "?"))
                 self.context, self.method, self._handlers, self._coordinator = None, None, {}, None
-                self._run, self._rounds = "", {}
+                self._run, self._rounds, self._run_kind = "", {}, ""
                 return {}
             return {"records": self._ledger_records()}
         if kind in self._protocols:
@@ -384,6 +405,13 @@ class Node:
         if self._run and self._coordinator is not None and message.sender != self._coordinator:
             raise self._refuse(message, f"this party is serving a run of {self._coordinator!r}; it takes another "
                                         "coordinator's setup only after that run ends")
+        idle = time.monotonic() - self._last_heard
+        if message.kind == LOAD and self._run_kind == SETUP and idle < self.idle_run_seconds:
+            # A scoring session would replace the training run in the middle (one run at a time): say so.
+            raise self._refuse(message, f"this party is training with {self._coordinator!r} (run {self._run}, last "
+                                        f"message {idle:.0f} s ago); it scores after that run ends: wait for `vflo "
+                                        "run` to finish, then score (a run silent for "
+                                        f"{self.idle_run_seconds:.0f} s counts as abandoned)")
 
     def _check_run(self, message: Message) -> None:
         """Messages of the run being served, in rounds that never go backwards; with no run going on, only what
@@ -397,6 +425,8 @@ class Node:
                 return  # the same coordinator checking rows before its next run (which will replace this one)
             raise self._refuse(message, f"it belongs to run {message.run or '(none)'!r}, not to the run this party "
                                         "serves")
+        if message.sender == self._coordinator:
+            self._last_heard = time.monotonic()
         last = self._rounds.get(message.sender, 0)
         if message.round < last:
             raise self._refuse(message, f"its round {message.round} comes after round {last} from the same sender")
@@ -421,7 +451,7 @@ class Node:
         role = self.peers.get(message.sender)
         if role is None:
             raise self._refuse(message, "it is not one of this party's peers")
-        if message.kind in (SETUP, LOAD):
+        if message.kind in (SETUP, LOAD, READY):
             if role != "active":
                 raise self._refuse(message, "only the active party may set up a method; if it coordinates, give it "
                                             "role = 'active' under [peers] in this party's config")
@@ -494,6 +524,8 @@ class Node:
         self._run, self._rounds = run, {}
         assert self.context is not None
         method.load_party_state(self.context, take_release_key(part.state, self.context))
+        logger.info("party %s loaded its part of %s (model %s) to score with (run %s)", self.name, payload["label"],
+                    payload["model_id"], run)
         return {"manifest": part.manifest_sha256}
 
     def _setup(self, payload: Payload, run: str) -> Payload:

@@ -58,7 +58,7 @@ def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyDat
                peers: Mapping[str, Role] | Sequence[PartyInfo], policy: Policy | None = None,
                store: PartStore | None = None, checkpoints: CheckpointStore | None = None,
                secret: PartySecret | None = None, budget: PrivacyBudget | None = None,
-               settings: Mapping[str, Mapping[str, Any]] | None = None) -> Node:
+               settings: Mapping[str, Mapping[str, Any]] | None = None, idle_run_seconds: float = 600.0) -> Node:
     """A node that serves every registered method and alignment: what each party runs. ``peers``: the other
     parties and their roles as this party knows them (a mapping, or every party of the federation); ``secret``:
     its own randomness (the OS's unless given); ``budget``: its privacy budget; ``settings``: its own side of each
@@ -66,7 +66,8 @@ def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyDat
     if not isinstance(peers, Mapping):
         peers = {p.name: p.role for p in peers if p.name != info.name}
     return Node(info, data, serving, peers=peers, policy=policy, methods=method_for_party, protocols=(ALIGNMENT,),
-                store=store, checkpoints=checkpoints, secret=secret, budget=budget, settings=settings)
+                store=store, checkpoints=checkpoints, secret=secret, budget=budget, settings=settings,
+                idle_run_seconds=idle_run_seconds)
 
 
 def own_sections(method: Method, role: str) -> dict[str, dict[str, Any]]:

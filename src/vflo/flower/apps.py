@@ -10,6 +10,7 @@ writes them to ``out``. :data:`client_app` is the stateless adapter of :mod:`vfl
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,11 +104,14 @@ def run_on_grid(grid: Grid, run: FlowerRun) -> list[dict[str, Any]]:
         check_out_dir(save, overwrite=run.overwrite)
     methods = [e.instantiate() for e in experiment.methods if not e.method_cls.simulation_only]
     deployment = connect(grid, deploy, timeout=run.connect_timeout, methods=methods)
+    communication: list[dict[str, Any]] = []
+    started = time.perf_counter()
     try:
-        rows = run_deployed(experiment, deployment, save=save)
+        rows = run_deployed(experiment, deployment, save=save, communication=communication)
     finally:
         deployment.close()
-    write_deployed(experiment, deployment, rows, out, overwrite=run.overwrite)
+    write_deployed(experiment, deployment, rows, out, overwrite=run.overwrite, communication=communication,
+                   seconds=time.perf_counter() - started)
     for r in rows:
         if r["status"] == "failed":
             logger.error("%s failed: %s: %s", r["method"], r["error_type"], r["error"])

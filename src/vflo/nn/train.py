@@ -84,6 +84,9 @@ class History:
     stop_reason: str = ""
     # The epoch whose checkpoint this training resumed from (None: it started at the first epoch).
     resumed_after: int | None = None
+    # The method traffic of the runs before the restart, up to that checkpoint (bytes, messages, rounds): a
+    # resumed run's own ledger holds only what came after.
+    traffic_before: dict[str, float] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> list[float]:
         return [e[key] for e in self.epochs if key in e]
@@ -97,6 +100,7 @@ class History:
                f"{prefix}stopped_by_rule": float(self.stop_reason in ("patience", "plateau"))}
         if self.resumed_after is not None:
             out[f"{prefix}resumed_after_epoch"] = float(self.resumed_after + 1)  # counted from 1, as epochs are
+            out |= {f"{prefix}before_resume_{k}": float(v) for k, v in self.traffic_before.items()}
         return out
 
 
@@ -192,6 +196,7 @@ class Trainer(ABC):
         self.rng = rng
         self.callbacks = list(callbacks)
         self.best_state: Any = None
+        self.traffic_before: dict[str, float] = {}  # what runs before a restart exchanged (from the checkpoint)
         self.checkpoint = checkpoint if config.checkpoint_every or (checkpoint and checkpoint.resume) else None
 
     # -- steps a subclass provides ------------------------------------------------------------------
@@ -258,9 +263,14 @@ class Trainer(ABC):
         """This trainer's checkpoint after ``epoch`` (every other party restoring its own)."""
         raise ConfigError(f"{type(self).__name__} has no checkpoints to read")  # pragma: no cover
 
+    def traffic(self) -> dict[str, float]:
+        """The method traffic of this training so far, runs before a restart included (none: not exchanged)."""
+        return {}
+
     def _save(self, epoch: int, history: History, stopper: EarlyStopping) -> None:
         state = {**self.model_state(), "loop.epoch": epoch, "loop.rng": rng_state(self.rng),
-                 "loop.history": json.dumps(history.epochs), "loop.stopper": stopper.state()}
+                 "loop.history": json.dumps(history.epochs), "loop.stopper": stopper.state(),
+                 "loop.traffic": json.dumps(self.traffic())}
         if self.best_state is not None:
             state |= {f"best.{k}": v.detach().cpu().numpy().copy() for k, v in self.best_state.items()}
         self.write_checkpoint(epoch, state)
@@ -278,6 +288,8 @@ class Trainer(ABC):
         load_rng_state(self.rng, str(state["loop.rng"]))
         history.epochs[:] = json.loads(str(state["loop.history"]))
         stopper.load_state(str(state["loop.stopper"]))
+        history.traffic_before = {str(k): float(v) for k, v in json.loads(str(state.get("loop.traffic", "{}"))).items()}
+        self.traffic_before = dict(history.traffic_before)
         best = {k[len("best."):]: torch.as_tensor(v) for k, v in state.items() if k.startswith("best.")}
         self.best_state = best or None
         logger.info("resumed from the checkpoint after epoch %d", epoch)

@@ -1,0 +1,301 @@
+"""A federation's certificates over their life: each party makes its own key, a CA kept offline signs.
+
+    vflo certs ca CA_DIR                              # once, by whoever the federation trusts (kept offline)
+    vflo certs request DIR --party lab [--san HOST]   # at the lab, on its own host: lab.key never leaves DIR
+    vflo certs sign CA_DIR DIR/lab.csr                # at the CA: lab.pem, with ca.pem and crl.pem, to hand back
+    vflo certs revoke CA_DIR lab                      # lab's certificates go on crl.pem; hand it to every party
+    vflo certs list CA_DIR                            # what the CA signed, and what it revoked
+
+A party's private key is made where it is used and never travels: only its certificate request (``NAME.csr``,
+public) goes to the CA, and only its certificate, the CA certificate and the revocation list come back. A party
+joins later the same way, and nobody else's certificate changes. Renewing is signing a new request for the same
+party (then revoking the old certificate, if it must stop working before it expires).
+
+The CA keeps a record of what it signed (``issued.json``: serial, party, host names, expiry, revoked) and refuses
+a request for a name that is another party's in another spelling (the one normal form of
+:func:`vflo.roles.normal_name`), or whose extra host names name a party. ``crl.pem`` is the CA's signed list of
+revoked certificates: a party whose ``[tls] dir`` holds one refuses a peer whose certificate is on it, as a server
+and as a client, and reads it again when the file changes (:class:`Revocations`).
+
+``vflo certs init`` (every key in one place at once) stays for local demos and exports, and says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from vflo.comm.tls import CA_README, check_san, new_ca
+from vflo.errors import ConfigError, PartyBoundaryError
+from vflo.roles import SAME_NAME, check_party_name, normal_name
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CRL_FILE", "ISSUED_FILE", "Revocations", "create_ca", "issued", "make_request", "revoke",
+           "sign_request"]
+
+CRL_FILE = "crl.pem"
+ISSUED_FILE = "issued.json"
+ORGANIZATION = "vflo federation"
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION),
+                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _write_new(path: Path, data: bytes, *, private: bool = False) -> None:
+    """Write a file that must not exist yet (nothing is ever overwritten here: a key or a CA lost is lost)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = os.open(path, flags, 0o600 if private else 0o644)
+    except FileExistsError:
+        raise ConfigError(f"{path} exists already; vflo never replaces a key, a certificate or a CA: move it away "
+                          "first if it is really to be replaced") from None
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _hosts(hosts: list[str]) -> list[x509.GeneralName]:
+    out: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            out.append(x509.DNSName(host))
+    return out
+
+
+@dataclass(frozen=True)
+class CA:
+    """The CA's certificate and key, read from its folder."""
+
+    folder: Path
+    cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+    @classmethod
+    def load(cls, folder: Path) -> CA:
+        paths = folder / "ca.pem", folder / "ca.key"
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise ConfigError(f"{missing} missing: {folder} is not a CA folder; make one with `vflo certs ca {folder}`")
+        key = serialization.load_pem_private_key(paths[1].read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ConfigError(f"{paths[1]} is not the EC key vflo's CA uses")
+        return cls(folder=folder, cert=x509.load_pem_x509_certificate(paths[0].read_bytes()), key=key)
+
+
+def create_ca(folder: Path, *, days: int = 3650) -> list[Path]:
+    """A new CA in ``folder``: ``ca.pem`` (every party gets it), ``ca.key`` (keep the folder offline), an empty
+    ``crl.pem``, the record of what it signs, and a README saying so."""
+    if days < 1:
+        raise ConfigError("a CA must be valid for at least one day")
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    key, cert = new_ca(days)
+    _write_new(folder / "ca.key", _key_pem(key), private=True)
+    _write_new(folder / "ca.pem", cert.public_bytes(serialization.Encoding.PEM))
+    _write_new(folder / ISSUED_FILE, b"[]\n")
+    _write_new(folder / "README.txt", CA_README.encode())
+    ca = CA(folder=folder, cert=cert, key=key)
+    _write_crl(ca, [])
+    return [folder / n for n in ("ca.pem", "ca.key", CRL_FILE, ISSUED_FILE, "README.txt")]
+
+
+def make_request(folder: Path, party: str, *, hosts: list[str] | None = None) -> tuple[Path, Path]:
+    """At the party, on its own host: its private key ``PARTY.key`` (mode 0600, it never leaves ``folder``) and
+    a certificate request ``PARTY.csr`` naming the party (and ``hosts``, never a party's name) for the CA."""
+    check_party_name(party)
+    hosts = list(hosts or [])
+    check_san([party], {party: hosts})
+    folder.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    request = (
+        x509.CertificateSigningRequestBuilder().subject_name(_name(party))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(party), *_hosts(hosts)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    key_path, csr_path = folder / f"{party}.key", folder / f"{party}.csr"
+    _write_new(key_path, _key_pem(key), private=True)
+    try:
+        _write_new(csr_path, request.public_bytes(serialization.Encoding.PEM))
+    except ConfigError:
+        key_path.unlink()  # the key just made belongs to no request: nothing half-written is left
+        raise
+    return key_path, csr_path
+
+
+def issued(ca_folder: Path) -> list[dict[str, Any]]:
+    """What the CA signed: serial (hex), party, host names, expiry, revoked."""
+    path = ca_folder / ISSUED_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing: {ca_folder} is not a CA folder made by `vflo certs ca`")
+    records: list[dict[str, Any]] = json.loads(path.read_text())
+    return records
+
+
+def _record(ca_folder: Path, records: list[dict[str, Any]]) -> None:
+    path = ca_folder / ISSUED_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(records, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def sign_request(ca_folder: Path, request: Path, *, days: int = 365, out: Path | None = None) -> list[Path]:
+    """Sign a party's certificate request: ``PARTY.pem`` written beside the request (or into ``out``), with the
+    CA's ``ca.pem`` and ``crl.pem``: the three files to hand back to the party (its key never came here)."""
+    if days < 1:
+        raise ConfigError("a certificate must be valid for at least one day")
+    ca = CA.load(ca_folder)
+    try:
+        csr = x509.load_pem_x509_csr(request.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{request} is not a certificate request made by `vflo certs request`: {exc}") from exc
+    if not csr.is_signature_valid:
+        raise ConfigError(f"{request}: its signature does not match its key; make a new request")
+    names = [a.value for a in csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if len(names) != 1 or not isinstance(names[0], str):
+        raise ConfigError(f"{request} names {names}: a request names exactly one party")
+    party = names[0]
+    check_party_name(party)
+    try:
+        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        san = x509.SubjectAlternativeName([x509.DNSName(party)])
+    hosts = [str(n.value) for n in san if not (isinstance(n, x509.DNSName) and n.value == party)]
+    records = issued(ca_folder)
+    known = sorted({str(r["party"]) for r in records} | {party})
+    for other in known:
+        if other != party and normal_name(other) == normal_name(party):
+            raise ConfigError(f"{request} asks for {party!r}, but the CA signed {other!r} ({SAME_NAME}): a "
+                              "certificate for it could pass as that party; choose another name")
+    check_san(known, {party: hosts})
+    now = dt.datetime.now(dt.UTC)
+    not_after = min(now + dt.timedelta(days=days), ca.cert.not_valid_after_utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(_name(party)).issuer_name(ca.cert.subject)
+        .public_key(csr.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(party), *_hosts(hosts)]), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
+    folder = out or request.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{party}.pem"
+    if target.exists():
+        # A renewal: the party's previous certificate is replaced by the new one (never a key, never the CA).
+        target.with_name(f"{party}.pem.previous").unlink(missing_ok=True)
+        target.replace(target.with_name(f"{party}.pem.previous"))
+    _write_new(target, cert.public_bytes(serialization.Encoding.PEM))
+    written = [target]
+    for name in ("ca.pem", CRL_FILE):
+        if (folder / name).resolve() != (ca_folder / name).resolve():
+            shutil.copyfile(ca_folder / name, folder / name)
+            written.append(folder / name)
+    records.append({"serial": format(cert.serial_number, "x"), "party": party, "hosts": hosts,
+                    "not_after": cert.not_valid_after_utc.isoformat(), "revoked": None})
+    _record(ca_folder, records)
+    return written
+
+
+def revoke(ca_folder: Path, party: str, *, serial: str | None = None) -> list[str]:
+    """Put ``party``'s certificates (or the one with ``serial``) on the CA's revocation list; the serials
+    revoked now. Hand the new ``crl.pem`` to every party (it goes into each one's ``[tls] dir``)."""
+    ca = CA.load(ca_folder)
+    records = issued(ca_folder)
+    now = dt.datetime.now(dt.UTC).isoformat()
+    hit = [r for r in records if r["party"] == party and r["revoked"] is None and (serial is None or
+                                                                                   r["serial"] == serial.lower())]
+    if not hit:
+        signed = sorted({str(r["party"]) for r in records})
+        raise ConfigError(f"the CA has no unrevoked certificate for {party!r}" +
+                          (f" with serial {serial}" if serial else "") + f"; it signed for {signed}")
+    for r in hit:
+        r["revoked"] = now
+    _write_crl(ca, [r for r in records if r["revoked"] is not None])
+    _record(ca_folder, records)
+    return [str(r["serial"]) for r in hit]
+
+
+def _write_crl(ca: CA, revoked: list[dict[str, Any]]) -> None:
+    now = dt.datetime.now(dt.UTC)
+    builder = (x509.CertificateRevocationListBuilder().issuer_name(ca.cert.subject).last_update(now)
+               .next_update(ca.cert.not_valid_after_utc))
+    for r in revoked:
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(int(r["serial"], 16))
+            .revocation_date(dt.datetime.fromisoformat(str(r["revoked"]))).build())
+    crl = builder.sign(ca.key, hashes.SHA256())
+    path = ca.folder / CRL_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(crl.public_bytes(serialization.Encoding.PEM))
+    tmp.replace(path)
+
+
+class Revocations:
+    """The revoked serials of a party's ``[tls] dir/crl.pem`` (none when there is no such file), read again
+    whenever the file changes. A list not signed by the party's CA is refused at start; a bad one that
+    replaces a good one later is logged and the last good list kept."""
+
+    def __init__(self, folder: Path, ca_pem: bytes) -> None:
+        self.path = folder / CRL_FILE
+        self._ca = x509.load_pem_x509_certificate(ca_pem)
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._serials: frozenset[int] = frozenset()
+        self.serials(strict=True)
+
+    def serials(self, *, strict: bool = False) -> frozenset[int]:
+        """The revoked serial numbers, from the file as it is now."""
+        with self._lock:
+            try:
+                stat = self.path.stat()
+            except FileNotFoundError:
+                self._stamp, self._serials = None, frozenset()
+                return self._serials
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if stamp == self._stamp:
+                return self._serials
+            try:
+                crl = x509.load_pem_x509_crl(self.path.read_bytes())
+                if not crl.is_signature_valid(self._ca.public_key()):  # type: ignore[arg-type]
+                    raise ValueError("it is not signed by this party's CA")
+            except ValueError as exc:
+                if strict:
+                    raise ConfigError(f"{self.path} is not a revocation list of this federation's CA ({exc}); "
+                                      "take crl.pem from the CA's folder") from exc
+                logger.error("%s could not be read (%s): the last good revocation list stays in force", self.path,
+                             exc)
+                return self._serials
+            self._stamp, self._serials = stamp, frozenset(r.serial_number for r in crl)
+            return self._serials
+
+    def check(self, pem: bytes, who: str) -> None:
+        """Refuse a peer certificate (PEM) that the CA revoked."""
+        serials = self.serials()
+        if not serials or not pem:
+            return
+        serial = x509.load_pem_x509_certificate(pem).serial_number
+        if serial in serials:
+            raise PartyBoundaryError(f"{who} certificate (serial {serial:x}) was revoked by the federation's CA "
+                                     f"({self.path}); refused")
