@@ -154,6 +154,7 @@ categorical = ["sex", "ward"]
 name = "lab"
 file = "{data / 'lab.csv'}"
 id_column = "pid"
+impute = "median"
 [protocol]
 name = "repeated_runs"
 runs = 1

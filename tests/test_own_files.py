@@ -30,7 +30,7 @@ def own_config(**changes: Any) -> dict[str, Any]:
         "scenario": {"parties": [
             {"name": "hospital", "role": "active", "file": str(HOSPITAL), "id_column": "pid",
              "label_column": "outcome", "categorical": ["sex", "ward"]},
-            {"name": "lab", "file": str(LAB), "id_column": "pid"}]},
+            {"name": "lab", "file": str(LAB), "id_column": "pid", "impute": "median"}]},
         "protocol": {"name": "holdout", "test_fraction": 0.25, "test_from": "aligned"},
         "methods": [{"name": "local"}, {"name": "splitnn", "train": QUICK}, {"name": "centralized"}],
     }
@@ -247,7 +247,7 @@ def test_file_and_dataset_parties_do_not_mix() -> None:
 def test_the_api_gives_the_numbers_of_an_experiment_with_the_same_seed() -> None:
     hospital = PartyData.from_file(HOSPITAL, party="hospital", id_column="pid", label_column="outcome",
                                    categorical=["sex", "ward"])
-    lab = PartyData.from_file(LAB, party="lab", id_column="pid")
+    lab = PartyData.from_file(LAB, party="lab", id_column="pid", impute="median")
     split = vflo.split([hospital, lab], test=0.25, seed=3)
     assert not set(split.test_ids.tolist()) & set(split.train["lab"].ids.tolist())
     assert not set(split.test_ids.tolist()) & set(split.train["hospital"].ids.tolist())
@@ -259,7 +259,7 @@ def test_the_api_gives_the_numbers_of_an_experiment_with_the_same_seed() -> None
     assert model.classes == ("readmitted", "recovered") and model.predict().shape == (len(split.test_ids), 2)
     assert vflo.evaluate(vflo.fit("single", split))["accuracy"] > 0  # oracle baselines work on user data
     with pytest.raises(ConfigError, match="exactly one party holds the labels"):
-        vflo.split([lab, PartyData.from_file(LAB, party="lab2", id_column="pid")])
+        vflo.split([lab, PartyData.from_file(LAB, party="lab2", id_column="pid", impute="median")])
 
 
 # -- vflo split ------------------------------------------------------------------------------------------------

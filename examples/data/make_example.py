@@ -3,8 +3,8 @@
     python examples/data/make_example.py
 
 A hospital (the active party: patient ID, outcome, six columns of which two are text) and a lab (seven
-columns) that hold partly the same patients: 150 and 120 rows, 100 shared, in their own order, IDs as
-text. The outcome depends on columns of both, so working together should beat the hospital alone.
+columns; ferritin, not measured for every patient, has gaps) that hold partly the same patients: 150 and 120
+rows, 100 shared, in their own order, IDs as text. The outcome depends on columns of both, so working together should beat the hospital alone.
 `hospital_new.csv` holds next month's 30 patients, without outcome, whom the lab has never seen: what a
 model saved with `--save` scores from the hospital's file alone (README, "Train once, score later").
 """
@@ -37,6 +37,9 @@ def main() -> None:
                              "stay_days": stay_days, "outcome": outcome}).iloc[:150]
     names = ["crp", "hba1c", "ldl", "creatinine", "sodium", "potassium", "ferritin"]
     lab_table = pd.DataFrame(lab.round(3), columns=names)
+    # Not every patient had ferritin measured: about one in ten has no value (drawn apart, so every other file
+    # is as before).
+    lab_table.loc[np.random.default_rng(9).random(n) < 0.1, "ferritin"] = np.nan
     lab_table.insert(0, "pid", ids)
     lab_table = lab_table.iloc[50:]
     hospital.sample(frac=1.0, random_state=1).to_csv(HERE / "hospital.csv", index=False)

@@ -674,8 +674,9 @@ def _split(args: argparse.Namespace) -> int:
             gaps = gaps or bool(holes)
             print(f"{name}: {f.path} ({f.rows} rows{'; missing values in ' + holes if holes else ''})")
     if gaps:
-        print("some files have missing values: a party refuses to train on them until they are filled in or the "
-              "columns dropped ([data] drop_columns in its config)")
+        print("some files have missing values: their party fills them itself, from its training rows, with "
+              "impute = 'mean' (or 'median', 'most_frequent', a number) under [data] in its config, or leaves the "
+              "columns out (drop_columns); without either it refuses them, naming the column")
     print(f"give each party its own files; {names[0]}_test.csv (with labels) stays with the active party {names[0]!r}")
     return 0
 
