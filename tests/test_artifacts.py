@@ -177,7 +177,7 @@ def test_train_once_score_later_from_the_command_line(tmp_path: Path, capsys: py
     assert main(["predict", str(models), "--method", "apc_vfl", "--data", str(tmp_path / "next_month.csv"),
                  "--out", str(out)]) == 0
     scores = pd.read_csv(out, dtype={"id": str})
-    assert list(scores.columns) == ["pid", "readmitted", "recovered", "model"] and len(scores) == 40
+    assert list(scores.columns) == ["pid", "readmitted", "recovered", "prediction", "model"] and len(scores) == 40
     assert np.allclose(scores[["readmitted", "recovered"]].sum(axis=1), 1.0)
     part = read_part(models / "apc_vfl" / "hospital", party="hospital")
     assert part.manifest["preprocessing"]["encoding"]["classes"] == ["readmitted", "recovered"]
@@ -228,3 +228,18 @@ def test_scoring_in_batches_gives_the_same_scores(name: str, tmp_path: Path, mon
     batched = saved.score(rows if not saved.active_only else rows[data.active])
     assert len(batched) == len(whole)
     assert np.allclose(batched[saved.score_columns].to_numpy(), whole, rtol=0, atol=1e-6)
+
+
+def test_predict_takes_the_save_folder_a_methods_folder_or_the_partys_own(tmp_path: Path) -> None:
+    """On the hospital's own host: the save folder, the method's folder (``DIR/LABEL``) or its own part
+    (``DIR/LABEL/hospital``) all score; the output names each row's class beside the probabilities."""
+    data = data_for("local")
+    model = vflo.fit(quick("local"), data, seed=0)
+    model.save(tmp_path)
+    rows = raw_rows(data)[data.active]
+    expected = vflo.load(tmp_path).score(rows)
+    for where in (tmp_path / "local", tmp_path / "local" / data.active):
+        assert vflo.load(where).score(rows).equals(expected)
+    probabilities = expected[vflo.load(tmp_path).score_columns].to_numpy()
+    names = np.asarray(vflo.load(tmp_path).score_columns)
+    assert list(expected["prediction"]) == list(names[probabilities.argmax(axis=1)])

@@ -92,7 +92,7 @@ def test_centralized_equals_a_model_on_the_joined_columns() -> None:
     from sklearn.linear_model import LogisticRegression
 
     data = _split()
-    out = run_method(get_method("centralized")(), data, seed=0)
+    out = run_method(get_method("centralized")(model="logistic"), data, seed=0)
     # the same model by hand: join the parties' columns on the ID, standardise on training rows
     train = data.oracle.features(data.train["act"].ids)
     mean, std = train.mean(0), train.std(0)

@@ -145,7 +145,9 @@ def _parser() -> argparse.ArgumentParser:
 
     predict = sub.add_parser("predict", help="score new rows with a saved model", epilog=_exit_code_text(),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    predict.add_argument("model", type=Path, help="the folder given to --save (or model.save)")
+    predict.add_argument("model", type=Path, help="the folder given to --save (or model.save), one method's folder "
+                                                  "in it, or the active party's own part in that (all it needs on "
+                                                  "its own host to score from its own rows)")
     predict.add_argument("--method", help="which saved method (its label), where the folder holds several")
     predict.add_argument("--data", type=Path, required=True, help="the active party's rows to score (its own file)")
     predict.add_argument("--out", type=Path, required=True, help="CSV of scores: id, one column per class, model")

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from vflo.artifacts import CARD, ArtifactError, ModelCard, Part, PartStore, read_part
+from vflo.artifacts import CARD, MANIFEST, ArtifactError, ModelCard, Part, PartStore, read_part
 from vflo.comm.local import LocalTransport
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
@@ -49,8 +49,14 @@ class SavedModel:
 
     @classmethod
     def load(cls, folder: str | Path, label: str | None = None) -> SavedModel:
-        """The model saved under ``folder`` (``label`` picks one of several methods saved there)."""
+        """The model saved under ``folder`` (``label`` picks one of several methods saved there). ``folder`` may
+        also be one method's folder (``DIR/LABEL``, with its card) or the active party's own part in it
+        (``DIR/LABEL/PARTY``): all a party needs on its own host to score from its own rows."""
         folder = Path(folder)
+        if label is None and (folder / CARD).is_file():
+            folder, label = folder.parent, folder.name
+        elif label is None and (folder / MANIFEST).is_file() and (folder.parent / CARD).is_file():
+            folder, label = folder.parent.parent, folder.parent.name
         if label is None:
             labels = sorted(p.parent.name for p in folder.glob(f"*/{CARD}"))
             if len(labels) != 1:
@@ -116,7 +122,7 @@ class SavedModel:
         files keep it."""
         encoding = self.active.preprocessing.encoding
         name = encoding.id_column if encoding is not None else "id"
-        return "id (row)" if name in self.score_columns or name == "model" else name
+        return "id (row)" if name in (*self.score_columns, "prediction", "model") else name
 
     @property
     def score_columns(self) -> list[str]:
@@ -189,6 +195,8 @@ def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray, score: Call
         values[covered] = np.concatenate([p.reshape(len(p), -1) for p in parts])
     for i, name in enumerate(columns):
         out[name] = values[:, i]
+    if model.card.task != "regression":  # the class each row is given, beside the probabilities
+        out["prediction"] = np.asarray(columns, dtype=object)[np.argmax(values, axis=1)]
     out["model"] = source
     return out
 

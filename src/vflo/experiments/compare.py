@@ -271,18 +271,20 @@ def summary(comparison: Comparison) -> pd.DataFrame:
                          "fit_rounds": ("fit_rounds", "mean"), "wall_seconds": ("wall_seconds", "mean"),
                          "simulation_only": ("simulation_only", "first"), "inference": ("inference", "first"),
                          "runs": (metric, "size"), "test_rows": ("n_test", "mean")}).reset_index()
-    out[f"{metric}_std"] = out[f"{metric}_std"].fillna(0.0)
+    # One run has no spread: its std stays unknown (NaN, printed "one run, no spread"), never a zero.
     return out
 
 
 #: A cell scored on fewer test rows than this names no best method: one or two rows cannot tell methods apart.
 MIN_TEST_ROWS = 20
+# A best method needs a spread to be told apart by: fewer runs than this name none.
+MIN_REPEATS = 3
 
 
 def which_method(comparison: Comparison, table: pd.DataFrame) -> pd.DataFrame:
     """Per (axis, value, scored): the best deployable method by mean metric, and every method whose mean is
     within the best one's standard deviation (a tie); oracles are left out, and a cell with fewer than
-    ``MIN_TEST_ROWS`` test rows names none."""
+    ``MIN_TEST_ROWS`` test rows or fewer than ``MIN_REPEATS`` runs names none."""
     metric = comparison.metric
     from vflo.metrics import higher_is_better
 
@@ -298,8 +300,10 @@ def which_method(comparison: Comparison, table: pd.DataFrame) -> pd.DataFrame:
         close = candidates[(candidates[metric] >= best[metric] - margin) if better
                            else (candidates[metric] <= best[metric] + margin)]
         ties = [m for m in close["method"] if m != best["method"]]
-        if float(best["test_rows"]) < MIN_TEST_ROWS:
-            out.append({"axis": axis, "value": value, "scored": scored, "best": "too few test rows to tell",
+        if float(best["test_rows"]) < MIN_TEST_ROWS or int(best["runs"]) < MIN_REPEATS:
+            why = ("too few test rows to tell" if float(best["test_rows"]) < MIN_TEST_ROWS else
+                   f"{int(best['runs'])} run(s): no spread to tell by (at least {MIN_REPEATS} needed)")
+            out.append({"axis": axis, "value": value, "scored": scored, "best": why,
                         metric: float("nan"), "std": float("nan"), "ties": "", "test_rows": float(best["test_rows"])})
             continue
         out.append({"axis": axis, "value": value, "scored": scored, "best": best["method"],

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from vflo.experiments.compare import MIN_TEST_ROWS, Comparison, summary, which_method
+from vflo.experiments.compare import MIN_REPEATS, MIN_TEST_ROWS, Comparison, summary, which_method
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table
 
@@ -60,7 +60,7 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
         for method, sub in part.groupby("method", sort=False):
             oracle = bool(sub["simulation_only"].iloc[0])
             sub = sub.sort_values("x")
-            ax.errorbar(sub["x"], sub[metric], yerr=sub[f"{metric}_std"], marker="o", capsize=3,
+            ax.errorbar(sub["x"], sub[metric], yerr=sub[f"{metric}_std"].fillna(0.0), marker="o", capsize=3,
                         label=_name(str(method), oracle), linestyle="--" if oracle else "-")
         ax.set_xscale("log")
         # Ticks at the shares the comparison ran (1%, 5%, ...), not at powers of ten the range may not reach.
@@ -116,14 +116,19 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def _spread(value: Any) -> str:
+    """A std over repeats: "one run, no spread" where there was one run (never "± 0.000")."""
+    return "one run, no spread" if isinstance(value, float) and math.isnan(value) else _fmt(value)
+
+
 def _tables(comparison: Comparison, table: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of every table, shared by the Markdown and the HTML report."""
     metric = comparison.metric
     out = []
     best = which_method(comparison, table)
     if not best.empty:
-        out.append(("Which method when (best deployable method per cell; ties: within the best one's std; few test "
-                    "rows make a cell's answer weak)",
+        out.append(("Which method when (best deployable method per cell; ties: within the best one's std; a cell "
+                    f"with fewer than {MIN_TEST_ROWS} test rows or {MIN_REPEATS} runs names none)",
                     ["varied", "value", "people scored", "test rows", "best", metric, "± std", "ties"],
                     [[AXIS_TEXT[r["axis"]], r["value"], r["scored"], f"{r['test_rows']:.0f}", r["best"],
                       _fmt(r[metric]), _fmt(r["std"]), r["ties"] or "-"] for _, r in best.iterrows()]))
@@ -135,7 +140,7 @@ def _tables(comparison: Comparison, table: pd.DataFrame) -> list[tuple[str, list
                     ["value", "people scored", "method", metric, "± std", "training MB", "rounds", "seconds",
                      "runs"],
                     [[r["value"], r["scored"], _name(r["method"], bool(r["simulation_only"])), _fmt(r[metric]),
-                      _fmt(r[f"{metric}_std"]), _fmt(r["fit_bytes"] / 1e6, 4), f"{r['fit_rounds']:.0f}",
+                      _spread(r[f"{metric}_std"]), _fmt(r["fit_bytes"] / 1e6, 4), f"{r['fit_rounds']:.0f}",
                       _fmt(r["wall_seconds"], 2), f"{r['runs']:.0f}"] for _, r in part.iterrows()]))
     share = comparison.rows[comparison.rows.get("status", pd.Series(dtype=str)) == "ok"] \
         .groupby("method")["wall_seconds"].sum() if "status" in comparison.rows else pd.Series(dtype=float)

@@ -33,7 +33,20 @@ from vflo.metrics import check_metric, default_metric
 
 TOP_LEVEL = ("name", "description", "seed", "dataset", "scenario", "protocol", "methods", "alignment", "transport",
              "report", "quick")
-DEFAULT_QUICK: dict[str, Any] = {"protocol.repeats": 1}
+def default_quick(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``--quick`` without a ``[quick]`` table: one repetition of whatever the protocol repeats (its ``repeats``,
+    or ``runs`` for repeated_runs)."""
+    from dataclasses import fields
+
+    from vflo.experiments.protocols import PROTOCOLS
+
+    table = raw.get("protocol")
+    name = table.get("name", "aligned_holdout") if isinstance(table, Mapping) else "aligned_holdout"
+    protocol = PROTOCOLS.get(str(name))
+    names = {f.name for f in fields(protocol)} if protocol is not None else set()
+    key = "runs" if "runs" in names else "repeats" if "repeats" in names else None
+    named = {} if isinstance(table, Mapping) and "name" in table else {"protocol.name": name}
+    return {**named, f"protocol.{key}": 1} if key else {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,7 +219,7 @@ def parse_config(
     if quick_table is not None and not isinstance(quick_table, dict):
         raise ConfigError("[quick] must be a table of path = value overrides")
     if quick:
-        for qpath, value in (quick_table if quick_table is not None else DEFAULT_QUICK).items():
+        for qpath, value in (quick_table if quick_table is not None else default_quick(raw)).items():
             set_path(raw, qpath, value)
 
     name = raw.get("name", default_name)

@@ -20,8 +20,11 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, kw_only=True)
 class CentralizedConfig(EstimatorConfig, MethodConfig):
     """``rows = 'active'``: all of the active party's training rows, with every party's features for
-    them (the true upper bound). ``rows = 'aligned'``: only rows every party holds."""
+    them (the true upper bound). ``rows = 'aligned'``: only rows every party holds. ``model``: by default the
+    better of the linear model and the MLP on a validation share of the rows (``'best'``), so that the oracle
+    bounds the methods whose server trains an MLP (RAP) as well as the linear ones."""
 
+    model: str = "best"
     rows: Literal["active", "aligned"] = "active"
     standardize: bool = True
 
@@ -78,4 +81,6 @@ class Centralized(Method):
         return self.estimator_.predict_scores(self._scale(fed.oracle.features(ids)))
 
     def summary_stats(self) -> dict[str, float]:
-        return training_stats(self.estimator_)
+        stats = training_stats(self.estimator_)
+        choice = getattr(self.estimator_, "choice_", "")
+        return {**stats, "oracle_is_mlp": float(choice == "mlp")} if choice else stats

@@ -28,7 +28,7 @@ else:
     from vflo.lazy import torch
 
 
-BUILTIN_MODELS = ("auto", "logistic", "linear", "mlp")
+BUILTIN_MODELS = ("auto", "logistic", "linear", "mlp", "best")
 
 
 def sklearn_estimators() -> dict[str, type]:
@@ -44,7 +44,8 @@ class EstimatorConfig:
 
     ``model``: ``'auto'`` (the default: logistic regression for classification, ridge regression for
     regression), ``'logistic'`` (logistic regression), ``'linear'`` (ridge regression),
-    ``'mlp'`` (a PyTorch MLP: ``hidden``, ``activation``, ``train``), or the class name of any
+    ``'mlp'`` (a PyTorch MLP: ``hidden``, ``activation``, ``train``), ``'best'`` (the linear model and that MLP,
+    each fitted on all but a validation share of the rows, the better on it refitted on all), or the class name of any
     scikit-learn classifier or regressor (e.g. ``'RandomForestClassifier'``) with its keyword
     arguments in ``params``.
     """
@@ -106,6 +107,8 @@ def make_estimator(config: EstimatorConfig, *, task: Task, n_classes: int | None
         config = replace(config, model="linear" if task == "regression" else "logistic")
     if config.model not in BUILTIN_MODELS:
         return SklearnEstimator(config.model, dict(config.params), task=task, n_classes=n_classes, seed=seed)
+    if config.model == "best":
+        return BestEstimator(config, task=task, n_classes=n_classes, seed=seed)
     if config.model == "logistic":
         if task == "regression":
             raise ConfigError("model = 'logistic' is for classification; use 'linear' or 'mlp' for regression")
@@ -118,6 +121,56 @@ def make_estimator(config: EstimatorConfig, *, task: Task, n_classes: int | None
         task=task, n_classes=n_classes, hidden=config.hidden, activation=config.activation,
         train=config.train, seed=seed,
     )
+
+
+class BestEstimator:
+    """The better of the linear model and the MLP for these rows: each is fitted on all but a validation share
+    (the MLP's ``train.validation_fraction``, at least 0.1), scored there (log-loss or squared error), and the
+    better one is fitted again on every row. An oracle built on it bounds the linear and the MLP methods both."""
+
+    def __init__(self, config: EstimatorConfig, *, task: Task, n_classes: int | None, seed: int) -> None:
+        self.config, self.task, self.n_classes, self.seed = config, task, n_classes, seed
+        self.choice_ = ""
+        self.model_: Estimator | None = None
+
+    def _make(self, kind: str) -> Estimator:
+        return make_estimator(replace(self.config, model=kind), task=self.task, n_classes=self.n_classes,
+                              seed=self.seed)
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> BestEstimator:
+        rng = np.random.default_rng(self.seed)
+        order = rng.permutation(len(X))
+        n_val = max(1, round(max(self.config.train.validation_fraction, 0.1) * len(X)))
+        val, fit = order[:n_val], order[n_val:]
+        linear = "linear" if self.task == "regression" else "logistic"
+        losses = {}
+        for kind in (linear, "mlp"):
+            scores = self._make(kind).fit(X[fit], y[fit]).predict_scores(X[val])
+            if self.task == "regression":
+                losses[kind] = float(np.mean((np.asarray(scores).reshape(-1) - y[val]) ** 2))
+            else:
+                picked = np.clip(np.asarray(scores)[np.arange(len(val)), y[val].astype(np.int64)], 1e-12, 1.0)
+                losses[kind] = float(-np.mean(np.log(picked)))
+        self.choice_ = min(losses, key=lambda k: losses[k])
+        self.losses_ = losses
+        self.model_ = self._make(self.choice_).fit(X, y)
+        self.history_ = getattr(self.model_, "history_", None)
+        return self
+
+    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+        if self.model_ is None:
+            raise ConfigError("the best-of estimator was not fitted")
+        return self.model_.predict_scores(X)
+
+    def get_state(self) -> dict[str, Any]:
+        assert self.model_ is not None
+        return {"best.choice": self.choice_, **{f"best.{k}": v for k, v in self.model_.get_state().items()}}
+
+    def set_state(self, state: Mapping[str, Any]) -> BestEstimator:
+        self.choice_ = str(state["best.choice"])
+        inner = {k[len("best."):]: v for k, v in state.items() if k.startswith("best.") and k != "best.choice"}
+        self.model_ = self._make(self.choice_).set_state(inner)
+        return self
 
 
 def _classes(task: Task, n_classes: int | None) -> int:
