@@ -496,14 +496,14 @@ def _run_deployed(args: argparse.Namespace) -> int:
         check_out_dir(args.save, overwrite=args.overwrite)
     deployment = Deployment(deploy)
     communication: list[dict[str, Any]] = []
-    started = time.perf_counter()
+    started, clock = _now(), time.perf_counter()
     try:
         rows = run_deployed(experiment, deployment, save=args.save, checkpoints=args.checkpoints, resume=args.resume,
                             communication=communication)
     finally:
         deployment.close()
     write_deployed(experiment, deployment, rows, out_dir, overwrite=args.overwrite or args.resume,
-                   communication=communication, seconds=time.perf_counter() - started)
+                   communication=communication, seconds=time.perf_counter() - clock, started=started)
     console = _console()
     for r in rows:
         if r["status"] == "failed":
@@ -513,6 +513,12 @@ def _run_deployed(args: argparse.Namespace) -> int:
                       + f"; {r['fit_bytes'] / 1e6:.3f} MB in {r['fit_rounds']} training rounds")
     console.print(f"results written to {out_dir}/")
     return next((int(r["exit_code"]) for r in rows if r["status"] == "failed"), 0)
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _check_checkpoints(args: argparse.Namespace, methods: Sequence[Any]) -> None:

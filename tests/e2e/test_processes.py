@@ -214,7 +214,7 @@ def test_a_run_resumed_after_a_party_was_killed_ends_with_the_uninterrupted_mode
         assert resumed["fit_bytes_total"] == pytest.approx(plain["fit_bytes"], rel=0.1)
         assert "MB before it" in (tmp_path / "resumed" / "report.md").read_text()
         # As complete as a simulated run's: the config, the environment, the ledger by kind, the labels.
-        assert results["config"]["name"] and results["environment"]["vflo"]
+        assert results["config"]["name"] and results["environment"]["vflo"] and results["started"]
         assert "splitnn.forward" in results["communication"][0]["by_kind"]
         assert results["labels"]["task"] == "binary" and "positive" in results["labels"]
         for metric in ("accuracy", "f1_macro", "epochs"):

@@ -116,7 +116,7 @@ def labels_of(deployment: Deployment) -> dict[str, Any]:
 
 def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, rows: list[dict[str, Any]],
                    out_dir: Path, *, overwrite: bool = False, communication: list[dict[str, Any]] | None = None,
-                   seconds: float | None = None) -> Path:
+                   seconds: float | None = None, started: str = "") -> Path:
     metric = experiment.metric or default_metric(deployment.task)  # type: ignore[arg-type]
     done = [r for r in rows if r["status"] == "ok"]
     failed = [r for r in rows if r["status"] == "failed"]
@@ -124,7 +124,7 @@ def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, row
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         pd.DataFrame(rows).to_csv(tmp / "results.csv", index=False)
         payload = {"experiment": experiment.name, "deployed": True, "config": experiment.raw,
-                   "environment": environment(), "seconds": seconds,
+                   "environment": environment(), "started": started, "seconds": seconds,
                    "parties": [{"name": p.name, "role": p.role} for p in deployment.parties],
                    "labels": labels, "rows": rows, "failures": failed, "communication": communication or []}
         (tmp / "results.json").write_text(json.dumps(json_safe(payload), indent=1))

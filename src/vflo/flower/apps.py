@@ -104,14 +104,16 @@ def run_on_grid(grid: Grid, run: FlowerRun) -> list[dict[str, Any]]:
         check_out_dir(save, overwrite=run.overwrite)
     methods = [e.instantiate() for e in experiment.methods if not e.method_cls.simulation_only]
     deployment = connect(grid, deploy, timeout=run.connect_timeout, methods=methods)
+    from datetime import UTC, datetime
+
     communication: list[dict[str, Any]] = []
-    started = time.perf_counter()
+    started, clock = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
     try:
         rows = run_deployed(experiment, deployment, save=save, communication=communication)
     finally:
         deployment.close()
     write_deployed(experiment, deployment, rows, out, overwrite=run.overwrite, communication=communication,
-                   seconds=time.perf_counter() - started)
+                   seconds=time.perf_counter() - clock, started=started)
     for r in rows:
         if r["status"] == "failed":
             logger.error("%s failed: %s: %s", r["method"], r["error_type"], r["error"])
