@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -482,7 +481,7 @@ def _run_deployed(args: argparse.Namespace) -> int:
 
     from vflo.deploy import Deployment, load_deploy_config
     from vflo.experiments.config import load_deployment_experiment
-    from vflo.experiments.deployed import run_deployed, write_deployed
+    from vflo.experiments.deployed import run_and_write
     from vflo.experiments.output import check_out_dir, default_out_dir
 
     experiment = load_deployment_experiment(args.config)
@@ -494,16 +493,8 @@ def _run_deployed(args: argparse.Namespace) -> int:
     check_out_dir(out_dir, overwrite=args.overwrite or args.resume)
     if args.save is not None:
         check_out_dir(args.save, overwrite=args.overwrite)
-    deployment = Deployment(deploy)
-    communication: list[dict[str, Any]] = []
-    started, clock = _now(), time.perf_counter()
-    try:
-        rows = run_deployed(experiment, deployment, save=args.save, checkpoints=args.checkpoints, resume=args.resume,
-                            communication=communication)
-    finally:
-        deployment.close()
-    write_deployed(experiment, deployment, rows, out_dir, overwrite=args.overwrite or args.resume,
-                   communication=communication, seconds=time.perf_counter() - clock, started=started)
+    rows = run_and_write(experiment, Deployment(deploy), out_dir, overwrite=args.overwrite or args.resume,
+                         save=args.save, checkpoints=args.checkpoints, resume=args.resume)
     console = _console()
     for r in rows:
         if r["status"] == "failed":
@@ -513,12 +504,6 @@ def _run_deployed(args: argparse.Namespace) -> int:
                       + f"; {r['fit_bytes'] / 1e6:.3f} MB in {r['fit_rounds']} training rounds")
     console.print(f"results written to {out_dir}/")
     return next((int(r["exit_code"]) for r in rows if r["status"] == "failed"), 0)
-
-
-def _now() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _check_checkpoints(args: argparse.Namespace, methods: Sequence[Any]) -> None:

@@ -164,6 +164,10 @@ class PartyConfig:
     def addresses(self) -> dict[str, str]:
         return {n: p if isinstance(p, str) else p.address for n, p in self.peers.items()}
 
+    def departures(self) -> DepartureLog | None:
+        """Its record of what left it, where its config keeps one."""
+        return DepartureLog(Path(self.audit_log), self.name) if self.audit_log else None
+
     @property
     def peer_roles(self) -> dict[str, Role]:
         return {n: "passive" if isinstance(p, str) else p.role for n, p in self.peers.items()}
@@ -245,11 +249,15 @@ def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
     return out
 
 
+def _audit_default(party: dict[str, Any]) -> dict[str, Any]:
+    """A party table read from a file keeps its audit file beside the config unless it says otherwise."""
+    if isinstance(party.get("name"), str):
+        party.setdefault("audit_log", f"{party['name']}_audit.jsonl")
+    return party
+
+
 def load_party_config(path: str | Path) -> PartyConfig:
-    raw = _read_toml(path)
-    if isinstance(raw.get("name"), str):
-        raw.setdefault("audit_log", f"{raw['name']}_audit.jsonl")
-    return schema.build(PartyConfig, _relative(raw, Path(path).parent))
+    return schema.build(PartyConfig, _relative(_audit_default(_read_toml(path)), Path(path).parent))
 
 
 def load_deploy_config(path: str | Path) -> DeployConfig:
@@ -257,10 +265,7 @@ def load_deploy_config(path: str | Path) -> DeployConfig:
     base = Path(path).parent
     if isinstance(raw.get("active"), dict):
         # The [active] table is the active party; saying so again is allowed, anything else is refused below.
-        active = {"role": "active", **raw["active"]}
-        if isinstance(active.get("name"), str):
-            active.setdefault("audit_log", f"{active['name']}_audit.jsonl")
-        raw["active"] = _relative(active, base)
+        raw["active"] = _relative(_audit_default({"role": "active", **raw["active"]}), base)
     if isinstance(raw.get("test_file"), str) and not Path(raw["test_file"]).is_absolute():
         raw["test_file"] = str(base / raw["test_file"])
     return schema.build(DeployConfig, raw)
@@ -378,7 +383,7 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
     if link is None:
         config.check_grpc()
     node = build_node(config, data=data, serve=serve, preprocessing=preprocessing)
-    departures = DepartureLog(Path(config.audit_log), config.name) if config.audit_log else None
+    departures = config.departures()
     if link is not None:
         transport = link(node)
         transport.departures = departures

@@ -76,11 +76,10 @@ class DepartureLog:
                               bytes=nbytes, status=status,
                               error="" if error is None else f"{error.type}: {error.message}"[:500]))
 
-    def refused(self, peer: str, nbytes: int, why: str, *, kind: str = "(unread)", run: str = "",
-                round_no: int = 0) -> None:
-        """An error answer to a frame that was never served (a stranger's, a malformed one, a forged sender)."""
-        self._write(Departure(time=_now(), party=self.party, run=run, peer=peer, kind=kind, direction="reply",
-                              round=round_no, rows=0, bytes=nbytes, status="refused", error=why[:500]))
+    def refused(self, peer: str, nbytes: int, why: str) -> None:
+        """An error answer to a frame that was never read (a stranger's, a malformed one)."""
+        self._write(Departure(time=_now(), party=self.party, run="", peer=peer, kind="(unread)", direction="reply",
+                              round=0, rows=0, bytes=nbytes, status="refused", error=why[:500]))
 
     def _write(self, record: Departure) -> None:
         line = json.dumps(record.__dict__, sort_keys=True) + "\n"

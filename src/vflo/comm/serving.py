@@ -66,19 +66,14 @@ def serve_frame(node: Endpoint, frame: bytes, *, allowed: Collection[str], max_b
             authenticate(message)
     except PartyBoundaryError as exc:
         logger.warning("party %s refused a message: %s", node.name, exc)
-        answer = error_frame(node.name, exc, max_bytes=max_bytes, sender=message.sender, kind=message.kind,
-                             round_no=message.round)
-        if departures is not None:
-            departures.refused(message.sender, len(answer), str(exc), kind=message.kind, run=message.run,
-                               round_no=message.round)
-        return answer, True
-    reply = node.handle(message)
+        reply = message.error_reply(exc)
+    else:
+        reply = node.handle(message)
     try:
         answer = encode(reply, max_bytes=max_bytes)
     except CodecError as exc:
-        answer = error_frame(node.name, exc, max_bytes=max_bytes, sender=message.sender, kind=message.kind,
-                             round_no=message.round)
         reply = message.error_reply(exc)
+        answer = encode(reply, max_bytes=max_bytes)
     if departures is not None:
         departures.message(reply, len(answer), "reply")
     return answer, reply.error is not None

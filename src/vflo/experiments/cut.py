@@ -50,10 +50,6 @@ class Cut:
     pool: int
     pool_what: str
 
-    @property
-    def written(self) -> dict[str, list[Path]]:
-        return {name: [f.path for f in files] for name, files in self.files.items()}
-
 
 POOLS = {"aligned": "people every party holds", "active": "the active party's people",
          "active_only": "the active party's people no other party holds"}

@@ -19,7 +19,7 @@ from vflo.errors import ConfigError, VfloError
 from vflo.experiments.config import DeploymentExperiment
 from vflo.experiments.output import atomic_dir, json_safe
 from vflo.experiments.report import markdown_table
-from vflo.experiments.runner import environment, mark_resumed, run_key
+from vflo.experiments.runner import environment, mark_resumed, now_iso, run_key
 from vflo.metrics import compute_metrics, default_metric
 from vflo.nn.train import CheckpointPlan
 from vflo.seeding import derive_seed
@@ -100,6 +100,23 @@ def _training(row: dict[str, Any]) -> str:
             text += (f"; traffic: {row['fit_bytes'] / 1e6:.3f} MB after the restart + "
                      f"{row['before_resume_bytes'] / 1e6:.3f} MB before it = {row['fit_bytes_total'] / 1e6:.3f} MB")
     return text
+
+
+def run_and_write(experiment: DeploymentExperiment, deployment: Deployment, out_dir: Path, *, overwrite: bool,
+                  save: Path | None = None, checkpoints: Path | None = None,
+                  resume: bool = False) -> list[dict[str, Any]]:
+    """:func:`run_deployed`, then the deployment closed and the results written (:func:`write_deployed`), with
+    when it started, how long it took and the ledger's detail: ``vflo run --deploy`` and its Flower app."""
+    communication: list[dict[str, Any]] = []
+    started, clock = now_iso(), time.perf_counter()
+    try:
+        rows = run_deployed(experiment, deployment, save=save, checkpoints=checkpoints, resume=resume,
+                            communication=communication)
+    finally:
+        deployment.close()
+    write_deployed(experiment, deployment, rows, out_dir, overwrite=overwrite, communication=communication,
+                   seconds=time.perf_counter() - clock, started=started)
+    return rows
 
 
 def labels_of(deployment: Deployment) -> dict[str, Any]:

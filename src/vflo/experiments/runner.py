@@ -67,6 +67,11 @@ class ExperimentResult:
         return environment()
 
 
+def now_iso() -> str:
+    """When a run started, for its results (UTC, to the second)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 def environment() -> dict[str, str]:
     """The versions and machine a run used, for its results."""
     import sklearn
@@ -100,7 +105,7 @@ def run_experiment(
     failed row (``status``, ``error``, ``exit_code``) and the others go on.
     """
     source = config.load_dataset(data_dir)
-    started = datetime.now(UTC).isoformat(timespec="seconds")
+    started = now_iso()
     result: ExperimentResult | None = None
     t0 = time.perf_counter()
     protocol = config.protocol

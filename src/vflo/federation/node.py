@@ -125,6 +125,14 @@ def _no_methods(name: str, proposal: str, *, own: Mapping[str, Any] | None, role
     raise ProtocolError(f"this node serves no methods; it cannot set up {name!r}")
 
 
+def require_checkpoints(party: str, store: CheckpointStoreLike | None) -> CheckpointStoreLike:
+    """``party``'s checkpoint folder, or the error that says how to give it one."""
+    if store is None:
+        raise ProtocolError(f"party {party!r} has no checkpoint folder: start it with --checkpoints DIR (or "
+                            "checkpoints = 'DIR' in its config)")
+    return store
+
+
 class NodeContext:
     """What a handler may touch: its own party's data and state, and an outbox."""
 
@@ -162,10 +170,7 @@ class NodeContext:
         self.checkpoints = checkpoints
 
     def require_checkpoints(self) -> CheckpointStoreLike:
-        if self.checkpoints is None:
-            raise ProtocolError(f"party {self.party!r} has no checkpoint folder: start it with --checkpoints DIR (or "
-                                "checkpoints = 'DIR' in its config)")
-        return self.checkpoints
+        return require_checkpoints(self.party, self.checkpoints)
 
     @property
     def party(self) -> str:
@@ -336,20 +341,16 @@ class Node:
             check_payload(READY, message.payload, READY_SPEC)
             if message.payload["save"]:
                 self._require_store()
-            if message.payload["checkpoints"] and self.checkpoints is None:
-                raise ProtocolError(f"party {self.name!r} has no checkpoint folder: start it with --checkpoints DIR "
-                                    "(or checkpoints = 'DIR' in its config)")
+            if message.payload["checkpoints"]:
+                require_checkpoints(self.name, self.checkpoints)
             return {}
         if kind in (SETUP, LOAD):
             self._authorize_control(message)
             self._start_run(message)
-            if kind == SETUP:
-                reply = self._setup(message.payload, message.run)
-                self._coordinator, self._run_kind, self._last_heard = message.sender, SETUP, time.monotonic()
-                return reply
-            loaded = self._load(message.payload, message.run)
-            self._coordinator, self._run_kind, self._last_heard = message.sender, LOAD, time.monotonic()
-            return loaded
+            reply = (self._setup if kind == SETUP else self._load)(message.payload, message.run)
+            self._run, self._rounds, self._run_kind = message.run, {}, kind
+            self._coordinator, self._last_heard = message.sender, time.monotonic()
+            return reply
         self._check_run(message)
         if kind in CONTROL_KINDS:
             self._authorize_control(message)
@@ -521,7 +522,6 @@ class Node:
         if serving is not None:
             self._serving = serving
         self.install(method, seed=int(payload["seed"]), parties=self._checked_parties(payload), run=run)
-        self._run, self._rounds = run, {}
         assert self.context is not None
         method.load_party_state(self.context, take_release_key(part.state, self.context))
         logger.info("party %s loaded its part of %s (model %s) to score with (run %s)", self.name, payload["label"],
@@ -543,7 +543,6 @@ class Node:
         seed = payload["seed"]
         assert isinstance(seed, int)
         self.install(method, seed=seed, parties=parties, run=run)
-        self._run, self._rounds = run, {}
         logger.info("party %s runs %s %s (within its policy: %s)", self.name, name, method.config_json(),
                     self.policy.describe())
         return {"own": json.dumps(differs, sort_keys=True)}

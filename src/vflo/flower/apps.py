@@ -10,7 +10,6 @@ writes them to ``out``. :data:`client_app` is the stateless adapter of :mod:`vfl
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from vflo.data.partydata import PartyData
 from vflo.deploy import DeployConfig, Deployment, Link, load_deploy_config
 from vflo.errors import ConfigError
 from vflo.experiments.config import load_deployment_experiment
-from vflo.experiments.deployed import run_deployed, write_deployed
+from vflo.experiments.deployed import run_and_write
 from vflo.experiments.output import check_out_dir
 from vflo.federation.node import Node
 from vflo.flower.adapter import client_app
@@ -104,16 +103,7 @@ def run_on_grid(grid: Grid, run: FlowerRun) -> list[dict[str, Any]]:
         check_out_dir(save, overwrite=run.overwrite)
     methods = [e.instantiate() for e in experiment.methods if not e.method_cls.simulation_only]
     deployment = connect(grid, deploy, timeout=run.connect_timeout, methods=methods)
-    from datetime import UTC, datetime
-
-    communication: list[dict[str, Any]] = []
-    started, clock = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
-    try:
-        rows = run_deployed(experiment, deployment, save=save, communication=communication)
-    finally:
-        deployment.close()
-    write_deployed(experiment, deployment, rows, out, overwrite=run.overwrite, communication=communication,
-                   seconds=time.perf_counter() - clock, started=started)
+    rows = run_and_write(experiment, deployment, out, overwrite=run.overwrite, save=save)
     for r in rows:
         if r["status"] == "failed":
             logger.error("%s failed: %s: %s", r["method"], r["error_type"], r["error"])

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import grpc
 
-from vflo.comm.departures import DepartureLog
 from vflo.comm.relay import RelayedParty
 from vflo.comm.seal import Keyring
 from vflo.data.partydata import PartyData
@@ -94,8 +93,7 @@ class PartyWorker:
         self.node = build_node(config, data=data, serve=serve)
         self.relay = RelayedParty(self.node, allowed=set(config.peers), hub=hub_party(config), keyring=self.keyring,
                                   max_message_bytes=config.max_message_bytes, deadline=config.deadline)
-        if config.audit_log:
-            self.relay.departures = self.relay.transport.departures = DepartureLog(Path(config.audit_log), config.name)
+        self.relay.departures = self.relay.transport.departures = config.departures()
         handler = grpc.method_handlers_generic_handler(SERVICE, {
             "hello": grpc.unary_unary_rpc_method_handler(lambda body, ctx: self.hello(body)),
             "peers": grpc.unary_unary_rpc_method_handler(lambda body, ctx: self.learn_peers(body)),

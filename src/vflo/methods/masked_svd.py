@@ -38,7 +38,7 @@ from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, ProtocolError
 from vflo.federation.handlers import HandlerSet, handles
 from vflo.federation.policy import PolicyError
-from vflo.methods.masks import OrthogonalMask
+from vflo.methods.masks import OrthogonalMask, block_layout
 from vflo.roles import PartyInfo
 
 if TYPE_CHECKING:
@@ -101,12 +101,8 @@ def check_deal(ctx: NodeContext, m: int, block: int | None, widths: Mapping[str,
 
 def mask_numbers(m: int, block: int | None) -> int:
     """How many numbers a row mask of ``m`` rows holds (as OrthogonalMask.random draws it)."""
-    if block is None or block >= m:
-        return m * m
-    k, r = divmod(m, block)
-    if r:
-        k, r = k - 1, block + r
-    return k * block * block + r * r if k else m * m
+    k, r = block_layout(m, block)
+    return k * (block or 0) ** 2 + r * r
 
 
 def _no_mask(dtype: str) -> OrthogonalMask:

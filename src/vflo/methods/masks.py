@@ -20,6 +20,17 @@ from vflo.comm.message import Payload
 from vflo.errors import ConfigError, ProtocolError
 
 
+def block_layout(n: int, block_size: int | None) -> tuple[int, int]:
+    """How :meth:`OrthogonalMask.random` lays out ``n`` rows: ``k`` blocks of ``block_size`` and a last block of
+    ``r`` rows (the remainder folded in, so it is never smaller than a block); ``k = 0``: one dense ``n x n``."""
+    if block_size is None or block_size >= n:
+        return 0, n
+    k, r = divmod(n, block_size)
+    if r:
+        k, r = k - 1, block_size + r
+    return (k, r) if k else (0, n)
+
+
 def random_orthogonal(n: int, rng: np.random.Generator, dtype: str = "float64") -> np.ndarray:
     """A Haar-random n x n orthogonal matrix (QR of a Gaussian, signs fixed by R's diagonal)."""
     if n == 0:
@@ -93,13 +104,10 @@ class OrthogonalMask:
         smaller than ``block_size``: a 1 x 1 block would pass its row through up to its sign."""
         if block_size is not None and block_size < 1:
             raise ConfigError(f"block_size must be positive, got {block_size}")
-        if block_size is None or block_size >= n:
-            return cls(np.zeros((0, 0, 0), dtype=dtype), random_orthogonal(n, rng, dtype))
-        k, r = divmod(n, block_size)
-        if r:
-            k, r = k - 1, block_size + r
+        k, r = block_layout(n, block_size)
         if k == 0:
             return cls(np.zeros((0, 0, 0), dtype=dtype), random_orthogonal(n, rng, dtype))
+        assert block_size is not None
         blocks = np.stack([random_orthogonal(block_size, rng, dtype) for _ in range(k)])
         return cls(blocks, random_orthogonal(r, rng, dtype))
 

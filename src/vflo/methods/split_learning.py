@@ -298,12 +298,12 @@ class RemoteBottomsTrainer(Trainer):
 
     # -- checkpoints: this party's in its own folder, every other party's in its own ---------------------------
 
-    def traffic(self) -> dict[str, float]:
-        """Bytes, messages and rounds of the method's own messages so far, those before a restart included (the
+    def traffic(self, before: Mapping[str, float]) -> dict[str, float]:
+        """Bytes, messages and rounds of the method's own messages so far, with those before a restart (the
         coordinator's ledger: every split-learning message is its request or the reply to it)."""
         self.fed.flush()
         now = self.fed.transport.ledger.summary()
-        return {k: self.traffic_before.get(k, 0.0) + float(getattr(now, k)) for k in ("bytes", "messages", "rounds")}
+        return {k: before.get(k, 0.0) + float(getattr(now, k)) for k in ("bytes", "messages", "rounds")}
 
     def write_checkpoint(self, epoch: int, state: dict[str, Any]) -> None:
         assert self.checkpoint is not None

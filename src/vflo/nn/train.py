@@ -196,7 +196,6 @@ class Trainer(ABC):
         self.rng = rng
         self.callbacks = list(callbacks)
         self.best_state: Any = None
-        self.traffic_before: dict[str, float] = {}  # what runs before a restart exchanged (from the checkpoint)
         self.checkpoint = checkpoint if config.checkpoint_every or (checkpoint and checkpoint.resume) else None
 
     # -- steps a subclass provides ------------------------------------------------------------------
@@ -263,14 +262,15 @@ class Trainer(ABC):
         """This trainer's checkpoint after ``epoch`` (every other party restoring its own)."""
         raise ConfigError(f"{type(self).__name__} has no checkpoints to read")  # pragma: no cover
 
-    def traffic(self) -> dict[str, float]:
-        """The method traffic of this training so far, runs before a restart included (none: not exchanged)."""
+    def traffic(self, before: Mapping[str, float]) -> dict[str, float]:
+        """The method traffic of this training so far, with ``before`` (runs before a restart) added; none for
+        a training that exchanges nothing."""
         return {}
 
     def _save(self, epoch: int, history: History, stopper: EarlyStopping) -> None:
         state = {**self.model_state(), "loop.epoch": epoch, "loop.rng": rng_state(self.rng),
                  "loop.history": json.dumps(history.epochs), "loop.stopper": stopper.state(),
-                 "loop.traffic": json.dumps(self.traffic())}
+                 "loop.traffic": json.dumps(self.traffic(history.traffic_before))}
         if self.best_state is not None:
             state |= {f"best.{k}": v.detach().cpu().numpy().copy() for k, v in self.best_state.items()}
         self.write_checkpoint(epoch, state)
@@ -289,7 +289,6 @@ class Trainer(ABC):
         history.epochs[:] = json.loads(str(state["loop.history"]))
         stopper.load_state(str(state["loop.stopper"]))
         history.traffic_before = {str(k): float(v) for k, v in json.loads(str(state.get("loop.traffic", "{}"))).items()}
-        self.traffic_before = dict(history.traffic_before)
         best = {k[len("best."):]: torch.as_tensor(v) for k, v in state.items() if k.startswith("best.")}
         self.best_state = best or None
         logger.info("resumed from the checkpoint after epoch %d", epoch)
