@@ -527,3 +527,17 @@ def test_a_party_keeps_its_own_record_of_what_left_it(certs: Path, tmp_path: Pat
     table = capsys.readouterr().out
     assert "what left party pas" in table and "splitnn.forward" in table
     assert f"{sum(e.nbytes for e in sent):,}" in table
+
+
+def test_the_coordinating_party_keeps_its_audit_file_too(tmp_path: Path) -> None:
+    """deploy.toml's [active] takes a party's keys: its audit file (by default beside the config) reaches the
+    party that coordinates, for training and for scoring alike."""
+    from vflo.deploy import load_deploy_config
+
+    (tmp_path / "deploy.toml").write_text('[active]\nname = "act"\nlisten = "127.0.0.1:0"\n[active.data]\n'
+                                          'file = "f.csv"\nid_column = "id"\n[active.tls]\ninsecure = true\n'
+                                          '[[parties]]\nname = "pas"\naddress = "127.0.0.1:1"\n')
+    config = load_deploy_config(tmp_path / "deploy.toml").coordinator_config()
+    assert config.audit_log == str(tmp_path / "act_audit.jsonl")
+    departures = config.departures()
+    assert departures is not None and departures.path == tmp_path / "act_audit.jsonl"

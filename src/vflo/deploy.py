@@ -206,13 +206,14 @@ class DeployConfig:
         return (PartyInfo(self.active.name, "active"), *(PartyInfo(p.name, p.role) for p in self.parties))
 
     def coordinator_config(self) -> PartyConfig:
-        """The active party's own config as it coordinates: its [active] settings (its own seed and privacy
-        budget included), with every party of ``[[parties]]`` as a peer."""
+        """The active party's own config as it coordinates: its [active] settings (its own seed, privacy
+        budget and audit file included), with every party of ``[[parties]]`` as a peer."""
         active = self.active
         peers = {p.name: PeerEntry(address=p.address, role=p.role) for p in self.parties}
         return PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data, tls=active.tls,
                            peers={**active.peers, **peers}, deadline=active.deadline,
-                           max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy)
+                           max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy,
+                           audit_log=active.audit_log)
 
     def check_grpc(self) -> None:
         """What vflo's own gRPC needs (Flower needs neither): the active party's TLS and every party's address."""

@@ -95,6 +95,9 @@ def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
     # No private key travelled: each lies only in the folder of the party that made it.
     keys = sorted(str(p.relative_to(tmp_path / "runs/own")) for p in (tmp_path / "runs/own").rglob("*.key"))
     assert keys == ["ca/ca.key", "hospital-tls/hospital.key", "lab-tls/lab.key", "server-tls/server.key"]
+    # Each party, the hospital that coordinates included, keeps its own record of what left it.
+    for party in ("hospital", "lab", "server"):
+        assert (tmp_path / "runs/own" / f"{party}_audit.jsonl").stat().st_size > 0, party
     own = tmp_path / "runs/own"
     resumed = pd.read_csv(own / "long" / "results.csv").set_index("method")
     assert resumed.loc["splitnn", "resumed_after_epoch"] >= 10
