@@ -527,6 +527,10 @@ def test_a_party_keeps_its_own_record_of_what_left_it(certs: Path, tmp_path: Pat
     table = capsys.readouterr().out
     assert "what left party pas" in table and "splitnn.forward" in table
     assert f"{sum(e.nbytes for e in sent):,}" in table
+    assert main(["party", "audit", str(audit), "--run", "no-such-run"]) == 2
+    assert "has no run 'no-such-run'; its runs: [" in capsys.readouterr().err
+    assert main(["party", "audit", str(tmp_path / "missing.jsonl")]) == 2
+    assert "a party writes it where audit_log in its config says" in capsys.readouterr().err
 
 
 def test_the_coordinating_party_keeps_its_audit_file_too(tmp_path: Path) -> None:
