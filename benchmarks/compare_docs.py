@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from vflo.experiments.compare import summary, which_method
+from vflo.experiments.compare_report import claims as compare_claims
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = ("breast_cancer", "wine", "digits", "diabetes", "credit", "handwritten", "mnist5000", "houseprice_standin")
@@ -40,17 +41,10 @@ def load(runs: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def cell(summary: pd.DataFrame, metric: str, axis: str, value: str, scored: str, method: str) -> tuple[float, float]:
-    hit = summary[(summary["axis"] == axis) & (summary["value"] == value) & (summary["scored"] == scored)
-                  & (summary["method"] == method)]
-    if hit.empty:
-        return math.nan, math.nan
-    return float(hit[metric].iloc[0]), float(hit[f"{metric}_std"].iloc[0])
-
-
-def which(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """vflo compare's own "which method when" rule, on the summary recomputed from the runs."""
-    table = which_method(SimpleNamespace(metric=metric), summary)  # type: ignore[arg-type]
+def which(data: dict[str, Any]) -> pd.DataFrame:
+    """vflo compare's own "which method when" rule (paired test over the repeats), on the runs' rows."""
+    metric = data["meta"]["metric"]
+    table = which_method(SimpleNamespace(metric=metric, rows=data["rows"]), data["summary"])  # type: ignore[arg-type]
     return table.rename(columns={metric: "score"})
 
 
@@ -58,49 +52,9 @@ def fmt(v: float, d: int = 3) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.{d}f}"
 
 
-def claims(name: str, data: dict[str, Any]) -> list[str]:
-    summary, meta = data["summary"], data["meta"]
-    metric = meta["metric"]
-    higher = metric not in ("rmse", "mae")
-    lines = []
-    rounds = summary[(summary["axis"] == "aligned") & (summary["scored"] == "aligned")]
-    one_shot = rounds[rounds["method"].isin(["apc_vfl", "rap"])]
-    split = rounds[rounds["method"] == "splitnn"]["fit_rounds"]
-    if len(one_shot) and len(split):
-        names = " and ".join({"apc_vfl": "APC-VFL", "rap": "RAP"}[m] for m in sorted(one_shot["method"].unique()))
-        lines.append(f"One exchange against many: {names} trained in {one_shot['fit_rounds'].max():.0f} round(s) in "
-                     f"every cell, SplitNN in {split.min():.0f} to {split.max():.0f} (the seeds' communication claim "
-                     "holds).")
-    values = sorted(summary[summary["axis"] == "aligned"]["value"].unique(), key=float)
-    small = values[0] if values else None
-    if small is not None:
-        apc, apc_sd = cell(summary, metric, "aligned", small, "active_only", "apc_vfl")
-        local, local_sd = cell(summary, metric, "aligned", small, "active_only", "local")
-        if not math.isnan(apc) and not math.isnan(local):
-            gain = (apc - local) if higher else (local - apc)
-            verdict = "ahead of" if gain > max(apc_sd, local_sd) else "not clearly ahead of" if gain > -max(
-                apc_sd, local_sd) else "behind"
-            lines.append(f"APC-VFL's claim (active-only inference helps people partners never saw): with "
-                         f"{float(small):.0%} shared, scoring people only the active party holds, APC-VFL "
-                         f"{fmt(apc)} ± {fmt(apc_sd)} against Local {fmt(local)} ± {fmt(local_sd)}: {verdict} Local.")
-    full = values[-1] if values else None
-    if full is not None:
-        rap, rap_sd = cell(summary, metric, "aligned", full, "aligned", "rap")
-        central, _ = cell(summary, metric, "aligned", full, "aligned", "centralized")
-        if not math.isnan(rap) and not math.isnan(central):
-            behind = (central < rap) if higher else (central > rap)
-            caveat = (" The oracle is behind RAP here: Centralized's default model is linear (logistic or ridge "
-                      "regression) and RAP's server here trains an MLP, so on this data it is no upper bound; give "
-                      "it model = 'mlp' for one." if behind else "")
-            lines.append(f"RAP's claim (close to the centralised model): at {float(full):.0%} shared, RAP {fmt(rap)} "
-                         f"± {fmt(rap_sd)} against Centralized (oracle) {fmt(central)}.{caveat}")
-        split_m, split_sd = cell(summary, metric, "aligned", full, "aligned", "splitnn")
-        local_m, _ = cell(summary, metric, "aligned", full, "aligned", "local")
-        if not math.isnan(split_m) and not math.isnan(local_m):
-            pays = (split_m - local_m) * (1 if higher else -1) > split_sd
-            lines.append(f"With everyone shared, SplitNN {fmt(split_m)} ± {fmt(split_sd)} against Local "
-                         f"{fmt(local_m)}: {'federating pays' if pays else 'the partner adds little here'}.")
-    return lines
+def claims(data: dict[str, Any]) -> list[str]:
+    """vflo compare's own claim sentences, computed from the runs' rows by the same paired test."""
+    return compare_claims(SimpleNamespace(rows=data["rows"], metric=data["meta"]["metric"]))  # type: ignore[arg-type]
 
 
 def rerender(folder: Path, name: str) -> Path:
@@ -118,7 +72,8 @@ def rerender(folder: Path, name: str) -> Path:
     meta = json.loads((folder / "results.json").read_text())
     comparison = Comparison(name=meta["name"], dataset=dataset, task=meta["task"],  # type: ignore[arg-type]
                             metric=meta["metric"], rows=pd.DataFrame(meta["rows"]), skipped=meta["skipped"],
-                            seconds=meta["seconds"], settings=settings)
+                            seconds=meta["seconds"], settings=settings, test_people=int(meta.get("test_people", 0)),
+                            second_hop_settings=meta.get("second_hop_settings", {}))
     out = folder / "report.html"
     out.write_text(render_html(comparison, summary(comparison)))
     return out
@@ -139,24 +94,27 @@ def render(data: dict[str, dict[str, Any]], shot: bool) -> str:
              "Generated by `python -m benchmarks.compare_docs` from `vflo compare` runs of the configs in "
              "`configs/compare/` (nothing typed by hand). Each dataset varies one thing at a time around a base "
              "scenario: the share of the active party's people its partner also holds, the number of partners, "
-             "and how the columns are split; and it scores people every party holds and people only the active "
-             "party holds. The full tables and plots are in each run's `report.html`.", ""]
+             "how the columns are split, and a second-hop party (sharing people with the first partner only); "
+             "and it scores people every party holds and people only the active party holds: the same held-out "
+             "test people in every cell and repeat. The full tables and plots are in each run's `report.html`.", ""]
     if shot:
         lines += ["![vflo compare's report for Breast Cancer, in a browser](comparison.png)", ""]
     for name, d in data.items():
-        meta, summary = d["meta"], d["summary"]
+        meta = d["meta"]
         metric = meta["metric"]
         higher = metric not in ("rmse", "mae")
         label = meta["dataset"] + (" — **stand-in data, generated**" if meta.get("standin") else "")
         lines += [f"## {label}", "",
                   f"`configs/compare/{name}.toml`: {len(meta['rows'])} method runs in {meta['seconds'] / 60:.1f} min "
-                  f"on this machine ({metric}; {'higher' if higher else 'lower'} is better).", "",
+                  f"on this machine ({metric}; {'higher' if higher else 'lower'} is better); "
+                  f"{meta.get('test_people', '?')} test people of each kind, the same in every cell and repeat; "
+                  "ties: a paired t-test over the repeats cannot tell them from the best.", "",
                   "| varied | value | people scored | test rows | best deployable method | " + metric +
                   " | within its spread |", "|---|---|---|---|---|---|---|"]
-        for _, r in which(summary, metric).iterrows():
+        for _, r in which(d).iterrows():
             lines.append(f"| {r['axis']} | {r['value']} | {r['scored']} | {fmt(r['test_rows'], 0)} | {r['best']} | "
                          f"{fmt(r['score'])} | {r['ties'] or '-'} |")
-        lines += ["", *(f"- {c}" for c in claims(name, d))]
+        lines += ["", *(f"- {c}" for c in claims(d))]
         share = time_share(d["rows"])
         if share:
             lines.append("- Each method's share of the time: " + share + ".")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from vflo.comm.faults import FaultPlan
 from vflo.comm.message import Message
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
-from vflo.errors import ConfigError, DeliveryTimeoutError, MethodError, ScenarioError
+from vflo.errors import ConfigError, DeliveryTimeoutError, MethodError, ProtocolError, ScenarioError
 from vflo.federation.simulation import run_method
 from vflo.methods.entity_augmentation import interpolated_labels
 from vflo.methods.registry import get_method
@@ -129,17 +130,71 @@ def test_a_host_without_labels_for_a_guest() -> None:
         run_method(get_method("entity_augmentation")(train=TRAIN), data, seed=0)
 
 
-def test_a_host_with_features_and_bad_networks() -> None:
-    ds = make_dataset(n=200, n_features=6)
-    spec = ScenarioSpec(parties=(PartySpec(name="host", role="active", n_columns=2), PartySpec(name="g", n_columns=4)))
-    layout = spec.build(ds, seed=0)
-    data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:10])
-    with pytest.raises(MethodError, match="label-only host"):
-        run_method(get_method("entity_augmentation")(train=TRAIN), data, seed=0)
+def _host_with_features(n: int = 600, seed: int = 0) -> FederatedData:
+    ds = make_dataset(n=n, n_features=6, seed=seed)
+    spec = ScenarioSpec(parties=(PartySpec(name="host", role="active", n_columns=3), PartySpec(name="g", share=1.0)),
+                        samples=SamplesSpec(aligned=0.2))
+    layout = spec.build(ds, seed=seed)
+    return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:60])
+
+
+def test_a_host_with_features_is_its_own_guest() -> None:
+    """The usual layout (the active party holds columns): its own bottom walks every labelled entity it holds,
+    shared or not, and nothing of it is sent; 'ignore' is the paper's label-only host."""
+    data = _host_with_features()
+    train = {**TRAIN, "max_epochs": 15}
+    runs = {}
+    for mode in ("use", "ignore"):
+        seen: list[Message] = []
+        method = get_method("entity_augmentation")(host_features=mode, train=train)
+        out = run_method(method, data, seed=0, observers=(seen.append,))
+        runs[mode] = (method, out, seen)
+    used, ignored = runs["use"][0], runs["ignore"][0]
+    assert used.host_in_ == 3 and used.host_width_ == 64 and ignored.host_bottom_ is None
+    # The host's walk covers every one of its training entities: most of them no guest holds.
+    assert runs["use"][1].stats["host_entities"] == data.train["host"].n_samples > 2 * data.train["g"].n_samples
+    assert runs["ignore"][1].stats["host_entities"] == 0
+    # No message goes to the host, and the guest's messages are those of the label-only run's kinds.
+    for _, _, seen in runs.values():
+        assert not [m for m in seen if m.receiver == "host" and m.kind.startswith(("ea.", "split.")) and
+                    m.sender != "g"]
+    assert {m.kind for m in runs["use"][2]} == {m.kind for m in runs["ignore"][2]}
+    # Its own columns carry what the guest's few shared rows cannot: better scores.
+    y = data.test_y
+    accuracy = {mode: compute_metrics("binary", y, out.scores)["accuracy"] for mode, (_, out, _) in runs.items()}
+    assert accuracy["use"] > accuracy["ignore"] + 0.05, accuracy
+
+
+def test_a_host_with_features_resumes_and_saves_its_bottom(tmp_path: Path) -> None:
+    from vflo.nn.train import CheckpointPlan
+
+    data = _host_with_features()
+    settings = {"train": {**TRAIN, "max_epochs": 4, "checkpoint_every": 1}}
+    reference = run_method(get_method("entity_augmentation")(**settings), data, seed=2)
+    kill = {"n": 0}
+
+    def killer(message: Message) -> None:
+        if message.kind == "ea.forward" and message.sender == "host":
+            kill["n"] += 1
+            if kill["n"] == 40:  # in the third epoch (17 steps each: the host walks 540 entities)
+                raise ProtocolError("killed")
+
+    with pytest.raises(ProtocolError, match="killed"):
+        run_method(get_method("entity_augmentation")(**settings), data, seed=2, observers=(killer,),
+                   checkpoint=(tmp_path, CheckpointPlan(run="r")))
+    resumed = run_method(get_method("entity_augmentation")(**settings), data, seed=2,
+                         checkpoint=(tmp_path, CheckpointPlan(run="r", resume=True)))
+    assert "resumed_after_epoch" in resumed.stats
+    assert np.array_equal(resumed.scores, reference.scores)  # the host's own walk and bottom resumed bit for bit
+
+
+def test_bad_networks() -> None:
     with pytest.raises(ConfigError, match="layer 'linear' sizes must be positive"):
         get_method("entity_augmentation")(guest=("linear 0",))
     with pytest.raises(ConfigError, match=r"unknown layer 'reul' \(did you mean 'relu'\?\)"):
         get_method("entity_augmentation")(host=("linear 4", "reul"))
+    with pytest.raises(ConfigError, match="host_features"):
+        get_method("entity_augmentation")(host_features="both")
 
 
 def test_a_misaligned_split_asking_for_more_entities_than_exist() -> None:

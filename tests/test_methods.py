@@ -38,7 +38,8 @@ def quick(name: str) -> Method:
 
 
 def data_for(name: str, n: int = 200) -> FederatedData:
-    """A scenario each method accepts: Entity Augmentation needs a label-only host, VFL-ASP a second hop."""
+    """A scenario each method accepts: Entity Augmentation walks misaligned guests (its host holds two columns of
+    its own), VFL-ASP needs a second hop."""
     if name.startswith("vfl_asp"):
         from vflo.data.scenario import BlockSpec
 
@@ -54,7 +55,7 @@ def data_for(name: str, n: int = 200) -> FederatedData:
     if name != "entity_augmentation":
         return _split(n=n)
     ds = make_dataset(n=n, n_features=8)
-    spec = ScenarioSpec(parties=(PartySpec(name="act", role="active", columns=()), PartySpec(name="g1", share=1.0),
+    spec = ScenarioSpec(parties=(PartySpec(name="act", role="active", n_columns=2), PartySpec(name="g1", share=1.0),
                                  PartySpec(name="g2", share=1.0)), samples=SamplesSpec(layout="misaligned",
                                                                                       aligned=0.5))
     layout = spec.build(ds, seed=0)

@@ -25,14 +25,21 @@ name = "breast_cancer"
 aligned = [0.25, 1.0]
 passives = [1, 2]
 splits = ["random", "correlation"]
+second_hop = [1.0]
 scored = ["aligned", "active_only"]
 base_aligned = 0.5
-repeats = 1
-methods = ["local", "splitnn", "apc_vfl", "rap", "centralized", "entity_augmentation"]
+repeats = 3
+methods = ["local", "splitnn", "apc_vfl", "rap", "centralized", "entity_augmentation", "vfl_asp"]
 [compare.settings.splitnn]
 train = {FAST}
 [compare.settings.apc_vfl]
 train = {FAST}
+[compare.settings.entity_augmentation]
+train = {FAST}
+[compare.settings.vfl_asp]
+train = {FAST}
+student_train = {FAST}
+embedding_train = {FAST}
 """
 
 
@@ -46,14 +53,18 @@ def test_compare_writes_a_report_that_renders_in_a_browser(tmp_path: Path) -> No
     out = tmp_path / "out"
     assert main(["compare", str(config), "--out", str(out)]) == 0
     rows = pd.read_csv(out / "results.csv")
-    assert set(rows["axis"]) == {"aligned", "passives", "split"}
+    assert set(rows["axis"]) == {"aligned", "passives", "split", "second_hop"}
+    assert (rows["status"] == "ok").all() and set(rows["n_test"]) == {57}  # the same held-out people everywhere
     # Collaborative methods do not score people only the active party holds; the rest do, on the same splits.
     active_only = rows[rows["scored"] == "active_only"]
     assert set(active_only["method"]) == {"local", "apc_vfl", "centralized"}
-    assert {"splitnn", "rap"} <= set(rows[rows["scored"] == "aligned"]["method"])
+    assert {"splitnn", "rap", "entity_augmentation"} <= set(rows[rows["scored"] == "aligned"]["method"])
+    assert set(rows[rows["method"] == "vfl_asp"]["axis"]) == {"second_hop"}
     report = (out / "report.md").read_text()
-    assert "Which method when" in report and "entity_augmentation (aligned)" in report  # skipped, with why
-    assert "scores together with its partners" in report
+    assert "Which method when" in report and "vfl_asp (aligned)" in report  # skipped in star cells, with why
+    assert "scores together with its partners" in report and "paired t-test" in report
+    assert "What the runs say about the papers' claims" in report and "VFL-ASP's claim" in report
+    assert "no spread to tell by" not in report  # three repeats: every cell names a best method
     browser = chromium()
     if browser is None:
         pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); .ci/run installs it")

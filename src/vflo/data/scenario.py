@@ -153,11 +153,15 @@ class BlockSpec:
     """``rows`` samples (a count, or a fraction of the dataset) held by exactly ``parties``.
 
     ``name`` (optional) lets a sweep address the block: ``"samples.blocks.p1_a.rows" = [100, 200]``.
+    ``test = true``: rows held out for testing only, never trained on, drawn before the others (with
+    ``samples.test_seed``, so the same in every repeat when it is set); a protocol scores them (people the
+    active party holds alone: ``test_from = 'active_only'``; with partners: ``'aligned'``).
     """
 
     parties: tuple[str, ...]
     rows: Count
     name: str = ""
+    test: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.parties, list):
@@ -172,7 +176,12 @@ class SamplesSpec:
     """Which rows each party holds.
 
     Counts are integers; floats in (0, 1] are fractions (``aligned`` of the active
-    party's rows, ``active`` and block ``rows`` of the dataset after ``total``).
+    party's rows, ``active`` and block ``rows`` of the dataset after ``total`` and the held-out test rows).
+
+    A fixed test set, independent of the overlap: ``test_aligned`` people every party holds and
+    ``test_active_only`` people only the active party holds are held out first (counts, or fractions of the
+    dataset after ``total``), drawn with ``test_seed`` (default: the layout's seed), stratified by label; the
+    other counts then apply to the rows left. (``blocks`` layout: blocks with ``test = true``.)
     """
 
     layout: Literal["overlap", "misaligned", "blocks"] = "overlap"
@@ -181,6 +190,9 @@ class SamplesSpec:
     aligned: Count = 1.0
     passive_only: Count = 0
     blocks: tuple[BlockSpec, ...] = ()
+    test_aligned: Count = 0
+    test_active_only: Count = 0
+    test_seed: int | None = None
 
     def __post_init__(self) -> None:
         blocks = tuple(b if isinstance(b, BlockSpec) else BlockSpec(**b) for b in self.blocks)
@@ -193,8 +205,11 @@ class SamplesSpec:
             raise ConfigError("samples.layout = 'blocks' needs at least one [[scenario.samples.blocks]] entry")
         if self.layout != "blocks" and blocks:
             raise ConfigError("samples.blocks is only read with samples.layout = 'blocks'")
-        for name in ("aligned", "passive_only"):
+        for name in ("aligned", "passive_only", "test_aligned", "test_active_only"):
             _check_count(f"samples.{name}", getattr(self, name), allow_zero=True)
+        if self.layout == "blocks" and (self.test_aligned or self.test_active_only):
+            raise ConfigError("samples.test_aligned and test_active_only describe the overlap and misaligned "
+                              "layouts; with layout = 'blocks', mark test blocks with test = true")
         if self.active is not None:
             _check_count("samples.active", self.active, allow_zero=False)
         if self.total is not None and self.total < 1:
@@ -264,7 +279,8 @@ class ScenarioSpec:
                 "own file or from one dataset")
         if all(files):
             s = self.samples
-            if s.layout != "overlap" or s.total is not None or s.active is not None or s.passive_only or s.blocks:
+            if s.layout != "overlap" or s.total is not None or s.active is not None or s.passive_only or s.blocks \
+                    or s.test_aligned or s.test_active_only:
                 raise ConfigError("with the parties' own files, who holds which person comes from their IDs: of "
                                   "[scenario.samples] only aligned applies (how many of the shared people to keep)")
         if any(p.share is not None for p in parties) and any(p.columns == "rest" for p in parties):
@@ -332,23 +348,21 @@ class ScenarioSpec:
             raise ScenarioError(
                 f"samples.total = {self.samples.total} but dataset {dataset.name!r} has {n_rows} rows"
             )
-        pool = row_rng.permutation(n_rows)[: self.samples.total or n_rows]
+        n_pool = self.samples.total or n_rows
+        tests = self._test_blocks(n_pool)
+        held = self._held_out(dataset, sum(n for _, n in tests), seed)
+        rest = np.setdiff1d(np.arange(n_rows), held, assume_unique=True)
+        pool = rest[row_rng.permutation(len(rest))][: n_pool - len(held)]
         blocks = self._blocks(len(pool))
         needed = sum(rows for _, rows in blocks)
         if needed > len(pool):
             raise ScenarioError(
-                f"the scenario needs {needed} distinct rows but the dataset (after samples.total) has "
-                f"{len(pool)}; lower the counts (active, aligned, passive_only or block rows)"
+                f"the scenario needs {needed} distinct rows but the dataset (after samples.total and the held-out "
+                f"test rows) has {len(pool)}; lower the counts (active, aligned, passive_only or block rows)"
             )
         holders: dict[str, list[np.ndarray]] = {p.name: [] for p in self.parties}
-        block_rows: list[tuple[tuple[str, ...], np.ndarray]] = []
-        start = 0
-        for members, n_rows in blocks:
-            chunk = pool[start : start + n_rows]
-            start += n_rows
-            block_rows.append((members, chunk))
-            for name in members:
-                holders[name].append(chunk)
+        test_rows = _deal_blocks(tests, held, holders)
+        block_rows = _deal_blocks(blocks, pool, holders)
         empty = [name for name, chunks in holders.items() if not chunks]
         if empty:
             raise ScenarioError(
@@ -365,8 +379,43 @@ class ScenarioSpec:
             rows_by_party[name] = order_rng.permutation(rows)
         return Layout(
             standardize=self.standardize, dataset=dataset, parties=self.party_infos, columns=columns,
-            rows=rows_by_party, blocks=tuple(block_rows), seed=seed,
+            rows=rows_by_party, blocks=tuple(block_rows), seed=seed, test_blocks=tuple(test_rows),
         )
+
+    def _test_blocks(self, n_pool: int) -> list[tuple[tuple[str, ...], int]]:
+        """The held-out test blocks (members, rows), before any other row is dealt."""
+        s = self.samples
+        if s.layout == "blocks":
+            return [(b.parties, _resolve_count(f"samples.blocks[{i}].rows", b.rows, n_pool))
+                    for i, b in enumerate(s.blocks) if b.test]
+        active = self.active
+        everyone = (active, *(p.name for p in self.parties if p.role == "passive"))
+        out = [(everyone, _resolve_count("samples.test_aligned", s.test_aligned, n_pool)),
+               ((active,), _resolve_count("samples.test_active_only", s.test_active_only, n_pool))]
+        return [b for b in out if b[1] > 0]
+
+    def _held_out(self, dataset: Dataset, n: int, seed: int) -> np.ndarray:
+        """``n`` dataset rows for testing, stratified by label where it can be, drawn with ``test_seed``."""
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        n_rows = len(dataset.ids)
+        if n >= n_rows:
+            raise ScenarioError(f"the scenario holds out {n} test rows but the dataset has {n_rows}: leave rows "
+                                "to train on (lower test_aligned, test_active_only or the test blocks' rows)")
+        rng = np.random.default_rng(np.random.SeedSequence(
+            [self.samples.test_seed if self.samples.test_seed is not None else seed, 0x7E57]))
+        y = dataset.y
+        stratify = None
+        if dataset.task != "regression":
+            _, counts = np.unique(y, return_counts=True)
+            stratify = y if counts.min() >= 2 and n >= len(counts) and n_rows - n >= len(counts) else None
+        from sklearn.model_selection import train_test_split
+
+        _, chosen = train_test_split(np.arange(n_rows), test_size=n, random_state=int(rng.integers(2**31)),
+                                     stratify=stratify)
+        # Dealt to the test blocks in a random order, so each block is a random share of the stratified draw.
+        out: np.ndarray = rng.permutation(np.asarray(chosen, dtype=np.int64))
+        return out
 
     # -- columns -----------------------------------------------------------------------------
 
@@ -464,8 +513,9 @@ class ScenarioSpec:
         if s.layout == "blocks":
             out = []
             for i, block in enumerate(s.blocks):
-                out.append((block.parties, _resolve_count(f"samples.blocks[{i}].rows", block.rows, n_pool)))
-            seen = [frozenset(b.parties) for b in s.blocks]
+                if not block.test:
+                    out.append((block.parties, _resolve_count(f"samples.blocks[{i}].rows", block.rows, n_pool)))
+            seen = [(frozenset(b.parties), b.test) for b in s.blocks]
             if len(set(seen)) != len(seen):
                 raise ConfigError("two blocks name the same set of parties; merge them into one block")
             return out
@@ -490,6 +540,19 @@ class ScenarioSpec:
             blocks.append(((p,), n_only))
             outside -= n_only
         return [b for b in blocks if b[1] > 0]
+
+
+def _deal_blocks(blocks: Sequence[tuple[tuple[str, ...], int]], rows: np.ndarray,
+                 holders: dict[str, list[np.ndarray]]) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    """Consecutive runs of ``rows`` to each block, in order; each member party is told its run."""
+    out, start = [], 0
+    for members, n_rows in blocks:
+        chunk = rows[start : start + n_rows]
+        start += n_rows
+        out.append((members, chunk))
+        for name in members:
+            holders[name].append(chunk)
+    return out
 
 
 def _refuse_empty_parties(layout: Layout) -> None:
@@ -582,10 +645,28 @@ class Layout:
     blocks: tuple[tuple[tuple[str, ...], np.ndarray], ...]
     seed: int
     encodings: Mapping[str, TableEncoding] = field(default_factory=dict)
+    #: Rows held out for testing only (members, dataset rows): no party trains on them, whatever the split.
+    test_blocks: tuple[tuple[tuple[str, ...], np.ndarray], ...] = ()
 
     @property
     def active(self) -> str:
         return active_party(self.parties).name
+
+    def held_out(self, scored: str) -> np.ndarray | None:
+        """The IDs of the held-out test people of a kind (``'active_only'``: only the active party holds them;
+        ``'aligned'``: the active party and partners), all of them for ``'active'``; None without test blocks."""
+        if not self.test_blocks:
+            return None
+        active = self.active
+        rows = [r for members, r in self.test_blocks if active in members and
+                (scored == "active" or (len(members) == 1) == (scored == "active_only"))]
+        picked = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+        return np.sort(self.dataset.ids[picked])
+
+    def held_out_ids(self) -> np.ndarray:
+        """Every held-out test ID (empty without test blocks)."""
+        rows = [r for _, r in self.test_blocks]
+        return np.sort(self.dataset.ids[np.concatenate(rows)]) if rows else self.dataset.ids[:0]
 
     @property
     def task(self) -> Task:
@@ -699,9 +780,11 @@ class Layout:
         if stray:
             raise ScenarioError(f"test IDs {stray[:5]} are not held by the active party {active!r}")
         test_set = set(test_ids.tolist())
+        # Held-out test people are never trained on, whichever of them this split scores.
+        unseen = test_set | set(self.held_out_ids().tolist())
         keep: set[object] | None = None
         if train_scope == "aligned":
-            keep = set(self.aligned_ids().tolist()) - test_set
+            keep = set(self.aligned_ids().tolist()) - unseen
         elif train_scope != "all":
             raise ConfigError(f"train_scope must be 'all' or 'aligned', got {train_scope!r}")
         position = {v: i for i, v in enumerate(ds.ids.tolist())}
@@ -711,7 +794,7 @@ class Layout:
         for p in self.parties:
             ids = self.ids(p.name)
             is_test = np.fromiter((v in test_set for v in ids.tolist()), dtype=bool, count=len(ids))
-            in_scope = ~is_test
+            in_scope = ~np.fromiter((v in unseen for v in ids.tolist()), dtype=bool, count=len(ids))
             if keep is not None:
                 in_scope &= np.fromiter((v in keep for v in ids.tolist()), dtype=bool, count=len(ids))
             cols = tuple(self.columns[p.name])

@@ -11,9 +11,20 @@ party's people shared) it varies one thing at a time:
   partners'). This is our own take on VertiBench's importance and correlation splits (Wu et al., 2023),
   written here rather than taken from ``vertibench`` because it must work on any table vflo loads and
   keep the active party's share of columns fixed across splits;
+* ``second_hop``: a second passive party that shares people with the first one but none with the active
+  party (VFL-ASP's setting); the value is how many people the two passive parties share, as a share of the
+  active party's training people. Here the active party holds half the training people (the rest are the
+  second hop's), and each method runs with the settings it gives for that layout
+  (:meth:`~vflo.methods.base.Method.layout_settings`: SplitNN trains with the first hop alone), or says why
+  it cannot;
 * ``scored``: whose people are scored: ``aligned`` (people every party holds: collaborative inference) or
   ``active_only`` (people only the active party holds: new people, where only methods that score from the
   active party's features can answer; the others are marked unable).
+
+The test people are held out first, the same in every cell and repeat: people every party holds (in
+second-hop cells: the active party and the first hop) and people only the active party holds, at least
+``test_rows`` of each where the dataset allows (never more than ``test_fraction`` of its rows each). The
+overlap varies only among the training people, so every cell is scored on the same people.
 
 Each cell is a regular experiment (``repeated_runs``), so every row is what ``vflo run`` records; the report
 adds a "which method when" table computed from the runs.
@@ -24,7 +35,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -42,12 +53,9 @@ logger = logging.getLogger(__name__)
 
 Split = Literal["random", "importance", "correlation"]
 Scored = Literal["aligned", "active_only"]
-#: Methods that need a party layout the comparison does not make, and why.
-NEEDS_LAYOUT = {
-    "entity_augmentation": "needs a label-only host (the active party holds no columns in its paper's setting)",
-    "vfl_asp": "needs a second-hop party that shares no one with the active party",
-    "vfl_asp_student": "needs a second-hop party that shares no one with the active party",
-}
+Axis = Literal["aligned", "passives", "split", "second_hop"]
+#: The names of the passive parties in a second-hop cell.
+FIRST_HOP, SECOND_HOP = "passive1", "passive2"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,10 +65,12 @@ class CompareSettings:
     aligned: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
     passives: tuple[int, ...] = (1, 2, 4)
     splits: tuple[Split, ...] = ("random", "importance", "correlation")
+    second_hop: tuple[float, ...] = (0.25, 0.5, 1.0)
     scored: tuple[Scored, ...] = ("aligned", "active_only")
     base_aligned: float = 0.5
     active_share: float = 0.3
-    repeats: int = 2
+    repeats: int = 3
+    test_rows: int = 50
     test_fraction: float = 0.2
     rows: int | None = None
     methods: tuple[str, ...] = ()
@@ -75,8 +85,12 @@ class CompareSettings:
             raise ConfigError(f"compare.passives: counts of passive parties, at least 1, got {self.passives}")
         if not 0 < self.active_share < 1:
             raise ConfigError(f"compare.active_share must be in (0, 1), got {self.active_share}")
-        if self.repeats < 1 or not 0 < self.test_fraction < 1:
-            raise ConfigError("compare.repeats must be at least 1 and compare.test_fraction in (0, 1)")
+        if any(not 0 < v <= 1 for v in self.second_hop):
+            raise ConfigError(f"compare.second_hop: people the two passive parties share, as a share of the active "
+                              f"party's training people, in (0, 1]; got {self.second_hop}")
+        if self.repeats < 1 or self.test_rows < 1 or not 0 < self.test_fraction < 0.5:
+            raise ConfigError("compare.repeats and compare.test_rows must be at least 1, and compare.test_fraction "
+                              "(the most of the rows each test set may take) in (0, 0.5)")
         for name in (*self.methods, *self.settings):
             get_method(name)  # an unknown name fails here, with a "did you mean"
         for name, overrides in self.settings.items():
@@ -87,7 +101,7 @@ class CompareSettings:
 class Cell:
     """One experiment of the comparison: an axis, its value, and whose people are scored."""
 
-    axis: Literal["aligned", "passives", "split"]
+    axis: Axis
     value: Any
     scored: Scored
     passives: int
@@ -96,6 +110,10 @@ class Cell:
     @property
     def label(self) -> str:
         return f"{self.axis}={self.value}, scored={self.scored}"
+
+    @property
+    def layout(self) -> Literal["star", "second_hop"]:
+        return "second_hop" if self.axis == "second_hop" else "star"
 
 
 @dataclass
@@ -111,6 +129,10 @@ class Comparison:
     seconds: float
     settings: CompareSettings
     results: list[ExperimentResult] = field(default_factory=list)
+    #: Held-out test people of each kind (the same in every cell and repeat).
+    test_people: int = 0
+    #: The settings methods ran with in second-hop cells (their own, from ``Method.layout_settings``).
+    second_hop_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def load_compare(raw: Mapping[str, Any], *, quick: bool = False) -> tuple[dict[str, Any], CompareSettings]:
@@ -169,48 +191,69 @@ def _deal(order: list[str], n_active: int, passives: int) -> list[list[str]]:
 def cells(settings: CompareSettings) -> list[Cell]:
     out = []
     for scored in settings.scored:
-        # Scoring people only the active party holds needs some: all shared leaves none.
-        out += [Cell("aligned", a, scored, 1, "random") for a in settings.aligned
-                if scored == "aligned" or a < 1.0]
-        if scored == "active_only" and settings.base_aligned >= 1.0:
-            continue
+        out += [Cell("aligned", a, scored, 1, "random") for a in settings.aligned]
         out += [Cell("passives", n, scored, n, "random") for n in settings.passives if n != 1]
         out += [Cell("split", s, scored, 1, s) for s in settings.splits if s != "random"]
+        out += [Cell("second_hop", v, scored, 2, "random") for v in settings.second_hop]
     return out
 
 
-def applicable(settings: CompareSettings, task: str, scored: Scored) -> tuple[list[str], dict[str, str]]:
-    """The methods that run in a cell, and every other one with the reason."""
+def held_out_people(settings: CompareSettings, n_rows: int) -> int:
+    """Held-out test people of each kind: ``test_rows``, or half of ``test_fraction`` of the rows when that is
+    more, and never more than ``test_fraction`` of the rows (a small dataset keeps rows to train on)."""
+    return min(max(settings.test_rows, round(settings.test_fraction * n_rows / 2)),
+               int(settings.test_fraction * n_rows))
+
+
+def applicable(settings: CompareSettings, task: str, cell: Cell) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The methods that run in a cell with their settings, and every other one with the reason."""
     names = list(settings.methods) or method_names()
-    run, skipped = [], {}
+    run, skipped = {}, {}
     for name in names:
         cls = get_method(name)
-        if name in NEEDS_LAYOUT:
-            skipped[name] = NEEDS_LAYOUT[name]
+        own = cls.layout_settings(cell.layout, first_hop=FIRST_HOP, second_hop=SECOND_HOP)
+        if isinstance(own, str):
+            skipped[name] = own
         elif task not in cls.tasks:
             skipped[name] = f"does not support {task} tasks"
-        elif scored == "active_only" and cls.inference != "active_only":
+        elif cell.scored == "active_only" and cls.inference != "active_only":
             skipped[name] = "scores together with its partners, who have never seen these people"
         else:
-            run.append(name)
+            run[name] = {**settings.settings.get(name, {}), **own}
     return run, skipped
 
 
 def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: Cell, columns: list[list[str]],
-                      methods: Sequence[str]) -> dict[str, Any]:
-    """The experiment a cell runs, as the tables of a config file."""
+                      methods: Mapping[str, Mapping[str, Any]], n_rows: int) -> dict[str, Any]:
+    """The experiment a cell runs, as the tables of a config file: the test people held out first (drawn with
+    the comparison's seed, so the same in every cell and repeat), the overlap among the rest."""
     parties = [{"name": "active", "role": "active", "columns": columns[0]}]
     parties += [{"name": f"passive{i + 1}", "role": "passive", "columns": cols} for i, cols in enumerate(columns[1:])]
     aligned = cell.value if cell.axis == "aligned" else settings.base_aligned
-    samples: dict[str, Any] = {"aligned": float(aligned)}
+    n = settings.rows or n_rows
+    tests = held_out_people(settings, n)
+    seed = int(base.get("seed", 0))
+    samples: dict[str, Any]
+    if cell.layout == "second_hop":
+        # The active party holds half of the training people; the two passive parties share up to as many
+        # people again, whom the active party does not hold.
+        own = (n - 2 * tests) // 2
+        shared = round(aligned * own)
+        samples = {"layout": "blocks", "test_seed": seed, "blocks": [
+            {"parties": ["active", FIRST_HOP], "rows": tests, "test": True},
+            {"parties": ["active"], "rows": tests, "test": True},
+            {"parties": ["active", FIRST_HOP], "rows": shared},
+            {"parties": ["active"], "rows": own - shared},
+            {"parties": [FIRST_HOP, SECOND_HOP], "rows": round(float(cell.value) * own)}]}
+    else:
+        samples = {"aligned": float(aligned), "test_aligned": tests, "test_active_only": tests, "test_seed": seed}
     if settings.rows is not None:
         samples["total"] = settings.rows
     raw = copy.deepcopy(dict(base))
     raw["name"] = f"{base.get('name', 'compare')}: {cell.label}"
     raw["scenario"] = {"parties": parties, "samples": samples}
-    raw["protocol"] = {"name": "repeated_runs", "runs": settings.repeats, "test_fraction": settings.test_fraction,
-                       "test_from": cell.scored}
-    raw["methods"] = [{"name": m, **settings.settings.get(m, {})} for m in methods]
+    raw["protocol"] = {"name": "repeated_runs", "runs": settings.repeats, "test_from": cell.scored}
+    raw["methods"] = [{"name": m, **dict(table)} for m, table in methods.items()]
     return raw
 
 
@@ -230,23 +273,29 @@ def compare(raw: Mapping[str, Any], *, data_dir: str | None = None, quick: bool 
     skipped_all: dict[str, str] = {}
     results: list[ExperimentResult] = []
     plan = cells(settings)
+    hop_settings: dict[str, dict[str, Any] | str] = {}
     for k, cell in enumerate(plan):
         if on_cell is not None:
             on_cell(cell, k, len(plan))
-        methods, skipped = applicable(settings, task, cell.scored)
+        methods, skipped = applicable(settings, task, cell)
+        where = f"{cell.scored}, second hop" if cell.layout == "second_hop" else cell.scored
         for name, why in skipped.items():
-            skipped_all.setdefault(f"{name} ({cell.scored})", why)
+            skipped_all.setdefault(f"{name} ({where})", why)
+        if cell.layout == "second_hop":
+            hop_settings |= {m: get_method(m).layout_settings("second_hop", first_hop=FIRST_HOP,
+                                                                 second_hop=SECOND_HOP) for m in methods}
         if not methods:
             continue
         try:
             columns = column_split(dataset, cell.split, cell.passives, settings.active_share, seed)
-            config = parse_config(experiment_tables(base, settings, cell, columns, methods))
+            config = parse_config(experiment_tables(base, settings, cell, columns, methods, len(dataset.ids)))
             result = run_experiment(config, data_dir=data_dir)
         except Exception as exc:  # a scenario a cell cannot make (e.g. too few shared people): recorded, go on
             logger.warning("compare: %s could not run: %s", cell.label, exc)
             frames.append(pd.DataFrame([{"method": m, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
                                         for m in methods]).assign(axis=cell.axis, value=str(cell.value),
-                                                                  scored=cell.scored))
+                                                                  scored=cell.scored, passives=cell.passives,
+                                                                  split=cell.split))
             continue
         results.append(result)
         frame = pd.DataFrame(result.rows).assign(axis=cell.axis, value=str(cell.value), scored=cell.scored,
@@ -256,7 +305,8 @@ def compare(raw: Mapping[str, Any], *, data_dir: str | None = None, quick: bool 
     metric = results[0].config.metric if results else "accuracy"
     return Comparison(name=str(base.get("name", "compare")), dataset=dataset, task=task, metric=metric, rows=rows,
                       skipped=skipped_all, seconds=time.perf_counter() - started, settings=settings,
-                      results=results)
+                      results=results, test_people=held_out_people(settings, settings.rows or len(dataset.ids)),
+                      second_hop_settings={m: v for m, v in hop_settings.items() if isinstance(v, dict) and v})
 
 
 def summary(comparison: Comparison) -> pd.DataFrame:
@@ -279,12 +329,75 @@ def summary(comparison: Comparison) -> pd.DataFrame:
 MIN_TEST_ROWS = 20
 # A best method needs a spread to be told apart by: fewer runs than this name none.
 MIN_REPEATS = 3
+#: Two methods differ when a paired t-test over the repeats gives p below this (two-sided).
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Method ``a`` against ``b`` in one cell, paired by repeat (the same test people, layout and seeds)."""
+
+    a: str
+    b: str
+    mean_a: float
+    mean_b: float
+    std_a: float
+    std_b: float
+    runs: int
+    p: float
+
+    def verdict(self, higher_is_better: bool) -> Literal["ahead of", "behind", "not clearly different from"]:
+        """``a`` ahead of, behind, or not clearly different from ``b`` (paired t-test at ``ALPHA``; fewer than
+        ``MIN_REPEATS`` pairs decide nothing)."""
+        if self.runs < MIN_REPEATS or not self.p < ALPHA:
+            return "not clearly different from"
+        return "ahead of" if (self.mean_a > self.mean_b) == higher_is_better else "behind"
+
+    def sentence(self, metric: str, higher_is_better: bool) -> str:
+        if self.runs < MIN_REPEATS:
+            return (f"{self.a} {self.mean_a:.3f} against {self.b} {self.mean_b:.3f} ({metric}) over {self.runs} "
+                    f"run(s): too few to tell (a paired test needs at least {MIN_REPEATS})")
+        return (f"{self.a} {self.mean_a:.3f} ± {self.std_a:.3f} against {self.b} {self.mean_b:.3f} ± {self.std_b:.3f} "
+                f"({metric}) over {self.runs} paired runs (paired t-test p = {self.p:.3g}): {self.a} "
+                f"{self.verdict(higher_is_better)} {self.b}")
+
+
+def paired_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided p-value of a paired t-test; identical pairs differ by nothing (1.0), a constant non-zero
+    difference is certain (0.0)."""
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if len(d) < 2:
+        return float("nan")
+    if np.allclose(d, d[0], rtol=0.0, atol=1e-12):
+        return 1.0 if abs(d[0]) <= 1e-12 else 0.0
+    from scipy.stats import ttest_rel
+
+    return float(ttest_rel(a, b).pvalue)
+
+
+def paired(rows: pd.DataFrame, metric: str, cell: Mapping[str, Any], a: str, b: str) -> Paired | None:
+    """``a`` against ``b`` in the cell ``cell`` (axis, value, scored) from the comparison's rows, or None where
+    either did not run there."""
+    ok = rows[(rows["status"] == "ok")] if "status" in rows else rows
+    for key, value in cell.items():
+        ok = ok[ok[key].astype(str) == str(value)]
+    runs = {m: ok[ok["method"] == m].assign(pair=lambda f: f["repeat"].astype(str) + "/" + f["fold"].astype(str))
+            .set_index("pair")[metric] for m in (a, b)}
+    common = sorted(set(runs[a].index) & set(runs[b].index))
+    if not common:
+        return None
+    x, y = runs[a].loc[common].to_numpy(float), runs[b].loc[common].to_numpy(float)
+    return Paired(a, b, float(x.mean()), float(y.mean()), _std(x), _std(y), len(common), paired_p(x, y))
+
+
+def _std(values: np.ndarray) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
 
 
 def which_method(comparison: Comparison, table: pd.DataFrame) -> pd.DataFrame:
-    """Per (axis, value, scored): the best deployable method by mean metric, and every method whose mean is
-    within the best one's standard deviation (a tie); oracles are left out, and a cell with fewer than
-    ``MIN_TEST_ROWS`` test rows or fewer than ``MIN_REPEATS`` runs names none."""
+    """Per (axis, value, scored): the best deployable method by mean metric, and every method a paired t-test
+    over the repeats cannot tell from it (p >= ``ALPHA``: a tie); oracles are left out, and a cell with fewer
+    than ``MIN_TEST_ROWS`` test rows or fewer than ``MIN_REPEATS`` runs names none."""
     metric = comparison.metric
     from vflo.metrics import higher_is_better
 
@@ -296,17 +409,20 @@ def which_method(comparison: Comparison, table: pd.DataFrame) -> pd.DataFrame:
             continue
         position = int(np.argmax(candidates[metric].to_numpy()) if better else np.argmin(candidates[metric].to_numpy()))
         best = candidates.iloc[position]
-        margin = float(best[f"{metric}_std"])
-        close = candidates[(candidates[metric] >= best[metric] - margin) if better
-                           else (candidates[metric] <= best[metric] + margin)]
-        ties = [m for m in close["method"] if m != best["method"]]
+        row = {"axis": axis, "value": value, "scored": scored, "test_rows": float(best["test_rows"])}
         if float(best["test_rows"]) < MIN_TEST_ROWS or int(best["runs"]) < MIN_REPEATS:
             why = ("too few test rows to tell" if float(best["test_rows"]) < MIN_TEST_ROWS else
                    f"{int(best['runs'])} run(s): no spread to tell by (at least {MIN_REPEATS} needed)")
-            out.append({"axis": axis, "value": value, "scored": scored, "best": why,
-                        metric: float("nan"), "std": float("nan"), "ties": "", "test_rows": float(best["test_rows"])})
+            out.append({**row, "best": why, metric: float("nan"), "std": float("nan"), "ties": ""})
             continue
-        out.append({"axis": axis, "value": value, "scored": scored, "best": best["method"],
-                    metric: float(best[metric]), "std": margin, "ties": ", ".join(ties),
-                    "test_rows": float(best["test_rows"])})
+        where = {"axis": axis, "value": value, "scored": scored}
+        ties = []
+        for other in candidates["method"]:
+            if other == best["method"]:
+                continue
+            test = paired(comparison.rows, metric, where, str(best["method"]), str(other))
+            if test is not None and test.verdict(better) == "not clearly different from":
+                ties.append(str(other))
+        out.append({**row, "best": best["method"], metric: float(best[metric]), "std": float(best[f"{metric}_std"]),
+                    "ties": ", ".join(ties)})
     return pd.DataFrame(out)

@@ -12,12 +12,22 @@ from typing import Any
 
 import pandas as pd
 
-from vflo.experiments.compare import MIN_REPEATS, MIN_TEST_ROWS, Comparison, summary, which_method
+from vflo.experiments.compare import (
+    ALPHA,
+    MIN_REPEATS,
+    MIN_TEST_ROWS,
+    Comparison,
+    paired,
+    summary,
+    which_method,
+)
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table
+from vflo.experiments.styles import jitter, method_style
 
 AXIS_TEXT = {"aligned": "share of the active party's people the others also hold",
-             "passives": "number of passive parties", "split": "how the columns are split"}
+             "passives": "number of passive parties", "split": "how the columns are split",
+             "second_hop": "people a second-hop party shares with the first hop, as a share of the active party's"}
 
 
 def _name(method: str, oracle: bool) -> str:
@@ -56,11 +66,15 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
         part = cells[cells["test_rows"] >= MIN_TEST_ROWS]
         if part.empty:
             continue
-        fig, ax = plt.subplots(figsize=(7, 4.2))
+        fig, ax = plt.subplots(figsize=(9, 4.6))
+        names = list(dict.fromkeys(part["method"].astype(str)))
         for method, sub in part.groupby("method", sort=False):
             oracle = bool(sub["simulation_only"].iloc[0])
             sub = sub.sort_values("x")
-            ax.errorbar(sub["x"], sub[metric], yerr=sub[f"{metric}_std"].fillna(0.0), marker="o", capsize=3,
+            colour, marker = method_style(str(method))
+            # Methods at the same share are nudged apart (log axis: a factor), so no marker hides another.
+            ax.errorbar(sub["x"] * jitter(str(method), names), sub[metric], yerr=sub[f"{metric}_std"].fillna(0.0),
+                        marker=marker, color=colour, capsize=3, markersize=6, alpha=0.9,
                         label=_name(str(method), oracle), linestyle="--" if oracle else "-")
         ax.set_xscale("log")
         # Ticks at the shares the comparison ran (1%, 5%, ...), not at powers of ten the range may not reach.
@@ -75,20 +89,22 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
                 if dropped else "")
         ax.set_title(f"{title}\n{metric} scoring {who}; error bars ± 1 std over the repeats{note}", fontsize=9)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7, ncol=2)
+        _legend_outside(ax)
         fig.tight_layout()
         out[f"metric_{scored}"] = _svg(fig)
     part = data[data["scored"] == data["scored"].iloc[0]]
     for column, label in (("fit_bytes", "training traffic, MB (measured)"), ("fit_rounds", "training rounds")):
-        fig, ax = plt.subplots(figsize=(7, 4.2))
+        fig, ax = plt.subplots(figsize=(9, 4.6))
         silent = []
+        names = list(dict.fromkeys(part["method"].astype(str)))
         for method, sub in part.groupby("method", sort=False):
             if (sub[column] <= 0).all():
                 silent.append(str(method))
                 continue
             sub = sub.sort_values("x")
             values = sub[column] / 1e6 if column == "fit_bytes" else sub[column]
-            ax.plot(sub["x"], values, marker="o", label=str(method))
+            colour, marker = method_style(str(method))
+            ax.plot(sub["x"] * jitter(str(method), names), values, marker=marker, color=colour, label=str(method))
         ax.set_xscale("log")
         ax.set_yscale("log")
         # Ticks at the shares the comparison ran (1%, 5%, ...), not at powers of ten the range may not reach.
@@ -102,10 +118,69 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
         ax.set_ylabel(label + " (log scale)")
         ax.set_title(title + (f"\nno training messages: {', '.join(silent)}" if silent else ""), fontsize=9)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7, ncol=2)
+        _legend_outside(ax)
         fig.tight_layout()
         out[column] = _svg(fig)
     return out
+
+
+def _legend_outside(ax: Any) -> None:
+    """The legend beside the plot, never over the data."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def claims(comparison: Comparison) -> list[str]:
+    """The comparison's sentences about the seed papers' claims, each computed from the runs by the same paired
+    test as the "which method when" table; a claim whose cells did not run is left out."""
+    from vflo.metrics import higher_is_better
+
+    rows, metric = comparison.rows, comparison.metric
+    if rows.empty or "status" not in rows:
+        return []
+    better = higher_is_better(metric)
+    ok = rows[rows["status"] == "ok"]
+    out = []
+    shares = sorted({float(v) for v in ok[ok["axis"] == "aligned"]["value"]})
+    by_rounds = ok[(ok["axis"] == "aligned") & (ok["scored"] == "aligned")].groupby("method")["fit_rounds"]
+    if len(by_rounds):
+        low, high = by_rounds.min(), by_rounds.max()
+        once = sorted(m for m in high.index if 0 < high[m] <= 1)
+        many = sorted(m for m in high.index if high[m] > 1)
+        if once and many:
+            out.append(f"Training rounds across the shares: {', '.join(once)} in one exchange in every cell; "
+                       + ", ".join(f"{m} {low[m]:.0f}" + (f" to {high[m]:.0f}" if high[m] != low[m] else "")
+                                   for m in many) + ".")
+
+    def line(claim: str, where: dict[str, Any], a: str, b: str) -> None:
+        test = paired(rows, metric, where, a, b)
+        if test is not None:
+            place = ", ".join(f"{k} = {v}" for k, v in where.items())
+            out.append(f"{claim} ({place}): {test.sentence(metric, better)}.")
+
+    if shares:
+        small, full = _value(shares[0]), _value(shares[-1])
+        line("APC-VFL's claim, its active-only model helps people partners never saw",
+             {"axis": "aligned", "value": small, "scored": "active_only"}, "apc_vfl", "local")
+        line("RAP's claim, close to the centralised model", {"axis": "aligned", "value": full, "scored": "aligned"},
+             "rap", "centralized")
+        line("Federating with everyone shared", {"axis": "aligned", "value": full, "scored": "aligned"},
+             "splitnn", "local")
+        line("Entity Augmentation's claim, the records partners do not share help split learning",
+             {"axis": "aligned", "value": small, "scored": "aligned"}, "entity_augmentation", "splitnn")
+    hops = sorted({float(v) for v in ok[ok["axis"] == "second_hop"]["value"]})
+    if hops:
+        most = _value(hops[-1])
+        line("VFL-ASP's claim, a second-hop party's features help (SplitNN: the first hop alone)",
+             {"axis": "second_hop", "value": most, "scored": "aligned"}, "vfl_asp", "splitnn")
+        line("VFL-ASP's student against the active party alone, scoring new people",
+             {"axis": "second_hop", "value": most, "scored": "active_only"}, "vfl_asp_student", "local")
+    return out
+
+
+def _value(share: float) -> str:
+    """A share as the comparison's rows spell it (``0.5``, ``1.0``)."""
+    return str(float(share))
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -127,16 +202,17 @@ def _tables(comparison: Comparison, table: pd.DataFrame) -> list[tuple[str, list
     out = []
     best = which_method(comparison, table)
     if not best.empty:
-        out.append(("Which method when (best deployable method per cell; ties: within the best one's std; a cell "
-                    f"with fewer than {MIN_TEST_ROWS} test rows or {MIN_REPEATS} runs names none)",
+        out.append(("Which method when (best deployable method per cell; ties: methods a paired t-test over the "
+                    f"repeats cannot tell from it, p >= {ALPHA}; a cell with fewer than {MIN_TEST_ROWS} test rows or "
+                    f"{MIN_REPEATS} runs names none)",
                     ["varied", "value", "people scored", "test rows", "best", metric, "± std", "ties"],
                     [[AXIS_TEXT[r["axis"]], r["value"], r["scored"], f"{r['test_rows']:.0f}", r["best"],
                       _fmt(r[metric]), _fmt(r["std"]), r["ties"] or "-"] for _, r in best.iterrows()]))
-    for axis in ("aligned", "passives", "split"):
+    for axis in ("aligned", "passives", "split", "second_hop"):
         part = table[table["axis"] == axis]
         if part.empty:
             continue
-        out.append((f"Varying the {AXIS_TEXT[axis]}",
+        out.append((f"Varying: {AXIS_TEXT[axis]}",
                     ["value", "people scored", "method", metric, "± std", "training MB", "rounds", "seconds",
                      "runs"],
                     [[r["value"], r["scored"], _name(r["method"], bool(r["simulation_only"])), _fmt(r[metric]),
@@ -169,14 +245,36 @@ def _intro(comparison: Comparison) -> list[str]:
         f"Base scenario: the active party keeps {s.active_share:.0%} of the columns and every row"
         f"{f' (of {s.rows} sampled)' if s.rows else ''}; one passive party holds the rest of the columns for "
         f"{s.base_aligned:.0%} of those people; columns split at random. One thing varies at a time.",
-        f"Every cell: {s.repeats} repeat(s) of a {s.test_fraction:.0%} test split, the same splits and seeds for "
+        _test_line(comparison),
+        f"Every cell: {s.repeats} repeat(s), each its own layout of the training people and seeds, the same for "
         f"every method; {len(comparison.rows)} method runs in {comparison.seconds / 60:.1f} min.",
         "Oracles pool every party's raw features (simulation only) and are not candidates for the best method.",
+        *([f"Second-hop cells: the active party holds half of the training people; methods ran with their own "
+           f"settings for that layout: {_settings_text(comparison.second_hop_settings)}."]
+          if comparison.second_hop_settings else []),
     ]
+
+
+def _test_line(comparison: Comparison) -> str:
+    s, n = comparison.settings, comparison.test_people
+    rows = s.rows or len(comparison.dataset.ids)
+    fewer = (f" (fewer than {s.test_rows}: the dataset has {rows} rows and each test set takes at most "
+             f"{s.test_fraction:.0%} of them)" if n < s.test_rows else "")
+    return (f"Test people, held out first and the same in every cell and repeat: {n} every party holds (second-hop "
+            f"cells: the active party and the first hop) and {n} only the active party holds{fewer}; the overlap "
+            "varies only among the training people.")
+
+
+def _settings_text(settings: dict[str, dict[str, Any]]) -> str:
+    return "; ".join(f"{m}: " + ", ".join(f"{k} = {v}" for k, v in table.items()) for m, table in
+                     sorted(settings.items()))
 
 
 def render_markdown(comparison: Comparison, table: pd.DataFrame) -> str:
     lines = [f"# {comparison.name}", "", *(f"- {line}" for line in _intro(comparison)), ""]
+    found = claims(comparison)
+    if found:
+        lines += ["## What the runs say about the papers' claims", "", *(f"- {c}" for c in found), ""]
     for title, header, rows in _tables(comparison, table):
         lines += [f"## {title}", "", markdown_table(header, rows), ""]
     lines += ["Plots: report.html (one file, open it in any browser).", ""]
@@ -195,6 +293,10 @@ def render_html(comparison: Comparison, table: pd.DataFrame) -> str:
     parts.append("</ul>")
     if comparison.dataset.standin:
         parts.append("<p class='standin'>STAND-IN DATA: generated, shaped like the real dataset.</p>")
+    found = claims(comparison)
+    if found:
+        parts += ["<h2>What the runs say about the papers' claims</h2>", "<ul>",
+                  *(f"<li>{esc(c)}</li>" for c in found), "</ul>"]
     figures = plots(comparison, table)
     for key, title in (("metric_aligned", "Scoring people every party holds"),
                        ("metric_active_only", "Scoring people only the active party holds (new people)"),
@@ -218,6 +320,7 @@ def write_comparison(comparison: Comparison, out_dir: Path, *, overwrite: bool =
         (tmp / "results.json").write_text(json.dumps(
             {"name": comparison.name, "dataset": comparison.dataset.label, "standin": comparison.dataset.standin,
              "task": comparison.task, "metric": comparison.metric, "seconds": comparison.seconds,
+             "test_people": comparison.test_people, "second_hop_settings": comparison.second_hop_settings,
              "skipped": comparison.skipped, "rows": comparison.rows.to_dict(orient="records")},
             indent=1, default=str))
         (tmp / "report.md").write_text(render_markdown(comparison, table))

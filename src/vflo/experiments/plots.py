@@ -42,8 +42,9 @@ def write_plots(result: ExperimentResult, summary: pd.DataFrame, out_dir: Path) 
     metric = result.config.metric
     xcol, xvalues, xlabels = _x_axis(result, summary)
     positions = {v: i for i, v in enumerate(xvalues)} if xlabels else {v: v for v in xvalues}
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colours = {m: cycle[i % len(cycle)] for i, m in enumerate(dict.fromkeys(summary["method"]))}
+    from vflo.experiments.styles import method_style
+
+    styles = {m: method_style(str(m)) for m in dict.fromkeys(summary["method"])}
     title = result.dataset.label
     if result.dataset.standin:
         title += "\nSTAND-IN DATA (generated)"
@@ -55,27 +56,28 @@ def write_plots(result: ExperimentResult, summary: pd.DataFrame, out_dir: Path) 
         return f"{method} (oracle)" if str(method) in oracles else str(method)
 
     repeats = result.config.protocol.repetitions()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
     for method, sub in summary.groupby("method", sort=False):
         sub = sub.sort_values(xcol, key=lambda s: s.map(xvalues.index))
         xs = [positions[v] for v in sub[xcol]]
-        ax.errorbar(xs, sub[metric], yerr=sub[f"{metric}_std"], marker="o", capsize=3, label=name(method),
-                    color=colours[method], linestyle="--" if str(method) in oracles else "-")
+        colour, marker = styles[method]
+        ax.errorbar(xs, sub[metric], yerr=sub[f"{metric}_std"], marker=marker, capsize=3, label=name(method),
+                    color=colour, linestyle="--" if str(method) in oracles else "-")
     paths.append(_finish(fig, ax, out_dir / "metric_vs_x.png", xcol=xcol, ylabel=metric,
                          title=f"{title}\nerror bars: ± 1 standard deviation over {repeats} repeat(s)",
                          xlabels=xlabels))
 
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
     silent = []
     for method, sub in summary.groupby("method", sort=False):
         if (sub["fit_bytes"] <= 0).all():
             silent.append(name(method))
             continue
         sub = sub.sort_values(xcol, key=lambda s: s.map(xvalues.index))
-        ax.plot([positions[v] for v in sub[xcol]], sub["fit_bytes"] / 1e6, marker="o", label=name(method),
-                color=colours[method])
+        ax.plot([positions[v] for v in sub[xcol]], sub["fit_bytes"] / 1e6, marker=styles[method][1],
+                label=name(method), color=styles[method][0], linestyle="--" if str(method) in oracles else "-")
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g} MB"))
@@ -96,7 +98,7 @@ def _finish(fig: Any, ax: Any, path: Path, *, xcol: str, ylabel: str, title: str
         ax.set_xticks(range(len(xlabels)), xlabels)
     ax.grid(alpha=0.3, which="both")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -66,9 +66,15 @@ class Protocol(ABC):
 
 
 def pool(layout: Layout, test_from: TestFrom) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate test IDs and their labels."""
+    """Candidate test IDs and their labels: with held-out test people (test blocks), exactly those."""
     active = layout.active
-    if test_from == "aligned":
+    held = layout.held_out(test_from)
+    if held is not None:
+        if len(held) == 0:
+            raise ScenarioError(f"test_from = {test_from!r} but the scenario holds out no such test people; add "
+                                "them (samples.test_aligned / test_active_only, or a test block)")
+        ids = held
+    elif test_from == "aligned":
         ids = layout.aligned_ids()
         if len(ids) == 0:
             raise ScenarioError("test_from = 'aligned' but the active party shares no row with the others")
@@ -124,6 +130,7 @@ class AlignedHoldout(Protocol):
         return self.repeats
 
     def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
+        _refuse_test_blocks(layout, self.name)
         ids, y = pool(layout, "aligned")
         return [Split(0, draw_test(ids, y, self.test_rows, rng, self.stratify, "test_rows"), self.train_scope)]
 
@@ -139,6 +146,8 @@ class _SingleSplit(Protocol):
 
     def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
         ids, y = pool(layout, self.test_from)
+        if layout.test_blocks:  # the scenario fixed its test people: every one of them is scored
+            return [Split(0, ids, self.train_scope)]
         return [Split(0, draw_test(ids, y, self.test_fraction, rng, self.stratify, "test_fraction"), self.train_scope)]
 
 
@@ -183,6 +192,7 @@ class ActiveCV(Protocol):
         return self.repeats
 
     def splits(self, layout: Layout, rng: np.random.Generator) -> list[Split]:
+        _refuse_test_blocks(layout, self.name)
         ids, y = pool(layout, self.test_from)
         return [Split(i, test, self.train_scope) for i, test in enumerate(self.fold_ids(ids, y, rng))]
 
@@ -198,6 +208,13 @@ class ActiveCV(Protocol):
         else:
             folds = KFold(self.folds, shuffle=True, random_state=seed).split(ids)
         return [np.sort(ids[test]) for _, test in folds]
+
+
+def _refuse_test_blocks(layout: Layout, protocol: str) -> None:
+    if layout.test_blocks:
+        raise ConfigError(f"protocol {protocol} draws its own test rows, but the scenario holds out fixed test "
+                          "people (samples.test_aligned / test_active_only or test blocks); use holdout or "
+                          "repeated_runs, which score exactly those")
 
 
 PROTOCOLS: dict[str, type[Protocol]] = {

@@ -184,7 +184,8 @@ def _collect(result: ExperimentResult, rows: list[dict[str, Any]], comm: dict[st
 
 def _facts(layout: Layout, data: FederatedData, *, n_test: int) -> dict[str, Any]:
     return {
-        "aligned": len(layout.aligned_ids()),
+        # People the active party shares, held-out test people left out (they are scored, never trained on).
+        "aligned": len(np.setdiff1d(layout.aligned_ids(), layout.held_out_ids())),
         "active_samples": len(layout.rows[layout.active]),
         "active_features": len(layout.columns[layout.active]),
         "n_train_active": data.train[data.active].n_samples,

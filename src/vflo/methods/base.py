@@ -110,6 +110,19 @@ class Method(HandlerSet, ABC):
             return []
         return [p.name for p in parties if p.role == "passive"]
 
+    #: Why a method that trains with every passive party on people they share with the active party cannot
+    #: run where one partner shares no one with it.
+    NO_SECOND_HOP: ClassVar[str] = ("trains with every passive party on people it shares with the active party; "
+                                    "the second-hop party shares none")
+
+    @classmethod
+    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
+                        second_hop: str = "") -> dict[str, Any] | str:
+        """The settings this method runs with in a comparison's party layout, or why it cannot run there.
+        ``'star'``: every passive party shares people with the active party; ``'second_hop'``: ``first_hop``
+        shares people with the active party and with ``second_hop``, which shares none with the active party."""
+        return {} if layout == "star" else cls.NO_SECOND_HOP
+
     def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
         """Data-less parties (server, dealer) this method needs beside the data holders."""
         return ()

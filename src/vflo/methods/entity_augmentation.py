@@ -53,6 +53,10 @@ class EntityAugmentationConfig(MethodConfig):
 
     ``guest``: every guest's network (``guest_layers`` overrides it for named guests); ``host``: the
     host's layers before its output layer, which is added (1 unit for binary tasks, C otherwise).
+    ``host_features = 'use'``: a host that holds feature columns is its own guest: ``host_bottom`` (layer
+    words) over its columns, walking its own labelled entities in its own order, its activation beside the
+    guests' and its label weighted by its width; ``'ignore'`` leaves its columns unused (the paper's label-only
+    host). A host with no columns is label-only either way.
     ``entities = 'all'``: each guest walks all of its entities the host has labels for, in its own
     order, and labels are interpolated (the method); ``'aligned'``: only entities every guest holds, in
     one shared order (standard split learning with the same networks and loss, the paper's baseline).
@@ -71,6 +75,8 @@ class EntityAugmentationConfig(MethodConfig):
     guest: tuple[str, ...] = ("linear 64", "relu")
     guest_layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     host: tuple[str, ...] = ("linear 64", "leaky_relu")
+    host_features: Literal["use", "ignore"] = "use"
+    host_bottom: tuple[str, ...] = ("linear 64", "relu")
     entities: Literal["all", "aligned"] = "all"
     ids: Literal["clear", "blinded"] = "clear"
     on_missing: Literal["reuse", "skip", "fail"] = "reuse"
@@ -84,6 +90,7 @@ class EntityAugmentationConfig(MethodConfig):
             validate(spec, f"entity_augmentation guest_layers.{name}")
         if self.host:
             validate(self.host, "entity_augmentation host")
+        validate(self.host_bottom, "entity_augmentation host_bottom")
 
 
 class EntityAugmentation(SplitParty, Method):
@@ -97,6 +104,11 @@ class EntityAugmentation(SplitParty, Method):
     with binary cross-entropy on logits, L = BCE(h([a_1..a_G]), ỹ) (one-hot ỹ for several classes);
     gradients go back to each guest. A guest that does not answer in time is replaced by its last
     activation and IDs. Inference is collaborative on entities every guest holds.
+
+    Where vflo differs: the paper's host holds labels only. A host that holds features (the usual layout)
+    is here its own guest 0, L = BCE(h([a_0, a_1..a_G]), ỹ) with a_0 = its bottom on its own next entities
+    j_0 and w_0 its width in ỹ; its walk covers every labelled entity it holds, shared or not, and its
+    network never leaves it (``host_features = 'ignore'``: the paper's setting).
     """
 
     name = "entity_augmentation"
@@ -170,18 +182,6 @@ class EntityAugmentation(SplitParty, Method):
                          rng=ctx.rng("ea-walk"))
         return {"count": int(mask.sum())}
 
-    def _next_positions(self, st: dict[str, Any], n: int) -> np.ndarray:
-        """The guest's own walk: a fresh shuffle of its entities each time it runs out."""
-        picked: list[np.ndarray] = []
-        while n > 0:
-            if st["cursor"] >= len(st["order"]):
-                st["order"] = st["rng"].permutation(len(st["ids"]))
-                st["cursor"] = 0
-            take = st["order"][st["cursor"] : st["cursor"] + n]
-            st["cursor"] += len(take)
-            picked.append(take)
-            n -= len(take)
-        return np.concatenate(picked)
 
     @handles("ea.forward", carries={"positions": "membership"}, replies={"acts": "outputs", "ids": "ids"}, n=INT,
              positions=POSITIONS)
@@ -194,7 +194,7 @@ class EntityAugmentation(SplitParty, Method):
             if not 0 < n <= ctx.policy.max_rows:
                 raise ProtocolError(f"ea.forward: a batch of {n} entities; this guest walks between 1 and "
                                     f"{ctx.policy.max_rows} ([policy] max_rows) a step")
-            positions = self._next_positions(st, n)
+            positions = next_positions(st, n)
         elif positions.min(initial=0) < 0 or positions.max(initial=-1) >= len(st["ids"]):
             raise ProtocolError("ea.forward: a position beyond this guest's entities")
         acts = bottom_of(ctx).forward(st["x"][torch.as_tensor(positions)], st["ids"][positions])
@@ -227,11 +227,6 @@ class EntityAugmentation(SplitParty, Method):
         cfg = self.config
         host = fed.data
         host.require_labels()
-        if host.n_features:
-            raise MethodError(
-                f"entity_augmentation expects a label-only host (the paper's setting), but {fed.party!r} holds "
-                f"{host.n_features} feature columns: give the active party columns = []"
-            )
         guests = fed.names("passive")
         if not guests:
             raise MethodError("entity_augmentation needs at least one guest (passive party)")
@@ -288,11 +283,24 @@ class EntityAugmentation(SplitParty, Method):
         self.n_out_ = 1 if fed.task == "binary" else int(fed.n_classes or 2)
         from vflo.nn.layers import build
 
-        self.host_ = build(sum(widths.values()), (*cfg.host, f"linear {self.n_out_}"),
+        self.host_in_ = host.n_features if cfg.host_features == "use" else 0
+        self.host_bottom_, self.host_width_ = self._host_bottom(fed, self.host_in_)
+        self.host_ = build(self.host_width_ + sum(widths.values()), (*cfg.host, f"linear {self.n_out_}"),
                            generator=fed.torch_generator("ea-host"))
         self.reuses_ = dict.fromkeys(guests, 0)
         self.skipped_steps_ = 0
-        trainer = _HostTrainer(self, fed, counts=counts, shared=shared, val_ids=val_ids, rng=rng)
+        if self.host_bottom_ is not None:
+            # The host walks its own labelled entities: every one it holds (shared with a guest or not), or
+            # the aligned ones in the guests' shared order; validation entities are kept out of either.
+            own = np.sort(np.asarray(sorted(keep), dtype=host.ids.dtype)) if shared else \
+                host.ids[~np.isin(host.ids, val_ids)]
+            if len(own) == 0:
+                raise MethodError(f"the host {fed.party!r} has no labelled entity left to train its own bottom on")
+            counts_all = {**counts, fed.party: len(own)}
+        else:
+            own, counts_all = host.ids[:0], counts
+        self.host_entities_ = len(own)
+        trainer = _HostTrainer(self, fed, counts=counts_all, shared=shared, val_ids=val_ids, rng=rng, own=own)
         self.history_: History = trainer.fit()
         for g, n in self.reuses_.items():
             if n:
@@ -331,9 +339,27 @@ class EntityAugmentation(SplitParty, Method):
             ids.append(i)
         return acts, ids, set(replies)
 
+    def _host_bottom(self, fed: Federation, in_dim: int) -> tuple[nn.Module | None, int]:
+        """The host's own bottom over its columns (None for a label-only host) and its width."""
+        if in_dim == 0:
+            return None, 0
+        from vflo.nn.layers import build, output_size
+
+        net = build(in_dim, self.config.host_bottom, generator=fed.torch_generator("ea-host-bottom"))
+        return net, output_size(net, in_dim)
+
+    def host_activations(self, fed: Federation, ids: np.ndarray, *, serving: bool = True) -> list[torch.Tensor]:
+        """The host's own activation of ``ids`` (evaluation mode), or nothing for a label-only host."""
+        if self.host_bottom_ is None:
+            return []
+        rows = (fed.serving if serving else fed.data).subset(ids).X
+        self.host_bottom_.eval()
+        with torch.no_grad():
+            return [self.host_bottom_(as_tensor(rows))]
+
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         replies = fed.score_together("split.activations", ids, self.guests_, extra={"split": "serve"})
-        acts = remote_activations(replies, self.guests_, len(ids), self.widths_)
+        acts = [*self.host_activations(fed, ids), *remote_activations(replies, self.guests_, len(ids), self.widths_)]
         with torch.no_grad():
             probs = torch.sigmoid(self.host_(torch.cat(acts, dim=1))).double().numpy()
         if probs.shape[1] == 1:
@@ -342,8 +368,9 @@ class EntityAugmentation(SplitParty, Method):
         return result
 
     def coordinator_state(self, fed: Federation) -> State:
-        return {**module_state(self.host_, "host."), "guests": json.dumps(self.guests_),
-                "widths": json.dumps(self.widths_), "n_out": self.n_out_}
+        own = {} if self.host_bottom_ is None else module_state(self.host_bottom_, "host_bottom.")
+        return {**module_state(self.host_, "host."), **own, "host_in": self.host_in_,
+                "guests": json.dumps(self.guests_), "widths": json.dumps(self.widths_), "n_out": self.n_out_}
 
     def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
         from vflo.nn.layers import build
@@ -351,7 +378,12 @@ class EntityAugmentation(SplitParty, Method):
         self.guests_ = [str(g) for g in json.loads(str(need(state, "guests")))]
         self.widths_ = {str(k): int(v) for k, v in json.loads(str(need(state, "widths"))).items()}
         self.n_out_ = int(need(state, "n_out"))
-        self.host_ = build(sum(self.widths_.values()), (*self.config.host, f"linear {self.n_out_}"),
+        self.host_in_ = int(state.get("host_in", 0))  # models saved before the host could hold features: 0
+        self.host_bottom_, self.host_width_ = self._host_bottom(fed, self.host_in_)
+        if self.host_bottom_ is not None:
+            load_module_state(self.host_bottom_, state, "host_bottom.")
+            self.host_bottom_.eval()
+        self.host_ = build(self.host_width_ + sum(self.widths_.values()), (*self.config.host, f"linear {self.n_out_}"),
                            generator=fed.torch_generator("ea-host"))
         load_module_state(self.host_, state, "host.")
         self.host_.eval()
@@ -359,6 +391,7 @@ class EntityAugmentation(SplitParty, Method):
     def summary_stats(self) -> dict[str, float]:
         return {
             "entities_used": float(sum(self.entities_used_.values())),
+            "host_entities": float(self.host_entities_),
             "reused_activations": float(sum(self.reuses_.values())),
             "skipped_steps": float(self.skipped_steps_),
             **self.history_.summary(),
@@ -370,18 +403,24 @@ class _HostTrainer(RemoteBottomsTrainer):
     labels and returns each guest's gradient."""
 
     def __init__(self, method: EntityAugmentation, fed: Federation, *, counts: dict[str, int], shared: bool,
-                 val_ids: np.ndarray, rng: np.random.Generator) -> None:
+                 val_ids: np.ndarray, rng: np.random.Generator, own: np.ndarray) -> None:
         super().__init__(method.config.train, rng, fed, method.guests_)
         self.m = method
         self.shared = shared
         self.counts = counts
         self.steps = int(np.ceil(max(counts.values()) / self.config.batch_size))
-        self.optimizer = adam(method.host_.parameters(), self.config)
+        own_params = [] if method.host_bottom_ is None else list(method.host_bottom_.parameters())
+        self.optimizer = adam([*method.host_.parameters(), *own_params], self.config)
         host = fed.data
         y = host.require_labels()
         self.label_of = {v: i for i, v in enumerate(host.ids.tolist())}
         self.onehot = method.targets(y)
-        self.weights = np.array([method.widths_[g] for g in method.guests_], dtype=np.float32)
+        widths = ([method.host_width_] if method.host_bottom_ is not None else []) + \
+            [method.widths_[g] for g in method.guests_]
+        self.weights = np.array(widths, dtype=np.float32)
+        # The host as its own guest: its entities, their rows, and its own walk (never sent, so from its secret).
+        self.own: dict[str, Any] = {"ids": own, "x": as_tensor(host.subset(own).X) if len(own) else None,
+                    "order": np.empty(0, dtype=np.int64), "cursor": 0, "rng": fed.rng("ea-host-walk")}
         self.val_ids = val_ids
         self.val_target = torch.as_tensor(method.targets(host.subset(val_ids).require_labels())) if len(val_ids) \
             else None
@@ -411,10 +450,17 @@ class _HostTrainer(RemoteBottomsTrainer):
         acts, ids_by_guest, answered = step
         rows = min(len(i) for i in ids_by_guest)
         inputs = [a[:rows].requires_grad_(True) for a in acts]
+        own: list[torch.Tensor] = []
+        if m.host_bottom_ is not None:
+            positions = batch if self.shared else next_positions(self.own, len(batch))
+            positions = positions[:rows]
+            m.host_bottom_.train()
+            own = [m.host_bottom_(self.own["x"][torch.as_tensor(positions)])]
+            ids_by_guest = [self.own["ids"][positions], *ids_by_guest]
         label_rows = np.stack([[self.label_of[v] for v in ids[:rows].tolist()] for ids in ids_by_guest])
         target = torch.as_tensor(interpolated_labels(self.onehot[label_rows], self.weights))
         m.host_.train()
-        loss = F.binary_cross_entropy_with_logits(m.host_(torch.cat(inputs, dim=1)), target)
+        loss = F.binary_cross_entropy_with_logits(m.host_(torch.cat([*own, *inputs], dim=1)), target)
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
@@ -435,17 +481,25 @@ class _HostTrainer(RemoteBottomsTrainer):
             return None
         payload: Payload = {"ids": self.val_ids, "keep_previous": self.keep_previous()}
         replies = self.fed.exchange("ea.validate", dict.fromkeys(self.m.guests_, payload))
-        acts = remote_activations(replies, self.m.guests_, len(self.val_ids), self.m.widths_)
+        acts = [*self.m.host_activations(self.fed, self.val_ids, serving=False),
+                *remote_activations(replies, self.m.guests_, len(self.val_ids), self.m.widths_)]
         self.m.host_.eval()
         with torch.no_grad():
             return float(F.binary_cross_entropy_with_logits(self.m.host_(torch.cat(acts, dim=1)), self.val_target))
 
     def snapshot(self) -> Any:
-        return copy.deepcopy(self.m.host_.state_dict())
+        # One flat state dict (a checkpoint keeps it as ``best.*`` arrays): the head, and the host's own bottom.
+        own = {} if self.m.host_bottom_ is None else \
+            {f"own/{k}": v for k, v in self.m.host_bottom_.state_dict().items()}
+        return copy.deepcopy({**self.m.host_.state_dict(), **own})
 
     def model_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {**module_state(self.m.host_, "host."), **optimizer_state(self.optimizer, "opt."),
                                  "counters": json.dumps({"reuses": self.m.reuses_, "skipped": self.m.skipped_steps_})}
+        if self.m.host_bottom_ is not None:
+            state |= {**module_state(self.m.host_bottom_, "host_bottom."),
+                      "own.rng": json.dumps(self.own["rng"].bit_generator.state), "own.order": self.own["order"],
+                      "own.cursor": int(self.own["cursor"])}
         # The queue of each guest's last activations: a resumed run reuses what the interrupted one would have.
         for g, (acts, ids) in self.last.items():
             state[f"last.{g}.acts"], state[f"last.{g}.ids"] = acts, ids
@@ -453,6 +507,11 @@ class _HostTrainer(RemoteBottomsTrainer):
 
     def load_model_state(self, state: Mapping[str, Any]) -> None:
         load_module_state(self.m.host_, state, "host.")
+        if self.m.host_bottom_ is not None:
+            load_module_state(self.m.host_bottom_, state, "host_bottom.")
+            self.own["rng"].bit_generator.state = json.loads(str(state["own.rng"]))
+            self.own["order"] = np.asarray(state["own.order"], dtype=np.int64)
+            self.own["cursor"] = int(state["own.cursor"])
         load_optimizer_state(self.optimizer, state, "opt.")
         counters = json.loads(str(state["counters"]))
         self.m.reuses_ = {str(g): int(n) for g, n in counters["reuses"].items()}
@@ -461,7 +520,9 @@ class _HostTrainer(RemoteBottomsTrainer):
                      for g in self.m.guests_ if f"last.{g}.acts" in state}
 
     def restore(self, state: Any) -> None:
-        self.m.host_.load_state_dict(state)
+        self.m.host_.load_state_dict({k: v for k, v in state.items() if not k.startswith("own/")})
+        if self.m.host_bottom_ is not None:
+            self.m.host_bottom_.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("own/")})
 
 
 def interpolated_labels(labels: np.ndarray, widths: np.ndarray) -> np.ndarray:
@@ -470,6 +531,20 @@ def interpolated_labels(labels: np.ndarray, widths: np.ndarray) -> np.ndarray:
         raise ValueError("one positive width per guest is needed to interpolate labels")
     out: np.ndarray = np.tensordot(widths.astype(np.float32), labels.astype(np.float32), axes=(0, 0)) / widths.sum()
     return out.astype(np.float32)
+
+
+def next_positions(st: dict[str, Any], n: int) -> np.ndarray:
+    """A walk of its own (a guest's, or the host's over its own entities): a fresh shuffle each time it runs out."""
+    picked: list[np.ndarray] = []
+    while n > 0:
+        if st["cursor"] >= len(st["order"]):
+            st["order"] = st["rng"].permutation(len(st["ids"]))
+            st["cursor"] = 0
+        take = st["order"][st["cursor"] : st["cursor"] + n]
+        st["cursor"] += len(take)
+        picked.append(take)
+        n -= len(take)
+    return np.concatenate(picked)
 
 
 def _guest_state(ctx: NodeContext) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -45,6 +45,11 @@ class Local(RepresentationMethod):
     inference = "active_only"
 
     config: LocalConfig
+
+    @classmethod
+    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
+                        second_hop: str = "") -> dict[str, Any] | str:
+        return {}  # the active party alone: any layout
 
     def estimator_config(self) -> EstimatorConfig:
         return self.config

@@ -102,6 +102,12 @@ class SplitNN(SplitParty, Method):
 
     config: SplitNNConfig
 
+    @classmethod
+    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
+                        second_hop: str = "") -> dict[str, Any] | str:
+        # Beside a second hop, split learning trains with the first hop alone (VFL-ASP's VFL-STD baseline).
+        return {} if layout == "star" else {"partners": [first_hop]}
+
     # -- hooks for methods built on split learning (VFL-ASP's teacher) ---------------------------------
 
     def _partners(self, fed: Federation) -> list[str]:

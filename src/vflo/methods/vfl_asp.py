@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -110,6 +110,13 @@ class VFLASP(MaskedSVD, SplitNN):
         *SplitNN.shared_settings["passive"], "noise")}
 
     config: VFLASPConfig
+
+    @classmethod
+    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
+                        second_hop: str = "") -> dict[str, Any] | str:
+        if layout == "star":
+            return "needs a second-hop party, which shares people with a partner but none with the active party"
+        return {"first_hop": first_hop, "second_hop": second_hop}
 
     def svd_settings(self) -> FedSVDSettings:
         return self.config.svd

@@ -1,0 +1,200 @@
+"""vflo compare's pieces: test people fixed before the overlap varies, every seed method with a cell, ties and
+claims decided by one paired test, one look per method."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import make_dataset
+from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.errors import ConfigError, ScenarioError
+from vflo.experiments.compare import (
+    Cell,
+    CompareSettings,
+    Comparison,
+    applicable,
+    column_split,
+    compare,
+    experiment_tables,
+    held_out_people,
+    paired,
+    paired_p,
+    summary,
+    which_method,
+)
+from vflo.experiments.compare_report import claims
+from vflo.experiments.config import parse_config
+from vflo.experiments.protocols import AlignedHoldout, RepeatedRuns
+from vflo.experiments.runner import run_experiment
+from vflo.experiments.styles import method_style
+from vflo.methods.registry import method_names
+
+FAST = {"batch_size": 64, "max_epochs": 3, "patience": 0}
+BASE = {"name": "t", "seed": 4, "dataset": {"name": "breast_cancer"}}
+
+
+def _layout(cell: Cell, settings: CompareSettings, seed: int) -> object:
+    from vflo.data.datasets import load_dataset
+
+    dataset = load_dataset("breast_cancer")
+    columns = column_split(dataset, cell.split, cell.passives, settings.active_share, 4)
+    methods, _ = applicable(settings, "binary", cell)
+    config = parse_config(experiment_tables(BASE, settings, cell, columns, methods, len(dataset.ids)))
+    return config.layout(config.variants[0], seed, dataset)
+
+
+def test_the_test_people_are_the_same_in_every_cell_and_repeat() -> None:
+    settings = CompareSettings(aligned=(0.01, 1.0), passives=(1, 2), splits=("random",), second_hop=(0.5,),
+                               methods=("local",))
+    assert held_out_people(settings, 569) == 57 and held_out_people(settings, 178) == 35  # wine: at most 20 % each
+    seen: dict[str, set[tuple[object, ...]]] = {"aligned": set(), "active_only": set()}
+    shared_train = []
+    for cell in (Cell("aligned", 0.01, "aligned", 1, "random"), Cell("aligned", 1.0, "aligned", 1, "random"),
+                 Cell("passives", 2, "aligned", 2, "random"), Cell("second_hop", 0.5, "aligned", 2, "random")):
+        for seed in (1, 2):
+            layout = _layout(cell, settings, seed)
+            for kind, found in seen.items():
+                held = layout.held_out(kind)  # type: ignore[attr-defined]
+                assert len(held) == 57
+                found.add(tuple(held.tolist()))
+            data = layout.materialize(test_ids=layout.held_out("aligned"))  # type: ignore[attr-defined]
+            # No test person is trained on by anyone, whichever kind is scored.
+            unseen = set(layout.held_out_ids().tolist())  # type: ignore[attr-defined]
+            assert all(not unseen & set(d.ids.tolist()) for d in data.train.values())
+            if cell.axis == "aligned":
+                shared_train.append(len(np.intersect1d(data.train["active"].ids, data.train["passive1"].ids)))
+    assert len(seen["aligned"]) == 1 and len(seen["active_only"]) == 1
+    # The overlap varies among the 455 training people only: 1 % and 100 % of them.
+    assert shared_train == [5, 5, 455, 455]
+
+
+def test_a_second_hop_cell_has_a_party_that_shares_no_one_with_the_active_party() -> None:
+    settings = CompareSettings(aligned=(0.5,), passives=(1,), splits=("random",), second_hop=(0.5,))
+    layout = _layout(Cell("second_hop", 0.5, "aligned", 2, "random"), settings, 1)
+    ids = {p: set(layout.ids(p).tolist()) for p in ("active", "passive1", "passive2")}  # type: ignore[attr-defined]
+    own = (569 - 2 * 57) // 2
+    assert len(ids["active"]) == own + 2 * 57 and not ids["active"] & ids["passive2"]
+    assert len(ids["passive1"] & ids["passive2"]) == round(0.5 * own)
+    run, skipped = applicable(settings, "binary", Cell("second_hop", 0.5, "aligned", 2, "random"))
+    assert run["splitnn"]["partners"] == ["passive1"] and run["vfl_asp"]["second_hop"] == "passive2"
+    assert "apc_vfl" in skipped and "centralized" in skipped
+    star, why = applicable(settings, "binary", Cell("aligned", 0.5, "aligned", 1, "random"))
+    assert "entity_augmentation" in star and "second-hop party" in why["vfl_asp"]
+
+
+def test_every_seed_method_has_cells() -> None:
+    tiny = {"train": FAST}
+    asp = {"train": FAST, "student_train": FAST, "embedding_train": FAST}
+    raw = {**BASE, "compare": {
+        "aligned": [0.1], "passives": [1], "splits": ["random"], "second_hop": [1.0], "repeats": 1,
+        "methods": ["local", "apc_vfl", "entity_augmentation", "rap", "vfl_asp", "vfl_asp_student", "splitnn"],
+        "settings": {"apc_vfl": tiny, "entity_augmentation": tiny, "splitnn": tiny, "vfl_asp": asp,
+                     "vfl_asp_student": asp}}}
+    result = compare(raw)
+    rows = result.rows
+    assert (rows["status"] == "ok").all(), rows[rows["status"] != "ok"][["method", "error"]]
+    ran = {(m, a, s) for m, a, s in zip(rows["method"], rows["axis"], rows["scored"], strict=True)}
+    assert {("entity_augmentation", "aligned", "aligned"), ("apc_vfl", "aligned", "active_only"),
+            ("vfl_asp", "second_hop", "aligned"), ("vfl_asp_student", "second_hop", "active_only"),
+            ("splitnn", "second_hop", "aligned")} <= ran
+    assert set(rows["n_test"]) == {57}
+    assert result.second_hop_settings["splitnn"] == {"partners": ["passive1"]}
+
+
+def _rows(values: dict[str, list[float]], *, oracle: tuple[str, ...] = ()) -> pd.DataFrame:
+    return pd.DataFrame([{"method": m, "repeat": r, "fold": 0, "accuracy": v, "status": "ok", "axis": "aligned",
+                          "value": "0.5", "scored": "aligned", "fit_bytes": 0, "fit_rounds": 0, "wall_seconds": 0.1,
+                          "simulation_only": m in oracle, "inference": "active_only", "n_test": 60}
+                         for m, vs in values.items() for r, v in enumerate(vs)])
+
+
+def test_ties_and_claims_come_from_one_paired_test() -> None:
+    assert paired_p(np.array([0.9, 0.8, 0.7]), np.array([0.9, 0.8, 0.7])) == 1.0
+    assert paired_p(np.array([0.9, 0.8, 0.7]), np.array([0.8, 0.7, 0.6])) == 0.0  # always 0.1 ahead
+    rows = _rows({"apc_vfl": [0.90, 0.80, 0.85, 0.88], "local": [0.80, 0.71, 0.74, 0.79],
+                  "splitnn": [0.91, 0.75, 0.87, 0.80], "centralized": [0.99, 0.99, 0.99, 0.99]},
+                 oracle=("centralized",))
+    comparison = Comparison(name="t", dataset=None, task="binary", metric="accuracy", rows=rows,  # type: ignore[arg-type]
+                            skipped={}, seconds=1.0, settings=CompareSettings())
+    best = which_method(comparison, summary(comparison)).iloc[0]
+    # apc_vfl is ahead of local in every repeat (p < 0.05); splitnn's spread leaves it a tie; the oracle is no
+    # candidate, however high.
+    assert best["best"] == "apc_vfl" and best["ties"] == "splitnn"
+    test = paired(rows, "accuracy", {"axis": "aligned", "value": "0.5", "scored": "aligned"}, "apc_vfl", "local")
+    assert test is not None and test.runs == 4 and test.p < 0.05 and test.verdict(True) == "ahead of"
+    assert test.verdict(False) == "behind"
+    # A claim line says what the same test says, with its numbers.
+    rows.loc[rows["method"] == "apc_vfl", "scored"] = "active_only"
+    rows.loc[rows["method"] == "local", "scored"] = "active_only"
+    lines = claims(Comparison(name="t", dataset=None, task="binary", metric="accuracy",  # type: ignore[arg-type]
+                              rows=rows, skipped={}, seconds=1.0, settings=CompareSettings()))
+    apc = next(line for line in lines if line.startswith("APC-VFL's claim"))
+    assert f"p = {test.p:.3g}" in apc and "apc_vfl ahead of local" in apc
+    one = _rows({"apc_vfl": [0.9], "local": [0.8]})
+    one_test = paired(one, "accuracy", {"axis": "aligned"}, "apc_vfl", "local")
+    assert one_test is not None and "too few to tell" in one_test.sentence("accuracy", True)
+    assert one_test.verdict(True) == "not clearly different from"
+
+
+def test_every_method_has_its_own_look() -> None:
+    looks = [method_style(m) for m in method_names()]
+    assert len(set(looks)) == len(looks) >= 12
+    assert len({c for c, _ in looks}) == len(looks) and len({m for _, m in looks}) == len(looks)
+    assert method_style("splitnn") == method_style("splitnn")
+
+
+def test_held_out_test_people_in_a_scenario() -> None:
+    ds = make_dataset(n=400, n_features=6)
+    spec = ScenarioSpec(parties=(PartySpec(name="a", role="active", n_columns=2), PartySpec(name="p", share=1.0)),
+                        samples=SamplesSpec(aligned=0.1, test_aligned=40, test_active_only=0.1, test_seed=9))
+    layout = spec.build(ds, seed=1)
+    assert len(layout.held_out("aligned")) == 40 and len(layout.held_out("active_only")) == 40
+    assert len(layout.held_out("active")) == 80
+    # Stratified: both classes in the usual proportion.
+    y = ds.y[np.searchsorted(ds.ids, layout.held_out("aligned"))]
+    assert abs(y.mean() - ds.y.mean()) < 0.1
+    split = RepeatedRuns(test_from="active_only", test_fraction=0.5).splits(layout, np.random.default_rng(0))[0]
+    assert np.array_equal(split.test_ids, layout.held_out("active_only"))  # all of them, not a fraction
+    with pytest.raises(ConfigError, match="draws its own test rows"):
+        AlignedHoldout().splits(layout, np.random.default_rng(0))
+    blocks = ScenarioSpec(parties=spec.parties, samples=SamplesSpec(layout="blocks", blocks=(
+        BlockSpec(parties=("a", "p"), rows=30, test=True), BlockSpec(parties=("a", "p"), rows=100),
+        BlockSpec(parties=("a",), rows=100)))).build(ds, seed=1)
+    assert len(blocks.held_out("aligned")) == 30 and len(blocks.held_out("active_only")) == 0
+    with pytest.raises(ScenarioError, match="holds out no such test people"):
+        RepeatedRuns(test_from="active_only").splits(blocks, np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="mark test blocks with test = true"):
+        SamplesSpec(layout="blocks", blocks=(BlockSpec(parties=("a",), rows=3),), test_aligned=3)
+    with pytest.raises(ScenarioError, match="leave rows to train on"):
+        ScenarioSpec(parties=spec.parties, samples=SamplesSpec(test_aligned=200, test_active_only=200)).build(ds, 0)
+
+
+def test_without_held_out_people_the_layout_is_unchanged() -> None:
+    """Same seeds, same numbers: a scenario that holds no test people out deals its rows as before."""
+    ds = make_dataset(n=300, n_features=6)
+    spec = ScenarioSpec(parties=(PartySpec(name="a", role="active", n_columns=2), PartySpec(name="p", share=1.0)),
+                        samples=SamplesSpec(aligned=0.3))
+    layout = spec.build(ds, seed=5)
+    pool = np.random.default_rng(np.random.SeedSequence([5, 0x5CE]).spawn(3)[1]).permutation(300)
+    assert set(layout.rows["p"].tolist()) == set(pool[:90].tolist())
+
+
+def test_compare_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="second_hop"):
+        CompareSettings(second_hop=(1.5,))
+    with pytest.raises(ConfigError, match="test_fraction"):
+        CompareSettings(test_fraction=0.6)
+
+
+def test_a_compare_run_experiment_scores_the_held_out_people() -> None:
+    settings = CompareSettings(aligned=(0.05,), repeats=2, methods=("local",))
+    from vflo.data.datasets import load_dataset
+
+    dataset = load_dataset("breast_cancer")
+    cell = Cell("aligned", 0.05, "active_only", 1, "random")
+    columns = column_split(dataset, "random", 1, 0.3, 4)
+    methods, _ = applicable(settings, "binary", cell)
+    result = run_experiment(parse_config(experiment_tables(BASE, settings, cell, columns, methods, 569)))
+    assert [r["n_test"] for r in result.rows] == [57, 57] and [r["aligned"] for r in result.rows] == [23, 23]
