@@ -3,6 +3,7 @@ the committed configs in configs/compare/ (no figure typed by hand).
 
     for c in breast_cancer wine digits ...; do vflo compare configs/compare/$c.toml --out runs/compare/$c; done
     python -m benchmarks.link --data-dir ../shared/datasets      # optional: time over a LAN and a WAN
+    python -m benchmarks.apc_vfl_overhead --data-dir ../shared/datasets   # optional: APC-VFL against a plain loop
     python -m benchmarks.compare_docs [--runs runs/compare] [--link runs/bench/link.json] [--out docs]
 """
 
@@ -179,10 +180,51 @@ def link_section(path: Path) -> list[str]:
     return lines
 
 
+def overhead_section(path: Path) -> list[str]:
+    """APC-VFL against a plain PyTorch loop training the same four networks (benchmarks/apc_vfl_overhead.py)."""
+    title = ["## APC-VFL's time against a plain PyTorch loop", ""]
+    if not path.is_file():
+        return [*title, f"No `{path.name}` from `python -m benchmarks.apc_vfl_overhead`; run it and generate this "
+                "page again.", ""]
+    data = json.loads(path.read_text())
+    lines = [*title,
+             "`python -m benchmarks.apc_vfl_overhead`: APC-VFL as `vflo run` trains it (in-process federation, early "
+             "stopping on a validation share) against a bare loop per network (`randperm` batches, Adam, the loss, "
+             "the step; no validation) that trains the same four autoencoders on the same rows for exactly the "
+             f"epochs vflo's run took; one PyTorch thread; median of {len(data['results'][0]['runs'])} runs.", "",
+             "| table | active rows | shared | epochs (g1 A, g1 P, g2, g3) | four networks: vflo / plain | whole fit: "
+             "vflo / plain + classifier | vflo's time: steps, validation, snapshots, classifier and rest, data "
+             "preparation |", "|---|---|---|---|---|---|---|"]
+    for result in data["results"]:
+        runs = result["runs"]
+        mid = sorted(runs, key=lambda r: r["ratio_networks"])[len(runs) // 2]
+        v, plain = mid["vflo"], mid["plain"]
+        nets = sum(x for k, x in plain.items() if k not in ("g3_without_distillation", "classifier"))
+        inside = v["inside_networks"]
+        epochs = ", ".join(str(v["epochs"][k]) for k in ("g1_active", "g1_passive", "g2_joint", "g3_student"))
+        lines.append(
+            f"| {result['table']} | {v['n_active']} | {v['n_aligned']} | {epochs} | {v['network_seconds']:.1f} s / "
+            f"{nets:.1f} s = **{result['median_ratio_networks']:.2f}x** | {v['fit_seconds']:.1f} s / "
+            f"{nets + plain['classifier']:.1f} s = {result['median_ratio_fit']:.2f}x | "
+            f"{inside.get('training steps', 0):.1f} s, {inside.get('validation passes', 0):.2f} s, "
+            f"{inside.get('best-epoch snapshots', 0):.2f} s, {v['classifier_and_rest']:.1f} s, "
+            f"{mid['prepare_seconds']:.1f} s |")
+    def distillation(result: dict[str, Any]) -> float:
+        costs = sorted(x["plain"]["g3_student"] - x["plain"]["g3_without_distillation"] for x in result["runs"])
+        return float(costs[len(costs) // 2])
+
+    lines += ["", "The distillation term of the student costs "
+              + ", ".join(f"{r['table']}: {distillation(r):+.1f} s" for r in data["results"])
+              + " in the plain loop (student with it minus without, median). APC-VFL's time is its four networks' "
+              "epochs: it trains four autoencoders to convergence where SplitNN trains one network.", ""]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "compare")
     parser.add_argument("--link", type=Path, default=ROOT / "runs" / "bench" / "link.json")
+    parser.add_argument("--overhead", type=Path, default=ROOT / "runs" / "bench" / "apc_vfl_overhead.json")
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
     args = parser.parse_args()
     data = load(args.runs)
@@ -190,7 +232,8 @@ def main() -> None:
         raise SystemExit(f"no compare runs under {args.runs}")
     name, first = next(iter(data.items()))
     shot = screenshot(rerender(first["folder"], name), args.out / "comparison.png")
-    (args.out / "comparison.md").write_text(render(data, shot) + "\n".join(link_section(args.link)))
+    (args.out / "comparison.md").write_text(render(data, shot) + "\n".join(
+        [*link_section(args.link), *overhead_section(args.overhead)]))
     print(f"wrote {args.out / 'comparison.md'} from {len(data)} comparison(s)" + (" and a screenshot" if shot else ""))
 
 

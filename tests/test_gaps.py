@@ -52,16 +52,17 @@ def test_each_rule_fills_from_the_training_rows_and_keeps_its_fills(tmp_path: Pa
 
 def test_two_party_files_with_gaps_run_end_to_end_and_a_saved_model_scores_alike(tmp_path: Path) -> None:
     lab = _gappy(tmp_path)
-    raw = own_config(methods=[{"name": "splitnn", "train": QUICK}, {"name": "apc_vfl", "train": {"max_epochs": 2}}])
+    raw = own_config(methods=[{"name": "splitnn", "train": QUICK}, {"name": "apc_vfl", "train": {"max_epochs": 2}},
+                              {"name": "entity_augmentation", "train": {"max_epochs": 2}}])
     raw["scenario"]["parties"][1] = {"name": "lab", "file": str(lab), "id_column": "pid", "impute": "median",
                                      "missing_indicator": True}
     config = _write(tmp_path / "own.toml", raw)
     out, models = tmp_path / "results", tmp_path / "models"
     assert main(["run", str(config), "--out", str(out), "--save", str(models)]) == 0
     rows = pd.read_csv(out / "results.csv")
-    assert set(rows.status) == {"ok"} and set(rows.method) == {"splitnn", "apc_vfl"}
-    # New rows with gaps of their own, scored with the lab's fills from training (saved with its part).
-    model = vflo.load(models, "splitnn")
+    assert set(rows.status) == {"ok"} and set(rows.method) == {"splitnn", "apc_vfl", "entity_augmentation"}
+    # New rows with gaps of their own, scored with the lab's fills from training (saved with its part); Entity
+    # Augmentation's host (the hospital) holds columns of its own.
     hospital = pd.read_csv(HOSPITAL, dtype={"pid": str}).drop(columns=["outcome"])
     lab_rows = pd.read_csv(lab, dtype={"pid": str})
     shared = sorted(set(hospital.pid) & set(lab_rows.pid))[:20]
@@ -69,5 +70,7 @@ def test_two_party_files_with_gaps_run_end_to_end_and_a_saved_model_scores_alike
     new_lab.loc[new_lab.index[:5], "crp"] = None
     (tmp_path / "h.csv").write_text(hospital[hospital.pid.isin(shared)].to_csv(index=False))
     (tmp_path / "l.csv").write_text(new_lab.to_csv(index=False))
-    scores = model.score({"hospital": tmp_path / "h.csv", "lab": tmp_path / "l.csv"})
-    assert len(scores) == 20 and np.isfinite(scores[model.score_columns].to_numpy()).all()
+    for label in ("splitnn", "entity_augmentation"):
+        model = vflo.load(models, label)
+        scores = model.score({"hospital": tmp_path / "h.csv", "lab": tmp_path / "l.csv"})
+        assert len(scores) == 20 and np.isfinite(scores[model.score_columns].to_numpy()).all()

@@ -421,9 +421,11 @@ class ModuleTrainer(Trainer):
         return _rows(self.train_tensors)
 
     def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
-        self.module.train()
+        if not self.module.training:  # a validation pass left it in eval mode; walking every submodule each step costs
+            self.module.train()
         self.optimizer.zero_grad()
-        loss = self.loss_fn(self.module, {k: v[batch] for k, v in self.train_tensors.items()})
+        rows = torch.from_numpy(batch)
+        loss = self.loss_fn(self.module, {k: v[rows] for k, v in self.train_tensors.items()})
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
