@@ -43,7 +43,15 @@ from vflo.data.files import TableEncoding, read_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
 from vflo.dp import PrivacyBudget
-from vflo.errors import AlignmentError, ConfigError, DataError, MethodError, RemoteError, TransportError
+from vflo.errors import (
+    AddressInUseError,
+    AlignmentError,
+    ConfigError,
+    DataError,
+    MethodError,
+    RemoteError,
+    TransportError,
+)
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import READY, Node
 from vflo.federation.policy import Policy
@@ -660,9 +668,7 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
     serving = model.rows(active.name, rows)
     try:
         party = start_party(deploy.coordinator_config(), data=None, serve=serving)
-    except TransportError as exc:
-        if "cannot listen" not in str(exc):
-            raise
+    except AddressInUseError as exc:
         raise TransportError(f"{exc}. If `vflo run --deploy` is training at {active.name!r} now, it holds that "
                              "address, and the other parties serve one run at a time: they refuse a scoring session "
                              "while a training run goes on. Score when the run has ended") from exc

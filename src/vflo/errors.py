@@ -88,6 +88,10 @@ class TransportError(ProtocolError):
     """A message could not be delivered or answered in time."""
 
 
+class AddressInUseError(TransportError):
+    """A party could not listen on its address (taken by another process, or not valid)."""
+
+
 class DeliveryTimeoutError(TransportError):
     """A party did not answer a request within its deadline."""
 

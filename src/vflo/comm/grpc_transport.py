@@ -38,6 +38,7 @@ from vflo.comm.tls import (
 )
 from vflo.comm.transport import Endpoint, Transport
 from vflo.errors import (
+    AddressInUseError,
     CodecError,
     DeliveryTimeoutError,
     PartyBoundaryError,
@@ -144,10 +145,10 @@ class PartyServer:
                     require_client_auth=True)
                 port = self._server.add_secure_port(address, server_credentials)
         except RuntimeError as exc:
-            raise TransportError(f"party {node.name!r} cannot listen on {address}: {exc}; is the address already "
+            raise AddressInUseError(f"party {node.name!r} cannot listen on {address}: {exc}; is the address already "
                                  "in use? Choose another port") from exc
         if port == 0:
-            raise TransportError(f"party {node.name!r} cannot listen on {address}: the address is already in use "
+            raise AddressInUseError(f"party {node.name!r} cannot listen on {address}: the address is already in use "
                                  "or not valid; choose another port")
         host = address.rsplit(":", 1)[0]
         self.port = port

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -357,19 +358,22 @@ class Paired:
         if self.runs < MIN_REPEATS:
             return (f"{self.a} {self.mean_a:.3f} against {self.b} {self.mean_b:.3f} ({metric}) over {self.runs} "
                     f"run(s): too few to tell (a paired test needs at least {MIN_REPEATS})")
+        test = (f"paired t-test p = {self.p:.3g}" if not math.isnan(self.p) else
+                "the difference is the same in every run: no spread to test by")
         return (f"{self.a} {self.mean_a:.3f} ± {self.std_a:.3f} against {self.b} {self.mean_b:.3f} ± {self.std_b:.3f} "
-                f"({metric}) over {self.runs} paired runs (paired t-test p = {self.p:.3g}): {self.a} "
-                f"{self.verdict(higher_is_better)} {self.b}")
+                f"({metric}) over {self.runs} paired runs ({test}): {self.a} {self.verdict(higher_is_better)} "
+                f"{self.b}")
 
 
 def paired_p(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sided p-value of a paired t-test; identical pairs differ by nothing (1.0), a constant non-zero
-    difference is certain (0.0)."""
+    """Two-sided p-value of a paired t-test over the repeats. Identical pairs differ by nothing (1.0). A difference
+    that does not vary (two methods that land on the same scores in every repeat, as deterministic ones on fixed
+    test people do) has no spread to test by (NaN): it could be one test row, so it decides nothing."""
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if len(d) < 2:
         return float("nan")
     if np.allclose(d, d[0], rtol=0.0, atol=1e-12):
-        return 1.0 if abs(d[0]) <= 1e-12 else 0.0
+        return 1.0 if abs(d[0]) <= 1e-12 else float("nan")
     from scipy.stats import ttest_rel
 
     return float(ttest_rel(a, b).pvalue)

@@ -21,7 +21,7 @@ def method_style(method: str) -> tuple[str, str]:
     return COLOURS[index % len(COLOURS)], MARKERS[index % len(MARKERS)]
 
 
-def jitter(method: str, methods: list[str], width: float = 0.06) -> float:
+def jitter(method: str, methods: list[str], width: float = 0.15) -> float:
     """A small multiplicative offset on a log x axis, so methods at the same x do not hide each other."""
     if len(methods) < 2:
         return 1.0

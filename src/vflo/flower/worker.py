@@ -28,7 +28,7 @@ from vflo.comm.relay import RelayedParty
 from vflo.comm.seal import Keyring
 from vflo.data.partydata import PartyData
 from vflo.deploy import PartyConfig, announce, build_node, credentials_for, stop_on_signal
-from vflo.errors import ConfigError, PartyBoundaryError, TransportError
+from vflo.errors import AddressInUseError, ConfigError, PartyBoundaryError
 from vflo.flower.adapter import SERVICE, WORKER_KEY
 from vflo.flower.local import stop_process
 
@@ -106,9 +106,9 @@ class PartyWorker:
         try:
             port = self._server.add_insecure_port(address)
         except RuntimeError as exc:
-            raise TransportError(f"party {config.name!r}'s worker cannot listen on {address}: {exc}") from exc
+            raise AddressInUseError(f"party {config.name!r}'s worker cannot listen on {address}: {exc}") from exc
         if port == 0:
-            raise TransportError(f"party {config.name!r}'s worker cannot listen on {address}: in use or not valid")
+            raise AddressInUseError(f"party {config.name!r}'s worker cannot listen on {address}: in use or not valid")
         self.address = address if address.startswith("unix:") else f"{address.rsplit(':', 1)[0]}:{port}"
 
     @property
