@@ -24,7 +24,8 @@ from vflo.nn.train import CheckpointPlan, TrainConfig
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 5
 TRAIN = {"lr": 0.01, "batch_size": 32, "max_epochs": EPOCHS, "patience": 100}
-KILL_KIND = {"splitnn": "splitnn.forward", "entity_augmentation": "ea.forward", "vfl_asp": "splitnn.forward"}
+KILL_KIND = {"splitnn": "splitnn.forward", "entity_augmentation": "ea.forward", "vfl_asp": "splitnn.forward",
+             "laser_vfl": "splitnn.forward"}
 SHORT = {"max_epochs": 2, "batch_size": 64, "patience": 0, "validation_fraction": 0.0}
 
 
@@ -53,7 +54,8 @@ def requests_per_epoch(name: str, data: object) -> int:
 
 
 @pytest.mark.parametrize(("name", "validation"), [("splitnn", 0.2), ("entity_augmentation", 0.0),
-                                                  ("entity_augmentation", 0.2), ("vfl_asp", 0.2)])
+                                                  ("entity_augmentation", 0.2), ("vfl_asp", 0.2),
+                                                  ("laser_vfl", 0.2)])
 def test_resumed_run_ends_with_the_uninterrupted_model(name: str, validation: float, tmp_path: Path) -> None:
     data = data_for(name)
     reference = run_method(method(name, every=0, validation=validation), data, seed=3)  # type: ignore[arg-type]
@@ -130,7 +132,9 @@ def test_a_tampered_checkpoint_is_refused(tmp_path: Path) -> None:
 def test_checkpoint_settings_are_validated() -> None:
     with pytest.raises(ConfigError, match="checkpoint_every"):
         TrainConfig(checkpoint_every=-1)
-    with pytest.raises(ConfigError, match=r"apc_vfl.train.checkpoint_every.*only entity_augmentation.train, splitnn"):
+    with pytest.raises(ConfigError,
+                       match=r"apc_vfl.train.checkpoint_every.*only entity_augmentation.train, laser_vfl.train, "
+                             r"splitnn"):
         get_method("apc_vfl")(train={**TRAIN, "checkpoint_every": 1})
     with pytest.raises(ConfigError, match="vfl_asp.student_train.checkpoint_every"):
         get_method("vfl_asp")(student_train={**TRAIN, "checkpoint_every": 1})

@@ -30,6 +30,7 @@ def quick(name: str) -> Method:
     settings = {"splitnn": {"train": {**FAST, "max_epochs": 2}}, "apc_vfl": {"train": TINY},
                 "apc_vfl_aligned": {"train": TINY}, "ablation": {"train": TINY}, "vfedtrans": {"train": TINY},
                 "entity_augmentation": {"train": {**TINY, "validation_fraction": 0.0}},
+                "laser_vfl": {"train": {**TINY, "validation_fraction": 0.2}},
                 "rap": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}},
                 "ldp": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}},
                 "vfl_asp": {"train": TINY, "student_train": TINY, "embedding_train": TINY},

@@ -117,6 +117,8 @@ def adversarial(name: str, honest: Method, n_features: int) -> Method:
         for key in parents:
             node = node[key]
         node[last] = _attack_value(last, node[last], n_features)
+        if last == "passive_bottom" and honest.agreed("passive"):  # the cut width is agreed: a layer before it
+            node[last] = [n_features, json.loads(honest.config_json())["passive_bottom"][-1]]
     return type(honest).from_config_json(json.dumps(config))
 
 

@@ -28,6 +28,7 @@ QUICK = {"max_epochs": 2, "patience": 0, "batch_size": 64}
 SETTINGS = {"splitnn": {"train": QUICK}, "apc_vfl": {"train": QUICK}, "apc_vfl_aligned": {"train": QUICK},
             "ablation": {"train": QUICK}, "vfedtrans": {"train": QUICK},
             "entity_augmentation": {"train": {**QUICK, "validation_fraction": 0.0}},
+            "laser_vfl": {"train": {**QUICK, "validation_fraction": 0.2}},
             "rap": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}},
             "ldp": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}}}
 CHAIN = ("vfl_asp", "vfl_asp_student")

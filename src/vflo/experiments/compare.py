@@ -217,7 +217,7 @@ def applicable(settings: CompareSettings, task: str, cell: Cell) -> tuple[dict[s
             skipped[name] = own
         elif task not in cls.tasks:
             skipped[name] = f"does not support {task} tasks"
-        elif cell.scored == "active_only" and cls.inference != "active_only":
+        elif cell.scored == "active_only" and cls.inference != "active_only" and not cls.any_subset:
             skipped[name] = "scores together with its partners, who have never seen these people"
         else:
             run[name] = {**settings.settings.get(name, {}), **own}

@@ -73,6 +73,9 @@ class Method(HandlerSet, ABC):
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     inference: ClassVar[Inference] = "active_only"
+    #: A collaborative method that scores a person with whichever partners hold them (none required), so it
+    #: scores people only the active party holds too.
+    any_subset: ClassVar[bool] = False
     simulation_only: ClassVar[bool] = False
     tasks: ClassVar[frozenset[Task]] = ALL_TASKS
     #: The config's training settings whose loops keep checkpoints at every party and resume from them

@@ -23,6 +23,7 @@ _METHODS: dict[str, str] = {
     "fedsvd": "vflo.methods.fedsvd:FedSVD",
     "vfedtrans": "vflo.methods.vfedtrans:VFedTrans",
     "entity_augmentation": "vflo.methods.entity_augmentation:EntityAugmentation",
+    "laser_vfl": "vflo.methods.laser_vfl:LaserVFL",
     "rap": "vflo.methods.rap:RAP",
     "ldp": "vflo.methods.rap:LocalDP",
     "single": "vflo.methods.single:Single",

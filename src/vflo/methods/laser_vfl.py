@@ -1,0 +1,346 @@
+"""LASER-VFL: one family of split networks that trains on every row any subset of parties holds and scores a
+person from the parties that hold them."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+
+from vflo.comm.message import Payload, Value, expect_rows
+from vflo.errors import ConfigError, ProtocolError
+from vflo.methods.base import Inference, State, need
+from vflo.methods.split_learning import RemoteBottomsTrainer
+from vflo.methods.splitnn import SplitNN, SplitNNConfig
+from vflo.nn.train import (
+    History,
+    TrainConfig,
+    adam,
+    as_tensor,
+    load_module_state,
+    load_optimizer_state,
+    module_state,
+    optimizer_state,
+    split_validation,
+)
+
+if TYPE_CHECKING:
+    import torch
+    from torch.nn import functional as F
+
+    from vflo.federation.coordinator import Federation
+    from vflo.roles import PartyInfo
+else:
+    from vflo.lazy import functional as F
+    from vflo.lazy import torch
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaserVFLConfig(SplitNNConfig):
+    """Every party's bottom (``active_bottom``, ``passive_bottom``: hidden widths, the last the cut layer, the same
+    for every party: representations are averaged) and one head per party at the active party (``top``: hidden
+    widths before each head's output layer; empty, the paper's single linear layer). Defaults follow the
+    authors' tabular setting (Credit: 5 -> 10 -> 10 -> 10 bottoms, linear heads, Adam 1e-4, weight decay
+    1e-3, batch 128, 100 epochs)."""
+
+    passive_bottom: tuple[int, ...] = (10, 10, 10)
+    active_bottom: tuple[int, ...] = (10, 10, 10)
+    top: tuple[int, ...] = ()
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        lr=1e-4, weight_decay=1e-3, batch_size=128, max_epochs=100, patience=0, validation_fraction=0.0))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.passive_bottom[-1] != self.active_bottom[-1]:
+            raise ConfigError(f"laser_vfl averages the parties' representations, so every bottom ends in the same "
+                              f"cut width: active_bottom ends in {self.active_bottom[-1]}, passive_bottom in "
+                              f"{self.passive_bottom[-1]}")
+
+
+class LaserVFL(SplitNN):
+    """LASER-VFL: Valdeira, Wang, Chi, "Vertical Federated Learning with Missing Features During Training and
+    Inference" (ICLR 2025, arXiv 2410.22564).
+
+    Every party j has a bottom f_j (its representation z_j = f_j(x^j)); party i has a head g_i. A person held by
+    the blocks O is predicted by any subset S ⊆ O through g_i(mean_{j∈S} z_j) for i ∈ S, so one set of
+    parameters covers every subset. Training samples, for every observed head i and every size k, one subset S
+    of O with i ∈ S and |S| = k ("task sampling") and minimises
+        L = Σ_{i∈O} Σ_{k=1..|O|} C(|O|-1, k-1) / k · ℓ(g_i(mean_{j∈S_ik} z_j), y)
+    (ℓ cross-entropy, or squared error on the standardised target). A person is scored by the mean of the
+    heads i ∈ O of g_i(mean_{j∈O} z_j) (class probabilities averaged).
+
+    Where vflo differs: every head sits at the active party (the only label holder), not at each client; the
+    active party's block is always observed (it holds the labels and the people), and O is each person's real
+    set of holders (who holds them), not a pattern drawn per batch; task subsets are drawn per group of people
+    with the same O in a batch. Passive parties run SplitNN's bottom steps (``splitnn.init``,
+    ``splitnn.forward``, ``split.backward``), each for the people of a batch it holds.
+    """
+
+    name = "laser_vfl"
+    Config = LaserVFLConfig
+    summary = "split networks for every subset of parties (trains on every row, scores with whoever holds the person)"
+    paper = "Valdeira, Wang, Chi, LASER-VFL (ICLR 2025)"
+    inference: ClassVar[Inference] = "collaborative"
+    any_subset: ClassVar[bool] = True
+
+    config: LaserVFLConfig
+
+    def agreed(self, role: str) -> dict[str, Any]:
+        return {"the cut width (passive_bottom's last)": self.config.passive_bottom[-1]} if role == "passive" else {}
+
+    def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
+        return []  # a person is scored by whoever of the partners holds them: none is required
+
+    @classmethod
+    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
+                        second_hop: str = "") -> dict[str, Any] | str:
+        return {} if layout == "star" else {"partners": [first_hop]}
+
+    # -- the active party ---------------------------------------------------------------------------------
+
+    def fit(self, fed: Federation) -> None:
+        cfg = self.config
+        data = fed.data
+        data.require_labels()
+        passives = self._partners(fed)
+        ids = data.ids
+        alignment = fed.align(ids, passives) if passives else None
+        held = {p: np.isin(ids, alignment.asked[alignment.held[p]]) for p in passives} if alignment else {}
+        # Batches and validation rows are named to the partners: public choices, from the run seed.
+        rng = fed.shared_rng("laser-train")
+        train_pos, val_pos = split_validation(len(ids), cfg.train.validation_fraction, rng)
+        widths: dict[str, int] = {}
+        if passives:
+            requests: dict[str, Payload] = {p: {"train_ids": ids[train_pos][held[p][train_pos]],
+                                                "val_ids": ids[val_pos][held[p][val_pos]]} for p in passives}
+            for name, reply in fed.exchange("splitnn.init", requests).items():
+                width = reply.get("width")
+                if width != cfg.active_bottom[-1]:
+                    raise ProtocolError(f"party {name!r} answered splitnn.init with width {width!r}; laser_vfl "
+                                        f"averages representations of width {cfg.active_bottom[-1]}")
+                widths[name] = int(width)
+        self.passives_, self.widths_ = passives, widths
+        self._build(fed, data.n_features)
+        y = data.require_labels()
+        self.y_mean_, self.y_scale_ = 0.0, 1.0
+        if fed.task == "regression":
+            self.y_mean_ = float(np.mean(y[train_pos]))
+            self.y_scale_ = float(np.std(y[train_pos])) or 1.0
+            y = (y - self.y_mean_) / self.y_scale_
+        trainer = _LaserTrainer(self, fed, x=data.X, y=y, held=held, train_pos=train_pos, val_pos=val_pos, rng=rng)
+        self.history_: History = trainer.fit()
+        self.n_train_ = len(train_pos)
+        self.observed_ = {"+".join(k): v for k, v in trainer.patterns.items()}
+
+    def _build(self, fed: Federation, in_dim: int) -> None:
+        from vflo.nn.models import mlp
+
+        cfg = self.config
+        self.in_dim_ = in_dim
+        self.n_out_ = fed.n_outputs
+        self.bottom_ = mlp(in_dim, cfg.active_bottom, None, activation=cfg.activation,
+                           generator=fed.torch_generator("laser-bottom"))
+        generator = fed.torch_generator("laser-heads")
+        self.heads_ = torch.nn.ModuleList([mlp(cfg.active_bottom[-1], cfg.top, fed.n_outputs,
+                                               activation=cfg.activation, generator=generator)
+                                           for _ in range(1 + len(self.passives_))])
+
+    def combine(self, z: list[torch.Tensor], mask: np.ndarray, *, regression: bool) -> torch.Tensor:
+        """Each row's prediction from the blocks it holds (``mask``: rows x blocks, block 0 the active party's):
+        the mean over its heads i of g_i(mean of its blocks' representations); probabilities for classes."""
+        out = torch.zeros(len(mask), self.n_out_)
+        for pattern in {tuple(row) for row in mask.tolist()}:
+            rows = torch.as_tensor(np.flatnonzero((mask == np.asarray(pattern)).all(axis=1)))
+            blocks = [j for j, seen in enumerate(pattern) if seen]
+            mean = torch.stack([z[j][rows] for j in blocks]).mean(dim=0)
+            heads = [self.heads_[i](mean) for i in blocks]
+            each = heads if regression else [torch.softmax(h, dim=1) for h in heads]
+            out = out.index_copy(0, rows, torch.stack(each).mean(dim=0))
+        return out
+
+    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        self.bottom_.eval()
+        self.heads_.eval()
+        mask = np.ones((len(ids), 1 + len(self.passives_)), dtype=bool)
+        with torch.no_grad():
+            z = [self.bottom_(as_tensor(fed.serving.subset(ids).X))]
+        if self.passives_:
+            alignment = fed.align(ids, self.passives_, split="serve")
+            requests: dict[str, Payload] = {}
+            for k, p in enumerate(self.passives_):
+                mask[:, k + 1] = np.isin(ids, alignment.asked[alignment.held[p]])
+                requests[p] = {"ids": ids[mask[:, k + 1]], "split": "serve"}
+            replies = fed.exchange("split.activations", requests)
+            for k, p in enumerate(self.passives_):
+                z.append(_scatter(torch.as_tensor(expect_rows(
+                    replies[p], "acts", party=p, rows=int(mask[:, k + 1].sum()), width=self.widths_[p],
+                    what="activations")), mask[:, k + 1], self.config.active_bottom[-1]))
+        with torch.no_grad():
+            out = self.combine(z, mask, regression=fed.task == "regression")
+        if fed.task == "regression":
+            values: np.ndarray = out.squeeze(1).double().numpy() * self.y_scale_ + self.y_mean_
+            return values
+        result: np.ndarray = out.double().numpy()
+        return result
+
+    def summary_stats(self) -> dict[str, float]:
+        """Epochs, and how many training people each set of holders had (``observed_active+p1``: ...)."""
+        return {**self.history_.summary(), **{f"observed_{k}": float(v) for k, v in self.observed_.items()}}
+
+    def coordinator_state(self, fed: Federation) -> State:
+        return {**module_state(self.bottom_, "bottom."), **module_state(self.heads_, "heads."),
+                "in_dim": self.in_dim_, "passives": json.dumps(self.passives_), "widths": json.dumps(self.widths_),
+                "y_mean": self.y_mean_, "y_scale": self.y_scale_}
+
+    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        self.passives_ = [str(p) for p in json.loads(str(need(state, "passives")))]
+        self.widths_ = {str(k): int(v) for k, v in json.loads(str(need(state, "widths"))).items()}
+        self.y_mean_, self.y_scale_ = float(need(state, "y_mean")), float(need(state, "y_scale"))
+        self._build(fed, int(need(state, "in_dim")))
+        load_module_state(self.bottom_, state, "bottom.")
+        load_module_state(self.heads_, state, "heads.")
+        self.bottom_.eval()
+        self.heads_.eval()
+
+
+def _scatter(rows: torch.Tensor, mask: np.ndarray, width: int) -> torch.Tensor:
+    """``rows`` (one per True of ``mask``) placed in a zero matrix of ``len(mask)`` rows (differentiable)."""
+    return torch.zeros(len(mask), width).index_copy(0, torch.as_tensor(np.flatnonzero(mask)), rows)
+
+
+def task_weight(observed: int, size: int) -> float:
+    """C(n-1, k-1) / k: the weight of a sampled subset of ``size`` k among ``observed`` n blocks (the authors')."""
+    return math.comb(observed - 1, size - 1) / size
+
+
+class _LaserTrainer(RemoteBottomsTrainer):
+    """The active party's steps: each partner's activations of the batch's people it holds, every observed
+    head trained on sampled subsets, each partner's gradient back."""
+
+    def __init__(self, method: LaserVFL, fed: Federation, *, x: np.ndarray, y: np.ndarray,
+                 held: dict[str, np.ndarray], train_pos: np.ndarray, val_pos: np.ndarray,
+                 rng: np.random.Generator) -> None:
+        super().__init__(method.config.train, rng, fed, method.passives_)
+        self.m = method
+        self.regression = fed.task == "regression"
+        target = torch.float32 if self.regression else torch.long
+        self.x = {"train": as_tensor(x[train_pos]), "val": as_tensor(x[val_pos])}
+        self.y = {"train": as_tensor(y[train_pos], dtype=target), "val": as_tensor(y[val_pos], dtype=target)}
+        # Per subset and partner: which of its rows it holds, and where each is in the partner's own list.
+        self.mask = {name: np.ones((len(pos), 1 + len(method.passives_)), dtype=bool)
+                     for name, pos in (("train", train_pos), ("val", val_pos))}
+        self.where: dict[str, dict[str, np.ndarray]] = {"train": {}, "val": {}}
+        for k, p in enumerate(method.passives_):
+            for name, pos in (("train", train_pos), ("val", val_pos)):
+                has = held[p][pos]
+                self.mask[name][:, k + 1] = has
+                self.where[name][p] = np.where(has, np.cumsum(has) - 1, -1)
+        self.patterns: dict[tuple[str, ...], int] = {}
+        names = ["active", *method.passives_]
+        for row in {tuple(r) for r in self.mask["train"].tolist()}:
+            count = int((self.mask["train"] == np.asarray(row)).all(axis=1).sum())
+            self.patterns[tuple(n for n, seen in zip(names, row, strict=True) if seen)] = count
+        self.optimizer = adam([*method.bottom_.parameters(), *method.heads_.parameters()], self.config)
+        # Which subsets the heads train on is the active party's own choice, never sent: its own stream.
+        self.tasks = fed.rng("laser-tasks")
+        self.payload_dtype = method.config.payload_dtype
+
+    @property
+    def n_train(self) -> int:
+        return len(self.y["train"])
+
+    def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(out.squeeze(1), y) if self.regression else F.cross_entropy(out, y)
+
+    def _remote(self, batch: np.ndarray, subset: str, training: bool) -> dict[str, torch.Tensor]:
+        """Each partner's activations of the batch's people it holds (training: only partners holding some, so
+        a partner without rows takes no optimiser step; validation: every partner, for its snapshot)."""
+        requests: dict[str, Payload] = {}
+        keep = not training and self.keep_previous()
+        for p in self.m.passives_:
+            rows = self.where[subset][p][batch]
+            rows = rows[rows >= 0]
+            if training and len(rows) == 0:
+                continue
+            requests[p] = {"rows": rows.astype(np.int64), "subset": subset, "training": training,
+                           "keep_previous": keep}
+        replies = self.fed.exchange("splitnn.forward", requests) if requests else {}
+        return {p: torch.as_tensor(expect_rows(reply, "acts", party=p, rows=len(requests[p]["rows"]),  # type: ignore[arg-type]
+                                               width=self.m.widths_[p], what="activations"))
+                for p, reply in replies.items()}
+
+    def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
+        m = self.m
+        m.bottom_.train()
+        m.heads_.train()
+        mask = self.mask["train"][batch]
+        remote = {p: a.requires_grad_(True) for p, a in self._remote(batch, "train", True).items()}
+        width = m.config.active_bottom[-1]
+        z = [m.bottom_(self.x["train"][batch])]
+        z += [_scatter(remote[p], mask[:, k + 1], width) if p in remote else torch.zeros(len(batch), width)
+              for k, p in enumerate(m.passives_)]
+        y = self.y["train"][batch]
+        loss = torch.zeros(())
+        for pattern in {tuple(row) for row in mask.tolist()}:
+            rows_np = np.flatnonzero((mask == np.asarray(pattern)).all(axis=1))
+            rows = torch.as_tensor(rows_np)
+            blocks = [j for j, seen in enumerate(pattern) if seen]
+            share = len(rows_np) / len(batch)
+            for i in blocks:
+                others = [j for j in blocks if j != i]
+                for size in range(1, len(blocks) + 1):
+                    chosen = [i, *(self.tasks.choice(others, size - 1, replace=False).tolist() if size > 1 else [])]
+                    mean = torch.stack([z[j][rows] for j in chosen]).mean(dim=0)
+                    loss = loss + share * task_weight(len(blocks), size) * self._loss(m.heads_[i](mean), y[rows])
+        self.optimizer.zero_grad()
+        loss.backward()
+        if remote:
+            self.fed.post("split.backward", {p: {"grad": a.grad.numpy().astype(self.payload_dtype)}  # type: ignore[union-attr]
+                                             for p, a in remote.items()})
+        self.optimizer.step()
+        return float(loss.detach())
+
+    @property
+    def validates(self) -> bool:
+        return len(self.y["val"]) > 0
+
+    def validation_loss(self) -> float | None:
+        if not self.validates:
+            return None
+        m = self.m
+        batch = np.arange(len(self.y["val"]))
+        remote = self._remote(batch, "val", False)
+        mask = self.mask["val"]
+        width = m.config.active_bottom[-1]
+        m.bottom_.eval()
+        m.heads_.eval()
+        with torch.no_grad():
+            z = [m.bottom_(self.x["val"])]
+            z += [_scatter(remote[p], mask[:, k + 1], width) for k, p in enumerate(m.passives_)]
+            out = m.combine(z, mask, regression=self.regression)
+            if self.regression:
+                return float(F.mse_loss(out.squeeze(1), self.y["val"]))
+            return float(F.nll_loss(torch.log(out.clamp_min(1e-12)), self.y["val"]))
+
+    def snapshot(self) -> Any:
+        return {**{f"bottom.{k}": v.detach().clone() for k, v in self.m.bottom_.state_dict().items()},
+                **{f"heads.{k}": v.detach().clone() for k, v in self.m.heads_.state_dict().items()}}
+
+    def restore(self, state: Any) -> None:
+        for name, module in (("bottom", self.m.bottom_), ("heads", self.m.heads_)):
+            module.load_state_dict({k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")})
+
+    def model_state(self) -> dict[str, Any]:
+        return {**module_state(self.m.bottom_, "bottom."), **module_state(self.m.heads_, "heads."),
+                **optimizer_state(self.optimizer, "opt."), "tasks": json.dumps(self.tasks.bit_generator.state)}
+
+    def load_model_state(self, state: Mapping[str, Any]) -> None:
+        load_module_state(self.m.bottom_, state, "bottom.")
+        load_module_state(self.m.heads_, state, "heads.")
+        load_optimizer_state(self.optimizer, state, "opt.")
+        self.tasks.bit_generator.state = json.loads(str(state["tasks"]))
+
