@@ -113,3 +113,28 @@ def test_a_saved_model_scores_with_the_rows_each_partner_brings(tmp_path: object
     kept = np.isin(frame["id"], half.ids)
     dropped = np.isin(frame["id"], rows["p1"].ids) & ~kept
     assert same[kept].all() and dropped.any() and not same[dropped].any()
+
+
+def test_splitnn_with_party_dropout_scores_whoever_holds_the_person() -> None:
+    """PlugVFL's party-wise dropout: a left-out partner is not asked for that batch (and gets no gradient); the
+    model scores people a partner lacks with zeros in its place, and without dropout nothing changes."""
+    together, alone = _blocks()
+    seen: list[Message] = []
+    train = {**TRAIN, "max_epochs": 6, "batch_size": 64}
+    out = run_method(get_method("splitnn")(train=train, party_dropout=0.5), together, seed=0,
+                     observers=(seen.append,))
+    forwards = [m for m in seen if m.kind == "splitnn.forward" and m.sender == "a" and m.payload["training"]]
+    backwards = [m for m in seen if m.kind == "split.backward" and m.sender == "a"]
+    per_party = {p: sum(1 for m in forwards if m.receiver == p) for p in ("p1", "p2")}
+    steps = 6 * int(np.ceil(250 / 64))  # SplitNN trains on the people every party holds: 250
+    assert all(0.3 * steps < n < 0.7 * steps for n in per_party.values()), per_party
+    assert {p: sum(1 for m in backwards if m.receiver == p) for p in ("p1", "p2")} == per_party
+    assert out.scores.shape == (100, 2)
+    # People only the active party holds: scored, every partner's place zeros.
+    solo = run_method(get_method("splitnn")(train=train, party_dropout=0.5), alone, seed=0)
+    assert solo.scores.shape == (100, 2) and np.allclose(solo.scores.sum(axis=1), 1.0)
+    with pytest.raises(ConfigError, match="party_dropout"):
+        get_method("splitnn")(party_dropout=1.0)
+    plain = run_method(get_method("splitnn")(train=train), together, seed=0)
+    again = run_method(get_method("splitnn")(train=train, party_dropout=0.0), together, seed=0)
+    assert np.array_equal(plain.scores, again.scores)

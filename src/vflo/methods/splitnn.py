@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value
+from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value, expect_rows
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Method, MethodConfig, State, handles, need
@@ -56,6 +56,10 @@ class SplitNNConfig(MethodConfig):
     the active party sends back (label protection; the gradient of each example's own loss is clipped, as in
     DP-SGD, then divided by the batch size as the mean loss's is). Each training example is released once per epoch, so
     the ε reported composes over the epochs trained.
+    ``party_dropout`` (PlugVFL's party-wise dropout, Sun et al. 2023): in training, each passive party's
+    activations are left out of a whole batch with this probability (zeros at the top, the party not asked for
+    that batch), so the model also scores a person a partner lacks, with zeros in that partner's place; a model
+    trained with it scores each person with whichever partners hold them.
     """
 
     passive_bottom: tuple[int, ...] = (64, 64)
@@ -68,10 +72,13 @@ class SplitNNConfig(MethodConfig):
     partners: tuple[str, ...] = ()
     activation_noise: GaussianNoise | None = None
     gradient_noise: GaussianNoise | None = None
+    party_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.passive_bottom or not self.active_bottom:
             raise ConfigError("splitnn: passive_bottom and active_bottom need at least one layer each")
+        if not 0.0 <= self.party_dropout < 1.0:
+            raise ConfigError(f"party_dropout is a probability in [0, 1), got {self.party_dropout}")
 
 
 class SplitNN(SplitParty, Method):
@@ -119,6 +126,8 @@ class SplitNN(SplitParty, Method):
         return list(self.config.partners) or passives
 
     def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
+        if self.config.party_dropout > 0:
+            return []  # trained to do without any partner: whoever holds a person scores them
         return list(self.config.partners) or super().scoring_parties(parties)
 
     def build_bottom(self, ctx: NodeContext, in_dim: int) -> nn.Module:
@@ -215,8 +224,11 @@ class SplitNN(SplitParty, Method):
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         own = as_tensor(fed.serving.subset(ids).X)
-        replies = fed.score_together("split.activations", ids, self.passives_, extra={"split": "serve"})
-        remote = remote_activations(replies, self.passives_, len(ids), self.widths_)
+        if self.config.party_dropout > 0:
+            remote = self._whoever_holds(fed, ids)
+        else:
+            replies = fed.score_together("split.activations", ids, self.passives_, extra={"split": "serve"})
+            remote = remote_activations(replies, self.passives_, len(ids), self.widths_)
         with torch.no_grad():
             out = self.top_(torch.cat([self.bottom_(own), *remote], dim=1))
         if fed.task == "regression":
@@ -224,6 +236,23 @@ class SplitNN(SplitParty, Method):
             return values
         result: np.ndarray = torch.softmax(out, dim=1).double().numpy()
         return result
+
+    def _whoever_holds(self, fed: Federation, ids: np.ndarray) -> list[torch.Tensor]:
+        """Each partner's activations of the people it holds among ``ids``, zeros where it lacks them (as a
+        dropped party's were in training)."""
+        if not self.passives_:
+            return []
+        alignment = fed.align(ids, self.passives_, split="serve")
+        held = {p: np.isin(ids, alignment.asked[alignment.held[p]]) for p in self.passives_}
+        replies = fed.exchange("split.activations", {p: {"ids": ids[held[p]], "split": "serve"}
+                                                     for p in self.passives_})
+        out = []
+        for p in self.passives_:
+            acts = torch.as_tensor(expect_rows(replies[p], "acts", party=p, rows=int(held[p].sum()),
+                                               width=self.widths_[p], what="activations"))
+            out.append(torch.zeros(len(ids), self.widths_[p]).index_copy(
+                0, torch.as_tensor(np.flatnonzero(held[p])), acts))
+        return out
 
     def summary_stats(self) -> dict[str, float]:
         return {**self.history_.summary(), **self.privacy_stats()}
@@ -291,6 +320,9 @@ class _SplitTrainer(RemoteBottomsTrainer):
         self.payload_dtype = method.config.payload_dtype
         self.upcoming: PendingExchange | None = None
         self.noise_rng = fed.rng("splitnn-gradient-noise")
+        # Which partners a batch leaves out is the active party's own draw (a left-out partner is simply not asked).
+        self.dropout_rng = fed.rng("splitnn-party-dropout")
+        self.kept: dict[str, list[str]] = {}
 
     @property
     def n_train(self) -> int:
@@ -299,16 +331,30 @@ class _SplitTrainer(RemoteBottomsTrainer):
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(out.squeeze(1), y) if self.regression else F.cross_entropy(out, y)
 
-    def _forward_payloads(self, rows: np.ndarray, subset: str, training: bool) -> dict[str, Payload]:
+    def _forward_payloads(self, rows: np.ndarray, subset: str, training: bool, *,
+                          slot: str = "now") -> dict[str, Payload]:
+        """The forward request to each partner this batch asks (``slot``: this batch's or the one fetched ahead,
+        for which partners it left out)."""
         payload: Payload = {"rows": rows.astype(np.int64), "subset": subset, "training": training,
                             "keep_previous": not training and self.keep_previous()}
-        return dict.fromkeys(self.m.passives_, payload)
+        kept = self.m.passives_
+        p = self.m.config.party_dropout
+        if training and p > 0:
+            kept = [name for name in kept if self.dropout_rng.random() >= p]
+        self.kept[slot] = kept
+        return dict.fromkeys(kept, payload)
+
+    def _activations(self, replies: dict[str, Payload], rows: int) -> list[torch.Tensor]:
+        """Every partner's activations in order; zeros for a partner this batch left out."""
+        return [remote_activations(replies, [name], rows, self.m.widths_)[0] if name in replies
+                else torch.zeros(rows, self.m.widths_[name]) for name in self.m.passives_]
 
     def _remote(self, rows: np.ndarray, subset: str, training: bool) -> list[torch.Tensor]:
         if not self.m.passives_:
             return []
-        replies = self.fed.exchange("splitnn.forward", self._forward_payloads(rows, subset, training))
-        return remote_activations(replies, self.m.passives_, len(rows), self.m.widths_)
+        payloads = self._forward_payloads(rows, subset, training)
+        replies = self.fed.exchange("splitnn.forward", payloads) if payloads else {}
+        return self._activations(replies, len(rows))
 
     def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
         m, passives = self.m, self.m.passives_
@@ -318,9 +364,11 @@ class _SplitTrainer(RemoteBottomsTrainer):
         own = m.bottom_(self.x["train"][batch])
         if self.upcoming is not None:
             replies, self.upcoming = self.upcoming.result(), None
-            remote = remote_activations(replies, passives, len(batch), m.widths_)
+            remote = self._activations(replies, len(batch))
+            kept = self.kept.get("upcoming", passives)
         else:
             remote = self._remote(batch, "train", True)
+            kept = self.kept.get("now", passives)
         remote = [a.requires_grad_(True) for a in remote]
         loss = self._loss(m.top_(torch.cat([own, *remote], dim=1)), self.y["train"][batch])
         self.optimizer.zero_grad()
@@ -329,6 +377,8 @@ class _SplitTrainer(RemoteBottomsTrainer):
             noise = m.config.gradient_noise
             grads = {}
             for name, a in zip(passives, remote, strict=True):
+                if name not in kept:  # left out of this batch: it was not asked, so it gets no gradient
+                    continue
                 grad = a.grad.numpy()  # type: ignore[union-attr]
                 if noise is not None:  # label protection: each example's gradient row clipped and noised
                     # The loss is a batch mean, so a row is 1/n of the gradient of that example's own loss: clip
@@ -339,12 +389,13 @@ class _SplitTrainer(RemoteBottomsTrainer):
                                          what="gradients") / len(batch)
                 grads[name] = {"grad": grad.astype(self.payload_dtype)}
             # Posted: it goes out with the next forward, one round trip per batch over a network.
-            self.fed.post("split.backward", grads)
+            if grads:
+                self.fed.post("split.backward", grads)
             if upcoming is not None:
                 # The next batch's forward leaves now, before this step's update: the passives' work and
                 # the transfer overlap the active party's optimizer step and bottom.
-                self.upcoming = self.fed.exchange_async(
-                    "splitnn.forward", self._forward_payloads(upcoming, "train", True))
+                ahead = self._forward_payloads(upcoming, "train", True, slot="upcoming")
+                self.upcoming = self.fed.exchange_async("splitnn.forward", ahead) if ahead else None
         self.optimizer.step()
         return float(loss.detach())
 
