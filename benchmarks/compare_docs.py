@@ -108,8 +108,8 @@ def render(data: dict[str, dict[str, Any]], shot: bool) -> str:
         lines += [f"## {label}", "",
                   f"`configs/compare/{name}.toml`: {len(meta['rows'])} method runs in {meta['seconds'] / 60:.1f} min "
                   f"on this machine ({metric}; {'higher' if higher else 'lower'} is better); "
-                  f"{meta.get('test_people', '?')} test people of each kind, the same in every cell and repeat; "
-                  "ties: a paired t-test over the repeats cannot tell them from the best.", "",
+                  f"{meta.get('test_people', '?')} test people of each kind, the same in every cell and repeat"
+                  f"{fewer(name, meta)}; ties: a paired t-test over the repeats cannot tell them from the best.", "",
                   "| varied | value | people scored | test rows | best deployable method | " + metric +
                   " | within its spread |", "|---|---|---|---|---|---|---|"]
         for _, r in which(d).iterrows():
@@ -130,6 +130,18 @@ def render(data: dict[str, dict[str, Any]], shot: bool) -> str:
                   + ", ".join(f"`configs/compare/{m}.toml`" for m in missing)
                   + "; run them as above and generate this page again.", ""]
     return "\n".join(lines)
+
+
+def fewer(name: str, meta: dict[str, Any]) -> str:
+    """Why a comparison holds out fewer test people than its config asks for, if it does."""
+    from vflo.experiments.compare import load_compare
+
+    _, settings = load_compare(tomllib.loads((ROOT / "configs" / "compare" / f"{name}.toml").read_text()))
+    people = int(meta.get("test_people", settings.test_rows))
+    if people >= settings.test_rows:
+        return ""
+    return (f" (fewer than {settings.test_rows}: each test set takes at most {settings.test_fraction:.0%} of the "
+            "dataset's rows, so training keeps the rest)")
 
 
 def time_share(rows: pd.DataFrame) -> str:

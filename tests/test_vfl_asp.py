@@ -172,3 +172,15 @@ def test_importance_split_gives_the_second_hop_the_most_important_columns() -> N
                                  PartySpec(name="a", role="active", share=1.0)), feature_split="importance")
     layout = spec.build(ds, seed=0)
     assert list(layout.columns["p2"]) == importance_ranking(ds)[:3]
+
+
+def test_the_student_refuses_regression_with_the_reason() -> None:
+    """It learns the teacher's class probabilities: a regression teacher has none (it once returned 1.0 for
+    every row)."""
+    from vflo.errors import MethodError
+    from vflo.methods.registry import get_method
+
+    with pytest.raises(MethodError, match=r"vfl_asp_student supports \['binary', 'multiclass'\] tasks, not "
+                                          r"'regression'"):
+        get_method("vfl_asp_student")().check_task("regression")
+    get_method("vfl_asp")().check_task("regression")  # the teacher is split learning: it regresses

@@ -13,6 +13,7 @@ import numpy as np
 
 from vflo.align import plain
 from vflo.comm.message import STR, Payload, Value
+from vflo.data.datasets import Task
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError
@@ -294,3 +295,5 @@ class VFLASPStudent(VFLASP):
     summary = "VFL-ASP's distilled student: scores from the active party's features alone"
     inference: ClassVar[Inference] = "active_only"
     student: ClassVar[bool] = True
+    # The student learns the teacher's class probabilities (KL); a regression teacher has none to give.
+    tasks: ClassVar[frozenset[Task]] = frozenset({"binary", "multiclass"})
