@@ -44,6 +44,10 @@ class Alignment:
     held: dict[str, np.ndarray]
     widths: dict[str, int]
 
+    def holding(self, party: str, ids: np.ndarray) -> np.ndarray:
+        """Which of ``ids``, in the caller's order (the alignment asked them sorted), ``party`` holds."""
+        return np.isin(ids, self.asked[self.held[party]])
+
     def selector(self, party: str) -> np.ndarray:
         """A mask over ``party``'s held list that picks the shared IDs, in order."""
         held = self.held[party]

@@ -405,10 +405,7 @@ class ScenarioSpec:
         rng = np.random.default_rng(np.random.SeedSequence(
             [self.samples.test_seed if self.samples.test_seed is not None else seed, 0x7E57]))
         y = dataset.y
-        stratify = None
-        if dataset.task != "regression":
-            _, counts = np.unique(y, return_counts=True)
-            stratify = y if counts.min() >= 2 and n >= len(counts) and n_rows - n >= len(counts) else None
+        stratify = y if can_stratify(y, n, n_rows) else None
         from sklearn.model_selection import train_test_split
 
         _, chosen = train_test_split(np.arange(n_rows), test_size=n, random_state=int(rng.integers(2**31)),
@@ -540,6 +537,15 @@ class ScenarioSpec:
             blocks.append(((p,), n_only))
             outside -= n_only
         return [b for b in blocks if b[1] > 0]
+
+
+def can_stratify(y: np.ndarray, n_test: int, n: int) -> bool:
+    """Whether ``n_test`` of ``n`` rows can be drawn stratified by class labels ``y`` (never for regression
+    targets): every class needs two rows and a place on both sides."""
+    if y.dtype.kind == "f":
+        return False
+    _, counts = np.unique(y, return_counts=True)
+    return bool(counts.min() >= 2 and n_test >= len(counts) and n - n_test >= len(counts))
 
 
 def _deal_blocks(blocks: Sequence[tuple[tuple[str, ...], int]], rows: np.ndarray,

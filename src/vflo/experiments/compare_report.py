@@ -23,7 +23,7 @@ from vflo.experiments.compare import (
 )
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table
-from vflo.experiments.styles import jitter, method_style
+from vflo.experiments.styles import jitter, legend_outside, method_style
 
 AXIS_TEXT = {"aligned": "share of the active party's people the others also hold",
              "passives": "number of passive parties", "split": "how the columns are split",
@@ -89,7 +89,7 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
                 if dropped else "")
         ax.set_title(f"{title}\n{metric} scoring {who}; error bars ± 1 std over the repeats{note}", fontsize=9)
         ax.grid(alpha=0.3, which="both")
-        _legend_outside(ax)
+        legend_outside(ax)
         fig.tight_layout()
         out[f"metric_{scored}"] = _svg(fig)
     part = data[data["scored"] == data["scored"].iloc[0]]
@@ -118,16 +118,10 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
         ax.set_ylabel(label + " (log scale)")
         ax.set_title(title + (f"\nno training messages: {', '.join(silent)}" if silent else ""), fontsize=9)
         ax.grid(alpha=0.3, which="both")
-        _legend_outside(ax)
+        legend_outside(ax)
         fig.tight_layout()
         out[column] = _svg(fig)
     return out
-
-
-def _legend_outside(ax: Any) -> None:
-    """The legend beside the plot, never over the data."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
 
 
 def claims(comparison: Comparison) -> list[str]:

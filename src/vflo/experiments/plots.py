@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from vflo.experiments.runner import ExperimentResult
+from vflo.experiments.styles import legend_outside, method_style
 
 
 def _x_axis(result: ExperimentResult, summary: pd.DataFrame) -> tuple[str, list[Any], list[str]]:
@@ -42,8 +43,6 @@ def write_plots(result: ExperimentResult, summary: pd.DataFrame, out_dir: Path) 
     metric = result.config.metric
     xcol, xvalues, xlabels = _x_axis(result, summary)
     positions = {v: i for i, v in enumerate(xvalues)} if xlabels else {v: v for v in xvalues}
-    from vflo.experiments.styles import method_style
-
     styles = {m: method_style(str(m)) for m in dict.fromkeys(summary["method"])}
     title = result.dataset.label
     if result.dataset.standin:
@@ -97,8 +96,7 @@ def _finish(fig: Any, ax: Any, path: Path, *, xcol: str, ylabel: str, title: str
     if xlabels:
         ax.set_xticks(range(len(xlabels)), xlabels)
     ax.grid(alpha=0.3, which="both")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+    legend_outside(ax, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from vflo import schema
-from vflo.data.scenario import Count, Layout
+from vflo.data.scenario import Count, Layout, can_stratify
 from vflo.errors import ConfigError, ScenarioError, unknown_name
 
 TestFrom = Literal["active", "aligned", "active_only"]
@@ -106,16 +106,9 @@ def draw_test(ids: np.ndarray, y: np.ndarray, n_test: Count, rng: np.random.Gene
     if size == len(ids):
         # Every candidate is a test row (e.g. a block of aligned rows kept for testing only).
         return np.sort(ids)
-    strat = y if stratify and _can_stratify(y, size, len(ids)) else None
+    strat = y if stratify and can_stratify(y, size, len(ids)) else None
     _, test = train_test_split(ids, test_size=size, random_state=int(rng.integers(2**31)), stratify=strat)
     return np.sort(np.asarray(test))
-
-
-def _can_stratify(y: np.ndarray, n_test: int, n: int) -> bool:
-    if y.dtype.kind == "f":
-        return False
-    _, counts = np.unique(y, return_counts=True)
-    return bool(counts.min() >= 2 and n_test >= len(counts) and n - n_test >= len(counts))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,8 @@ experiment's), distinct for every registered method; oracles (simulation only) a
 
 from __future__ import annotations
 
+from typing import Any
+
 from vflo.methods.registry import method_names
 
 #: 20 colours that stay apart (matplotlib's tab20, dark shades first, then the light ones).
@@ -27,3 +29,9 @@ def jitter(method: str, methods: list[str], width: float = 0.15) -> float:
         return 1.0
     k = methods.index(method)
     return float(1.0 + width * (k / (len(methods) - 1) - 0.5))
+
+
+def legend_outside(ax: Any, fontsize: int = 7) -> None:
+    """The legend beside the plot, never over the data (none when nothing is labelled)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)

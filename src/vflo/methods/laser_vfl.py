@@ -14,7 +14,7 @@ import numpy as np
 from vflo.comm.message import Payload, Value, expect_rows
 from vflo.errors import ConfigError, ProtocolError
 from vflo.methods.base import Inference, State, need
-from vflo.methods.split_learning import RemoteBottomsTrainer
+from vflo.methods.split_learning import RemoteBottomsTrainer, holders_activations, scatter_rows
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
 from vflo.nn.train import (
     History,
@@ -109,7 +109,7 @@ class LaserVFL(SplitNN):
         passives = self._partners(fed)
         ids = data.ids
         alignment = fed.align(ids, passives) if passives else None
-        held = {p: np.isin(ids, alignment.asked[alignment.held[p]]) for p in passives} if alignment else {}
+        held = {p: alignment.holding(p, ids) for p in passives} if alignment else {}
         # Batches and validation rows are named to the partners: public choices, from the run seed.
         rng = fed.shared_rng("laser-train")
         train_pos, val_pos = split_validation(len(ids), cfg.train.validation_fraction, rng)
@@ -153,9 +153,8 @@ class LaserVFL(SplitNN):
         """Each row's prediction from the blocks it holds (``mask``: rows x blocks, block 0 the active party's):
         the mean over its heads i of g_i(mean of its blocks' representations); probabilities for classes."""
         out = torch.zeros(len(mask), self.n_out_)
-        for pattern in {tuple(row) for row in mask.tolist()}:
-            rows = torch.as_tensor(np.flatnonzero((mask == np.asarray(pattern)).all(axis=1)))
-            blocks = [j for j, seen in enumerate(pattern) if seen]
+        for blocks, positions in holder_groups(mask):
+            rows = torch.as_tensor(positions)
             mean = torch.stack([z[j][rows] for j in blocks]).mean(dim=0)
             heads = [self.heads_[i](mean) for i in blocks]
             each = heads if regression else [torch.softmax(h, dim=1) for h in heads]
@@ -165,20 +164,11 @@ class LaserVFL(SplitNN):
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         self.bottom_.eval()
         self.heads_.eval()
-        mask = np.ones((len(ids), 1 + len(self.passives_)), dtype=bool)
         with torch.no_grad():
             z = [self.bottom_(as_tensor(fed.serving.subset(ids).X))]
-        if self.passives_:
-            alignment = fed.align(ids, self.passives_, split="serve")
-            requests: dict[str, Payload] = {}
-            for k, p in enumerate(self.passives_):
-                mask[:, k + 1] = np.isin(ids, alignment.asked[alignment.held[p]])
-                requests[p] = {"ids": ids[mask[:, k + 1]], "split": "serve"}
-            replies = fed.exchange("split.activations", requests)
-            for k, p in enumerate(self.passives_):
-                z.append(_scatter(torch.as_tensor(expect_rows(
-                    replies[p], "acts", party=p, rows=int(mask[:, k + 1].sum()), width=self.widths_[p],
-                    what="activations")), mask[:, k + 1], self.config.active_bottom[-1]))
+        remote, held = holders_activations(fed, ids, self.passives_, self.widths_)
+        mask = np.column_stack([np.ones(len(ids), dtype=bool), *(held[p] for p in self.passives_)])
+        z += remote
         with torch.no_grad():
             out = self.combine(z, mask, regression=fed.task == "regression")
         if fed.task == "regression":
@@ -207,9 +197,12 @@ class LaserVFL(SplitNN):
         self.heads_.eval()
 
 
-def _scatter(rows: torch.Tensor, mask: np.ndarray, width: int) -> torch.Tensor:
-    """``rows`` (one per True of ``mask``) placed in a zero matrix of ``len(mask)`` rows (differentiable)."""
-    return torch.zeros(len(mask), width).index_copy(0, torch.as_tensor(np.flatnonzero(mask)), rows)
+def holder_groups(mask: np.ndarray) -> list[tuple[list[int], np.ndarray]]:
+    """The rows of ``mask`` (rows x blocks) grouped by the set of blocks that hold them: (blocks, row positions)
+    per set, in the same order for the same mask (tuples of booleans hash alike in every process)."""
+    patterns = {tuple(row) for row in mask.tolist()}
+    return [([j for j, seen in enumerate(pattern) if seen], np.flatnonzero((mask == np.asarray(pattern)).all(axis=1)))
+            for pattern in patterns]
 
 
 def task_weight(observed: int, size: int) -> float:
@@ -241,9 +234,8 @@ class _LaserTrainer(RemoteBottomsTrainer):
                 self.where[name][p] = np.where(has, np.cumsum(has) - 1, -1)
         self.patterns: dict[tuple[str, ...], int] = {}
         names = ["active", *method.passives_]
-        for row in {tuple(r) for r in self.mask["train"].tolist()}:
-            count = int((self.mask["train"] == np.asarray(row)).all(axis=1).sum())
-            self.patterns[tuple(n for n, seen in zip(names, row, strict=True) if seen)] = count
+        for blocks, positions in holder_groups(self.mask["train"]):
+            self.patterns[tuple(names[j] for j in blocks)] = len(positions)
         self.optimizer = adam([*method.bottom_.parameters(), *method.heads_.parameters()], self.config)
         # Which subsets the heads train on is the active party's own choice, never sent: its own stream.
         self.tasks = fed.rng("laser-tasks")
@@ -281,15 +273,13 @@ class _LaserTrainer(RemoteBottomsTrainer):
         remote = {p: a.requires_grad_(True) for p, a in self._remote(batch, "train", True).items()}
         width = m.config.active_bottom[-1]
         z = [m.bottom_(self.x["train"][batch])]
-        z += [_scatter(remote[p], mask[:, k + 1], width) if p in remote else torch.zeros(len(batch), width)
+        z += [scatter_rows(remote[p], mask[:, k + 1], width) if p in remote else torch.zeros(len(batch), width)
               for k, p in enumerate(m.passives_)]
         y = self.y["train"][batch]
         loss = torch.zeros(())
-        for pattern in {tuple(row) for row in mask.tolist()}:
-            rows_np = np.flatnonzero((mask == np.asarray(pattern)).all(axis=1))
-            rows = torch.as_tensor(rows_np)
-            blocks = [j for j, seen in enumerate(pattern) if seen]
-            share = len(rows_np) / len(batch)
+        for blocks, positions in holder_groups(mask):
+            rows = torch.as_tensor(positions)
+            share = len(positions) / len(batch)
             for i in blocks:
                 others = [j for j in blocks if j != i]
                 for size in range(1, len(blocks) + 1):
@@ -320,7 +310,7 @@ class _LaserTrainer(RemoteBottomsTrainer):
         m.heads_.eval()
         with torch.no_grad():
             z = [m.bottom_(self.x["val"])]
-            z += [_scatter(remote[p], mask[:, k + 1], width) for k, p in enumerate(m.passives_)]
+            z += [scatter_rows(remote[p], mask[:, k + 1], width) for k, p in enumerate(m.passives_)]
             out = m.combine(z, mask, regression=self.regression)
             if self.regression:
                 return float(F.mse_loss(out.squeeze(1), self.y["val"]))

@@ -261,6 +261,28 @@ def remote_activations(replies: dict[str, Payload], parties: list[str], rows: in
             for p in parties]
 
 
+def scatter_rows(rows: torch.Tensor, held: np.ndarray, width: int) -> torch.Tensor:
+    """``rows`` (one per True of ``held``) in a zero matrix of ``len(held)`` rows: a party's activations in the
+    places of the people it holds, zeros where it lacks them (differentiable in ``rows``)."""
+    return torch.zeros(len(held), width).index_copy(0, torch.as_tensor(np.flatnonzero(held)), rows)
+
+
+def holders_activations(fed: Federation, ids: np.ndarray, parties: list[str],
+                        widths: dict[str, int]) -> tuple[list[torch.Tensor], dict[str, np.ndarray]]:
+    """Scoring with whoever holds a person: each party's evaluation-mode activations of the people among
+    ``ids`` it holds (one alignment of the serving rows, one exchange), zeros for those it lacks; and which
+    people each party holds."""
+    if not parties:
+        return [], {}
+    alignment = fed.align(ids, parties, split="serve")
+    held = {p: alignment.holding(p, ids) for p in parties}
+    replies = fed.exchange("split.activations", {p: {"ids": ids[held[p]], "split": "serve"} for p in parties})
+    acts = [scatter_rows(torch.as_tensor(expect_rows(replies[p], "acts", party=p, rows=int(held[p].sum()),
+                                                     width=widths[p], what="activations")), held[p], widths[p])
+            for p in parties]
+    return acts, held
+
+
 def state_copy(module: nn.Module) -> dict[str, Any]:
     """A deep copy of a module's parameters (a snapshot of the best epoch)."""
     return {k: v.detach().clone() for k, v in module.state_dict().items()}

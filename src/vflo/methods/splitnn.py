@@ -10,11 +10,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value, expect_rows
+from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Method, MethodConfig, State, handles, need
-from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
+from vflo.methods.split_learning import (
+    RemoteBottomsTrainer,
+    SplitParty,
+    bottom_of,
+    holders_activations,
+    remote_activations,
+)
 from vflo.nn.train import (
     History,
     TrainConfig,
@@ -225,7 +231,8 @@ class SplitNN(SplitParty, Method):
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         own = as_tensor(fed.serving.subset(ids).X)
         if self.config.party_dropout > 0:
-            remote = self._whoever_holds(fed, ids)
+            # Trained to do without any partner: zeros where one lacks a person, as a dropped one's were.
+            remote, _ = holders_activations(fed, ids, self.passives_, self.widths_)
         else:
             replies = fed.score_together("split.activations", ids, self.passives_, extra={"split": "serve"})
             remote = remote_activations(replies, self.passives_, len(ids), self.widths_)
@@ -236,23 +243,6 @@ class SplitNN(SplitParty, Method):
             return values
         result: np.ndarray = torch.softmax(out, dim=1).double().numpy()
         return result
-
-    def _whoever_holds(self, fed: Federation, ids: np.ndarray) -> list[torch.Tensor]:
-        """Each partner's activations of the people it holds among ``ids``, zeros where it lacks them (as a
-        dropped party's were in training)."""
-        if not self.passives_:
-            return []
-        alignment = fed.align(ids, self.passives_, split="serve")
-        held = {p: np.isin(ids, alignment.asked[alignment.held[p]]) for p in self.passives_}
-        replies = fed.exchange("split.activations", {p: {"ids": ids[held[p]], "split": "serve"}
-                                                     for p in self.passives_})
-        out = []
-        for p in self.passives_:
-            acts = torch.as_tensor(expect_rows(replies[p], "acts", party=p, rows=int(held[p].sum()),
-                                               width=self.widths_[p], what="activations"))
-            out.append(torch.zeros(len(ids), self.widths_[p]).index_copy(
-                0, torch.as_tensor(np.flatnonzero(held[p])), acts))
-        return out
 
     def summary_stats(self) -> dict[str, float]:
         return {**self.history_.summary(), **self.privacy_stats()}
