@@ -177,7 +177,8 @@ def test_train_once_score_later_from_the_command_line(tmp_path: Path, capsys: py
     assert main(["predict", str(models), "--method", "apc_vfl", "--data", str(tmp_path / "next_month.csv"),
                  "--out", str(out)]) == 0
     scores = pd.read_csv(out, dtype={"id": str})
-    assert list(scores.columns) == ["pid", "readmitted", "recovered", "prediction", "model"] and len(scores) == 40
+    assert list(scores.columns) == ["pid", "readmitted", "recovered", "prediction", "model", "scored_by"]
+    assert len(scores) == 40
     assert np.allclose(scores[["readmitted", "recovered"]].sum(axis=1), 1.0)
     part = read_part(models / "apc_vfl" / "hospital", party="hospital")
     assert part.manifest["preprocessing"]["encoding"]["classes"] == ["readmitted", "recovered"]

@@ -40,7 +40,7 @@ def test_the_own_files_commands_as_written(tmp_path: Path) -> None:
     scores = pd.read_csv(tmp_path / "runs/own_scores.csv")
     new = pd.read_csv(tmp_path / "examples/data/hospital_new.csv")
     assert list(scores.pid) == list(new.pid)
-    assert list(scores.columns) == ["pid", "readmitted", "recovered", "prediction", "model"]
+    assert list(scores.columns) == ["pid", "readmitted", "recovered", "prediction", "model", "scored_by"]
     assert sorted(p.name for p in (tmp_path / "runs/own_models/splitnn").iterdir()) == ["hospital", "lab", "model.json"]
 
 

@@ -149,11 +149,17 @@ def _parser() -> argparse.ArgumentParser:
                                                   "its own host to score from its own rows)")
     predict.add_argument("--method", help="which saved method (its label), where the folder holds several")
     predict.add_argument("--data", type=Path, required=True, help="the active party's rows to score (its own file)")
-    predict.add_argument("--out", type=Path, required=True, help="CSV of scores: id, one column per class, model")
+    predict.add_argument("--out", type=Path, required=True,
+                         help="CSV of scores: id, one column per class, prediction, model, scored_by")
     predict.add_argument("--deploy", type=Path, help="score collaboratively with deployed parties (DEPLOY.toml)")
     predict.add_argument("--insecure", action="store_true", help="with --deploy: no TLS (loopback only)")
-    predict.add_argument("--missing", choices=["refuse", "active_only"], default="refuse",
-                         help="rows a partner does not hold: refuse (list them), or score them with --fallback")
+    predict.add_argument("--missing", choices=["refuse", "active_only", "subset"], default="refuse",
+                         help="rows a partner does not hold: refuse (list them), score them with --fallback "
+                              "(active_only), or score every row with the partners that hold it and answer "
+                              "(subset: laser_vfl, splitnn with party_dropout)")
+    predict.add_argument("--deadline", type=float, metavar="SECONDS",
+                         help="with --deploy and --missing subset: a partner that does not answer a request within "
+                              "this many seconds is absent for that batch of rows (default: the deploy config's)")
     predict.add_argument("--fallback", help="an active-only method saved in the same folder, for --missing active_only")
     predict.add_argument("--overwrite", action="store_true")
 
@@ -453,6 +459,8 @@ def _predict(args: argparse.Namespace) -> int:
         if not model.active_only:
             raise ConfigError(f"{model.label} scores collaboratively: give --deploy DEPLOY.toml, with every party "
                               "serving its saved part (vflo party serve PARTY.toml --save DIR)")
+        if args.deadline is not None:
+            raise ConfigError("--deadline bounds the partners' answers: it needs --deploy")
         frame = model.score(args.data, missing=args.missing, fallback=fallback)
     else:
         from vflo.deploy import load_deploy_config, score_deployed
@@ -460,7 +468,8 @@ def _predict(args: argparse.Namespace) -> int:
         deploy = load_deploy_config(args.deploy)
         if args.insecure:
             deploy = replace(deploy, active=_insecure_tls(deploy.active))
-        frame = score_deployed(deploy, model, args.data, missing=args.missing, fallback=fallback)
+        frame = score_deployed(deploy, model, args.data, missing=args.missing, fallback=fallback,
+                               deadline=args.deadline)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(f".{args.out.name}.tmp")
     import pyarrow as pa
@@ -471,8 +480,9 @@ def _predict(args: argparse.Namespace) -> int:
                           pyarrow.csv.WriteOptions(quoting_style="needed"))
     tmp.replace(args.out)
     counts = frame["model"].value_counts().to_dict()
+    by = frame["scored_by"].value_counts().to_dict()
     print(f"scored {len(frame)} rows with " + ", ".join(f"{m} ({n})" for m, n in counts.items()) +
-          f"; written to {args.out}")
+          "; scored by " + ", ".join(f"{b} ({n})" for b, n in by.items()) + f"; written to {args.out}")
     return 0
 
 

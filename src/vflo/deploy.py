@@ -22,7 +22,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -658,16 +658,27 @@ def training_first(ledger: Ledger, own_fit: int, remote: int, fit_round: int) ->
 
 
 def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *, missing: Missing = "refuse",
-                   fallback: SavedModel | None = None) -> pd.DataFrame:
+                   fallback: SavedModel | None = None, deadline: float | None = None) -> pd.DataFrame:
     """Score the active party's ``rows`` with a saved model over a deployment: every party loads its own saved
-    part (``vflo party serve ... --save DIR``) and scores the rows of its ``serve_file`` it holds."""
+    part (``vflo party serve ... --save DIR``) and scores the rows of its ``serve_file`` it holds.
+
+    ``missing = "subset"``: each row is scored by the partners that hold it and answer; ``deadline`` (seconds,
+    default the deploy config's) bounds each request, retries included, and a partner past it is absent for
+    that batch (one that cannot load its part, for the session). The output's ``scored_by`` says who scored."""
     active = deploy.active
     if active.name != model.card.active:
         raise ConfigError(f"the model was saved with {model.card.active!r} as the active party, but deploy.toml's "
                           f"[active] is {active.name!r}")
+    if deadline is not None and not deadline > 0:
+        raise ConfigError(f"the deadline is a number of seconds > 0, got {deadline}")
+    if deadline is not None and missing != "subset":
+        raise ConfigError("a deadline applies to scoring with whoever answers: give --missing subset with it")
     serving = model.rows(active.name, rows)
+    config = deploy.coordinator_config()
+    if deadline is not None:
+        config = replace(config, deadline=deadline)
     try:
-        party = start_party(deploy.coordinator_config(), data=None, serve=serving)
+        party = start_party(config, data=None, serve=serving)
     except AddressInUseError as exc:
         raise TransportError(f"{exc}. If `vflo run --deploy` is training at {active.name!r} now, it holds that "
                              "address, and the other parties serve one run at a time: they refuse a scoring session "
@@ -675,11 +686,12 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
     try:
         # The rows to score are matched with each partner's by private set intersection: a partner learns which of
         # its own people are scored, never the IDs of people it does not hold (plain alignment sent them all).
-        fed, method = model.restore(party.node, party.transport, alignment=AlignmentConfig(method="psi"))
+        fed, method = model.restore(party.node, party.transport, alignment=AlignmentConfig(method="psi"),
+                                    missing=missing)
         covered = np.ones(len(serving.ids), dtype=bool)
         for name in method.scoring_parties(fed.parties):
             covered &= held_rows(fed, serving.ids, name, method.name)
-        frame = combine(model, serving.ids, covered, lambda keep: method.predict(fed, keep), missing=missing,
+        frame = combine(model, serving.ids, covered, lambda keep: method.predict_by(fed, keep), missing=missing,
                         fallback=fallback, fallback_rows=rows)
         fed.teardown()
         return frame

@@ -6,9 +6,16 @@ APC-VFL, VFedTrans, VFL-ASP's student) nothing else is needed. Where it scores c
 party restores its own saved part (``control.load``) and contributes its share for the rows it holds:
 in this process, or over a deployment, where each ``vflo party serve`` loads its part from its own folder.
 
-Rows a partner does not hold cannot be scored collaboratively. ``missing = "refuse"`` (the default) stops
-and lists them; ``missing = "active_only"`` scores them with an active-only model saved beside the
-collaborative one (``fallback``), and the output's ``model`` column says which model scored each row.
+Rows a partner does not hold cannot be scored by most collaborative methods. ``missing = "refuse"`` (the
+default) stops and lists them; ``missing = "active_only"`` scores them with an active-only model saved beside
+the collaborative one (``fallback``). ``missing = "subset"`` scores every row with the partners that hold it
+and answer: for a method trained to do without partners (``laser_vfl``, ``splitnn`` with ``party_dropout``;
+one scoring from the active party alone trivially). A partner that is not there, has no rows to score, or does
+not answer within the deadline (deployed) is absent for that batch of rows, or for the session when its saved
+part does not load (a party that left). Entity Augmentation, RAP and the others refuse it and say why.
+
+The output's ``model`` column says which model scored each row, and ``scored_by`` which parties did
+(``active+partner+...``).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from vflo.methods.base import Method
 from vflo.methods.registry import get_method
 from vflo.roles import PartyInfo
 
-Missing = Literal["refuse", "active_only"]
+Missing = Literal["refuse", "active_only", "subset"]
 #: Rows scored per call of a method's predict (and per message to each partner).
 SCORE_BATCH = 100_000
 Rows = PartyData | str | Path
@@ -87,15 +94,19 @@ class SavedModel:
     def parties(self) -> tuple[PartyInfo, ...]:
         return tuple(PartyInfo(name, role) for name, role in self.card.parties)  # type: ignore[arg-type]
 
-    def restore(self, node: Node, transport: Transport, *,
-                alignment: AlignmentConfig | None = None) -> tuple[Federation, Method]:
+    def restore(self, node: Node, transport: Transport, *, alignment: AlignmentConfig | None = None,
+                missing: Missing = "refuse") -> tuple[Federation, Method]:
         """A federation of the card's parties over ``transport``, with every party's part restored; ``alignment``:
-        how the rows to score are matched with the other parties' (plain unless given)."""
+        how the rows to score are matched with the other parties' (plain unless given). With ``missing =
+        "subset"``, a partner whose part does not load is absent for the session (see :func:`check_subset`)."""
         parties = (PartyInfo(self.card.active, "active"),) if self.active_only else self.parties
         fed = Federation(node=node, transport=transport, parties=parties, seed=self.card.seed,
                          task=self.card.task, n_classes=self.card.n_classes,  # type: ignore[arg-type]
                          alignment=alignment)
         method = self.new_method()
+        if missing == "subset":
+            check_subset(self, method)
+            fed.whoever_answers = True
         for party, sha in fed.load_parts(method, self.label, self.card.model_id).items():
             _check_manifest(self.card, party, sha)
         fed.load_own_part(method, self.active.state)
@@ -116,13 +127,17 @@ class SavedModel:
         method scores collaboratively."""
         return self.score(rows)[self.score_columns].to_numpy()
 
+    def card_partners(self) -> list[str]:
+        """The parties the model was trained with besides the active party, in the card's order."""
+        return [name for name, _ in self.card.parties if name != self.card.active]
+
     @property
     def id_column(self) -> str:
         """The ID column's name in the active party's training file (``id`` where it came from no file); score
         files keep it."""
         encoding = self.active.preprocessing.encoding
         name = encoding.id_column if encoding is not None else "id"
-        return "id (row)" if name in (*self.score_columns, "prediction", "model") else name
+        return "id (row)" if name in (*self.score_columns, "prediction", "model", "scored_by") else name
 
     @property
     def score_columns(self) -> list[str]:
@@ -132,19 +147,34 @@ class SavedModel:
 
     def score(self, rows: Rows | Mapping[str, Rows], *, missing: Missing = "refuse",
               fallback: SavedModel | None = None) -> pd.DataFrame:
-        """One row per ID of the active party's rows: its scores, and which saved model scored it."""
+        """One row per ID of the active party's rows: its scores, which saved model scored it and which parties.
+
+        ``missing``: see the module's text; with ``"subset"``, a partner whose rows are not given is absent."""
         given = dict(rows) if isinstance(rows, Mapping) else {self.card.active: rows}
         if self.card.active not in given:
             raise ConfigError(f"give the active party {self.card.active!r}'s rows to score")
-        prepared = {party: self.rows(party, r) for party, r in given.items()
-                    if party == self.card.active or not self.active_only}
+        prepared: dict[str, PartyData] = {}
+        gone: dict[str, str] = {}
+        for party, r in given.items():
+            if party != self.card.active and self.active_only:
+                continue
+            try:
+                prepared[party] = self.rows(party, r)
+            except ArtifactError as exc:
+                if missing != "subset" or party == self.card.active:
+                    raise
+                gone[party] = str(exc)  # a partner that left with its part: absent, as one that does not load
         ids = prepared[self.card.active].ids
         nodes = {p.name: party_node(p, None, prepared.get(p.name), peers=self.parties,
                                     store=PartStore(self.folder, party=p.name, role=p.role)) for p in self.parties}
         transport = LocalTransport(nodes)
-        fed, method = self.restore(nodes[self.card.active], transport)
+        fed, method = self.restore(nodes[self.card.active], transport, missing=missing)
+        if missing == "subset":
+            for p in fed.names():
+                if p not in prepared and p not in fed.absent:
+                    fed.mark_absent(p, gone.get(p, "no rows to score given"), session=True)
         covered = _covered(method, fed, ids, {p: d.ids for p, d in prepared.items()})
-        return combine(self, ids, covered, lambda keep: method.predict(fed, keep), missing=missing,
+        return combine(self, ids, covered, lambda keep: method.predict_by(fed, keep), missing=missing,
                        fallback=fallback, fallback_rows=given.get(self.card.active))
 
 
@@ -155,6 +185,14 @@ def _check_manifest(card: ModelCard, party: str, sha: str) -> None:
                             "changed since): restore the original part, or save the model again")
 
 
+def check_subset(model: SavedModel, method: Method) -> None:
+    """Refuse ``missing = "subset"`` for a method that cannot score a person without some partner, saying why."""
+    why = method.subset_refusal()
+    if why:
+        raise ConfigError(f"{model.label} cannot score a person with only the partners that hold them (missing = "
+                          f"'subset'): {why}")
+
+
 def _covered(method: Method, fed: Federation, ids: np.ndarray, held: Mapping[str, np.ndarray]) -> np.ndarray:
     """Which ``ids`` every party the method scores with holds."""
     keep = np.ones(len(ids), dtype=bool)
@@ -163,14 +201,17 @@ def _covered(method: Method, fed: Federation, ids: np.ndarray, held: Mapping[str
     return keep
 
 
-def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray, score: Callable[[np.ndarray], np.ndarray], *,
-            missing: Missing,
+def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray,
+            score: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]], *, missing: Missing,
             fallback: SavedModel | None, fallback_rows: Rows | None) -> pd.DataFrame:
-    """Scores of the covered rows from ``model``, and of the others from ``fallback`` or a refusal."""
+    """Scores of the covered rows from ``model`` (``score``: values, and which rows each partner scored), and of
+    the others from ``fallback`` or a refusal; which model and which parties scored each row."""
     columns = model.score_columns
+    active = model.card.active
     out = pd.DataFrame({model.id_column: ids})
     values = np.full((len(ids), len(columns)), np.nan)
     source = np.full(len(ids), model.label, dtype=object)
+    scored_by = np.full(len(ids), active, dtype=object)
     if (~covered).any():
         lacking = ids[~covered]
         if missing == "refuse":
@@ -190,13 +231,19 @@ def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray, score: Call
         source[~covered] = fallback.label
     if covered.any():
         # In batches: each message to a partner and each network pass stays bounded however many rows come.
-        keep = ids[covered]
-        parts = [np.asarray(score(keep[i:i + SCORE_BATCH])) for i in range(0, len(keep), SCORE_BATCH)]
-        values[covered] = np.concatenate([p.reshape(len(p), -1) for p in parts])
+        keep = np.flatnonzero(covered)
+        for i in range(0, len(keep), SCORE_BATCH):
+            rows = keep[i:i + SCORE_BATCH]
+            part, by = score(ids[rows])
+            part = np.asarray(part)
+            values[rows] = part.reshape(len(part), -1)
+            for party in model.card_partners():
+                if party in by:
+                    scored_by[rows[by[party]]] += f"+{party}"
     for i, name in enumerate(columns):
         out[name] = values[:, i]
     if model.card.task != "regression":  # the class each row is given, beside the probabilities
         out["prediction"] = np.asarray(columns, dtype=object)[np.argmax(values, axis=1)]
     out["model"] = source
+    out["scored_by"] = scored_by
     return out
-

@@ -105,7 +105,8 @@ def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
     assert resumed.loc["splitnn", "accuracy"] == saved.loc["splitnn", "accuracy"]
     for name in ("apc", "splitnn"):
         scores = pd.read_csv(own / f"{name}_scores.csv")
-        assert list(scores.columns) == ["pid", "readmitted", "recovered", "prediction", "model"] and len(scores) > 0
+        assert list(scores.columns) == ["pid", "readmitted", "recovered", "prediction", "model", "scored_by"]
+        assert len(scores) > 0
     assert (own / "lab_models" / "splitnn" / "lab" / "manifest.json").is_file()
     assert not (own / "models" / "splitnn" / "lab").exists()
     assert (tmp_path / "runs/demo/.gitignore").read_text().strip().endswith("*")

@@ -344,17 +344,22 @@ class GrpcTransport(Transport):
         seqs = self._record_requests([m for m, _ in chunk], [f for _, f in chunk], framing=framing)
         body = chunk[0][1] if len(chunk) == 1 else pack_frames([frame for _, frame in chunk])
         attempt = 0
+        # The deadline bounds the call, retries included: a party down for longer is late, not waited for.
+        until = time.monotonic() + self.deadline
         while True:
             try:
-                reply_body = (stub if len(chunk) == 1 else stub_many)(body, timeout=self.deadline)
+                timeout = max(until - time.monotonic(), 0.001)
+                reply_body = (stub if len(chunk) == 1 else stub_many)(body, timeout=timeout)
                 break
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                     raise DeliveryTimeoutError(receiver, kinds, self.deadline) from exc
-                if code == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
+                pause = self.backoff * 2 ** attempt
+                if code == grpc.StatusCode.UNAVAILABLE and attempt < self.retries \
+                        and time.monotonic() + pause < until:
                     attempt += 1
-                    time.sleep(self.backoff * 2 ** (attempt - 1))
+                    time.sleep(pause)
                     continue
                 details = exc.details() if hasattr(exc, "details") else str(exc)
                 raise TransportError(

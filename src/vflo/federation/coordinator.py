@@ -90,6 +90,10 @@ class Federation:
         self._in_flight: PendingExchange | None = None
         # Where a method's training keeps checkpoints and whether it resumes (set by the runner): see nn.train.
         self.checkpoint: CheckpointPlan | None = None
+        # Scoring with whoever answers (``missing = "subset"``): a partner that fails to answer is absent, not an
+        # error. ``absent``: partners out for the whole session (their part did not load), with why.
+        self.whoever_answers = False
+        self.absent: dict[str, str] = {}
         if node.info not in parties:
             raise PartyBoundaryError(f"coordinator {node.name!r} is not one of the parties")
 
@@ -222,8 +226,31 @@ class Federation:
         if not others:
             return {}
         payload: Payload = {**self._method_payload(method), "label": label, "model_id": model_id}
-        replies = self._send_all(LOAD, {name: payload for name in others}, round_no=0)
-        return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
+        if not self.whoever_answers:
+            replies = self._send_all(LOAD, {name: payload for name in others}, round_no=0)
+            return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
+        # A partner that left after training (not running, or its part gone) is absent for the whole session.
+        messages = self._messages(LOAD, {name: payload for name in others}, round_no=0)
+        manifests: dict[str, str] = {}
+        for m, r in zip(messages, self.transport.request_each(messages), strict=True):
+            try:
+                if isinstance(r, TransportError):
+                    raise r
+                manifests[m.receiver] = str(r.unwrap().get("manifest", ""))
+            except (TransportError, RemoteError) as exc:
+                self.mark_absent(m.receiver, exc, session=True)
+        return manifests
+
+    def mark_absent(self, party: str, why: Exception | str, *, session: bool = False) -> None:
+        """Note that ``party`` did not answer (for this batch, or with ``session`` for the whole session)."""
+        text = str(why)
+        if session:
+            self.absent[party] = text
+        logger.warning("party %s is absent%s: %s", party, "" if session else " for this batch", text)
+
+    def present(self, parties: Sequence[str]) -> list[str]:
+        """Those of ``parties`` not absent for the whole session."""
+        return [p for p in parties if p not in self.absent]
 
     def collect_ledgers(self) -> int:
         """Merge the other parties' own ledgers into this one (when each process keeps its own); where their
@@ -244,9 +271,15 @@ class Federation:
         return start
 
     def teardown(self) -> None:
-        others = self.names()
-        if others:
+        others = self.present(self.names())
+        if not others:
+            return
+        if not self.whoever_answers:
             self._send_all(TEARDOWN, {n: {} for n in others}, round_no=self._round)
+            return
+        # Whoever is still there ends the session; one that went away meanwhile has nothing to end.
+        self._settle()
+        self.transport.request_each(self._messages(TEARDOWN, {n: {} for n in others}, round_no=self._round))
 
     # -- alignment ---------------------------------------------------------------------------------
 

@@ -113,6 +113,21 @@ class Method(HandlerSet, ABC):
             return []
         return [p.name for p in parties if p.role == "passive"]
 
+    def subset_refusal(self) -> str:
+        """Why this method cannot score a person with only the partners that hold them and answer
+        (``missing = "subset"``), or "" when it can: a method scoring from the active party alone, and one
+        trained to do without any partner, can."""
+        if self.inference == "active_only" or self.any_subset:
+            return ""
+        return ("its prediction reads every partner's share of a person, and it was never trained without one, so "
+                "a person a partner lacks has no score of it")
+
+    def predict_by(self, fed: Federation, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """:meth:`predict`, and for each partner that took part which of ``ids`` it scored (every one, for a
+        method that scores with every partner it needs; a method that scores with whoever holds a person says
+        whom)."""
+        return self.predict(fed, ids), {p: np.ones(len(ids), dtype=bool) for p in self.scoring_parties(fed.parties)}
+
     #: Why a method that trains with every passive party on people they share with the active party cannot
     #: run where one partner shares no one with it.
     NO_SECOND_HOP: ClassVar[str] = ("trains with every passive party on people it shares with the active party; "

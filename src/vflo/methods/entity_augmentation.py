@@ -357,6 +357,12 @@ class EntityAugmentation(SplitParty, Method):
         with torch.no_grad():
             return [self.host_bottom_(as_tensor(rows))]
 
+    def subset_refusal(self) -> str:
+        return ("the host's network reads every guest's activation beside its own, and in training each guest's "
+                "slot always held a real entity's activation (one with the person's label); a stand-in for an "
+                "absent guest would have to be chosen by the label it is meant to predict. Score people a guest "
+                "lacks with an active-only fallback (--missing active_only --fallback apc_vfl)")
+
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         replies = fed.score_together("split.activations", ids, self.guests_, extra={"split": "serve"})
         acts = [*self.host_activations(fed, ids), *remote_activations(replies, self.guests_, len(ids), self.widths_)]

@@ -162,6 +162,9 @@ class LaserVFL(SplitNN):
         return out
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        return self.predict_by(fed, ids)[0]
+
+    def predict_by(self, fed: Federation, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         self.bottom_.eval()
         self.heads_.eval()
         with torch.no_grad():
@@ -173,9 +176,9 @@ class LaserVFL(SplitNN):
             out = self.combine(z, mask, regression=fed.task == "regression")
         if fed.task == "regression":
             values: np.ndarray = out.squeeze(1).double().numpy() * self.y_scale_ + self.y_mean_
-            return values
+            return values, held
         result: np.ndarray = out.double().numpy()
-        return result
+        return result, held
 
     def summary_stats(self) -> dict[str, float]:
         """Epochs, and how many training people each set of holders had (``observed_active+p1``: ...)."""

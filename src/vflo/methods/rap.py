@@ -615,6 +615,11 @@ class RAP(Method):
         elif "transform.A" in state:
             ctx.state["rap.transform"] = ClientTransform.from_state(state, "transform.")
 
+    def subset_refusal(self) -> str:
+        return ("the server's one model reads every client's projected block of a person and was trained only on "
+                "people every client holds; without a block it has no input to score from. Score people a client "
+                "lacks with an active-only fallback (--missing active_only --fallback apc_vfl)")
+
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         own = self._own_block(fed, fed.serving.subset(ids))
         try:

@@ -21,7 +21,7 @@ import numpy as np
 from vflo.comm.message import BOOL, IDS, INT, STR, Payload, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, PrivacyAccount, RowNoise
-from vflo.errors import ProtocolError
+from vflo.errors import ProtocolError, RemoteError, TransportError
 from vflo.federation.handlers import HandlerSet, handles
 from vflo.methods.base import State, prefixed, unprefixed
 from vflo.nn.train import (
@@ -271,16 +271,42 @@ def holders_activations(fed: Federation, ids: np.ndarray, parties: list[str],
                         widths: dict[str, int]) -> tuple[list[torch.Tensor], dict[str, np.ndarray]]:
     """Scoring with whoever holds a person: each party's evaluation-mode activations of the people among
     ``ids`` it holds (one alignment of the serving rows, one exchange), zeros for those it lacks; and which
-    people each party holds."""
+    people each party scored.
+
+    With ``fed.whoever_answers`` (``missing = "subset"``) a partner that does not answer (unreachable, past the
+    deadline, or without rows to score) is absent: zeros for every person of this batch, as if it held none."""
     if not parties:
         return [], {}
-    alignment = fed.align(ids, parties, split="serve")
-    held = {p: alignment.holding(p, ids) for p in parties}
-    replies = fed.exchange("split.activations", {p: {"ids": ids[held[p]], "split": "serve"} for p in parties})
-    acts = [scatter_rows(torch.as_tensor(expect_rows(replies[p], "acts", party=p, rows=int(held[p].sum()),
-                                                     width=widths[p], what="activations")), held[p], widths[p])
-            for p in parties]
+    if fed.whoever_answers:
+        held = _held_by_whoever_answers(fed, ids, parties)
+        asked = {p: {"ids": ids[h], "split": "serve"} for p, h in held.items() if h.any()}
+        replies, lost = fed.exchange_tolerant("split.activations", asked)
+        for p, exc in lost.items():
+            fed.mark_absent(p, exc)
+            held[p] = np.zeros(len(ids), dtype=bool)
+    else:
+        alignment = fed.align(ids, parties, split="serve")
+        held = {p: alignment.holding(p, ids) for p in parties}
+        replies = fed.exchange("split.activations", {p: {"ids": ids[held[p]], "split": "serve"} for p in parties})
+    acts = []
+    for p in parties:
+        if p not in replies:
+            acts.append(torch.zeros(len(ids), widths[p]))
+            continue
+        rows = expect_rows(replies[p], "acts", party=p, rows=int(held[p].sum()), width=widths[p], what="activations")
+        acts.append(scatter_rows(torch.as_tensor(rows), held[p], widths[p]))
     return acts, held
+
+
+def _held_by_whoever_answers(fed: Federation, ids: np.ndarray, parties: list[str]) -> dict[str, np.ndarray]:
+    """Which of ``ids`` each partner holds, one alignment each, so that one that fails is absent alone."""
+    held = {p: np.zeros(len(ids), dtype=bool) for p in parties}
+    for p in fed.present(parties):
+        try:
+            held[p] = fed.align(ids, [p], split="serve").holding(p, ids)
+        except (TransportError, RemoteError) as exc:
+            fed.mark_absent(p, exc)
+    return held
 
 
 def state_copy(module: nn.Module) -> dict[str, Any]:

@@ -229,20 +229,30 @@ class SplitNN(SplitParty, Method):
         self.n_train_ = len(train_ids)
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        return self.predict_by(fed, ids)[0]
+
+    def predict_by(self, fed: Federation, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         own = as_tensor(fed.serving.subset(ids).X)
         if self.config.party_dropout > 0:
             # Trained to do without any partner: zeros where one lacks a person, as a dropped one's were.
-            remote, _ = holders_activations(fed, ids, self.passives_, self.widths_)
+            remote, held = holders_activations(fed, ids, self.passives_, self.widths_)
         else:
             replies = fed.score_together("split.activations", ids, self.passives_, extra={"split": "serve"})
             remote = remote_activations(replies, self.passives_, len(ids), self.widths_)
+            held = {p: np.ones(len(ids), dtype=bool) for p in self.passives_}
         with torch.no_grad():
             out = self.top_(torch.cat([self.bottom_(own), *remote], dim=1))
         if fed.task == "regression":
             values: np.ndarray = out.squeeze(1).double().numpy() * self.y_scale_ + self.y_mean_
-            return values
+            return values, held
         result: np.ndarray = torch.softmax(out, dim=1).double().numpy()
-        return result
+        return result, held
+
+    def subset_refusal(self) -> str:
+        if self.any_subset or self.config.party_dropout > 0:
+            return ""
+        return ("its top layer was trained with every partner's activation present; train it with "
+                "party_dropout > 0 (PlugVFL's party-wise dropout) or use laser_vfl, which score without a partner")
 
     def summary_stats(self) -> dict[str, float]:
         return {**self.history_.summary(), **self.privacy_stats()}

@@ -17,7 +17,7 @@ from vflo.data.datasets import Task
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError
-from vflo.methods.base import Inference, State, handles, need
+from vflo.methods.base import Inference, Method, State, handles, need
 from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
 from vflo.methods.split_learning import remote_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
@@ -230,12 +230,19 @@ class VFLASP(MaskedSVD, SplitNN):
         self.student_rows_ = len(ids)
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        return self.predict_by(fed, ids)[0]
+
+    def predict_by(self, fed: Federation, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         if not self.student:
-            return super().predict(fed, ids)
+            return super().predict_by(fed, ids)
         with torch.no_grad():
             out = torch.softmax(self.student_(as_tensor(fed.serving.subset(ids).X)), dim=1)
         result: np.ndarray = out.double().numpy()
-        return result
+        return result, {}
+
+    def subset_refusal(self) -> str:
+        # The teacher scores with the first hop it trained beside, always; the student needs no one.
+        return Method.subset_refusal(self)
 
     def summary_stats(self) -> dict[str, float]:
         noise = {"epsilon_second_hop": self.config.noise.epsilon(releases=1)} if self.config.noise else {}
