@@ -182,9 +182,16 @@ class SamplesSpec:
     ``test_active_only`` people only the active party holds are held out first (counts, or fractions of the
     dataset after ``total``), drawn with ``test_seed`` (default: the layout's seed), stratified by label; the
     other counts then apply to the rows left. (``blocks`` layout: blocks with ``test = true``.)
+
+    ``layout = "missing"`` (LASER-VFL's setting, any subset of parties holding a person): the active party
+    holds every row; each passive party lacks each training person with probability ``p_miss``, independently.
+    ``test_rows`` people are held out; each lacks exactly ``test_absent`` of the partners (a share: 0.5 of four
+    partners is two, chosen at random per person) or, with ``test_p_miss``, each partner independently with
+    that probability (none absent when neither is given). Who lacks whom is drawn with ``test_seed`` for the
+    test people and the layout's seed for the others.
     """
 
-    layout: Literal["overlap", "misaligned", "blocks"] = "overlap"
+    layout: Literal["overlap", "misaligned", "blocks", "missing"] = "overlap"
     total: int | None = None
     active: Count | None = None
     aligned: Count = 1.0
@@ -193,14 +200,19 @@ class SamplesSpec:
     test_aligned: Count = 0
     test_active_only: Count = 0
     test_seed: int | None = None
+    p_miss: float = 0.0
+    test_rows: Count = 0
+    test_absent: float | None = None
+    test_p_miss: float | None = None
 
     def __post_init__(self) -> None:
         blocks = tuple(b if isinstance(b, BlockSpec) else BlockSpec(**b) for b in self.blocks)
         object.__setattr__(self, "blocks", blocks)
-        if self.layout not in ("overlap", "misaligned", "blocks"):
+        if self.layout not in ("overlap", "misaligned", "blocks", "missing"):
             raise ConfigError(
-                f"samples.layout must be 'overlap', 'misaligned' or 'blocks', got {self.layout!r}"
+                f"samples.layout must be 'overlap', 'misaligned', 'blocks' or 'missing', got {self.layout!r}"
             )
+        self._check_missing()
         if self.layout == "blocks" and not blocks:
             raise ConfigError("samples.layout = 'blocks' needs at least one [[scenario.samples.blocks]] entry")
         if self.layout != "blocks" and blocks:
@@ -214,6 +226,50 @@ class SamplesSpec:
             _check_count("samples.active", self.active, allow_zero=False)
         if self.total is not None and self.total < 1:
             raise ConfigError("samples.total must be a positive number of rows")
+
+
+    def _check_missing(self) -> None:
+        given = [name for name in ("p_miss", "test_rows", "test_absent", "test_p_miss")
+                 if getattr(self, name) not in (0, 0.0, None)]
+        if self.layout != "missing":
+            if given:
+                raise ConfigError(f"samples.{given[0]} is read with samples.layout = 'missing' only")
+            return
+        wrong = [name for name in ("active", "passive_only", "test_aligned", "test_active_only")
+                 if getattr(self, name) not in (0, None)]
+        if wrong:
+            raise ConfigError(f"samples.{wrong[0]} does not apply to layout = 'missing' (the active party holds every "
+                              "row; held-out people are test_rows)")
+        for name in ("p_miss", "test_absent", "test_p_miss"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                      or not 0.0 <= value <= 1.0):
+                raise ConfigError(f"samples.{name} is a share in [0, 1], got {value!r}")
+        if self.p_miss >= 1.0:
+            raise ConfigError("samples.p_miss = 1 leaves the partners no training person; give a share below 1")
+        if self.test_absent is not None and self.test_p_miss is not None:
+            raise ConfigError("give samples.test_absent (a share of partners each test person lacks) or test_p_miss "
+                              "(each partner absent with that probability), not both")
+        _check_count("samples.test_rows", self.test_rows, allow_zero=True)
+
+    def missing_holders(self, active: str, passives: Sequence[str], n: int, rng: np.random.Generator, *,
+                        test: bool) -> list[tuple[tuple[str, ...], int]]:
+        """Layout ``missing``: how many of ``n`` people each set of holders has (the active party always)."""
+        k = len(passives)
+        if test and self.test_absent is not None:
+            lacking = round(self.test_absent * k)
+            held = np.ones((n, k), dtype=bool)
+            for row in held:
+                row[rng.choice(k, size=lacking, replace=False)] = False
+        else:
+            p = (self.test_p_miss or 0.0) if test else self.p_miss
+            held = rng.random((n, k)) >= p
+        if n == 0:
+            return []
+        sets, counts = np.unique(held, axis=0, return_counts=True)
+        out = [((active, *(q for q, h in zip(passives, row.tolist(), strict=True) if h)), int(c))
+               for row, c in zip(list(sets), counts.tolist(), strict=True)]
+        return sorted(out, key=lambda b: (-len(b[0]), b[0]))
 
 
 def _check_count(name: str, value: Count, *, allow_zero: bool) -> None:
@@ -349,11 +405,11 @@ class ScenarioSpec:
                 f"samples.total = {self.samples.total} but dataset {dataset.name!r} has {n_rows} rows"
             )
         n_pool = self.samples.total or n_rows
-        tests = self._test_blocks(n_pool)
+        tests = self._test_blocks(n_pool, seed)
         held = self._held_out(dataset, sum(n for _, n in tests), seed)
         rest = np.setdiff1d(np.arange(n_rows), held, assume_unique=True)
         pool = rest[row_rng.permutation(len(rest))][: n_pool - len(held)]
-        blocks = self._blocks(len(pool))
+        blocks = self._blocks(len(pool), seed)
         needed = sum(rows for _, rows in blocks)
         if needed > len(pool):
             raise ScenarioError(
@@ -382,14 +438,20 @@ class ScenarioSpec:
             rows=rows_by_party, blocks=tuple(block_rows), seed=seed, test_blocks=tuple(test_rows),
         )
 
-    def _test_blocks(self, n_pool: int) -> list[tuple[tuple[str, ...], int]]:
+    def _test_blocks(self, n_pool: int, seed: int) -> list[tuple[tuple[str, ...], int]]:
         """The held-out test blocks (members, rows), before any other row is dealt."""
         s = self.samples
         if s.layout == "blocks":
             return [(b.parties, _resolve_count(f"samples.blocks[{i}].rows", b.rows, n_pool))
                     for i, b in enumerate(s.blocks) if b.test]
         active = self.active
-        everyone = (active, *(p.name for p in self.parties if p.role == "passive"))
+        passives = [p.name for p in self.parties if p.role == "passive"]
+        if s.layout == "missing":
+            rng = np.random.default_rng(np.random.SeedSequence([s.test_seed if s.test_seed is not None else seed,
+                                                                0x7E57, 0xAB5]))
+            n_test = _resolve_count("samples.test_rows", s.test_rows, n_pool)
+            return [b for b in s.missing_holders(active, passives, n_test, rng, test=True) if b[1] > 0]
+        everyone = (active, *passives)
         out = [(everyone, _resolve_count("samples.test_aligned", s.test_aligned, n_pool)),
                ((active,), _resolve_count("samples.test_active_only", s.test_active_only, n_pool))]
         return [b for b in out if b[1] > 0]
@@ -502,11 +564,16 @@ class ScenarioSpec:
 
     # -- rows ------------------------------------------------------------------------------------
 
-    def _blocks(self, n_pool: int) -> list[tuple[tuple[str, ...], int]]:
+    def _blocks(self, n_pool: int, seed: int) -> list[tuple[tuple[str, ...], int]]:
         s = self.samples
         active = self.active
         passives = [p.name for p in self.parties if p.role == "passive"]
         everyone = (active, *passives)
+        if s.layout == "missing":
+            if not passives:
+                raise ConfigError("samples.layout = 'missing' needs at least one passive party")
+            rng = np.random.default_rng(np.random.SeedSequence([seed, 0xAB5]))
+            return [b for b in s.missing_holders(active, passives, n_pool, rng, test=False) if b[1] > 0]
         if s.layout == "blocks":
             out = []
             for i, block in enumerate(s.blocks):

@@ -79,6 +79,9 @@ class MethodEntry:
     label: str
     method_cls: type[Method]
     config: Any
+    #: The label of an active-only method listed before this one: it scores the test people this method's
+    #: partners do not hold (``fallback = "local"``: "SplitNN + active-only fallback").
+    fallback: str | None = None
 
     def instantiate(self) -> Method:
         return self.method_cls(self.config)
@@ -369,7 +372,7 @@ def _short(value: Any) -> str:
 def _methods(table: Any) -> tuple[MethodEntry, ...]:
     if not isinstance(table, list) or not table:
         raise ConfigError("at least one [[methods]] entry is required, e.g. [[methods]] name = 'local'")
-    entries = []
+    entries: list[MethodEntry] = []
     for i, item in enumerate(table):
         if isinstance(item, str):
             item = {"name": item}  # methods = ["local", "splitnn"]: each with its default settings
@@ -379,13 +382,31 @@ def _methods(table: Any) -> tuple[MethodEntry, ...]:
         settings = dict(item)
         name = settings.pop("name")
         label = settings.pop("label", name)
+        fallback = settings.pop("fallback", None)
         cls = get_method(name)
         config = schema.build(cls.Config, settings, where=f"methods.{label}")
-        entries.append(MethodEntry(label=str(label), method_cls=cls, config=config))
+        if fallback is not None:
+            _check_fallback(str(label), cls, fallback, entries)
+        entries.append(MethodEntry(label=str(label), method_cls=cls, config=config,
+                                   fallback=None if fallback is None else str(fallback)))
     labels = [e.label for e in entries]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"method labels must be unique, got {labels}; give repeated methods a label = '...'")
     return tuple(entries)
+
+
+def _check_fallback(label: str, cls: type[Method], fallback: object, before: list[MethodEntry]) -> None:
+    """A fallback names an active-only method listed earlier, for a method that scores with partners."""
+    if cls.inference == "active_only":
+        raise ConfigError(f"methods.{label}.fallback: {cls.name} scores from the active party alone and needs no "
+                          "fallback; remove it")
+    earlier = {e.label: e for e in before}
+    if fallback not in earlier:
+        raise ConfigError(f"methods.{label}.fallback = {fallback!r}: name the label of an active-only method listed "
+                          f"before it (listed before: {sorted(earlier) or 'none'}), e.g. local")
+    if earlier[str(fallback)].method_cls.inference != "active_only":
+        raise ConfigError(f"methods.{label}.fallback = {fallback!r}: the fallback scores the people a partner lacks, "
+                          "so it must score from the active party alone (local, apc_vfl, ablation, vfedtrans)")
 
 
 def sweep_value_text(values: Sequence[Any]) -> str:

@@ -26,7 +26,7 @@ from vflo.data.scenario import FederatedData, Layout
 from vflo.errors import AlignmentError, ConfigError, VfloError
 from vflo.experiments.config import ExperimentConfig, MethodEntry, Variant
 from vflo.experiments.protocols import ActiveCV, pool
-from vflo.federation.simulation import build_federation, run_method
+from vflo.federation.simulation import build_federation, held_by_all, run_method
 from vflo.methods.representation import RepresentationMethod
 from vflo.metrics import compute_metrics, metric_names
 from vflo.nn.train import CheckpointPlan
@@ -140,10 +140,11 @@ def run_experiment(
                 check_scoring_rows(config, data)
                 facts = _facts(layout, data, n_test=len(split.test_ids))
                 first = variant is config.variants[0] and repeat == 0 and split.fold == 0
+                scored: dict[str, np.ndarray] = {}  # each method's test scores, for those that fall back on it
                 for entry in config.methods:
                     keep = save if first and not entry.method_cls.simulation_only else None
                     row, comm = _run_one(config, dataset, variant, repeat, split.fold, entry, data, facts, save=keep,
-                                         checkpoints=checkpoints, resume=resume)
+                                         checkpoints=checkpoints, resume=resume, scored=scored)
                     _collect(result, [row], comm, on_row)
                 bar.advance(task, len(config.methods) / len(splits))
     assert result is not None
@@ -160,16 +161,18 @@ def run_key(*parts: object) -> str:
 def check_scoring_rows(config: ExperimentConfig, data: FederatedData) -> None:
     """Before anything trains: every party a collaborative method scores with holds the rows to score."""
     for entry in config.methods:
+        if entry.fallback is not None:  # the people its partners lack are scored by the fallback
+            continue
         method = entry.instantiate()
         for party in method.scoring_parties(data.parties):
-            served = data.serve.get(party)
-            held = served.contains(data.test_ids) if served is not None else np.zeros(len(data.test_ids), bool)
+            held = held_by_all(data, [party], data.test_ids)
             if not held.all():
                 missing = data.test_ids[~held]
                 raise AlignmentError(
                     f"{entry.label} scores together with {party!r}, which does not hold {len(missing)} of the "
                     f"{len(data.test_ids)} rows to score (e.g. {missing[:5].tolist()}); draw test rows every party "
-                    "holds (protocol test_from = 'aligned', or aligned_holdout), or leave the method out")
+                    "holds (protocol test_from = 'aligned', or aligned_holdout), give the method a fallback "
+                    "(fallback = 'local': an active-only method listed before it), or leave the method out")
 
 
 def _collect(result: ExperimentResult, rows: list[dict[str, Any]], comm: dict[str, Any],
@@ -262,11 +265,16 @@ def _failure(config: ExperimentConfig, dataset: Dataset, variant: Variant, repea
 def _run_one(
     config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, entry: MethodEntry,
     data: FederatedData, facts: dict[str, Any], *, save: Path | None = None, checkpoints: Path | None = None,
-    resume: bool = False,
+    resume: bool = False, scored: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One method's run on one split; its test scores go into ``scored`` (by label), where a later method with
+    ``fallback`` finds them."""
     seed = derive_seed(config.seed, "method", repeat, fold)
     t0 = time.perf_counter()
+    scored = {} if scored is None else scored
     try:
+        if entry.fallback is not None and entry.fallback not in scored:
+            raise ConfigError(f"{entry.label} falls back on {entry.fallback}, which failed in this run; see its row")
         method = entry.instantiate()
         plan = None
         if checkpoints is not None and method.checkpointed:
@@ -274,9 +282,10 @@ def _run_one(
             plan = (checkpoints, CheckpointPlan(run=key, resume=resume))
         out = run_method(method, data, seed=seed, max_message_bytes=config.transport.max_message_bytes,
                          alignment=config.alignment, save=None if save is None else (save, entry.label),
-                         checkpoint=plan)
+                         checkpoint=plan, fallback=None if entry.fallback is None else scored[entry.fallback])
     except Exception as exc:  # one method failing must not discard the others' results
         return _failure(config, dataset, variant, repeat, fold, seed, entry, facts, exc), {}
+    scored[entry.label] = out.scores
     wall = time.perf_counter() - t0
     metrics = compute_metrics(data.task, data.test_y, out.scores)
     row = _row(config, dataset, variant, repeat, fold, seed, entry, facts, metrics, out.ledger, out.fit_entries,

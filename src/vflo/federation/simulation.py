@@ -158,11 +158,12 @@ def run_method(
     observers: tuple[Observer, ...] = (), on_fitted: Callable[[Federation], None] | None = None,
     faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None, save: tuple[Path, str] | None = None,
     checkpoint: tuple[Path, CheckpointPlan] | None = None, party_seeds: Mapping[str, int] | None = None,
-    party_config: Method | None = None,
+    party_config: Method | None = None, fallback: np.ndarray | None = None,
 ) -> RunOutput:
     """Fit ``method`` and score the test IDs, all over a fresh in-process federation; with ``save`` (a folder
     and a label) every party also writes its part of the fitted model there; with ``checkpoint`` (a folder and
-    a plan) training keeps checkpoints there and may resume from them."""
+    a plan) training keeps checkpoints there and may resume from them. ``fallback``: another method's scores of
+    every test ID, used for those a partner the method scores with does not hold (stat ``fallback_rows``)."""
     method.check_task(data.task)
     fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
                                   faults=faults, alignment=alignment,
@@ -180,10 +181,27 @@ def run_method(
         on_fitted(fed)
     if save is not None:
         save_model(fed, nodes, method, data, save[0], label=save[1])
-    scores = method.predict(fed, data.test_ids) if len(data.test_ids) else np.empty((0,))
+    stats = method.summary_stats()
+    if fallback is None:
+        scores = method.predict(fed, data.test_ids) if len(data.test_ids) else np.empty((0,))
+    else:
+        covered = held_by_all(data, method.scoring_parties(data.parties), data.test_ids)
+        scores = np.array(fallback, dtype=np.float64, copy=True)
+        if covered.any():
+            scores[covered] = method.predict(fed, data.test_ids[covered])
+        stats["fallback_rows"] = float((~covered).sum())
     t2 = time.perf_counter()
     fed.teardown()
     return RunOutput(
         scores=scores, ledger=fed.transport.ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1, rounds=fed.rounds,
-        fit_entries=fit_entries, stats=method.summary_stats(), party_settings=fed.party_settings,
+        fit_entries=fit_entries, stats=stats, party_settings=fed.party_settings,
     )
+
+
+def held_by_all(data: FederatedData, parties: Sequence[str], ids: np.ndarray) -> np.ndarray:
+    """Which of ``ids`` every one of ``parties`` holds among its rows to score."""
+    keep = np.ones(len(ids), dtype=bool)
+    for party in parties:
+        served = data.serve.get(party)
+        keep &= served.contains(ids) if served is not None else False
+    return keep
