@@ -88,7 +88,8 @@ def test_every_seed_method_has_cells() -> None:
     tiny = {"train": FAST}
     asp = {"train": FAST, "student_train": FAST, "embedding_train": FAST}
     raw = {**BASE, "compare": {
-        "aligned": [0.1], "passives": [1], "splits": ["random"], "second_hop": [1.0], "repeats": 1,
+        "aligned": [0.1], "passives": [1], "splits": ["random"], "second_hop": [1.0], "repeats": 1, "p_miss": [],
+        "absent": [],
         "methods": ["local", "apc_vfl", "entity_augmentation", "rap", "vfl_asp", "vfl_asp_student", "splitnn"],
         "settings": {"apc_vfl": tiny, "entity_augmentation": tiny, "splitnn": tiny, "vfl_asp": asp,
                      "vfl_asp_student": asp}}}
@@ -203,3 +204,47 @@ def test_a_compare_run_experiment_scores_the_held_out_people() -> None:
     methods, _ = applicable(settings, "binary", cell)
     result = run_experiment(parse_config(experiment_tables(BASE, settings, cell, columns, methods, 569)))
     assert [r["n_test"] for r in result.rows] == [57, 57] and [r["aligned"] for r in result.rows] == [23, 23]
+
+
+def test_missing_partner_cells_run_whoever_can_score_there() -> None:
+    settings = CompareSettings(p_miss=(0.1,), absent=(0.5,))
+    cell = Cell("absent", 0.5, "missing", 4, "random")
+    run, skipped = applicable(settings, "binary", cell)
+    assert next(iter(run)) == "local" and run["splitnn"]["fallback"] == "local"
+    assert run["plugvfl"] == {"name": "splitnn", "party_dropout": 0.5, "label": "plugvfl"}
+    assert {"apc_vfl", "laser_vfl", "ablation", "vfedtrans"} <= set(run)
+    assert "every partner holds" in skipped["rap"] and "second-hop" in skipped["vfl_asp"]
+    # Without Local, SplitNN has no one to score the people a partner lacks.
+    alone, why = applicable(CompareSettings(methods=("splitnn", "laser_vfl")), "binary", cell)
+    assert set(alone) == {"plugvfl", "laser_vfl"} and "Local" in why["splitnn"]
+    layout = _layout(cell, settings, 1)
+    test = layout.held_out("active")  # type: ignore[attr-defined]
+    assert len(test) == 114
+    holders = sum(np.isin(test, layout.ids(f"passive{i}")) for i in range(1, 5))  # type: ignore[attr-defined]
+    assert (holders == 2).all()
+    with pytest.raises(ConfigError, match="p_miss"):
+        CompareSettings(p_miss=(1.0,))
+    with pytest.raises(ConfigError, match="missing_variants"):
+        CompareSettings(missing_variants={"x": {"party_dropout": 0.5}})
+
+
+def test_a_comparison_with_partners_missing() -> None:
+    tiny = {"train": FAST}
+    raw = {**BASE, "compare": {
+        "aligned": [0.5], "passives": [1], "splits": ["random"], "second_hop": [], "scored": ["aligned"],
+        "p_miss": [], "absent": [0.5], "repeats": 1, "methods": ["local", "splitnn", "apc_vfl", "laser_vfl"],
+        "settings": {"splitnn": tiny, "apc_vfl": tiny, "laser_vfl": tiny}}}
+    result = compare(raw)
+    rows = result.rows
+    assert (rows["status"] == "ok").all(), rows[rows["status"] != "ok"][["method", "error"]]
+    missing = rows[rows["scored"] == "missing"]
+    assert set(missing["method"]) == {"local", "splitnn", "plugvfl", "apc_vfl", "laser_vfl"}
+    assert set(missing["n_test"]) == {114}
+    # Every test person lacks two of four partners: SplitNN's fallback scores them all.
+    assert missing.set_index("method").loc["splitnn", "fallback_rows"] == 114
+    from vflo.experiments.compare_report import render_html, render_markdown
+
+    text = render_markdown(result, summary(result))
+    assert "share of the partners a test person lacks" in render_html(result, summary(result))
+    assert "share of the partners a test person lacks" in text and "Missing-partner cells" in text
+    assert any(line.startswith("LASER-VFL's claim") for line in claims(result))

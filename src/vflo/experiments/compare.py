@@ -19,7 +19,13 @@ party's people shared) it varies one thing at a time:
   it cannot;
 * ``scored``: whose people are scored: ``aligned`` (people every party holds: collaborative inference) or
   ``active_only`` (people only the active party holds: new people, where only methods that score from the
-  active party's features can answer; the others are marked unable).
+  active party's features can answer; the others are marked unable);
+* partners missing (LASER-VFL's setting, ``missing_passives`` partners, scored ``missing``): ``p_miss``, the
+  probability that a partner lacks a training person (each independently), at ``base_absent``; and ``absent``,
+  the share of the partners each test person lacks (0.25 of four is one), at ``base_p_miss``. The active party
+  holds every person. Local, SplitNN with Local as the fallback for people a partner lacks (``splitnn``),
+  SplitNN with party-wise dropout (``plugvfl``), APC-VFL and LASER-VFL answer there
+  (:meth:`~vflo.methods.base.Method.layout_settings` with ``"missing"``); the other methods say why not.
 
 The test people are held out first, the same in every cell and repeat: people every party holds (in
 second-hop cells: the active party and the first hop) and people only the active party holds, at least
@@ -53,8 +59,8 @@ from vflo.methods.registry import get_method, method_names
 logger = logging.getLogger(__name__)
 
 Split = Literal["random", "importance", "correlation"]
-Scored = Literal["aligned", "active_only"]
-Axis = Literal["aligned", "passives", "split", "second_hop"]
+Scored = Literal["aligned", "active_only", "missing"]
+Axis = Literal["aligned", "passives", "split", "second_hop", "p_miss", "absent"]
 #: The names of the passive parties in a second-hop cell.
 FIRST_HOP, SECOND_HOP = "passive1", "passive2"
 
@@ -67,6 +73,15 @@ class CompareSettings:
     passives: tuple[int, ...] = (1, 2, 4)
     splits: tuple[Split, ...] = ("random", "importance", "correlation")
     second_hop: tuple[float, ...] = (0.25, 0.5, 1.0)
+    p_miss: tuple[float, ...] = (0.0, 0.1, 0.5)
+    absent: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0)
+    base_p_miss: float = 0.1
+    base_absent: float = 0.5
+    missing_passives: int = 4
+    #: Extra entries in the missing-partner cells, by label: a method's name and settings (PlugVFL is SplitNN
+    #: with party-wise dropout).
+    missing_variants: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {"plugvfl": {"name": "splitnn", "party_dropout": 0.5}})
     scored: tuple[Scored, ...] = ("aligned", "active_only")
     base_aligned: float = 0.5
     active_share: float = 0.3
@@ -89,6 +104,18 @@ class CompareSettings:
         if any(not 0 < v <= 1 for v in self.second_hop):
             raise ConfigError(f"compare.second_hop: people the two passive parties share, as a share of the active "
                               f"party's training people, in (0, 1]; got {self.second_hop}")
+        if any(not 0 <= v < 1 for v in (*self.p_miss, self.base_p_miss)):
+            raise ConfigError(f"compare.p_miss and base_p_miss: the probability that a partner lacks a training "
+                              f"person, in [0, 1); got {self.p_miss} and {self.base_p_miss}")
+        if any(not 0 <= v <= 1 for v in (*self.absent, self.base_absent)):
+            raise ConfigError(f"compare.absent and base_absent: the share of partners a test person lacks, in "
+                              f"[0, 1]; got {self.absent} and {self.base_absent}")
+        if self.missing_passives < 1:
+            raise ConfigError(f"compare.missing_passives: partners in the missing-partner cells, at least 1; got "
+                              f"{self.missing_passives}")
+        if any(v not in ("aligned", "active_only") for v in self.scored):
+            raise ConfigError(f"compare.scored: 'aligned' and/or 'active_only', got {self.scored} (the "
+                              "missing-partner cells come with p_miss and absent)")
         if self.repeats < 1 or self.test_rows < 1 or not 0 < self.test_fraction < 0.5:
             raise ConfigError("compare.repeats and compare.test_rows must be at least 1, and compare.test_fraction "
                               "(the most of the rows each test set may take) in (0, 0.5)")
@@ -96,6 +123,12 @@ class CompareSettings:
             get_method(name)  # an unknown name fails here, with a "did you mean"
         for name, overrides in self.settings.items():
             schema.build(get_method(name).Config, overrides, where=f"compare.settings.{name}")  # bad settings too
+        for label, table in self.missing_variants.items():
+            if not isinstance(table, dict) or "name" not in table:
+                raise ConfigError(f"compare.missing_variants.{label}: a table with the method's name and settings, "
+                                  "e.g. { name = 'splitnn', party_dropout = 0.5 }")
+            rest = {k: v for k, v in table.items() if k != "name"}
+            schema.build(get_method(str(table["name"])).Config, rest, where=f"compare.missing_variants.{label}")
 
 
 @dataclass(frozen=True)
@@ -113,7 +146,9 @@ class Cell:
         return f"{self.axis}={self.value}, scored={self.scored}"
 
     @property
-    def layout(self) -> Literal["star", "second_hop"]:
+    def layout(self) -> Literal["star", "second_hop", "missing"]:
+        if self.scored == "missing":
+            return "missing"
         return "second_hop" if self.axis == "second_hop" else "star"
 
 
@@ -196,6 +231,9 @@ def cells(settings: CompareSettings) -> list[Cell]:
         out += [Cell("passives", n, scored, n, "random") for n in settings.passives if n != 1]
         out += [Cell("split", s, scored, 1, s) for s in settings.splits if s != "random"]
         out += [Cell("second_hop", v, scored, 2, "random") for v in settings.second_hop]
+    n = settings.missing_passives
+    out += [Cell("p_miss", v, "missing", n, "random") for v in settings.p_miss]
+    out += [Cell("absent", v, "missing", n, "random") for v in settings.absent]
     return out
 
 
@@ -221,7 +259,24 @@ def applicable(settings: CompareSettings, task: str, cell: Cell) -> tuple[dict[s
             skipped[name] = "scores together with its partners, who have never seen these people"
         else:
             run[name] = {**settings.settings.get(name, {}), **own}
+    if cell.layout == "missing":
+        for label, table in settings.missing_variants.items():
+            base = str(table["name"])
+            if base in names and task in get_method(base).tasks:
+                run[label] = {**settings.settings.get(base, {}), **table, "label": label}
+        run, skipped = _with_fallback(run, skipped)
     return run, skipped
+
+
+def _with_fallback(run: dict[str, dict[str, Any]],
+                   skipped: dict[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Missing-partner cells: Local first, as the fallback a method names (``fallback = "local"``) for the test
+    people a partner lacks; without Local such a method cannot run there."""
+    needs = [m for m, table in run.items() if table.get("fallback") == "local"]
+    if "local" not in run:
+        skipped |= {m: "scores the people a partner lacks with Local, which is not in this comparison" for m in needs}
+        return {m: t for m, t in run.items() if m not in needs}, skipped
+    return {"local": run["local"], **{m: t for m, t in run.items() if m != "local"}}, skipped
 
 
 def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: Cell, columns: list[list[str]],
@@ -235,7 +290,13 @@ def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: 
     tests = held_out_people(settings, n)
     seed = int(base.get("seed", 0))
     samples: dict[str, Any]
-    if cell.layout == "second_hop":
+    if cell.layout == "missing":
+        p_miss = cell.value if cell.axis == "p_miss" else settings.base_p_miss
+        absent = cell.value if cell.axis == "absent" else settings.base_absent
+        # As many test people as the other cells score (both kinds together), each lacking a share of the partners.
+        samples = {"layout": "missing", "test_rows": 2 * tests, "test_seed": seed, "p_miss": float(p_miss),
+                   "test_absent": float(absent)}
+    elif cell.layout == "second_hop":
         # The active party holds half of the training people; the two passive parties share up to as many
         # people again, whom the active party does not hold.
         own = (n - 2 * tests) // 2
@@ -253,7 +314,9 @@ def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: 
     raw = copy.deepcopy(dict(base))
     raw["name"] = f"{base.get('name', 'compare')}: {cell.label}"
     raw["scenario"] = {"parties": parties, "samples": samples}
-    raw["protocol"] = {"name": "repeated_runs", "runs": settings.repeats, "test_from": cell.scored}
+    test_from = "active" if cell.scored == "missing" else cell.scored  # every held-out person, whoever holds them
+    raw["protocol"] = {"name": "repeated_runs", "runs": settings.repeats, "test_from": test_from}
+    # A method's table may name another method and a label (an entry of its own, e.g. PlugVFL's SplitNN).
     raw["methods"] = [{"name": m, **dict(table)} for m, table in methods.items()]
     return raw
 
@@ -279,7 +342,8 @@ def compare(raw: Mapping[str, Any], *, data_dir: str | None = None, quick: bool 
         if on_cell is not None:
             on_cell(cell, k, len(plan))
         methods, skipped = applicable(settings, task, cell)
-        where = f"{cell.scored}, second hop" if cell.layout == "second_hop" else cell.scored
+        where = {"second_hop": f"{cell.scored}, second hop", "missing": "partners missing"}.get(cell.layout,
+                                                                                                   cell.scored)
         for name, why in skipped.items():
             skipped_all.setdefault(f"{name} ({where})", why)
         if cell.layout == "second_hop":

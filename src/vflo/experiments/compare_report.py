@@ -27,7 +27,9 @@ from vflo.experiments.styles import jitter, legend_outside, method_style
 
 AXIS_TEXT = {"aligned": "share of the active party's people the others also hold",
              "passives": "number of passive parties", "split": "how the columns are split",
-             "second_hop": "people a second-hop party shares with the first hop, as a share of the active party's"}
+             "second_hop": "people a second-hop party shares with the first hop, as a share of the active party's",
+             "p_miss": "probability that a partner lacks a training person",
+             "absent": "share of the partners a test person lacks"}
 
 
 def _name(method: str, oracle: bool) -> str:
@@ -169,6 +171,15 @@ def claims(comparison: Comparison) -> list[str]:
              {"axis": "second_hop", "value": most, "scored": "aligned"}, "vfl_asp", "splitnn")
         line("VFL-ASP's student against the active party alone, scoring new people",
              {"axis": "second_hop", "value": most, "scored": "active_only"}, "vfl_asp_student", "local")
+    absent = sorted({float(v) for v in ok[ok["axis"] == "absent"]["value"]})
+    if absent:
+        half = min(absent, key=lambda v: abs(v - 0.5))
+        line("LASER-VFL's claim, ahead of SplitNN with an active-only fallback when partners are absent at scoring",
+             {"axis": "absent", "value": _value(half), "scored": "missing"}, "laser_vfl", "splitnn")
+        line("Party-wise dropout (PlugVFL) against SplitNN with an active-only fallback",
+             {"axis": "absent", "value": _value(half), "scored": "missing"}, "plugvfl", "splitnn")
+        line("LASER-VFL against the active party alone when every partner is absent at scoring",
+             {"axis": "absent", "value": _value(absent[-1]), "scored": "missing"}, "laser_vfl", "local")
     return out
 
 
@@ -202,11 +213,11 @@ def _tables(comparison: Comparison, table: pd.DataFrame) -> list[tuple[str, list
                     ["varied", "value", "people scored", "test rows", "best", metric, "± std", "ties"],
                     [[AXIS_TEXT[r["axis"]], r["value"], r["scored"], f"{r['test_rows']:.0f}", r["best"],
                       _fmt(r[metric]), _fmt(r["std"]), r["ties"] or "-"] for _, r in best.iterrows()]))
-    for axis in ("aligned", "passives", "split", "second_hop"):
+    for axis, text in AXIS_TEXT.items():
         part = table[table["axis"] == axis]
         if part.empty:
             continue
-        out.append((f"Varying: {AXIS_TEXT[axis]}",
+        out.append((f"Varying: {text}",
                     ["value", "people scored", "method", metric, "± std", "training MB", "rounds", "seconds",
                      "runs"],
                     [[r["value"], r["scored"], _name(r["method"], bool(r["simulation_only"])), _fmt(r[metric]),
@@ -243,6 +254,13 @@ def _intro(comparison: Comparison) -> list[str]:
         f"Every cell: {s.repeats} repeat(s), each its own layout of the training people and seeds, the same for "
         f"every method; {len(comparison.rows)} method runs in {comparison.seconds / 60:.1f} min.",
         "Oracles pool every party's raw features (simulation only) and are not candidates for the best method.",
+        *([f"Missing-partner cells: the active party holds every person and {s.missing_passives} partners split "
+           f"the other columns; each partner lacks each training person with probability p_miss (base "
+           f"{s.base_p_miss:g}) and each test person lacks a share of the partners (base {s.base_absent:g}); "
+           f"SplitNN scores the people a partner lacks with Local (its fallback_rows say how many); "
+           + ", ".join(f"{k} is {v['name']} with " + ", ".join(f"{a} = {b}" for a, b in v.items() if a != "name")
+                       for k, v in s.missing_variants.items()) + "."]
+          if (comparison.rows.get("scored", pd.Series(dtype=str)) == "missing").any() else []),
         *([f"Second-hop cells: the active party holds half of the training people; methods ran with their own "
            f"settings for that layout: {_settings_text(comparison.second_hop_settings)}."]
           if comparison.second_hop_settings else []),
@@ -256,7 +274,8 @@ def _test_line(comparison: Comparison) -> str:
              f"{s.test_fraction:.0%} of them)" if n < s.test_rows else "")
     return (f"Test people, held out first and the same in every cell and repeat: {n} every party holds (second-hop "
             f"cells: the active party and the first hop) and {n} only the active party holds{fewer}; the overlap "
-            "varies only among the training people.")
+            f"varies only among the training people. Missing-partner cells score {2 * n} held-out people, each "
+            "lacking a share of the partners.")
 
 
 def _settings_text(settings: dict[str, dict[str, Any]]) -> str:

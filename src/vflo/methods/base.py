@@ -57,6 +57,8 @@ def need(state: Mapping[str, Value], key: str) -> Value:
     return state[key]
 
 Inference = Literal["active_only", "collaborative"]
+#: A comparison's party layouts (see :meth:`Method.layout_settings`).
+Layout = Literal["star", "second_hop", "missing"]
 ALL_TASKS: frozenset[Task] = frozenset({"binary", "multiclass", "regression"})
 
 
@@ -133,12 +135,19 @@ class Method(HandlerSet, ABC):
     NO_SECOND_HOP: ClassVar[str] = ("trains with every passive party on people it shares with the active party; "
                                     "the second-hop party shares none")
 
+    #: Why a method that scores only people every partner holds does not run where partners are missing.
+    NO_MISSING: ClassVar[str] = ("scores only people every partner holds; where partners are missing, SplitNN stands "
+                                 "for such methods, with Local scoring the people a partner lacks")
+
     @classmethod
-    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
-                        second_hop: str = "") -> dict[str, Any] | str:
+    def layout_settings(cls, layout: Layout, *, first_hop: str = "", second_hop: str = "") -> dict[str, Any] | str:
         """The settings this method runs with in a comparison's party layout, or why it cannot run there.
         ``'star'``: every passive party shares people with the active party; ``'second_hop'``: ``first_hop``
-        shares people with the active party and with ``second_hop``, which shares none with the active party."""
+        shares people with the active party and with ``second_hop``, which shares none with the active party;
+        ``'missing'``: the active party holds everyone and each partner lacks some people, in training and at
+        scoring (a method scoring from the active party alone, or with whoever holds a person, runs there)."""
+        if layout == "missing":
+            return {} if cls.inference == "active_only" or cls.any_subset else cls.NO_MISSING
         return {} if layout == "star" else cls.NO_SECOND_HOP
 
     def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:

@@ -7,13 +7,13 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from vflo.comm.message import Payload, Value, expect_rows
 from vflo.errors import ConfigError, ProtocolError
-from vflo.methods.base import Inference, State, need
+from vflo.methods.base import Inference, Layout, State, need
 from vflo.methods.split_learning import RemoteBottomsTrainer, holders_activations, scatter_rows
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
 from vflo.nn.train import (
@@ -96,9 +96,8 @@ class LaserVFL(SplitNN):
         return []  # a person is scored by whoever of the partners holds them: none is required
 
     @classmethod
-    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
-                        second_hop: str = "") -> dict[str, Any] | str:
-        return {} if layout == "star" else {"partners": [first_hop]}
+    def layout_settings(cls, layout: Layout, *, first_hop: str = "", second_hop: str = "") -> dict[str, Any] | str:
+        return {"partners": [first_hop]} if layout == "second_hop" else {}
 
     # -- the active party ---------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vflo.errors import ConfigError, MethodError
-from vflo.methods.base import MethodConfig
+from vflo.methods.base import Layout, MethodConfig
 from vflo.methods.representation import RepresentationMethod
 from vflo.nn.estimators import EstimatorConfig, training_stats
 
@@ -47,8 +47,7 @@ class Local(RepresentationMethod):
     config: LocalConfig
 
     @classmethod
-    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
-                        second_hop: str = "") -> dict[str, Any] | str:
+    def layout_settings(cls, layout: Layout, *, first_hop: str = "", second_hop: str = "") -> dict[str, Any] | str:
         return {}  # the active party alone: any layout
 
     def estimator_config(self) -> EstimatorConfig:

@@ -13,7 +13,7 @@ import numpy as np
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import Inference, Method, MethodConfig, State, handles, need
+from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import (
     RemoteBottomsTrainer,
     SplitParty,
@@ -116,8 +116,10 @@ class SplitNN(SplitParty, Method):
     config: SplitNNConfig
 
     @classmethod
-    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
-                        second_hop: str = "") -> dict[str, Any] | str:
+    def layout_settings(cls, layout: Layout, *, first_hop: str = "", second_hop: str = "") -> dict[str, Any] | str:
+        if layout == "missing":
+            # Trained on the people every partner holds; the others scored by the active party alone.
+            return {"fallback": "local"}
         # Beside a second hop, split learning trains with the first hop alone (VFL-ASP's VFL-STD baseline).
         return {} if layout == "star" else {"partners": [first_hop]}
 

@@ -17,7 +17,7 @@ from vflo.data.datasets import Task
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError
-from vflo.methods.base import Inference, Method, State, handles, need
+from vflo.methods.base import Inference, Layout, Method, State, handles, need
 from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
 from vflo.methods.split_learning import remote_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
@@ -113,9 +113,8 @@ class VFLASP(MaskedSVD, SplitNN):
     config: VFLASPConfig
 
     @classmethod
-    def layout_settings(cls, layout: Literal["star", "second_hop"], *, first_hop: str = "",
-                        second_hop: str = "") -> dict[str, Any] | str:
-        if layout == "star":
+    def layout_settings(cls, layout: Layout, *, first_hop: str = "", second_hop: str = "") -> dict[str, Any] | str:
+        if layout != "second_hop":
             return "needs a second-hop party, which shares people with a partner but none with the active party"
         return {"first_hop": first_hop, "second_hop": second_hop}
 
