@@ -245,6 +245,7 @@ def test_a_comparison_with_partners_missing() -> None:
     from vflo.experiments.compare_report import render_html, render_markdown
 
     text = render_markdown(result, summary(result))
-    assert "share of the partners a test person lacks" in render_html(result, summary(result))
+    page = render_html(result, summary(result))
+    assert "share of the partners a test person lacks" in page and "id='plot-metric_missing'" in page
     assert "share of the partners a test person lacks" in text and "Missing-partner cells" in text
     assert any(line.startswith("LASER-VFL's claim") for line in claims(result))

@@ -26,6 +26,8 @@ aligned = [0.25, 1.0]
 passives = [1, 2]
 splits = ["random", "correlation"]
 second_hop = [1.0]
+p_miss = []
+absent = [0.5]
 scored = ["aligned", "active_only"]
 base_aligned = 0.5
 repeats = 3
@@ -53,8 +55,12 @@ def test_compare_writes_a_report_that_renders_in_a_browser(tmp_path: Path) -> No
     out = tmp_path / "out"
     assert main(["compare", str(config), "--out", str(out)]) == 0
     rows = pd.read_csv(out / "results.csv")
-    assert set(rows["axis"]) == {"aligned", "passives", "split", "second_hop"}
-    assert (rows["status"] == "ok").all() and set(rows["n_test"]) == {57}  # the same held-out people everywhere
+    assert set(rows["axis"]) == {"aligned", "passives", "split", "second_hop", "absent"}
+    missing = rows[rows["scored"] == "missing"]
+    # The same held-out people everywhere; the missing-partner cell scores both kinds' count, each lacking partners.
+    assert (rows["status"] == "ok").all() and set(rows.drop(missing.index)["n_test"]) == {57}
+    assert set(missing["n_test"]) == {114}
+    assert set(missing["method"]) == {"local", "splitnn", "plugvfl", "apc_vfl", "centralized"}
     # Collaborative methods do not score people only the active party holds; the rest do, on the same splits.
     active_only = rows[rows["scored"] == "active_only"]
     assert set(active_only["method"]) == {"local", "apc_vfl", "centralized"}
@@ -74,7 +80,7 @@ def test_compare_writes_a_report_that_renders_in_a_browser(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     dom = done.stdout
-    assert dom.count("<svg") >= 4, "the plots are missing"
+    assert dom.count("<svg") >= 5 and "plot-metric_missing" in dom, "the plots are missing"
     assert len(re.findall(r"<table", dom)) >= 4 and "Which method when" in dom
     assert "% " in dom or "%<" in dom  # the log axes' ticks are labelled as percentages
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]

@@ -7,6 +7,7 @@ import html
 import io
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +56,15 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     metric = comparison.metric
+    title = comparison.dataset.label + (" — STAND-IN DATA (generated)" if comparison.dataset.standin else "")
+    out = {}
+    missing = _missing_plot(comparison, table, title)
+    if missing:
+        out["metric_missing"] = missing
     data = table[table["axis"] == "aligned"].copy()
     if data.empty:
-        return {}
+        return out
     data["x"] = data["value"].astype(float) * 100
-    out = {}
-    title = comparison.dataset.label + (" — STAND-IN DATA (generated)" if comparison.dataset.standin else "")
     for scored in data["scored"].unique():
         # A cell scored on a handful of rows is noise (its ± 1 std can span the whole scale); the "which method
         # when" table names no method there, and the plot leaves it out by the same rule.
@@ -69,15 +73,8 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
         if part.empty:
             continue
         fig, ax = plt.subplots(figsize=(9, 4.6))
-        names = list(dict.fromkeys(part["method"].astype(str)))
-        for method, sub in part.groupby("method", sort=False):
-            oracle = bool(sub["simulation_only"].iloc[0])
-            sub = sub.sort_values("x")
-            colour, marker = method_style(str(method))
-            # Methods at the same share are nudged apart (log axis: a factor), so no marker hides another.
-            ax.errorbar(sub["x"] * jitter(str(method), names), sub[metric], yerr=sub[f"{metric}_std"].fillna(0.0),
-                        marker=marker, color=colour, capsize=3, markersize=6, alpha=0.9,
-                        label=_name(str(method), oracle), linestyle="--" if oracle else "-")
+        # Methods at the same share are nudged apart (log axis: a factor), so no marker hides another.
+        _errorbars(ax, part, metric, lambda x, factor: x * factor)
         ax.set_xscale("log")
         # Ticks at the shares the comparison ran (1%, 5%, ...), not at powers of ten the range may not reach.
         ax.set_xticks(sorted(part["x"].unique()))
@@ -294,6 +291,42 @@ def render_markdown(comparison: Comparison, table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _errorbars(ax: Any, part: pd.DataFrame, metric: str, nudge: Callable[[pd.Series, float], pd.Series]) -> None:
+    """Each method's mean ± 1 std against ``x``, its x nudged by ``nudge(x, factor)`` (oracles dashed)."""
+    names = list(dict.fromkeys(part["method"].astype(str)))
+    for method, sub in part.groupby("method", sort=False):
+        oracle = bool(sub["simulation_only"].iloc[0])
+        sub = sub.sort_values("x")
+        colour, marker = method_style(str(method))
+        ax.errorbar(nudge(sub["x"], jitter(str(method), names)), sub[metric], yerr=sub[f"{metric}_std"].fillna(0.0),
+                    marker=marker, color=colour, capsize=3, markersize=6, alpha=0.9,
+                    label=_name(str(method), oracle), linestyle="--" if oracle else "-")
+
+
+def _missing_plot(comparison: Comparison, table: pd.DataFrame, title: str) -> str:
+    """The metric against the share of the partners each test person lacks (an SVG; "" without such cells)."""
+    import matplotlib.pyplot as plt
+
+    metric = comparison.metric
+    part = table[table["axis"] == "absent"].copy()
+    if part.empty:
+        return ""
+    part["x"] = part["value"].astype(float) * 100
+    fig, ax = plt.subplots(figsize=(9, 4.6))
+    # Nudged apart by a few points (linear axis; 0 % too), so no marker hides another.
+    _errorbars(ax, part, metric, lambda x, factor: x + (factor - 1.0) * 30)
+    ax.set_xticks(sorted(part["x"].unique()))
+    ax.set_xlabel("share of the partners each test person lacks, %")
+    ax.set_ylabel(metric)
+    s = comparison.settings
+    ax.set_title(f"{title}\n{metric} with {s.missing_passives} partners, each lacking a training person with "
+                 f"probability {s.base_p_miss:g}; error bars ± 1 std over the repeats", fontsize=9)
+    ax.grid(alpha=0.3)
+    legend_outside(ax)
+    fig.tight_layout()
+    return _svg(fig)
+
+
 def render_html(comparison: Comparison, table: pd.DataFrame) -> str:
     esc = html.escape
     parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
@@ -313,6 +346,7 @@ def render_html(comparison: Comparison, table: pd.DataFrame) -> str:
     figures = plots(comparison, table)
     for key, title in (("metric_aligned", "Scoring people every party holds"),
                        ("metric_active_only", "Scoring people only the active party holds (new people)"),
+                       ("metric_missing", "Scoring people some partners lack"),
                        ("fit_bytes", "Training traffic"), ("fit_rounds", "Training rounds")):
         if key in figures:
             parts += [f"<h2>{esc(title)}</h2>", f"<div class='plot' id='plot-{key}'>{figures[key]}</div>"]
