@@ -97,3 +97,34 @@ def test_the_cli_refuses_a_deadline_without_a_deployment(
                  str(tmp_path / "out.csv"), "--missing", "subset", "--deadline", "2"])
     assert code == ConfigError.exit_code and "--deploy" in capsys.readouterr().err
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_the_active_party_scores_alone_from_its_own_folder(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Every partner gone, only the active party's own part on its host: `vflo predict --missing subset` scores
+    every row with the active party alone, as LASER-VFL's own head does."""
+    import pandas as pd
+
+    from vflo.cli import main
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "data"
+    hospital = vflo.PartyData.from_file(examples / "hospital.csv", party="hospital", id_column="pid",
+                                        label_column="outcome", categorical=["sex", "ward"])
+    lab = vflo.PartyData.from_file(examples / "lab.csv", party="lab", id_column="pid", impute="median")
+    model = vflo.fit("laser_vfl", vflo.split([hospital, lab], seed=0), train={"max_epochs": 3})
+    saved = vflo.load(model.save(tmp_path / "models"))
+    own = tmp_path / "host" / "laser_vfl"
+    shutil.copytree(saved.folder / "laser_vfl" / "hospital", own / "hospital")
+    shutil.copy(saved.folder / "laser_vfl" / "model.json", own / "model.json")
+    new = examples / "hospital_new.csv"
+    out = tmp_path / "scores.csv"
+    assert main(["predict", str(own / "hospital"), "--data", str(new), "--out", str(out), "--missing", "subset"]) == 0
+    frame = pd.read_csv(out)
+    assert set(frame["scored_by"]) == {"hospital"} and len(frame) == 30
+    expected = saved.score(new, missing="subset")
+    assert np.allclose(frame[saved.score_columns].to_numpy(), expected[saved.score_columns].to_numpy())
+    assert "scored by hospital (30)" in capsys.readouterr().out
+    # Without "subset" it says how to score alone.
+    assert main(["predict", str(own / "hospital"), "--data", str(new), "--out", str(tmp_path / "x.csv")]) \
+        == ConfigError.exit_code
+    assert "--missing subset" in capsys.readouterr().err

@@ -456,9 +456,13 @@ def _predict(args: argparse.Namespace) -> int:
     model = SavedModel.load(args.model, args.method)
     fallback = SavedModel.load(args.model, args.fallback) if args.fallback else None
     if args.deploy is None:
-        if not model.active_only:
+        # With "subset" and no deployment, every partner is absent: the active party scores alone, where the
+        # method allows it (a model trained to do without partners).
+        if not model.active_only and args.missing != "subset":
             raise ConfigError(f"{model.label} scores collaboratively: give --deploy DEPLOY.toml, with every party "
-                              "serving its saved part (vflo party serve PARTY.toml --save DIR)")
+                              "serving its saved part (vflo party serve PARTY.toml --save DIR); a model trained to "
+                              "do without partners (laser_vfl, splitnn with party_dropout) scores alone with "
+                              "--missing subset")
         if args.deadline is not None:
             raise ConfigError("--deadline bounds the partners' answers: it needs --deploy")
         frame = model.score(args.data, missing=args.missing, fallback=fallback)
