@@ -160,3 +160,27 @@ def test_the_certs_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "exists already" in capsys.readouterr().err
     assert main(["certs", "init", str(tmp_path / "demo"), "--parties", "a,b"]) == 0
     assert "local demos" in capsys.readouterr().out
+
+
+def test_over_flower_a_revoked_party_cannot_seal_or_be_sealed_to(tmp_path: Path) -> None:
+    """Over Flower, frames between parties are sealed with the same certificates: a peer revoked after it was
+    learned is refused from its next frame on, and a revoked certificate the hub hands over is refused."""
+    from vflo.comm.seal import Keyring
+    from vflo.errors import PartyBoundaryError
+
+    ca = tmp_path / "ca"
+    create_ca(ca)
+    lab, hospital = _party(ca, tmp_path, "lab"), _party(ca, tmp_path, "hospital")
+    at_lab = Keyring(PartyCredentials.load(lab, "lab"))
+    at_hospital = Keyring(PartyCredentials.load(hospital, "hospital"))
+    at_lab.add_peers({"hospital": (hospital / "hospital.pem").read_bytes()})
+    at_hospital.add_peers({"lab": (lab / "lab.pem").read_bytes()})
+    assert at_lab.open(at_hospital.seal(b"scores", "lab")) == ("hospital", b"scores")
+    revoke(ca, "hospital")
+    (lab / CRL_FILE).write_bytes((ca / CRL_FILE).read_bytes())  # the CA hands out the new list
+    with pytest.raises(PartyBoundaryError, match="revoked"):
+        at_lab.open(at_hospital.seal(b"more", "lab"))
+    with pytest.raises(PartyBoundaryError, match="revoked"):
+        at_lab.seal(b"to it", "hospital")
+    with pytest.raises(PartyBoundaryError, match="revoked"):
+        Keyring(PartyCredentials.load(lab, "lab")).add_peers({"hospital": (hospital / "hospital.pem").read_bytes()})

@@ -83,6 +83,9 @@ class Keyring:
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise PartyBoundaryError(f"party {self.party!r}'s key is not an elliptic-curve key from vflo certs init")
         self._key: ec.EllipticCurvePrivateKey = key
+        # The CA's revocation list in this party's [tls] dir, read again when it changes: a peer revoked after
+        # it connected is refused from its next frame on, as over vflo's gRPC.
+        self._revocations = self.credentials.revocations()
 
     @property
     def certificate(self) -> bytes:
@@ -102,7 +105,13 @@ class Keyring:
         now = time.time()
         if not cert.not_valid_before_utc.timestamp() <= now <= cert.not_valid_after_utc.timestamp():
             raise PartyBoundaryError(f"{name!r}'s certificate is not valid now")
+        self._refuse_revoked(name, cert)
         return cert
+
+    def _refuse_revoked(self, name: str, cert: x509.Certificate) -> None:
+        if self._revocations is not None and cert.serial_number in self._revocations.serials():
+            raise PartyBoundaryError(f"{name!r}'s certificate (serial {cert.serial_number:x}) was revoked by the "
+                                     f"federation's CA ({self._revocations.path}); refused")
 
     def add_peers(self, certificates: dict[str, bytes]) -> None:
         """Learn peers' certificates (each checked); the hub hands them over, but cannot forge one."""
@@ -142,6 +151,7 @@ class Keyring:
             raise PartyBoundaryError(f"party {self.party!r} has no certificate for {name!r}, so it cannot seal a "
                                      "frame to it or check one from it; the hub hands every party's certificate "
                                      "over when it connects")
+        self._refuse_revoked(name, cert)
         key = cert.public_key()
         if not isinstance(key, ec.EllipticCurvePublicKey):
             raise PartyBoundaryError(f"{name!r}'s certificate does not hold an elliptic-curve key")
