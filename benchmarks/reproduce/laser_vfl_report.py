@@ -1,0 +1,122 @@
+"""Build docs/reproductions/laser-vfl.md from the runs of benchmarks/reproduce/laser_vfl.sh.
+
+    python -m benchmarks.reproduce.laser_vfl_report [--runs runs/repro]
+
+Our numbers come from the runs' results.csv (accuracy, and F1 of the positive class on Credit; training traffic
+from the ledger). The authors' code's figures are those recorded in ../shared/papers/NOTES.md (their code run on
+this kind of machine, on their own 80/20 split, not on vflo's: an independent reference, not the same people).
+Every comparison sentence comes from a paired t-test over the runs (the same test as ``vflo compare``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.reproduce.common import load, provenance, table, write_report
+from vflo.experiments.compare import ALPHA, paired_p
+
+#: The authors' code run here (NOTES.md): method -> p_miss -> (accuracy %, F1 x 100), mean and std over seeds 0-4.
+AUTHORS = {
+    "local": {0.0: ((66.3, 0.4), (42.3, 0.2)), 0.5: ((66.0, 1.3), (41.9, 0.6))},
+    "svfl": {0.0: ((76.2, 0.3), (52.8, 0.4)), 0.5: ((50.9, 1.8), (30.9, 1.2))},
+    "plug": {0.0: ((75.7, 0.6), (52.8, 0.2)), 0.5: ((70.2, 1.4), (47.8, 1.0))},
+    "laser": {0.0: ((76.1, 0.2), (52.7, 0.1)), 0.5: ((71.1, 0.9), (47.6, 1.0))},
+}
+#: Our label for each of the authors' methods.
+OURS = {"local": "local", "svfl": "svfl+local", "plug": "plug", "laser": "laser_vfl"}
+DATASETS = (("Credit", "laser_vfl_credit"), ("digits", "laser_vfl_digits"), ("wine", "laser_vfl_wine"))
+P_MISS = (0.0, 0.1, 0.5)
+
+
+def _cell(values: pd.Series, scale: float = 100.0) -> str:
+    if values.empty:
+        return "–"
+    mean, std = values.mean() * scale, values.std(ddof=1) * scale
+    return f"{mean:.1f}" if np.isnan(std) else f"{mean:.1f} ± {std:.1f}"
+
+
+def _authors(method: str, p: float, which: int) -> str:
+    got = AUTHORS.get(method, {}).get(p)
+    return "not recorded" if got is None else f"{got[which][0]:.1f} ± {got[which][1]:.1f}"
+
+
+def dataset_section(runs: Path, label: str, name: str) -> tuple[list[str], list[str]]:
+    """The section of one dataset, and its claim lines."""
+    frame = load(runs, name)
+    lines = [f"## {label}", ""]
+    if frame is None:
+        return [*lines, f"_Not run yet: `vflo run configs/papers/{name}.toml` (benchmarks/reproduce/laser_vfl.sh)._",
+                ""], []
+    ok = frame[frame["status"] == "ok"]
+    credit = name.endswith("credit")
+    metrics = [("accuracy", "accuracy %")] + ([("f1_binary", "F1 x 100")] if "f1_binary" in ok else [])
+    header = ["method", "p_miss"]
+    for _, text in metrics:
+        header += [f"{text} (vflo)"] + ([f"{text} (authors' code)"] if credit else [])
+    header += ["training MB", "fallback rows", "runs"]
+    rows = []
+    for method in dict.fromkeys(ok["method"]):
+        for p in P_MISS:
+            part = ok[(ok["method"] == method) & np.isclose(ok["samples.p_miss"], p)]
+            if part.empty:
+                continue
+            row = [method, f"{p:g}"]
+            for which, (metric, _) in enumerate(metrics):
+                row.append(_cell(part[metric]))
+                if credit:
+                    theirs = next((k for k, v in OURS.items() if v == method), None)
+                    row.append(_authors(theirs, p, which) if theirs else "–")
+            fallback = part["fallback_rows"].mean() if "fallback_rows" in part and part["fallback_rows"].notna().any() \
+                else float("nan")
+            row += [f"{part['fit_bytes'].mean() / 1e6:.2f}", "–" if np.isnan(fallback) else f"{fallback:.0f}",
+                    str(part["repeat"].nunique())]
+            rows.append(row)
+    lines += [provenance(frame, name), "", table(header, rows), ""]
+    claims = []
+    for p in P_MISS:
+        for a, b in (("laser_vfl", "svfl+local"), ("laser_vfl", "plug"), ("laser_vfl", "local")):
+            sentence = _paired(ok, p, a, b)
+            if sentence:
+                claims.append(f"{label}, p_miss = {p:g}: {sentence}")
+    return lines, claims
+
+
+def _paired(ok: pd.DataFrame, p: float, a: str, b: str) -> str:
+    cell = ok[np.isclose(ok["samples.p_miss"], p)]
+    runs = {m: cell[cell["method"] == m].set_index("repeat")["accuracy"] for m in (a, b)}
+    common = sorted(set(runs[a].index) & set(runs[b].index))
+    if len(common) < 2:
+        return ""
+    x, y = runs[a].loc[common].to_numpy(float), runs[b].loc[common].to_numpy(float)
+    pv = paired_p(x, y)
+    if np.isnan(pv) or pv >= ALPHA:
+        verdict = "not clearly different from"
+    else:
+        verdict = "ahead of" if x.mean() > y.mean() else "behind"
+    test = "no spread to test by" if np.isnan(pv) else f"paired t-test over {len(common)} runs, p = {pv:.3g}"
+    return (f"{a} {100 * x.mean():.1f} % against {b} {100 * y.mean():.1f} % ({test}): {a} {verdict} {b}.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=Path("runs/repro"))
+    parser.add_argument("--out", type=Path, default=Path("docs/reproductions/laser-vfl.md"))
+    args = parser.parse_args(argv)
+    sections: list[str] = []
+    claims: list[str] = []
+    for label, name in DATASETS:
+        lines, found = dataset_section(args.runs, label, name)
+        sections += lines
+        claims += found
+    if claims:
+        sections += ["## What the runs say", "", *(f"- {c}" for c in claims), ""]
+    return write_report(args.out, sections, preamble=args.out.with_suffix(".preamble.md"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
