@@ -3,14 +3,16 @@
     python -m benchmarks.reproduce.laser_vfl_report [--runs runs/repro]
 
 Our numbers come from the runs' results.csv (accuracy, and F1 of the positive class on Credit; training traffic
-from the ledger). The authors' code's figures are those recorded in ../shared/papers/NOTES.md (their code run on
-this kind of machine, on their own 80/20 split, not on vflo's: an independent reference, not the same people).
+from the ledger). Beside Credit, the authors' code twice: run on vflo's split by
+benchmarks/reproduce/laser_vfl_authors.py (runs/repro/laser_vfl_authors/results.json), and as recorded in
+../shared/papers/NOTES.md (their code on their own 80/20 split: the same program, other people).
 Every comparison sentence comes from a paired t-test over the runs (the same test as ``vflo compare``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -45,6 +47,20 @@ def _authors(method: str, p: float, which: int) -> str:
     return "not recorded" if got is None else f"{got[which][0]:.1f} ± {got[which][1]:.1f}"
 
 
+def authors_here(runs: Path) -> dict[str, list[dict[str, float]]]:
+    """The authors' code on vflo's Credit split (benchmarks/reproduce/laser_vfl_authors.py): method/p -> runs."""
+    path = runs / "laser_vfl_authors" / "results.json"
+    return json.loads(path.read_text())["runs"] if path.is_file() else {}
+
+
+def _here(found: dict[str, list[dict[str, float]]], method: str | None, p: float, which: int) -> str:
+    runs = found.get(f"{method}/{p:g}") if method else None
+    if not runs:
+        return "not run yet"
+    key, scale = ("accuracy", 1.0) if which == 0 else ("f1", 100.0)
+    return _cell(pd.Series([r[key] for r in runs]), scale)
+
+
 def dataset_section(runs: Path, label: str, name: str) -> tuple[list[str], list[str]]:
     """The section of one dataset, and its claim lines."""
     frame = load(runs, name)
@@ -56,8 +72,10 @@ def dataset_section(runs: Path, label: str, name: str) -> tuple[list[str], list[
     credit = name.endswith("credit")
     metrics = [("accuracy", "accuracy %")] + ([("f1_binary", "F1 x 100")] if "f1_binary" in ok else [])
     header = ["method", "p_miss"]
+    here = authors_here(runs) if credit else {}
     for _, text in metrics:
-        header += [f"{text} (vflo)"] + ([f"{text} (authors' code)"] if credit else [])
+        header += [f"{text} (vflo)"] + ([f"{text} (authors' code, vflo's split)",
+                                         f"{text} (authors' code, their split)"] if credit else [])
     header += ["training MB", "fallback rows", "runs"]
     rows = []
     for method in dict.fromkeys(ok["method"]):
@@ -70,7 +88,7 @@ def dataset_section(runs: Path, label: str, name: str) -> tuple[list[str], list[
                 row.append(_cell(part[metric]))
                 if credit:
                     theirs = next((k for k, v in OURS.items() if v == method), None)
-                    row.append(_authors(theirs, p, which) if theirs else "–")
+                    row += [_here(here, theirs, p, which), _authors(theirs, p, which) if theirs else "–"]
             fallback = part["fallback_rows"].mean() if "fallback_rows" in part and part["fallback_rows"].notna().any() \
                 else float("nan")
             row += [f"{part['fit_bytes'].mean() / 1e6:.2f}", "–" if np.isnan(fallback) else f"{fallback:.0f}",
