@@ -9,7 +9,8 @@ people, the others for training; all 23 columns, standardised with the training 
 ``{X,y}_{train,test}.npy`` files their Credit loader reads (it keeps the first 20 columns, 4 blocks of 5), copies
 their code into ``runs/repro/laser_vfl_authors/code``, and runs their ``main.py`` once per method and p_miss
 (test p_miss = training p_miss), one thread. Their results are read from what ``main.py`` prints and written to
-``runs/repro/laser_vfl_authors/results.json`` as each run ends.
+``runs/repro/laser_vfl_authors/results.json`` as each run ends; run again, it keeps those (same code, people and
+seeds) and runs the rest.
 
 Their code imports Weights & Biases, torchvision, imbalanced-learn and ``decorator`` at the top although the
 Credit path uses none of them (logging is off with ``--no_wandb``); small stand-ins for those four modules,
@@ -130,8 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     write_stubs(work / "stubs")
     path = work / "results.json"
     results = {"commit": commit, "people": sizes, "seeds": args.seeds, "runs": {}}
+    if path.is_file():  # an interrupted queue goes on: runs of the same code, people and seeds are kept
+        before = json.loads(path.read_text())
+        if all(before.get(k) == results[k] for k in ("commit", "people", "seeds")):
+            results["runs"] = before.get("runs", {})
     for method in args.methods:
         for p in args.p_miss:
+            if f"{method}/{p:g}" in results["runs"]:
+                print(f"{method} p_miss {p:g}: already there, kept", flush=True)
+                continue
             t0 = time.perf_counter()
             results["runs"][f"{method}/{p:g}"] = run_one(work / "code", work / "stubs", method, p, args.seeds)
             print(f"{method} p_miss {p:g}: {time.perf_counter() - t0:.0f} s", flush=True)
