@@ -120,6 +120,9 @@ def render(data: dict[str, dict[str, Any]], shot: bool) -> str:
         if share:
             lines.append("- Each method's share of the time: " + share + ".")
         lines.append("")
+        if "scored" in d["rows"] and not (d["rows"]["scored"] == "missing").any():
+            lines += ["No missing-partner cells (p_miss, absent) in this run: it predates them; `vflo compare` on "
+                      f"`configs/compare/{name}.toml` now adds them.", ""]
         skipped = meta.get("skipped", {})
         if skipped:
             lines += ["Did not run: " + "; ".join(f"{k}: {v}" for k, v in sorted(skipped.items())), ""]
