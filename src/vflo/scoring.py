@@ -35,7 +35,7 @@ from vflo.data.partydata import PartyData
 from vflo.errors import AlignmentError, ConfigError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
-from vflo.federation.simulation import party_node
+from vflo.federation.simulation import held_by_all, party_node
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method
 from vflo.roles import PartyInfo
@@ -173,7 +173,7 @@ class SavedModel:
             for p in fed.names():
                 if p not in prepared and p not in fed.absent:
                     fed.mark_absent(p, gone.get(p, "no rows to score given"), session=True)
-        covered = _covered(method, fed, ids, {p: d.ids for p, d in prepared.items()})
+        covered = held_by_all(prepared, method.scoring_parties(fed.parties), ids)
         return combine(self, ids, covered, lambda keep: method.predict_by(fed, keep), missing=missing,
                        fallback=fallback, fallback_rows=given.get(self.card.active))
 
@@ -191,14 +191,6 @@ def check_subset(model: SavedModel, method: Method) -> None:
     if why:
         raise ConfigError(f"{model.label} cannot score a person with only the partners that hold them (missing = "
                           f"'subset'): {why}")
-
-
-def _covered(method: Method, fed: Federation, ids: np.ndarray, held: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Which ``ids`` every party the method scores with holds."""
-    keep = np.ones(len(ids), dtype=bool)
-    for party in method.scoring_parties(fed.parties):
-        keep &= np.isin(ids, held.get(party, np.empty(0, dtype=ids.dtype)))
-    return keep
 
 
 def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray,

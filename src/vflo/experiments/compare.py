@@ -54,6 +54,7 @@ from vflo.data.datasets import Dataset
 from vflo.errors import ConfigError
 from vflo.experiments.config import parse_config
 from vflo.experiments.runner import ExperimentResult, run_experiment
+from vflo.methods.base import Layout
 from vflo.methods.registry import get_method, method_names
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class Cell:
         return f"{self.axis}={self.value}, scored={self.scored}"
 
     @property
-    def layout(self) -> Literal["star", "second_hop", "missing"]:
+    def layout(self) -> Layout:
         if self.scored == "missing":
             return "missing"
         return "second_hop" if self.axis == "second_hop" else "star"

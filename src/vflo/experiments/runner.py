@@ -165,7 +165,7 @@ def check_scoring_rows(config: ExperimentConfig, data: FederatedData) -> None:
             continue
         method = entry.instantiate()
         for party in method.scoring_parties(data.parties):
-            held = held_by_all(data, [party], data.test_ids)
+            held = held_by_all(data.serve, [party], data.test_ids)
             if not held.all():
                 missing = data.test_ids[~held]
                 raise AlignmentError(

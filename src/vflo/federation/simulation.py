@@ -185,7 +185,7 @@ def run_method(
     if fallback is None:
         scores = method.predict(fed, data.test_ids) if len(data.test_ids) else np.empty((0,))
     else:
-        covered = held_by_all(data, method.scoring_parties(data.parties), data.test_ids)
+        covered = held_by_all(data.serve, method.scoring_parties(data.parties), data.test_ids)
         scores = np.array(fallback, dtype=np.float64, copy=True)
         if covered.any():
             scores[covered] = method.predict(fed, data.test_ids[covered])
@@ -198,10 +198,11 @@ def run_method(
     )
 
 
-def held_by_all(data: FederatedData, parties: Sequence[str], ids: np.ndarray) -> np.ndarray:
-    """Which of ``ids`` every one of ``parties`` holds among its rows to score."""
+def held_by_all(rows: Mapping[str, PartyData], parties: Sequence[str], ids: np.ndarray) -> np.ndarray:
+    """Which of ``ids`` every one of ``parties`` holds among its rows to score (``rows``: each party's; one
+    without rows holds none)."""
     keep = np.ones(len(ids), dtype=bool)
     for party in parties:
-        served = data.serve.get(party)
+        served = rows.get(party)
         keep &= served.contains(ids) if served is not None else False
     return keep
