@@ -115,21 +115,35 @@ def test_a_saved_model_scores_with_the_rows_each_partner_brings(tmp_path: object
     assert same[kept].all() and dropped.any() and not same[dropped].any()
 
 
-def test_splitnn_with_party_dropout_scores_whoever_holds_the_person() -> None:
-    """PlugVFL's party-wise dropout: a left-out partner is not asked for that batch (and gets no gradient); the
-    model scores people a partner lacks with zeros in its place, and without dropout nothing changes."""
+def test_splitnn_with_party_dropout_trains_on_every_person_and_scores_whoever_holds_them() -> None:
+    """PlugVFL's party-wise dropout: it trains on every person the active party holds (as LASER-VFL's authors
+    run it), a partner asked only for the batch's people it holds; a left-out partner is not asked for that
+    batch (and gets no gradient); the model scores people a partner lacks with zeros in its place, and without
+    dropout nothing changes."""
     together, alone = _blocks()
     seen: list[Message] = []
     train = {**TRAIN, "max_epochs": 6, "batch_size": 64}
-    out = run_method(get_method("splitnn")(train=train, party_dropout=0.5), together, seed=0,
-                     observers=(seen.append,))
+    method = get_method("splitnn")(train=train, party_dropout=0.5)
+    out = run_method(method, together, seed=0, observers=(seen.append,))
+    assert method.n_train_ == together.train["a"].n_samples == 1050  # not only the 250 every partner holds
     forwards = [m for m in seen if m.kind == "splitnn.forward" and m.sender == "a" and m.payload["training"]]
     backwards = [m for m in seen if m.kind == "split.backward" and m.sender == "a"]
     per_party = {p: sum(1 for m in forwards if m.receiver == p) for p in ("p1", "p2")}
-    steps = 6 * int(np.ceil(250 / 64))  # SplitNN trains on the people every party holds: 250
+    steps = 6 * int(np.ceil(1050 / 64))
     assert all(0.3 * steps < n < 0.7 * steps for n in per_party.values()), per_party
     assert {p: sum(1 for m in backwards if m.receiver == p) for p in ("p1", "p2")} == per_party
+    # Each partner's rows are positions among the 500 training people it holds, about half of each batch,
+    # and the gradient it gets back has one row per row it sent.
+    for m in forwards:
+        assert 0 < len(m.payload["rows"]) < 64 and m.payload["rows"].max() < 500
+    for p in ("p1", "p2"):
+        sent = [len(m.payload["rows"]) for m in forwards if m.receiver == p]
+        back = [len(m.payload["grad"]) for m in backwards if m.receiver == p]
+        assert sent == back
     assert out.scores.shape == (100, 2)
+    aligned = get_method("splitnn")(train=train)
+    run_method(aligned, together, seed=0)
+    assert aligned.n_train_ == 250
     # People only the active party holds: scored, every partner's place zeros.
     solo = run_method(get_method("splitnn")(train=train, party_dropout=0.5), alone, seed=0)
     assert solo.scores.shape == (100, 2) and np.allclose(solo.scores.sum(axis=1), 1.0)

@@ -141,17 +141,27 @@ def splitnn_deployment(tmp_path: Path, seed: int, train: str) -> tuple[Federatio
 
 
 def test_a_party_killed_mid_training_fails_the_method_and_says_so(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from vflo.methods import splitnn
+
     federation, experiment, deploy = splitnn_deployment(tmp_path, 1, "max_epochs = 200, patience = 0, batch_size = 8")
+    # Killed at the active party's 40th training step: mid-training however slow the start-up was.
+    step = splitnn._SplitTrainer.train_step
+    steps = [0]
+
+    def counting(self: splitnn._SplitTrainer, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
+        steps[0] += 1
+        if steps[0] == 40:
+            federation.processes["pas"].kill()
+        return step(self, batch, upcoming)
+
+    monkeypatch.setattr(splitnn._SplitTrainer, "train_step", counting)
     try:
-        killer = threading.Timer(8.0, federation.processes["pas"].kill)
-        killer.start()
         out = tmp_path / "results"
         started = time.monotonic()
         code = main(["run", str(experiment), "--deploy", str(deploy), "--out", str(out)])
         elapsed = time.monotonic() - started
-        killer.cancel()
         assert code == TransportError.exit_code == 4
         err = capsys.readouterr().err
         assert "party 'pas'" in err and "splitnn.forward" in err
@@ -161,7 +171,7 @@ def test_a_party_killed_mid_training_fails_the_method_and_says_so(
         results = json.loads((out / "results.json").read_text())
         assert [r["status"] for r in results["rows"]] == ["failed"] and results["failures"][0]["exit_code"] == 4
         assert "## Failures" in (out / "report.md").read_text()
-        assert elapsed < 8.0 + 20.0 + 30.0  # the kill, the deadline, and start-up
+        assert steps[0] >= 40 and elapsed < 20.0 + 60.0  # the deadline, start-up and 40 steps
     finally:
         federation.stop()
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from vflo.comm.message import Payload, Value, expect_rows
+from vflo.comm.message import Payload, Value
 from vflo.errors import ConfigError, ProtocolError
 from vflo.methods.base import Inference, Layout, State, need
-from vflo.methods.split_learning import RemoteBottomsTrainer, holders_activations, scatter_rows
+from vflo.methods.split_learning import HeldRowsTrainer, holders_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
 from vflo.nn.train import (
     History,
@@ -22,9 +22,7 @@ from vflo.nn.train import (
     adam,
     as_tensor,
     load_module_state,
-    load_optimizer_state,
     module_state,
-    optimizer_state,
     split_validation,
 )
 
@@ -212,32 +210,29 @@ def task_weight(observed: int, size: int) -> float:
     return math.comb(observed - 1, size - 1) / size
 
 
-class _LaserTrainer(RemoteBottomsTrainer):
+class _LaserTrainer(HeldRowsTrainer):
     """The active party's steps: each partner's activations of the batch's people it holds, every observed
     head trained on sampled subsets, each partner's gradient back."""
 
     def __init__(self, method: LaserVFL, fed: Federation, *, x: np.ndarray, y: np.ndarray,
                  held: dict[str, np.ndarray], train_pos: np.ndarray, val_pos: np.ndarray,
                  rng: np.random.Generator) -> None:
-        super().__init__(method.config.train, rng, fed, method.passives_)
+        by_subset = {name: {p: held[p][pos] for p in method.passives_}
+                     for name, pos in (("train", train_pos), ("val", val_pos))}
+        super().__init__(method.config.train, rng, fed, method.passives_, held=by_subset, widths=method.widths_)
         self.m = method
         self.regression = fed.task == "regression"
         target = torch.float32 if self.regression else torch.long
         self.x = {"train": as_tensor(x[train_pos]), "val": as_tensor(x[val_pos])}
         self.y = {"train": as_tensor(y[train_pos], dtype=target), "val": as_tensor(y[val_pos], dtype=target)}
-        # Per subset and partner: which of its rows it holds, and where each is in the partner's own list.
-        self.mask = {name: np.ones((len(pos), 1 + len(method.passives_)), dtype=bool)
+        # Per subset: which blocks hold each row (block 0, the active party's, every row).
+        self.mask = {name: np.column_stack([np.ones(len(pos), dtype=bool), *by_subset[name].values()])
                      for name, pos in (("train", train_pos), ("val", val_pos))}
-        self.where: dict[str, dict[str, np.ndarray]] = {"train": {}, "val": {}}
-        for k, p in enumerate(method.passives_):
-            for name, pos in (("train", train_pos), ("val", val_pos)):
-                has = held[p][pos]
-                self.mask[name][:, k + 1] = has
-                self.where[name][p] = np.where(has, np.cumsum(has) - 1, -1)
         self.patterns: dict[tuple[str, ...], int] = {}
         names = ["active", *method.passives_]
         for blocks, positions in holder_groups(self.mask["train"]):
             self.patterns[tuple(names[j] for j in blocks)] = len(positions)
+        self.modules = {"bottom": method.bottom_, "heads": method.heads_}
         self.optimizer = adam([*method.bottom_.parameters(), *method.heads_.parameters()], self.config)
         # Which subsets the heads train on is the active party's own choice, never sent: its own stream.
         self.tasks = fed.rng("laser-tasks")
@@ -250,33 +245,13 @@ class _LaserTrainer(RemoteBottomsTrainer):
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(out.squeeze(1), y) if self.regression else F.cross_entropy(out, y)
 
-    def _remote(self, batch: np.ndarray, subset: str, training: bool) -> dict[str, torch.Tensor]:
-        """Each partner's activations of the batch's people it holds (training: only partners holding some, so
-        a partner without rows takes no optimiser step; validation: every partner, for its snapshot)."""
-        requests: dict[str, Payload] = {}
-        keep = not training and self.keep_previous()
-        for p in self.m.passives_:
-            rows = self.where[subset][p][batch]
-            rows = rows[rows >= 0]
-            if training and len(rows) == 0:
-                continue
-            requests[p] = {"rows": rows.astype(np.int64), "subset": subset, "training": training,
-                           "keep_previous": keep}
-        replies = self.fed.exchange("splitnn.forward", requests) if requests else {}
-        return {p: torch.as_tensor(expect_rows(reply, "acts", party=p, rows=len(requests[p]["rows"]),  # type: ignore[arg-type]
-                                               width=self.m.widths_[p], what="activations"))
-                for p, reply in replies.items()}
-
     def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
         m = self.m
         m.bottom_.train()
         m.heads_.train()
         mask = self.mask["train"][batch]
-        remote = {p: a.requires_grad_(True) for p, a in self._remote(batch, "train", True).items()}
-        width = m.config.active_bottom[-1]
-        z = [m.bottom_(self.x["train"][batch])]
-        z += [scatter_rows(remote[p], mask[:, k + 1], width) if p in remote else torch.zeros(len(batch), width)
-              for k, p in enumerate(m.passives_)]
+        remote = {p: a.requires_grad_(True) for p, a in self.remote(batch, "train", True).items()}
+        z = [m.bottom_(self.x["train"][batch]), *self.in_place(remote, batch, "train")]
         y = self.y["train"][batch]
         loss = torch.zeros(())
         for blocks, positions in holder_groups(mask):
@@ -305,34 +280,19 @@ class _LaserTrainer(RemoteBottomsTrainer):
             return None
         m = self.m
         batch = np.arange(len(self.y["val"]))
-        remote = self._remote(batch, "val", False)
-        mask = self.mask["val"]
-        width = m.config.active_bottom[-1]
+        remote = self.remote(batch, "val", False)
         m.bottom_.eval()
         m.heads_.eval()
         with torch.no_grad():
-            z = [m.bottom_(self.x["val"])]
-            z += [scatter_rows(remote[p], mask[:, k + 1], width) for k, p in enumerate(m.passives_)]
-            out = m.combine(z, mask, regression=self.regression)
+            z = [m.bottom_(self.x["val"]), *self.in_place(remote, batch, "val")]
+            out = m.combine(z, self.mask["val"], regression=self.regression)
             if self.regression:
                 return float(F.mse_loss(out.squeeze(1), self.y["val"]))
             return float(F.nll_loss(torch.log(out.clamp_min(1e-12)), self.y["val"]))
 
-    def snapshot(self) -> Any:
-        return {**{f"bottom.{k}": v.detach().clone() for k, v in self.m.bottom_.state_dict().items()},
-                **{f"heads.{k}": v.detach().clone() for k, v in self.m.heads_.state_dict().items()}}
-
-    def restore(self, state: Any) -> None:
-        for name, module in (("bottom", self.m.bottom_), ("heads", self.m.heads_)):
-            module.load_state_dict({k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")})
-
     def model_state(self) -> dict[str, Any]:
-        return {**module_state(self.m.bottom_, "bottom."), **module_state(self.m.heads_, "heads."),
-                **optimizer_state(self.optimizer, "opt."), "tasks": json.dumps(self.tasks.bit_generator.state)}
+        return {**super().model_state(), "tasks": json.dumps(self.tasks.bit_generator.state)}
 
     def load_model_state(self, state: Mapping[str, Any]) -> None:
-        load_module_state(self.m.bottom_, state, "bottom.")
-        load_module_state(self.m.heads_, state, "heads.")
-        load_optimizer_state(self.optimizer, state, "opt.")
+        super().load_model_state(state)
         self.tasks.bit_generator.state = json.loads(str(state["tasks"]))
-

@@ -377,3 +377,98 @@ class RemoteBottomsTrainer(Trainer):
         if self.parties:
             self.fed.broadcast("split.restore", {"run": self.checkpoint.run, "epoch": epoch}, self.parties)
         return state
+
+
+class HeldRowsTrainer(RemoteBottomsTrainer):
+    """A coordinator's trainer over partners that may each hold only some of its training people (SplitNN,
+    LASER-VFL): a partner is asked only for the people of a batch it holds, by their positions in its own rows,
+    and its activations are put in place with zeros where it lacks a person or sat the batch out.
+
+    ``held``: per subset (``train``, ``val``) and partner, which of the coordinator's rows the partner holds, in
+    the order of the IDs sent with ``splitnn.init``. ``party_dropout``: the chance that a partner is left out of a
+    training batch (PlugVFL), drawn from ``dropout_rng``, the coordinator's own stream. A subclass sets
+    ``modules`` (its networks by name) and ``optimizer``: snapshots and checkpoints carry them.
+    """
+
+    optimizer: torch.optim.Optimizer
+
+    def __init__(self, config: TrainConfig, rng: np.random.Generator, fed: Federation, parties: list[str], *,
+                 held: dict[str, dict[str, np.ndarray]], widths: dict[str, int], party_dropout: float = 0.0,
+                 dropout_rng: np.random.Generator | None = None) -> None:
+        super().__init__(config, rng, fed, parties)
+        self.held = held
+        self.widths = widths
+        # Where each row is in the partner's own list of the rows it holds (-1: it lacks it).
+        self.where = {subset: {p: np.where(h, np.cumsum(h) - 1, -1) for p, h in by.items()}
+                      for subset, by in held.items()}
+        self.party_dropout = party_dropout
+        self.dropout_rng = dropout_rng
+        self.modules: dict[str, nn.Module] = {}
+
+    def forward_requests(self, rows: np.ndarray, subset: str, training: bool) -> dict[str, Payload]:
+        """The forward request to each partner asked for ``rows``: in training, those not left out that hold some
+        of them (one holding none takes no step); in validation every partner, for its snapshot."""
+        keep = not training and self.keep_previous()
+        asked = self.parties
+        if training and self.party_dropout > 0:
+            assert self.dropout_rng is not None
+            asked = [p for p in asked if self.dropout_rng.random() >= self.party_dropout]
+        requests: dict[str, Payload] = {}
+        for p in asked:
+            mine = self.where[subset][p][rows]
+            mine = mine[mine >= 0]
+            if training and len(mine) == 0:
+                continue
+            requests[p] = {"rows": mine.astype(np.int64), "subset": subset, "training": training,
+                           "keep_previous": keep}
+        return requests
+
+    def activations(self, replies: dict[str, Payload], rows: np.ndarray, subset: str) -> dict[str, torch.Tensor]:
+        """Each answering partner's activations, checked: one row per person of ``rows`` it holds."""
+        return {p: torch.as_tensor(expect_rows(reply, "acts", party=p, rows=int(self.held[subset][p][rows].sum()),
+                                               width=self.widths[p], what="activations"))
+                for p, reply in replies.items()}
+
+    def in_place(self, acts: dict[str, torch.Tensor], rows: np.ndarray, subset: str) -> list[torch.Tensor]:
+        """Every partner's activations in the places of ``rows``, in order; zeros for a person it lacks and for
+        a partner that was not asked (differentiable in ``acts``)."""
+        out = []
+        for p in self.parties:
+            if p not in acts:
+                out.append(torch.zeros(len(rows), self.widths[p]))
+                continue
+            held = self.held[subset][p][rows]
+            out.append(acts[p] if held.all() else scatter_rows(acts[p], held, self.widths[p]))
+        return out
+
+    def remote(self, rows: np.ndarray, subset: str, training: bool) -> dict[str, torch.Tensor]:
+        """Ask, wait, check: the activations of the partners asked for ``rows``."""
+        requests = self.forward_requests(rows, subset, training)
+        replies = self.fed.exchange("splitnn.forward", requests) if requests else {}
+        return self.activations(replies, rows, subset)
+
+    def snapshot(self) -> Any:
+        # Flat names, so a checkpoint can carry the best-so-far snapshot as plain arrays.
+        return {f"{name}.{k}": v.detach().clone() for name, module in self.modules.items()
+                for k, v in module.state_dict().items()}
+
+    def restore(self, state: Any) -> None:
+        for name, module in self.modules.items():
+            module.load_state_dict({k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")})
+
+    def model_state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, module in self.modules.items():
+            out.update(module_state(module, name + "."))
+        return {**out, **optimizer_state(self.optimizer, "opt.")}
+
+    def load_model_state(self, state: Mapping[str, Any]) -> None:
+        for name, module in self.modules.items():
+            load_module_state(module, state, name + ".")
+        load_optimizer_state(self.optimizer, state, "opt.")
+
+    def on_train_end(self, history: History) -> None:
+        super().on_train_end(history)
+        for module in self.modules.values():
+            module.eval()
+

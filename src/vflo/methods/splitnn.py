@@ -15,7 +15,7 @@ from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import (
-    RemoteBottomsTrainer,
+    HeldRowsTrainer,
     SplitParty,
     bottom_of,
     holders_activations,
@@ -27,9 +27,7 @@ from vflo.nn.train import (
     adam,
     as_tensor,
     load_module_state,
-    load_optimizer_state,
     module_state,
-    optimizer_state,
     split_validation,
 )
 
@@ -65,7 +63,8 @@ class SplitNNConfig(MethodConfig):
     ``party_dropout`` (PlugVFL's party-wise dropout, Sun et al. 2023): in training, each passive party's
     activations are left out of a whole batch with this probability (zeros at the top, the party not asked for
     that batch), so the model also scores a person a partner lacks, with zeros in that partner's place; a model
-    trained with it scores each person with whichever partners hold them.
+    trained with it trains on every person the active party holds (zeros for a partner that lacks one, which
+    is asked only for the people of a batch it holds) and scores each person with whichever partners hold them.
     """
 
     passive_bottom: tuple[int, ...] = (64, 64)
@@ -98,7 +97,9 @@ class SplitNN(SplitParty, Method):
     with ℓ cross-entropy (classification) or squared error on the standardised target (regression). Per batch, one
     round sends row positions to every passive party and returns its activations, and
     one round returns the gradients of ℓ with respect to those activations. Inference
-    is collaborative: every party must hold the rows to score. Training stops by the
+    is collaborative: every party must hold the rows to score. With ``party_dropout`` (PlugVFL, Sun et al. 2023)
+    the sum runs over every row the active party holds, b_k(x_i^k) replaced by zeros where party k lacks i or
+    is dropped from the batch, and a person is scored with whichever partners hold them. Training stops by the
     ``train`` config's rule on a validation split of the aligned rows (:class:`~vflo.nn.train.Trainer`).
     """
 
@@ -188,7 +189,15 @@ class SplitNN(SplitParty, Method):
         data = fed.data
         data.require_labels()
         passives = self._partners(fed)
-        ids = fed.align(data.ids, passives).ids
+        if cfg.party_dropout > 0:
+            # Trained to do without a partner, it trains on every person the active party holds: a partner that
+            # lacks one gives zeros there, as a dropped one does (PlugVFL as LASER-VFL's authors run it).
+            ids = data.ids
+            alignment = fed.align(ids, passives) if passives else None
+            held = {p: alignment.holding(p, ids) for p in passives} if alignment else {}
+        else:
+            ids = fed.align(data.ids, passives).ids
+            held = {p: np.ones(len(ids), dtype=bool) for p in passives}
         if len(ids) == 0:
             raise MethodError(
                 f"splitnn needs aligned rows, but the active party {fed.party!r} shares no training sample "
@@ -201,8 +210,9 @@ class SplitNN(SplitParty, Method):
         train_ids, val_ids = ids[train_pos], ids[val_pos]
         widths: dict[str, int] = {}
         if passives:
-            replies = fed.broadcast("splitnn.init", {"train_ids": train_ids, "val_ids": val_ids}, passives)
-            for name, reply in replies.items():
+            requests: dict[str, Payload] = {p: {"train_ids": train_ids[held[p][train_pos]],
+                                                "val_ids": val_ids[held[p][val_pos]]} for p in passives}
+            for name, reply in fed.exchange("splitnn.init", requests).items():
                 width = reply.get("width")
                 if not isinstance(width, int) or width < 1:
                     raise ProtocolError(f"party {name!r} answered splitnn.init with width {width!r}")
@@ -226,7 +236,9 @@ class SplitNN(SplitParty, Method):
             y_train = (y_train - self.y_mean_) / self.y_scale_
             y_val = (y_val - self.y_mean_) / self.y_scale_
         trainer = _SplitTrainer(self, fed, x={"train": data.subset(train_ids).X, "val": data.subset(val_ids).X},
-                                y={"train": y_train, "val": y_val}, rng=rng, ids=train_ids)
+                                y={"train": y_train, "val": y_val}, rng=rng, ids=train_ids,
+                                held={"train": {p: h[train_pos] for p, h in held.items()},
+                                      "val": {p: h[val_pos] for p, h in held.items()}})
         self.history_: History = trainer.fit()
         self.n_train_ = len(train_ids)
 
@@ -303,28 +315,29 @@ class SplitNN(SplitParty, Method):
         self.top_.eval()
 
 
-class _SplitTrainer(RemoteBottomsTrainer):
+class _SplitTrainer(HeldRowsTrainer):
     """SplitNN's steps: the passives' activations cross the transport, the loss is computed at the top."""
 
     lookahead = True
 
     def __init__(self, method: SplitNN, fed: Federation, *, x: dict[str, np.ndarray], y: dict[str, np.ndarray],
-                 rng: np.random.Generator, ids: np.ndarray) -> None:
+                 rng: np.random.Generator, ids: np.ndarray, held: dict[str, dict[str, np.ndarray]]) -> None:
         config = method.config.train
-        super().__init__(config, rng, fed, method.passives_)
+        # Which partners a batch leaves out is the active party's own draw (a left-out partner is simply not asked).
+        super().__init__(config, rng, fed, method.passives_, held=held, widths=method.widths_,
+                         party_dropout=method.config.party_dropout, dropout_rng=fed.rng("splitnn-party-dropout"))
         self.m = method
         self.ids = ids  # the training rows' IDs, for the active party's account of the gradients it releases
         self.regression = fed.task == "regression"
         target = torch.float32 if self.regression else torch.long
         self.x = {k: as_tensor(v) for k, v in x.items()}
         self.y = {k: as_tensor(v, dtype=target) for k, v in y.items()}
+        self.modules = {"bottom": method.bottom_, "top": method.top_}
         self.optimizer = adam([*method.bottom_.parameters(), *method.top_.parameters()], config)
         self.payload_dtype = method.config.payload_dtype
         self.upcoming: PendingExchange | None = None
+        self.fetched_ahead = False
         self.noise_rng = fed.rng("splitnn-gradient-noise")
-        # Which partners a batch leaves out is the active party's own draw (a left-out partner is simply not asked).
-        self.dropout_rng = fed.rng("splitnn-party-dropout")
-        self.kept: dict[str, list[str]] = {}
 
     @property
     def n_train(self) -> int:
@@ -333,61 +346,37 @@ class _SplitTrainer(RemoteBottomsTrainer):
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(out.squeeze(1), y) if self.regression else F.cross_entropy(out, y)
 
-    def _forward_payloads(self, rows: np.ndarray, subset: str, training: bool, *,
-                          slot: str = "now") -> dict[str, Payload]:
-        """The forward request to each partner this batch asks (``slot``: this batch's or the one fetched ahead,
-        for which partners it left out)."""
-        payload: Payload = {"rows": rows.astype(np.int64), "subset": subset, "training": training,
-                            "keep_previous": not training and self.keep_previous()}
-        kept = self.m.passives_
-        p = self.m.config.party_dropout
-        if training and p > 0:
-            kept = [name for name in kept if self.dropout_rng.random() >= p]
-        self.kept[slot] = kept
-        return dict.fromkeys(kept, payload)
-
-    def _activations(self, replies: dict[str, Payload], rows: int) -> list[torch.Tensor]:
-        """Every partner's activations in order; zeros for a partner this batch left out."""
-        return [remote_activations(replies, [name], rows, self.m.widths_)[0] if name in replies
-                else torch.zeros(rows, self.m.widths_[name]) for name in self.m.passives_]
-
-    def _remote(self, rows: np.ndarray, subset: str, training: bool) -> list[torch.Tensor]:
-        if not self.m.passives_:
-            return []
-        payloads = self._forward_payloads(rows, subset, training)
-        replies = self.fed.exchange("splitnn.forward", payloads) if payloads else {}
-        return self._activations(replies, len(rows))
-
     def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
         m, passives = self.m, self.m.passives_
         m.bottom_.train()
         m.top_.train()
         # The own bottom first: over a network the passives' activations are still on their way.
         own = m.bottom_(self.x["train"][batch])
-        if self.upcoming is not None:
-            replies, self.upcoming = self.upcoming.result(), None
-            remote = self._activations(replies, len(batch))
-            kept = self.kept.get("upcoming", passives)
+        if self.fetched_ahead:
+            # Asked with the last step (an empty ask when it left every partner out: never drawn twice).
+            replies = self.upcoming.result() if self.upcoming is not None else {}
+            self.upcoming, self.fetched_ahead = None, False
         else:
-            remote = self._remote(batch, "train", True)
-            kept = self.kept.get("now", passives)
-        remote = [a.requires_grad_(True) for a in remote]
-        loss = self._loss(m.top_(torch.cat([own, *remote], dim=1)), self.y["train"][batch])
+            requests = self.forward_requests(batch, "train", True) if passives else {}
+            replies = self.fed.exchange("splitnn.forward", requests) if requests else {}
+        # Only the partners asked answered: one left out of this batch, or holding none of it, gets no gradient.
+        acts = {name: a.requires_grad_(True) for name, a in self.activations(replies, batch, "train").items()}
+        loss = self._loss(m.top_(torch.cat([own, *self.in_place(acts, batch, "train")], dim=1)),
+                          self.y["train"][batch])
         self.optimizer.zero_grad()
         loss.backward()
         if passives:
             noise = m.config.gradient_noise
             grads = {}
-            for name, a in zip(passives, remote, strict=True):
-                if name not in kept:  # left out of this batch: it was not asked, so it gets no gradient
-                    continue
+            for name, a in acts.items():
                 grad = a.grad.numpy()  # type: ignore[union-attr]
                 if noise is not None:  # label protection: each example's gradient row clipped and noised
                     # The loss is a batch mean, so a row is 1/n of the gradient of that example's own loss: clip
                     # and noise the example's own gradient, as DP-SGD does, then scale back (post-processing).
                     # Clipping the 1/n rows, a clip of 1 never binds and Adam, blind to scale, makes every σ the same.
                     # Each receiver gets its own noisy gradient of each example: a release per receiver.
-                    grad = noise.release(grad * len(batch), self.noise_rng, self.fed.privacy, self.ids[batch],
+                    about = self.ids[batch][self.held["train"][name][batch]]
+                    grad = noise.release(grad * len(batch), self.noise_rng, self.fed.privacy, about,
                                          what="gradients") / len(batch)
                 grads[name] = {"grad": grad.astype(self.payload_dtype)}
             # Posted: it goes out with the next forward, one round trip per batch over a network.
@@ -396,8 +385,9 @@ class _SplitTrainer(RemoteBottomsTrainer):
             if upcoming is not None:
                 # The next batch's forward leaves now, before this step's update: the passives' work and
                 # the transfer overlap the active party's optimizer step and bottom.
-                ahead = self._forward_payloads(upcoming, "train", True, slot="upcoming")
+                ahead = self.forward_requests(upcoming, "train", True)
                 self.upcoming = self.fed.exchange_async("splitnn.forward", ahead) if ahead else None
+                self.fetched_ahead = True
         self.optimizer.step()
         return float(loss.detach())
 
@@ -409,32 +399,10 @@ class _SplitTrainer(RemoteBottomsTrainer):
         if not self.validates:
             return None
         m = self.m
-        remote = self._remote(np.arange(len(self.y["val"])), "val", False)
+        rows = np.arange(len(self.y["val"]))
+        remote = self.in_place(self.remote(rows, "val", False), rows, "val") if m.passives_ else []
         m.bottom_.eval()
         m.top_.eval()
         with torch.no_grad():
             out = m.top_(torch.cat([m.bottom_(self.x["val"]), *remote], dim=1))
             return float(self._loss(out, self.y["val"]))
-
-    def snapshot(self) -> Any:
-        # Flat names, so a checkpoint can carry the best-so-far snapshot as plain arrays.
-        return {**{f"bottom.{k}": v.detach().clone() for k, v in self.m.bottom_.state_dict().items()},
-                **{f"top.{k}": v.detach().clone() for k, v in self.m.top_.state_dict().items()}}
-
-    def restore(self, state: Any) -> None:
-        for name, module in (("bottom", self.m.bottom_), ("top", self.m.top_)):
-            module.load_state_dict({k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")})
-
-    def model_state(self) -> dict[str, Any]:
-        return {**module_state(self.m.bottom_, "bottom."), **module_state(self.m.top_, "top."),
-                **optimizer_state(self.optimizer, "opt.")}
-
-    def load_model_state(self, state: Mapping[str, Any]) -> None:
-        load_module_state(self.m.bottom_, state, "bottom.")
-        load_module_state(self.m.top_, state, "top.")
-        load_optimizer_state(self.optimizer, state, "opt.")
-
-    def on_train_end(self, history: History) -> None:
-        super().on_train_end(history)
-        self.m.bottom_.eval()
-        self.m.top_.eval()
