@@ -56,7 +56,7 @@ def authors_here(runs: Path) -> dict[str, list[dict[str, float]]]:
 def _here(found: dict[str, list[dict[str, float]]], method: str | None, p: float, which: int) -> str:
     runs = found.get(f"{method}/{p:g}") if method else None
     if not runs:
-        return "not run yet"
+        return "not run here"
     key, scale = ("accuracy", 1.0) if which == 0 else ("f1", 100.0)
     return _cell(pd.Series([r[key] for r in runs]), scale)
 
@@ -101,7 +101,39 @@ def dataset_section(runs: Path, label: str, name: str) -> tuple[list[str], list[
             sentence = _paired(ok, p, a, b)
             if sentence:
                 claims.append(f"{label}, p_miss = {p:g}: {sentence}")
+            theirs = _authors_paired(here, p, a, b) if credit else ""
+            if theirs:
+                claims.append(f"{label}, p_miss = {p:g}, the authors' code on vflo's split: {theirs}")
+        order = _order(ok, here, p) if credit else ""
+        if order:
+            claims.append(f"{label}, p_miss = {p:g}: {order}")
     return lines, claims
+
+
+def _authors_paired(here: dict[str, list[dict[str, float]]], p: float, a: str, b: str) -> str:
+    """The same paired test over the authors' runs on vflo's split (seed by seed), in vflo's method labels."""
+    mine, other = (next(k for k, v in OURS.items() if v == m) for m in (a, b))
+    x, y = (here.get(f"{m}/{p:g}", []) for m in (mine, other))
+    if len(x) < 2 or len(x) != len(y):
+        return ""
+    frame = pd.DataFrame({"method": [a] * len(x) + [b] * len(y), "repeat": [*range(len(x)), *range(len(y))],
+                          "accuracy": [r["accuracy"] / 100 for r in (*x, *y)], "samples.p_miss": p})
+    return _paired(frame, p, a, b)
+
+
+def _order(ok: pd.DataFrame, here: dict[str, list[dict[str, float]]], p: float) -> str:
+    """The methods by mean accuracy in vflo's runs and in the authors' code on vflo's split (those both ran)."""
+    cell = ok[np.isclose(ok["samples.p_miss"], p)]
+    ours = {m: cell[cell["method"] == m]["accuracy"].mean() for m in OURS.values()}
+    theirs = {OURS[k]: float(np.mean([r["accuracy"] for r in here[f"{k}/{p:g}"]]))
+              for k in OURS if here.get(f"{k}/{p:g}")}
+    common = [m for m in OURS.values() if m in theirs and not np.isnan(ours[m])]
+    if len(common) < 2:
+        return ""
+    a, b = sorted(common, key=lambda m: -ours[m]), sorted(common, key=lambda m: -theirs[m])
+    same = "the same order" if a == b else "a different order"
+    return (f"by mean accuracy, vflo orders {' > '.join(a)}; the authors' code on vflo's split orders "
+            f"{' > '.join(b)} ({same}).")
 
 
 def _paired(ok: pd.DataFrame, p: float, a: str, b: str) -> str:
