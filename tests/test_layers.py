@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.errors", "vflo.roles", "vflo.seeding", "vflo.schema", "vflo.progress", "vflo.version", "vflo.lazy"),
     ("vflo.comm",),
     ("vflo.data", "vflo.metrics", "vflo.dp"),
-    ("vflo.nn",),
+    ("vflo.nn", "vflo.trees"),
     ("vflo.federation.handlers", "vflo.federation.policy", "vflo.federation.node"),
     ("vflo.align",),
     ("vflo.federation.coordinator",),

@@ -34,7 +34,8 @@ def quick(name: str) -> Method:
                 "rap": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}},
                 "ldp": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}},
                 "vfl_asp": {"train": TINY, "student_train": TINY, "embedding_train": TINY},
-                "vfl_asp_student": {"train": TINY, "student_train": TINY, "embedding_train": TINY}}
+                "vfl_asp_student": {"train": TINY, "student_train": TINY, "embedding_train": TINY},
+                "secureboost": {"n_trees": 2, "max_depth": 2, "n_bins": 8}}
     return get_method(name)(**settings.get(name, {}))
 
 

@@ -128,7 +128,8 @@ def _attack_value(setting: str, value: Any, width: int) -> Any:
         "passive_encoder": [value[-1]] if isinstance(value, list) else value,  # the latent's width is agreed
         "activation": "leaky_relu", "embedding_activation": "leaky_relu", "lr": 1e-30,
         "max_condition": float("inf"), "one_feature_pseudo": False, "embedding_weight": 0.0, "reduction": "mean",
-        "overcomplete": False, "unseen": "other", "weight_decay": 0.0, "guest_layers": {}}
+        "overcomplete": False, "unseen": "other", "weight_decay": 0.0, "guest_layers": {},
+        "n_bins": 126}
     if setting in ("train", "embedding_train"):
         return {**value, "lr": 1e-30}
     return choices[setting]

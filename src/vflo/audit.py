@@ -50,6 +50,13 @@ STEPS: dict[str, str] = {
     "splitnn.init": "after setup and alignment",
     "splitnn.forward": "after splitnn.init",
     "asp.extract": "first hop: after setup; once a run",
+    "sb.init": "after setup and alignment; once a run",
+    "sb.gradients": "after sb.init; one tree's at a time",
+    "sb.histograms": "after the tree's sb.gradients: nodes of that tree nested as a tree's, none with fewer than "
+                     "min_node_rows of this party's people, nor leaving fewer of its parent's",
+    "sb.splits": "after sb.histograms of the same tree: only nodes this party summed, at a bin its columns have",
+    "sb.finish": "after sb.init: ends training (the binned columns dropped, the lookup table kept)",
+    "sb.decide": "after sb.finish, or from a saved part: rows to score, never training rows",
 }
 
 

@@ -38,6 +38,8 @@ Content = Literal[
     "transformed labels", # labels under a transform the label owner keeps
     "masks",              # the dealer's secret masks, for one party
     "model",              # fitted factors or parameters (singular vectors and values)
+    "ciphertexts",        # values under the label holder's homomorphic encryption (gradients, their bin sums)
+    "decisions",          # which way people go at a party's tree splits (its thresholds stay with it)
     "control",            # settings, counts, names and flags
 ]
 CONTENTS: frozenset[str] = frozenset(get_args(Content))

@@ -29,6 +29,7 @@ _METHODS: dict[str, str] = {
     "single": "vflo.methods.single:Single",
     "vfl_asp": "vflo.methods.vfl_asp:VFLASP",
     "vfl_asp_student": "vflo.methods.vfl_asp:VFLASPStudent",
+    "secureboost": "vflo.methods.secureboost:SecureBoost",
 }
 
 

@@ -278,7 +278,7 @@ def holders_activations(fed: Federation, ids: np.ndarray, parties: list[str],
     if not parties:
         return [], {}
     if fed.whoever_answers:
-        held = _held_by_whoever_answers(fed, ids, parties)
+        held = held_by_whoever_answers(fed, ids, parties)
         asked = {p: {"ids": ids[h], "split": "serve"} for p, h in held.items() if h.any()}
         replies, lost = fed.exchange_tolerant("split.activations", asked)
         for p, exc in lost.items():
@@ -298,7 +298,7 @@ def holders_activations(fed: Federation, ids: np.ndarray, parties: list[str],
     return acts, held
 
 
-def _held_by_whoever_answers(fed: Federation, ids: np.ndarray, parties: list[str]) -> dict[str, np.ndarray]:
+def held_by_whoever_answers(fed: Federation, ids: np.ndarray, parties: list[str]) -> dict[str, np.ndarray]:
     """Which of ``ids`` each partner holds, one alignment each, so that one that fails is absent alone."""
     held = {p: np.zeros(len(ids), dtype=bool) for p in parties}
     for p in fed.present(parties):

@@ -1,0 +1,486 @@
+"""SecureBoost: vertical gradient-boosted trees, gradients under homomorphic encryption, trained on every person
+the label holder holds and scoring a person with whichever partners hold them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, Value
+from vflo.errors import ConfigError, MethodError, ProtocolError
+from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles, need
+from vflo.methods.split_learning import held_by_whoever_answers
+from vflo.trees.bins import MAX_BINS
+from vflo.trees.crypto import HESettings, KeyPair, PublicSide, new_keys, plain_side
+from vflo.trees.growth import Candidate, GrowthRules, HistogramAsk, SplitAsk, Tree, grow
+from vflo.trees.lookup import ColumnsParty, LookupTable
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
+
+BYTES = ArraySpec(("uint8",), (None,))
+INTS = ArraySpec(("int64",), (None,))
+FLAGS = ArraySpec(("bool",), (None,))
+FLAG_MATRIX = ArraySpec(("bool",), (None, None))
+PARTY = "sb.party"  # a passive party's ColumnsParty while training
+TABLE = "sb.table"  # its lookup table, kept for scoring
+TREE_FIELDS = ("owner", "record", "default_left", "left", "right", "value")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecureBoostConfig(MethodConfig):
+    """``n_trees`` boosting rounds (one tree per class per round for more than two classes) of depth at most
+    ``max_depth``, each leaf's weight shrunk by ``learning_rate``; ``reg_lambda``, ``gamma`` and
+    ``min_child_weight`` as in XGBoost. ``n_bins``: quantile bins per column (a passive party's own choice).
+    ``min_node_rows``: a passive party sums a node only if it holds at least this many of its people.
+    ``he``: the encryption (:class:`~vflo.trees.crypto.HESettings`). ``active_trees``: the first trees grown from
+    the label holder's columns alone (SecureBoost's reduced-leakage option: the partners never see the instance
+    spaces of the trees nearest the labels). ``aligned_only``: train only on people every partner holds (the
+    anchors' SecureBoost), instead of every person the label holder holds.
+    """
+
+    n_trees: int = 50
+    max_depth: int = 5
+    learning_rate: float = 0.3
+    reg_lambda: float = 1.0
+    gamma: float = 0.0
+    min_child_weight: float = 1.0
+    n_bins: int = 32
+    min_node_rows: int = 5
+    he: HESettings = field(default_factory=HESettings)
+    active_trees: int = 0
+    aligned_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n_trees < 1:
+            raise ConfigError(f"n_trees must be at least 1, got {self.n_trees}")
+        if not 0 < self.learning_rate <= 1:
+            raise ConfigError(f"learning_rate must be in (0, 1], got {self.learning_rate}")
+        if not 2 <= self.n_bins <= MAX_BINS:
+            raise ConfigError(f"n_bins must be in 2..{MAX_BINS}, got {self.n_bins}")
+        if self.active_trees < 0:
+            raise ConfigError(f"active_trees must be >= 0, got {self.active_trees}")
+        self.rules()  # validates the rest
+
+    def rules(self) -> GrowthRules:
+        return GrowthRules(max_depth=self.max_depth, reg_lambda=self.reg_lambda, gamma=self.gamma,
+                           min_child_weight=self.min_child_weight, min_node_rows=self.min_node_rows)
+
+
+class SecureBoost(Method):
+    """SecureBoost: Cheng et al., "SecureBoost: A Lossless Federated Learning Framework" (IEEE Intelligent
+    Systems 2021; arXiv 1901.08755), with SecureBoost+'s packing and histogram subtraction (arXiv 2110.10927).
+
+    Boosting minimises Σ_i ℓ(y_i, F(x_i)) + Σ_t (γ T_t + ½ λ ||w_t||²), one tree f_t per round on the gradients
+    g_i and hessians h_i of ℓ at F_{t-1}; a split of node I into I_L, I_R gains
+        ½ [G_L²/(H_L+λ) + G_R²/(H_R+λ) − G_I²/(H_I+λ)] − γ,   a leaf weighs −G/(H+λ),
+    with ℓ the logistic (binary), softmax cross-entropy (one tree per class) or squared error (standardised
+    target). The label holder encrypts (g_i, h_i) in fixed point, packed in one ciphertext, under its own key;
+    each partner returns encrypted per-bin sums of its own columns for the nodes it is asked, the label holder
+    decrypts and picks the split; a partner's winning split (column, threshold) stays in its lookup table, the
+    label holder knowing only the party and a record number. Sums of integers are exact, so the trees are those
+    of centralized boosting on the same bins (the lossless property).
+
+    Where vflo differs: it trains on every person the label holder holds (``aligned_only = False``): a person a
+    partner lacks counts, at that partner's splits, as a missing value, and every split learns where missing
+    values go (XGBoost's sparsity-aware split); so a person is scored with whichever partners hold them, the
+    others' splits sending them down the learned branch. A partner sends its decisions at every split it keeps
+    for a batch of people in one round (the paper walks the tree a node at a time).
+    """
+
+    name = "secureboost"
+    Config = SecureBoostConfig
+    summary = "gradient-boosted trees with homomorphic encryption; every row trained on, any subset scores"
+    paper = "Cheng et al. 2021, SecureBoost (arXiv 1901.08755); SecureBoost+ (arXiv 2110.10927)"
+    inference: ClassVar[Inference] = "collaborative"
+    any_subset: ClassVar[bool] = True
+    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("n_bins",)}
+    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("min_node_rows",)}
+
+    config: SecureBoostConfig
+
+    def scoring_parties(self, parties: tuple[Any, ...]) -> list[str]:
+        return []  # whoever of the partners holds a person scores them
+
+    @classmethod
+    def layout_settings(cls, layout: Layout, *, first_hop: str = "", second_hop: str = "") -> dict[str, Any] | str:
+        return cls.NO_SECOND_HOP if layout == "second_hop" else {}
+
+    # -- a passive party -----------------------------------------------------------------------------------
+
+    @handles("sb.init", carries={"train_ids": "ids"}, replies={"columns": "control", "bins": "control"},
+             train_ids=IDS, scheme=STR, public_key=BYTES)
+    def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
+        data = ctx.require_data()
+        train_ids, key = payload["train_ids"], payload["public_key"]
+        assert isinstance(train_ids, np.ndarray) and isinstance(key, np.ndarray)
+        ops = PublicSide(str(payload["scheme"]), key.tobytes())
+        party = ColumnsParty(data.subset(train_ids).X, self.config.n_bins, ops,
+                             min_node_rows=self.config.min_node_rows)
+        ctx.state[PARTY] = party
+        ctx.state.pop(TABLE, None)  # no scoring while trees grow: a new table is served once training ends
+        return {"columns": party.n_columns, "bins": party.n_bins}
+
+    @handles("sb.gradients", carries={"gh": "ciphertexts"}, tree=INT, gh=BYTES)
+    def _gradients(self, ctx: NodeContext, payload: Payload) -> Payload:
+        party = _party(ctx, gradients=False)
+        gh = payload["gh"]
+        assert isinstance(gh, np.ndarray)
+        handle = party.ops.load(gh.tobytes())
+        rows = handle.shape[0] if hasattr(handle, "shape") else len(handle)
+        if rows != len(party.X):
+            raise ProtocolError(f"sb.gradients: {rows} rows of gradients for this party's {len(party.X)} rows")
+        party.new_tree(handle, int(payload["tree"]))
+        return {}
+
+    @handles("sb.histograms", carries={"rows": "membership"}, replies={"sums": "ciphertexts", "sizes": "control"},
+             tree=INT, nodes=INTS, parents=INTS, siblings=INTS, counts=INTS, rows=INTS)
+    def _histograms(self, ctx: NodeContext, payload: Payload) -> Payload:
+        party = _party(ctx)
+        if int(payload["tree"]) != party.tree:
+            raise ProtocolError(f"sb.histograms for tree {payload['tree']}, but this party holds the gradients of "
+                                f"tree {party.tree}")
+        asks = _unpack_asks(payload)
+        blobs = [party.ops.dump(s) for s in party.histograms(asks).values()]
+        return {"sums": np.frombuffer(b"".join(blobs), dtype=np.uint8),
+                "sizes": np.asarray([len(b) for b in blobs], dtype=np.int64)}
+
+    @handles("sb.splits", replies={"records": "control", "sizes": "control", "left": "decisions"}, tree=INT,
+             nodes=INTS,
+             columns=INTS, bins=INTS, default_left=FLAGS)
+    def _splits(self, ctx: NodeContext, payload: Payload) -> Payload:
+        party = _party(ctx)
+        if int(payload["tree"]) != party.tree:
+            raise ProtocolError(f"sb.splits for tree {payload['tree']}, not this party's current tree")
+        nodes, columns, bins, left = (np.asarray(payload[k]) for k in ("nodes", "columns", "bins", "default_left"))
+        if not len(nodes) == len(columns) == len(bins) == len(left):
+            raise ProtocolError("sb.splits: nodes, columns, bins and default_left differ in length")
+        asks = [SplitAsk(int(n), Candidate(0.0, int(c), int(b), bool(d)))
+                for n, c, b, d in zip(nodes, columns, bins, left, strict=True)]
+        decided = party.splits(asks)
+        return {"records": np.asarray([decided[int(n)][0] for n in nodes], dtype=np.int64),
+                "sizes": np.asarray([len(decided[int(n)][1]) for n in nodes], dtype=np.int64),
+                "left": np.concatenate([decided[int(n)][1] for n in nodes]).astype(bool) if len(nodes)
+                else np.zeros(0, dtype=bool)}
+
+    @handles("sb.finish")
+    def _finish(self, ctx: NodeContext, payload: Payload) -> Payload:
+        party = _party(ctx, gradients=False)
+        ctx.state[TABLE] = party.table  # kept for scoring; the binned columns and the sums are dropped
+        ctx.state.pop(PARTY)
+        return {}
+
+    @handles("sb.decide", carries={"ids": "ids"}, replies={"left": "decisions"}, ids=IDS, split=STR)
+    def _decide(self, ctx: NodeContext, payload: Payload) -> Payload:
+        table = ctx.state.get(TABLE)
+        if not isinstance(table, LookupTable):
+            raise ProtocolError("sb.decide before training ended (sb.finish) or a saved part was loaded")
+        if payload["split"] != "serve":
+            raise ProtocolError(f"sb.decide scores people to serve, not the {payload['split']!r} rows")
+        ids = payload["ids"]
+        assert isinstance(ids, np.ndarray)
+        rows = ctx.rows("serve").subset(ids)
+        return {"left": table.decide(np.asarray(rows.X, dtype=np.float64))}
+
+    def party_state(self, ctx: NodeContext) -> State:
+        table = ctx.state.get(TABLE)
+        if not isinstance(table, LookupTable):
+            return {}
+        return {f"table.{k}": v for k, v in table.arrays().items()}
+
+    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
+        if "table.column" not in state:
+            return
+        ctx.state[TABLE] = LookupTable.from_arrays(*(np.asarray(state[f"table.{k}"])
+                                                     for k in ("column", "threshold", "default_left")))
+
+    # -- the label holder ------------------------------------------------------------------------------------
+
+    def fit(self, fed: Federation) -> None:
+        cfg = self.config
+        data = fed.data
+        data.require_labels()
+        passives = fed.names("passive")
+        ids = data.ids
+        if cfg.aligned_only:
+            ids = fed.align(ids, passives).ids if passives else ids
+            held = {p: np.ones(len(ids), dtype=bool) for p in passives}
+        else:
+            alignment = fed.align(ids, passives) if passives else None
+            held = {p: alignment.holding(p, ids) for p in passives} if alignment else {}
+        if len(ids) == 0:
+            raise MethodError(f"secureboost has no training people: the active party {fed.party!r} shares none "
+                              f"with {passives} (aligned_only = true)")
+        # The key pair is this party's own, drawn from the OS: never from the run seed the others know.
+        keys = new_keys(cfg.he)
+        own = ColumnsParty(data.subset(ids).X, cfg.n_bins, plain_side(), min_node_rows=1)
+        shapes: dict[str, tuple[int, int]] = {}
+        if passives:
+            requests: dict[str, Payload] = {p: {"train_ids": ids[held[p]], "scheme": cfg.he.scheme,
+                                                "public_key": np.frombuffer(keys.public_key, dtype=np.uint8)}
+                                            for p in passives}
+            for p, reply in fed.exchange("sb.init", requests).items():
+                columns, bins = reply.get("columns"), reply.get("bins")
+                if not (isinstance(columns, int) and isinstance(bins, int) and columns >= 0
+                        and 2 <= bins <= MAX_BINS):
+                    raise ProtocolError(f"party {p!r} answered sb.init with columns {columns!r}, bins {bins!r}")
+                shapes[p] = (columns, bins)
+        y = data.subset(ids).require_labels()
+        self.passives_ = passives
+        self.task_: str = fed.task
+        self.n_classes_ = fed.n_outputs if fed.task == "multiclass" else 1
+        self.y_mean_, self.y_scale_ = 0.0, 1.0
+        if fed.task == "regression":
+            self.y_mean_, self.y_scale_ = float(np.mean(y)), float(np.std(y)) or 1.0
+            target = (np.asarray(y, dtype=np.float64) - self.y_mean_) / self.y_scale_
+        else:
+            target = np.asarray(y, dtype=np.int64)
+        self.base_ = _base_score(fed.task, target, self.n_classes_)
+        rules = cfg.rules()
+        scores = np.tile(self.base_, (len(ids), 1))
+        parties = _Federated(fed, keys, own, passives, shapes, held)
+        held_list = [np.ones(len(ids), dtype=bool), *(held[p] for p in passives)]
+        least = [1, *([rules.min_node_rows] * len(passives))]
+        self.trees_: list[Tree] = []
+        self.own_table_ = own.table
+        for round_ in range(cfg.n_trees):
+            g, h = _gradients(fed.task, target, scores)
+            for k in range(self.n_classes_):
+                gh = np.stack([np.rint(g[:, k] * rules.scale), np.rint(h[:, k] * rules.scale)], axis=1).astype(np.int64)
+                parties.new_tree(len(self.trees_), gh)
+                eligible = [True, *([round_ >= cfg.active_trees] * len(passives))]
+                tree, leaf = grow(gh, held_list, parties, rules, eligible=eligible, least=least)
+                tree.value = [cfg.learning_rate * v for v in tree.value]
+                scores[:, k] += np.asarray(tree.value)[leaf]
+                self.trees_.append(tree)
+        if passives:
+            fed.broadcast("sb.finish", {}, passives)
+        self.n_train_ = len(ids)
+        self.traffic_ = parties.counts
+
+    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        return self.predict_by(fed, ids)[0]
+
+    def predict_by(self, fed: Federation, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        own = self.own_table_.decide(np.asarray(fed.serving.subset(ids).X, dtype=np.float64))
+        decisions, held = _partner_decisions(fed, ids, self.passives_)
+        owners = [own, *(decisions[p] for p in self.passives_)]
+        holds = [np.ones(len(ids), dtype=bool), *(held[p] for p in self.passives_)]
+        where = [np.where(h, np.cumsum(h) - 1, -1) for h in holds]
+        scores = np.tile(self.base_, (len(ids), 1))
+        for t, tree in enumerate(self.trees_):
+
+            def goes_left(node: int, rows: np.ndarray, tree: Tree = tree) -> np.ndarray:
+                k, record = tree.owner[node], tree.record[node]
+                out = np.full(len(rows), tree.default_left[node])
+                mine = holds[k][rows]
+                out[mine] = owners[k][where[k][rows[mine]], record]
+                return out
+
+            scores[:, t % self.n_classes_] += tree.route(len(ids), goes_left)
+        return _transform(self.task_, scores, self.y_mean_, self.y_scale_), held
+
+    def summary_stats(self) -> dict[str, float]:
+        return {"trees": float(len(self.trees_)), "rows_trained": float(self.n_train_),
+                **{k: float(v) for k, v in getattr(self, "traffic_", {}).items()}}
+
+    def coordinator_state(self, fed: Federation) -> State:
+        arrays = [tree.arrays() for tree in self.trees_]
+        state: State = {"passives": ",".join(self.passives_), "task": self.task_, "classes": self.n_classes_,
+                        "y_mean": self.y_mean_, "y_scale": self.y_scale_, "base": np.asarray(self.base_),
+                        "trees.sizes": np.asarray([len(t) for t in self.trees_], dtype=np.int64)}
+        for k in TREE_FIELDS:
+            state[f"trees.{k}"] = np.concatenate([a[k] for a in arrays])
+        state.update({f"own.{k}": v for k, v in self.own_table_.arrays().items()})
+        return state
+
+    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        passives = str(need(state, "passives"))
+        self.passives_ = passives.split(",") if passives else []
+        self.task_ = str(need(state, "task"))
+        self.n_classes_ = int(need(state, "classes"))
+        self.y_mean_, self.y_scale_ = float(need(state, "y_mean")), float(need(state, "y_scale"))
+        self.base_ = np.asarray(need(state, "base"), dtype=np.float64)
+        ends = np.cumsum(np.asarray(need(state, "trees.sizes"), dtype=np.int64))
+        columns = {k: np.asarray(need(state, f"trees.{k}")) for k in TREE_FIELDS}
+        self.trees_ = [Tree.from_arrays({k: v[end - size:end] for k, v in columns.items()})
+                       for size, end in zip(np.diff(ends, prepend=0).tolist(), ends.tolist(), strict=True)]
+        self.own_table_ = LookupTable.from_arrays(*(np.asarray(need(state, f"own.{k}"))
+                                                    for k in ("column", "threshold", "default_left")))
+        self.n_train_ = 0
+
+
+def _party(ctx: NodeContext, *, gradients: bool = True) -> ColumnsParty:
+    party = ctx.state.get(PARTY)
+    if not isinstance(party, ColumnsParty):
+        raise ProtocolError("secureboost: this party has no training under way (sb.init first)")
+    if gradients and party.gh is None:
+        raise ProtocolError("secureboost: no gradients for a tree yet (sb.gradients first)")
+    return party
+
+
+def _pack_asks(asks: list[HistogramAsk]) -> dict[str, Value]:
+    return {"nodes": np.asarray([a.node for a in asks], dtype=np.int64),
+            "parents": np.asarray([a.parent for a in asks], dtype=np.int64),
+            "siblings": np.asarray([a.sibling for a in asks], dtype=np.int64),
+            "counts": np.asarray([-1 if a.rows is None else len(a.rows) for a in asks], dtype=np.int64),
+            "rows": np.concatenate([a.rows for a in asks if a.rows is not None] or [np.zeros(0)]).astype(np.int64)}
+
+
+def _unpack_asks(payload: Payload) -> list[HistogramAsk]:
+    nodes, parents, siblings, counts, rows = (np.asarray(payload[k], dtype=np.int64)
+                                              for k in ("nodes", "parents", "siblings", "counts", "rows"))
+    if not len(nodes) == len(parents) == len(siblings) == len(counts):
+        raise ProtocolError("sb.histograms: nodes, parents, siblings and counts differ in length")
+    if int(counts[counts > 0].sum()) != len(rows) or np.any(counts < -1):
+        raise ProtocolError("sb.histograms: the counts do not add up to the rows sent")
+    asks, at = [], 0
+    for node, parent, sibling, count in zip(nodes.tolist(), parents.tolist(), siblings.tolist(), counts.tolist(),
+                                            strict=True):
+        if count < 0:
+            asks.append(HistogramAsk(node, None, parent, sibling))
+        else:
+            asks.append(HistogramAsk(node, rows[at:at + count], parent, sibling))
+            at += count
+    return asks
+
+
+class _Federated:
+    """The grower's parties in the protocol: the label holder's own columns here, the partners' over ``fed``."""
+
+    def __init__(self, fed: Federation, keys: KeyPair, own: ColumnsParty, passives: list[str],
+                 shapes: dict[str, tuple[int, int]], held: dict[str, np.ndarray]) -> None:
+        self.fed, self.keys, self.own, self.passives, self.shapes, self.held = fed, keys, own, passives, shapes, held
+        self.tree = -1
+        self.counts = {"encryptions": 0, "sums_decrypted": 0}
+
+    def new_tree(self, tree: int, gh: np.ndarray) -> None:
+        self.tree = tree
+        self.own.new_tree(gh)
+        if not self.passives:
+            return
+        encrypted = self.keys.encrypt(gh)
+        self.counts["encryptions"] += len(gh)
+        requests: dict[str, Payload] = {}
+        for p in self.passives:
+            rows = self.keys.rows(encrypted, np.flatnonzero(self.held[p]))
+            requests[p] = {"tree": tree, "gh": np.frombuffer(self.keys.dump(rows), dtype=np.uint8)}
+        self.fed.exchange("sb.gradients", requests)
+
+    def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray]]:
+        out: dict[int, dict[int, np.ndarray]] = {}
+        if 0 in asks:
+            columns = self.own.n_columns
+            out[0] = {node: np.asarray(s).reshape(columns, self.own.n_bins + 1, 2)
+                      for node, s in self.own.histograms(asks[0]).items()}
+        requests = {self.passives[k - 1]: {"tree": self.tree, **_pack_asks(v)} for k, v in asks.items() if k > 0}
+        for p, reply in (self.fed.exchange("sb.histograms", requests) if requests else {}).items():
+            k = self.passives.index(p) + 1
+            sums, sizes = np.asarray(reply.get("sums")), np.asarray(reply.get("sizes"))
+            if sizes.ndim != 1 or len(sizes) != len(asks[k]) or int(sizes.sum()) != sums.size:
+                raise ProtocolError(f"party {p!r} answered sb.histograms with {len(sizes)} sums for "
+                                    f"{len(asks[k])} nodes")
+            columns, bins = self.shapes[p]
+            out[k] = {}
+            at = 0
+            for ask, size in zip(asks[k], sizes.tolist(), strict=True):
+                plain = self.keys.decrypt(self.keys.load(sums[at:at + size].tobytes()))
+                at += size
+                if plain.shape != (columns * (bins + 1), 2):
+                    raise ProtocolError(f"party {p!r} sent sums of shape {plain.shape} for node {ask.node}")
+                self.counts["sums_decrypted"] += len(plain)
+                out[k][ask.node] = plain.reshape(columns, bins + 1, 2)
+        return out
+
+    def splits(self, asks: Mapping[int, list[SplitAsk]]) -> dict[int, dict[int, tuple[int, np.ndarray]]]:
+        out: dict[int, dict[int, tuple[int, np.ndarray]]] = {}
+        if 0 in asks:
+            out[0] = self.own.splits(asks[0])
+        requests: dict[str, Payload] = {}
+        for k, v in asks.items():
+            if k > 0:
+                requests[self.passives[k - 1]] = {
+                    "tree": self.tree, "nodes": np.asarray([a.node for a in v], dtype=np.int64),
+                    "columns": np.asarray([a.candidate.feature for a in v], dtype=np.int64),
+                    "bins": np.asarray([a.candidate.bin for a in v], dtype=np.int64),
+                    "default_left": np.asarray([a.candidate.default_left for a in v], dtype=bool)}
+        for p, reply in (self.fed.exchange("sb.splits", requests) if requests else {}).items():
+            k = self.passives.index(p) + 1
+            records, sizes = np.asarray(reply.get("records")), np.asarray(reply.get("sizes"))
+            left = np.asarray(reply.get("left"), dtype=bool)
+            if records.shape != (len(asks[k]),) or sizes.shape != records.shape or int(sizes.sum()) != len(left):
+                raise ProtocolError(f"party {p!r} answered sb.splits with {records.shape} records and "
+                                    f"{len(left)} decisions for {len(asks[k])} nodes")
+            ends = np.cumsum(sizes)
+            out[k] = {ask.node: (int(record), left[end - size:end])
+                      for ask, record, size, end in zip(asks[k], records.tolist(), sizes.tolist(), ends.tolist(),
+                                                        strict=True)}
+        return out
+
+
+def _partner_decisions(fed: Federation, ids: np.ndarray,
+                       parties: list[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Each partner's decisions at every split it keeps for the people among ``ids`` it holds (one round), and
+    which people each partner scored; a partner that does not answer, with ``missing = "subset"``, scores none."""
+    if not parties:
+        return {}, {}
+    if fed.whoever_answers:
+        held = held_by_whoever_answers(fed, ids, parties)
+        asked = {p: {"ids": ids[h], "split": "serve"} for p, h in held.items() if h.any()}
+        replies, lost = fed.exchange_tolerant("sb.decide", asked)
+        for p, exc in lost.items():
+            fed.mark_absent(p, exc)
+            held[p] = np.zeros(len(ids), dtype=bool)
+    else:
+        alignment = fed.align(ids, parties, split="serve")
+        held = {p: alignment.holding(p, ids) for p in parties}
+        replies = fed.exchange("sb.decide", {p: {"ids": ids[held[p]], "split": "serve"} for p in parties})
+    decisions = {}
+    for p in parties:
+        reply = replies.get(p)
+        left = np.asarray(reply.get("left"), dtype=bool) if reply is not None else np.zeros((0, 0), dtype=bool)
+        if reply is not None and (left.ndim != 2 or len(left) != int(held[p].sum())):
+            raise ProtocolError(f"party {p!r} answered sb.decide with {left.shape} decisions for "
+                                f"{int(held[p].sum())} people")
+        decisions[p] = left
+    return decisions, held
+
+
+def _base_score(task: str, target: np.ndarray, classes: int) -> np.ndarray:
+    """The starting score: the prior's log-odds (binary), log-priors (classes), 0 (standardised target)."""
+    if task == "binary":
+        p = float(np.clip(np.mean(target), 1e-6, 1 - 1e-6))
+        return np.asarray([np.log(p / (1 - p))])
+    if task == "multiclass":
+        prior = np.clip(np.bincount(target, minlength=classes) / len(target), 1e-6, None)
+        return np.log(prior)
+    return np.zeros(1)
+
+
+def _gradients(task: str, target: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """g and h of the loss at the current scores, rows x trees per round."""
+    if task == "binary":
+        p = 1 / (1 + np.exp(-scores[:, 0]))
+        return (p - target)[:, None], (p * (1 - p))[:, None]
+    if task == "multiclass":
+        e = np.exp(scores - scores.max(axis=1, keepdims=True))
+        p = e / e.sum(axis=1, keepdims=True)
+        onehot = np.eye(scores.shape[1])[target]
+        return p - onehot, p * (1 - p)
+    return scores - target[:, None], np.ones_like(scores)
+
+
+def _transform(task: str, scores: np.ndarray, mean: float, scale: float) -> np.ndarray:
+    if task == "binary":
+        p = 1 / (1 + np.exp(-scores[:, 0]))
+        return np.stack([1 - p, p], axis=1)
+    if task == "multiclass":
+        e = np.exp(scores - scores.max(axis=1, keepdims=True))
+        out: np.ndarray = e / e.sum(axis=1, keepdims=True)
+        return out
+    values: np.ndarray = scores[:, 0] * scale + mean
+    return values

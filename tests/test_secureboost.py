@@ -1,0 +1,218 @@
+"""SecureBoost: the trees the protocol grows are those of centralized boosting on the same bins (encrypted or
+not), it trains on every person the label holder holds and scores a person with whichever partners hold them,
+and a partner sums only what a tree's nodes need."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import make_dataset
+from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.errors import ConfigError, ProtocolError
+from vflo.federation.simulation import run_method
+from vflo.methods.registry import get_method
+from vflo.metrics import compute_metrics
+from vflo.trees.bins import bin_codes, fit_cuts, quantile_cuts, threshold
+from vflo.trees.crypto import HESettings, new_keys, plain_side
+from vflo.trees.growth import Candidate, HistogramAsk, SplitAsk
+from vflo.trees.lookup import ColumnsParty
+
+SCALE = 2.0**20
+
+
+def _blocks(seed: int = 0, task: str | None = None, n: int = 1400) -> tuple[FederatedData, FederatedData]:
+    """An active party with 2 of 8 columns; p1 and p2 hold the rest for different, overlapping people; held-out
+    people every party holds, and people only the active party holds."""
+    ds = make_dataset(n=n, n_features=8, seed=seed, task=task)
+    k = n // 14
+    spec = ScenarioSpec(
+        parties=(PartySpec(name="a", role="active", n_columns=2), PartySpec(name="p1", share=1.0),
+                 PartySpec(name="p2", share=1.0)),
+        samples=SamplesSpec(layout="blocks", test_seed=1, blocks=(
+            BlockSpec(parties=("a", "p1", "p2"), rows=k, test=True), BlockSpec(parties=("a",), rows=k, test=True),
+            BlockSpec(parties=("a", "p1", "p2"), rows=int(2.5 * k)), BlockSpec(parties=("a", "p1"), rows=int(2.5 * k)),
+            BlockSpec(parties=("a", "p2"), rows=int(2.5 * k)), BlockSpec(parties=("a",), rows=3 * k))))
+    layout = spec.build(ds, seed=seed)
+    return (layout.materialize(test_ids=layout.held_out("aligned")),
+            layout.materialize(test_ids=layout.held_out("active_only")))
+
+
+def _joined(data: FederatedData, ids: np.ndarray, split: str = "train") -> np.ndarray:
+    """Every party's columns for ``ids`` side by side, NaN where a party lacks the person (the reference's view)."""
+    blocks = []
+    for party in data.parties:
+        rows = (data.train if split == "train" else data.serve)[party.name]
+        block = np.full((len(ids), rows.n_features), np.nan)
+        pos = {v: i for i, v in enumerate(rows.ids.tolist())}
+        for i, person in enumerate(ids.tolist()):
+            if person in pos:
+                block[i] = rows.X[pos[person]]
+        blocks.append(block)
+    return np.hstack(blocks)
+
+
+def _reference(X: np.ndarray, y: np.ndarray, Xt: np.ndarray, *, trees: int, depth: int, lr: float, lam: float,
+               n_bins: int) -> np.ndarray:
+    """Centralized binary boosting on the joined columns, written out plainly: quantile bins per column over its
+    present values, second-order gains with the missing values tried on both sides, sums in fixed point."""
+    cuts = [quantile_cuts(X[:, j], n_bins) for j in range(X.shape[1])]
+    codes = np.stack([np.where(np.isnan(X[:, j]), -1, np.searchsorted(cuts[j], X[:, j], side="left"))
+                      for j in range(X.shape[1])], axis=1)
+    p0 = np.mean(y)
+    score = np.full(len(X), np.log(p0 / (1 - p0)))
+    test = np.full(len(Xt), np.log(p0 / (1 - p0)))
+
+    def gain_of(gl: float, hl: float, g: float, h: float) -> float:
+        gr, hr = g - gl, h - hl
+        return 0.5 * (gl * gl / (hl + lam) + gr * gr / (hr + lam) - g * g / (h + lam))
+
+    for _ in range(trees):
+        p = 1 / (1 + np.exp(-score))
+        gq, hq = np.rint((p - y) * SCALE).astype(np.int64), np.rint(p * (1 - p) * SCALE).astype(np.int64)
+        nodes = [(np.arange(len(X)), np.arange(len(Xt)), 0)]
+        while nodes:
+            rows, trows, d = nodes.pop()
+            g, h = gq[rows].sum() / SCALE, hq[rows].sum() / SCALE
+            best = None
+            if d < depth and len(rows) >= 2 and h >= 2.0:
+                for j in range(X.shape[1]):
+                    present = codes[rows, j] >= 0
+                    gm = (gq[rows].sum() - gq[rows][present].sum()) / SCALE
+                    hm = (hq[rows].sum() - hq[rows][present].sum()) / SCALE
+                    for b in range(n_bins):
+                        in_left = present & (codes[rows, j] <= b)
+                        glp, hlp = gq[rows][in_left].sum() / SCALE, hq[rows][in_left].sum() / SCALE
+                        for default_left, (gl, hl) in ((True, (glp + gm, hlp + hm)), (False, (glp, hlp))):
+                            if hl < 1.0 or h - hl < 1.0:
+                                continue
+                            gain = gain_of(gl, hl, g, h)
+                            if gain > 0 and (best is None or gain > best[0]):
+                                best = (gain, j, b, default_left if hm > 0 else hlp >= h - hlp)
+            if best is None:
+                w = -g / (h + lam) * lr
+                score[rows] += w
+                test[trows] += w
+                continue
+            _, j, b, default_left = best
+            cut = threshold(cuts[j], b)
+
+            def left_of(values: np.ndarray, dl: bool = default_left, c: float = cut) -> np.ndarray:
+                return np.where(np.isnan(values), dl, values <= c)
+
+            lm, tm = left_of(X[rows, j]), left_of(Xt[trows, j])
+            nodes += [(rows[~lm], trows[~tm], d + 1), (rows[lm], trows[tm], d + 1)]
+    return test
+
+
+def test_bins_and_thresholds() -> None:
+    column = np.array([1.0, 2.0, 2.0, 3.0, np.nan, 4.0, 5.0, 6.0])
+    cuts = quantile_cuts(column, 4)
+    assert np.all(np.diff(cuts) > 0) and cuts.max() < 6.0
+    codes = bin_codes(column[:, None], [cuts], 4)[:, 0]
+    assert codes[4] == 4  # the missing value's bucket
+    for b in range(len(cuts)):
+        assert np.array_equal(codes[~np.isnan(column)] <= b, column[~np.isnan(column)] <= threshold(cuts, b))
+    assert threshold(cuts, len(cuts)) == np.inf
+    with pytest.raises(ConfigError, match="n_bins"):
+        quantile_cuts(column, 1)
+    assert len(fit_cuts(np.full((3, 2), np.nan), 8)[0]) == 0
+
+
+def test_the_protocol_grows_the_trees_of_centralized_boosting() -> None:
+    """Every party's columns joined, NaN where a party lacks a person: the same scores, to rounding."""
+    together, _ = _blocks(n=700)
+    settings = {"n_trees": 4, "max_depth": 3, "learning_rate": 0.3, "n_bins": 8, "min_node_rows": 1,
+                "he": {"scheme": "plaintext"}}
+    out = run_method(get_method("secureboost")(**settings), together, seed=0)
+    ids = together.train["a"].ids
+    X, y = _joined(together, ids), together.train["a"].require_labels().astype(float)
+    Xt = _joined(together, together.test_ids, "serve")
+    expected = _reference(X, y, Xt, trees=4, depth=3, lr=0.3, lam=1.0, n_bins=8)
+    assert np.allclose(out.scores[:, 1], 1 / (1 + np.exp(-expected)), atol=1e-9)
+
+
+def test_encrypted_and_plaintext_grow_the_same_trees() -> None:
+    together, _ = _blocks(n=420)
+    runs = {}
+    for scheme in ("plaintext", "ou"):
+        method = get_method("secureboost")(n_trees=2, max_depth=3, n_bins=8, he={"scheme": scheme})
+        runs[scheme] = (run_method(method, together, seed=0), method)
+    (plain, m1), (ou, m2) = runs["plaintext"], runs["ou"]
+    assert [t.arrays()["owner"].tolist() for t in m1.trees_] == [t.arrays()["owner"].tolist() for t in m2.trees_]
+    assert all(np.array_equal(a.arrays()["value"], b.arrays()["value"]) for a, b in zip(m1.trees_, m2.trees_,
+                                                                                        strict=True))
+    assert np.array_equal(plain.scores, ou.scores)
+    assert any(owner > 0 for t in m1.trees_ for owner in t.owner)  # partners' columns split too
+
+
+def test_it_trains_on_every_person_and_beats_aligned_only_and_the_label_holder_alone() -> None:
+    together, alone = _blocks()
+    settings = {"n_trees": 15, "max_depth": 3, "he": {"scheme": "plaintext"}}
+    every = get_method("secureboost")(**settings)
+    out = run_method(every, together, seed=0)
+    aligned = run_method(get_method("secureboost")(**settings, aligned_only=True), together, seed=0)
+    local = run_method(get_method("local")(), together, seed=0)
+    acc = {k: compute_metrics("binary", together.test_y, o.scores)["accuracy"]
+           for k, o in (("every", out), ("aligned", aligned), ("local", local))}
+    assert every.n_train_ == together.train["a"].n_samples == 1050
+    assert acc["every"] > acc["local"] + 0.05 and acc["every"] >= acc["aligned"], acc
+    # People only the active party holds: scored from its splits and the partners' default branches.
+    solo = run_method(get_method("secureboost")(**settings), alone, seed=0)
+    assert solo.scores.shape == (100, 2) and np.allclose(solo.scores.sum(axis=1), 1.0)
+
+
+def test_regression_multiclass_and_a_saved_model(tmp_path: object) -> None:
+    import vflo
+    from tests.test_artifacts import raw_rows
+
+    reg, _ = _blocks(task="regression", n=700)
+    out = run_method(get_method("secureboost")(n_trees=5, he={"scheme": "plaintext"}), reg, seed=0)
+    assert out.scores.shape == (50,) and np.isfinite(out.scores).all()
+    multi, _ = _blocks(task="multiclass", n=700)
+    out = run_method(get_method("secureboost")(n_trees=3, he={"scheme": "plaintext"}), multi, seed=0)
+    assert out.scores.shape[0] == 50 and np.allclose(out.scores.sum(axis=1), 1.0)
+    together, _ = _blocks(n=700)
+    model = vflo.fit(get_method("secureboost")(n_trees=4, he={"scheme": "plaintext"}), together, seed=0)
+    expected = model.predict()
+    saved = vflo.load(model.save(tmp_path).parent, "secureboost")  # type: ignore[arg-type]
+    assert np.array_equal(saved.predict(raw_rows(together)), expected)
+
+
+def test_a_partner_sums_only_nested_nodes_of_enough_people() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    party = ColumnsParty(X, 8, plain_side(), min_node_rows=5)
+    with pytest.raises(ProtocolError, match="before the tree's gradients"):
+        party.histograms([HistogramAsk(0, np.arange(40))])
+    gh = np.stack([rng.integers(-100, 100, 40), rng.integers(0, 100, 40)], axis=1)
+    party.new_tree(gh, 0)
+    whole = party.histograms([HistogramAsk(0, np.arange(40))])[0]
+    assert (whole.reshape(3, 9, 2).sum(axis=1) == gh.sum(axis=0)).all()  # every column's bins hold everyone
+    with pytest.raises(ProtocolError, match="has its root"):
+        party.histograms([HistogramAsk(9, np.arange(10))])
+    with pytest.raises(ProtocolError, match="fewer than"):  # a child of three: its sums near single rows'
+        party.histograms([HistogramAsk(1, np.arange(3), 0, 2)])
+    with pytest.raises(ProtocolError, match="leaves 2"):  # ... or its parent less it
+        party.histograms([HistogramAsk(1, np.arange(38), 0, 2)])
+    left = party.histograms([HistogramAsk(1, np.arange(20), 0, 2)])[1]
+    right = party.histograms([HistogramAsk(2, None, 0, 1)])[2]
+    assert np.array_equal(left + right, whole)
+    with pytest.raises(ProtocolError, match="two children"):
+        party.histograms([HistogramAsk(3, np.arange(10), 0, 1)])
+    with pytest.raises(ProtocolError, match="not its parent"):
+        party.histograms([HistogramAsk(4, np.arange(15, 30), 1, 5)])
+    record, goes_left = party.splits([SplitAsk(1, Candidate(1.0, 0, 3, True))])[1]
+    assert record == 0 and len(goes_left) == 20
+    with pytest.raises(ProtocolError, match="never summed"):
+        party.splits([SplitAsk(7, Candidate(1.0, 0, 3, True))])
+
+
+def test_keys_are_the_label_holders_own() -> None:
+    with pytest.raises(ConfigError, match="below 2048"):
+        HESettings(scheme="ou", key_size=1024)
+    a, b = new_keys(HESettings()), new_keys(HESettings())
+    assert a.public_key != b.public_key  # fresh from the OS each time, whatever the run seed
+    gh = np.array([[5, 7], [-3, 2], [10, 0]], dtype=np.int64)
+    sums = a.bucket_sums(a.encrypt(gh), np.arange(3), np.zeros((3, 1), dtype=np.int8), 2)
+    assert a.decrypt(sums).tolist() == [[12, 9], [0, 0]]
