@@ -14,7 +14,7 @@ from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import held_by_whoever_answers
 from vflo.trees.bins import MAX_BINS
-from vflo.trees.crypto import HESettings, KeyPair, PublicSide, new_keys, plain_side
+from vflo.trees.crypto import BLOB_ROW, HESettings, KeyPair, PublicSide, from_wire, new_keys, plain_side, to_wire
 from vflo.trees.growth import Candidate, GrowthRules, HistogramAsk, SplitAsk, Tree, grow
 from vflo.trees.lookup import ColumnsParty, LookupTable
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from vflo.federation.node import NodeContext
 
 BYTES = ArraySpec(("uint8",), (None,))
+BLOB = ArraySpec(("uint8",), (None, BLOB_ROW))
 INTS = ArraySpec(("int64",), (None,))
 FLAGS = ArraySpec(("bool",), (None,))
 FLAG_MATRIX = ArraySpec(("bool",), (None, None))
@@ -125,19 +126,19 @@ class SecureBoost(Method):
         ctx.state.pop(TABLE, None)  # no scoring while trees grow: a new table is served once training ends
         return {"columns": party.n_columns, "bins": party.n_bins}
 
-    @handles("sb.gradients", carries={"gh": "ciphertexts"}, tree=INT, gh=BYTES)
+    @handles("sb.gradients", carries={"gh": "ciphertexts"}, tree=INT, gh=BLOB)
     def _gradients(self, ctx: NodeContext, payload: Payload) -> Payload:
         party = _party(ctx, gradients=False)
         gh = payload["gh"]
         assert isinstance(gh, np.ndarray)
-        handle = party.ops.load(gh.tobytes())
+        handle = party.ops.load(_unwire(gh))
         rows = handle.shape[0] if hasattr(handle, "shape") else len(handle)
         if rows != len(party.X):
             raise ProtocolError(f"sb.gradients: {rows} rows of gradients for this party's {len(party.X)} rows")
         party.new_tree(handle, int(payload["tree"]))
         return {}
 
-    @handles("sb.histograms", carries={"rows": "membership"}, replies={"sums": "ciphertexts", "sizes": "control"},
+    @handles("sb.histograms", carries={"rows": "membership"}, replies={"sums": "ciphertexts"},
              tree=INT, nodes=INTS, parents=INTS, siblings=INTS, counts=INTS, rows=INTS)
     def _histograms(self, ctx: NodeContext, payload: Payload) -> Payload:
         party = _party(ctx)
@@ -146,8 +147,8 @@ class SecureBoost(Method):
                                 f"tree {party.tree}")
         asks = _unpack_asks(payload)
         blobs = [party.ops.dump(s) for s in party.histograms(asks).values()]
-        return {"sums": np.frombuffer(b"".join(blobs), dtype=np.uint8),
-                "sizes": np.asarray([len(b) for b in blobs], dtype=np.int64)}
+        sizes = np.asarray([len(b) for b in blobs], dtype=np.int64)
+        return {"sums": to_wire(sizes.tobytes() + b"".join(blobs))}
 
     @handles("sb.splits", replies={"records": "control", "sizes": "control", "left": "decisions"}, tree=INT,
              nodes=INTS,
@@ -314,6 +315,13 @@ class SecureBoost(Method):
         self.n_train_ = 0
 
 
+def _unwire(array: np.ndarray) -> bytes:
+    try:
+        return from_wire(array)
+    except ValueError as exc:
+        raise ProtocolError(f"secureboost: {exc}") from exc
+
+
 def _party(ctx: NodeContext, *, gradients: bool = True) -> ColumnsParty:
     party = ctx.state.get(PARTY)
     if not isinstance(party, ColumnsParty):
@@ -368,7 +376,7 @@ class _Federated:
         requests: dict[str, Payload] = {}
         for p in self.passives:
             rows = self.keys.rows(encrypted, np.flatnonzero(self.held[p]))
-            requests[p] = {"tree": tree, "gh": np.frombuffer(self.keys.dump(rows), dtype=np.uint8)}
+            requests[p] = {"tree": tree, "gh": to_wire(self.keys.dump(rows))}
         self.fed.exchange("sb.gradients", requests)
 
     def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray]]:
@@ -380,15 +388,17 @@ class _Federated:
         requests = {self.passives[k - 1]: {"tree": self.tree, **_pack_asks(v)} for k, v in asks.items() if k > 0}
         for p, reply in (self.fed.exchange("sb.histograms", requests) if requests else {}).items():
             k = self.passives.index(p) + 1
-            sums, sizes = np.asarray(reply.get("sums")), np.asarray(reply.get("sizes"))
-            if sizes.ndim != 1 or len(sizes) != len(asks[k]) or int(sizes.sum()) != sums.size:
-                raise ProtocolError(f"party {p!r} answered sb.histograms with {len(sizes)} sums for "
+            framed = _unwire(np.asarray(reply.get("sums")))
+            head = 8 * len(asks[k])
+            sizes = np.frombuffer(framed[:head], dtype=np.int64) if len(framed) >= head else np.zeros(0)
+            if len(sizes) != len(asks[k]) or int(sizes.sum()) != len(framed) - head or np.any(sizes < 0):
+                raise ProtocolError(f"party {p!r} answered sb.histograms with sums that do not frame "
                                     f"{len(asks[k])} nodes")
             columns, bins = self.shapes[p]
             out[k] = {}
-            at = 0
+            at = head
             for ask, size in zip(asks[k], sizes.tolist(), strict=True):
-                plain = self.keys.decrypt(self.keys.load(sums[at:at + size].tobytes()))
+                plain = self.keys.decrypt(self.keys.load(framed[at:at + size]))
                 at += size
                 if plain.shape != (columns * (bins + 1), 2):
                     raise ProtocolError(f"party {p!r} sent sums of shape {plain.shape} for node {ask.node}")

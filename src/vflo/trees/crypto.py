@@ -141,6 +141,31 @@ class KeyPair(PublicSide):
         return out.reshape(-1, 2)
 
 
+#: Bytes per row of a ciphertext blob on the wire: a party's row bound ([policy] max_rows) counts people, so a
+#: blob of ciphertexts travels as rows of this many bytes rather than as one row per byte.
+BLOB_ROW = 4096
+
+
+def to_wire(blob: bytes) -> np.ndarray:
+    """``blob`` as a uint8 matrix of ``BLOB_ROW`` columns: its length in the first 8 bytes, zeros after it."""
+    framed = len(blob).to_bytes(8, "little") + blob
+    rows = -(-len(framed) // BLOB_ROW)
+    out = np.zeros(rows * BLOB_ROW, dtype=np.uint8)
+    out[:len(framed)] = np.frombuffer(framed, dtype=np.uint8)
+    return out.reshape(rows, BLOB_ROW)
+
+
+def from_wire(array: np.ndarray) -> bytes:
+    """The bytes :func:`to_wire` framed; a frame whose length does not fit its rows is refused."""
+    flat = np.ascontiguousarray(array, dtype=np.uint8).reshape(-1)
+    if flat.size < 8:
+        raise ValueError("a ciphertext blob shorter than its length field")
+    length = int.from_bytes(flat[:8].tobytes(), "little")
+    if length > flat.size - 8:
+        raise ValueError(f"a ciphertext blob says {length} bytes but carries {flat.size - 8}")
+    return flat[8:8 + length].tobytes()
+
+
 def plain_side() -> PublicSide:
     """The plaintext backend's side: a party's own columns, summed in the clear where no one else sees them."""
     return PublicSide("plaintext", _PLAIN_KEY)
