@@ -30,7 +30,8 @@ SETTINGS = {"splitnn": {"train": QUICK}, "apc_vfl": {"train": QUICK}, "apc_vfl_a
             "entity_augmentation": {"train": {**QUICK, "validation_fraction": 0.0}},
             "laser_vfl": {"train": {**QUICK, "validation_fraction": 0.2}},
             "rap": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}},
-            "ldp": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}}}
+            "ldp": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}},
+            "secureboost": {"n_trees": 3, "max_depth": 3, "n_bins": 8}}
 CHAIN = ("vfl_asp", "vfl_asp_student")
 CHAIN_TRAIN = {**QUICK, "validation_fraction": 0.0}
 SETTINGS |= {m: {"train": CHAIN_TRAIN, "student_train": CHAIN_TRAIN, "embedding_train": CHAIN_TRAIN} for m in CHAIN}
