@@ -99,6 +99,14 @@ def test_set_path_creates_missing_keys_and_selects_by_name() -> None:
     assert raw["methods"][1]["train"] == {"lr": 0.5}  # type: ignore[index]
     with pytest.raises(ConfigError, match="no entry 'c'"):
         set_path(raw, "methods.c.x", 1)
+    # A name shared with a labelled entry names the unlabelled one, wherever it stands.
+    two: dict[str, object] = {"methods": [{"name": "splitnn", "label": "plug"}, {"name": "splitnn"}]}
+    set_path(two, "methods.splitnn.n", 3)
+    set_path(two, "methods.plug.n", 4)
+    assert [m.get("n") for m in two["methods"]] == [4, 3]  # type: ignore[attr-defined]
+    both: dict[str, object] = {"methods": [{"name": "splitnn", "label": "x"}, {"name": "splitnn", "label": "y"}]}
+    with pytest.raises(ConfigError, match="2 entries are 'splitnn': name one by its label"):
+        set_path(both, "methods.splitnn.n", 1)
 
 
 # -- protocols -------------------------------------------------------------------------------------------

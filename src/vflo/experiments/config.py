@@ -148,12 +148,20 @@ class ExperimentConfig:
 def _select(container: Any, segment: str, path: str, create: bool) -> tuple[Any, Any]:
     """The child of ``container`` named by ``segment``: (parent, key) for setting it."""
     if isinstance(container, list):
-        for i, item in enumerate(container):
-            if isinstance(item, dict) and segment in (item.get("name"), item.get("label")):
-                return container, i
+        # An entry is named by its label (its name when it has none); by its name alone only where that is
+        # unambiguous: `methods.splitnn` beside a labelled SplitNN `plug` is the unlabelled one.
+        labels = [str(it.get("label", it.get("name"))) if isinstance(it, dict) else None for it in container]
+        if segment in labels:
+            return container, labels.index(segment)
+        by_name = [i for i, it in enumerate(container) if isinstance(it, dict) and it.get("name") == segment]
+        if len(by_name) == 1:
+            return container, by_name[0]
+        if by_name:
+            raise ConfigError(f"path {path!r}: {len(by_name)} entries are {segment!r}: name one by its label, "
+                              f"one of {[labels[i] for i in by_name]}")
         if segment.isdigit() and int(segment) < len(container):
             return container, int(segment)
-        names = [str(it.get("label", it.get("name"))) for it in container if isinstance(it, dict)]
+        names = [n for n in labels if n is not None]
         raise ConfigError(f"path {path!r}: no entry {segment!r}{did_you_mean(segment, names)}; entries: {names}")
     if isinstance(container, dict):
         if segment not in container and not create:
