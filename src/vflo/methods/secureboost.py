@@ -371,11 +371,14 @@ class _Federated:
         self.own.new_tree(gh)
         if not self.passives:
             return
-        encrypted = self.keys.encrypt(gh)
-        self.counts["encryptions"] += len(gh)
+        # Only the people some partner holds: the others' statistics never leave.
+        anyone = np.logical_or.reduce([self.held[p] for p in self.passives])
+        encrypted = self.keys.encrypt(gh[anyone])
+        self.counts["encryptions"] += int(anyone.sum())
+        position = np.cumsum(anyone) - 1
         requests: dict[str, Payload] = {}
         for p in self.passives:
-            rows = self.keys.rows(encrypted, np.flatnonzero(self.held[p]))
+            rows = self.keys.rows(encrypted, position[self.held[p]])
             requests[p] = {"tree": tree, "gh": to_wire(self.keys.dump(rows))}
         self.fed.exchange("sb.gradients", requests)
 
