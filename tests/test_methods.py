@@ -229,13 +229,21 @@ def test_same_seed_same_numbers_and_bytes() -> None:
 
 
 def _reachable(roots: list[object], stop: tuple[type, ...]) -> list[object]:
+    """What ``roots`` hold, through attributes, containers and closures: not through a function's module globals
+    (nor modules and classes), which lead to the whole process, the test runner's fixtures of other tests
+    included, and say nothing about what a method keeps."""
+    import types
+
     seen: dict[int, object] = {}
     todo = list(roots)
     while todo:
         obj = todo.pop()
-        if id(obj) in seen or isinstance(obj, (*stop, type)):
+        if id(obj) in seen or isinstance(obj, (*stop, type, types.ModuleType)):
             continue
         seen[id(obj)] = obj
+        if isinstance(obj, types.FunctionType):
+            todo.extend([*(obj.__closure__ or ()), *(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()])
+            continue
         todo.extend(gc.get_referents(obj))
     return list(seen.values())
 

@@ -217,16 +217,15 @@ class _LaserTrainer(HeldRowsTrainer):
     def __init__(self, method: LaserVFL, fed: Federation, *, x: np.ndarray, y: np.ndarray,
                  held: dict[str, np.ndarray], train_pos: np.ndarray, val_pos: np.ndarray,
                  rng: np.random.Generator) -> None:
-        by_subset = {name: {p: held[p][pos] for p in method.passives_}
-                     for name, pos in (("train", train_pos), ("val", val_pos))}
-        super().__init__(method.config.train, rng, fed, method.passives_, held=by_subset, widths=method.widths_)
+        super().__init__(method.config.train, rng, fed, method.passives_, held=held,
+                         subsets={"train": train_pos, "val": val_pos}, widths=method.widths_)
         self.m = method
         self.regression = fed.task == "regression"
         target = torch.float32 if self.regression else torch.long
         self.x = {"train": as_tensor(x[train_pos]), "val": as_tensor(x[val_pos])}
         self.y = {"train": as_tensor(y[train_pos], dtype=target), "val": as_tensor(y[val_pos], dtype=target)}
         # Per subset: which blocks hold each row (block 0, the active party's, every row).
-        self.mask = {name: np.column_stack([np.ones(len(pos), dtype=bool), *by_subset[name].values()])
+        self.mask = {name: np.column_stack([np.ones(len(pos), dtype=bool), *self.held[name].values()])
                      for name, pos in (("train", train_pos), ("val", val_pos))}
         self.patterns: dict[tuple[str, ...], int] = {}
         names = ["active", *method.passives_]

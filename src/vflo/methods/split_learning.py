@@ -384,23 +384,24 @@ class HeldRowsTrainer(RemoteBottomsTrainer):
     LASER-VFL): a partner is asked only for the people of a batch it holds, by their positions in its own rows,
     and its activations are put in place with zeros where it lacks a person or sat the batch out.
 
-    ``held``: per subset (``train``, ``val``) and partner, which of the coordinator's rows the partner holds, in
-    the order of the IDs sent with ``splitnn.init``. ``party_dropout``: the chance that a partner is left out of a
-    training batch (PlugVFL), drawn from ``dropout_rng``, the coordinator's own stream. A subclass sets
-    ``modules`` (its networks by name) and ``optimizer``: snapshots and checkpoints carry them.
+    ``held``: per partner, which of the coordinator's rows it holds; ``subsets``: the positions of each subset
+    (``train``, ``val``) among those rows, in the order of the IDs sent with ``splitnn.init``. ``party_dropout``:
+    the chance that a partner is left out of a training batch (PlugVFL), drawn from ``dropout_rng``, the
+    coordinator's own stream. A subclass sets ``modules`` (its networks by name) and ``optimizer``: snapshots and
+    checkpoints carry them.
     """
 
     optimizer: torch.optim.Optimizer
 
     def __init__(self, config: TrainConfig, rng: np.random.Generator, fed: Federation, parties: list[str], *,
-                 held: dict[str, dict[str, np.ndarray]], widths: dict[str, int], party_dropout: float = 0.0,
-                 dropout_rng: np.random.Generator | None = None) -> None:
+                 held: dict[str, np.ndarray], subsets: dict[str, np.ndarray], widths: dict[str, int],
+                 party_dropout: float = 0.0, dropout_rng: np.random.Generator | None = None) -> None:
         super().__init__(config, rng, fed, parties)
-        self.held = held
+        self.held = {subset: {p: held[p][pos] for p in parties} for subset, pos in subsets.items()}
         self.widths = widths
         # Where each row is in the partner's own list of the rows it holds (-1: it lacks it).
         self.where = {subset: {p: np.where(h, np.cumsum(h) - 1, -1) for p, h in by.items()}
-                      for subset, by in held.items()}
+                      for subset, by in self.held.items()}
         self.party_dropout = party_dropout
         self.dropout_rng = dropout_rng
         self.modules: dict[str, nn.Module] = {}

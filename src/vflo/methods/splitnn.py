@@ -236,9 +236,8 @@ class SplitNN(SplitParty, Method):
             y_train = (y_train - self.y_mean_) / self.y_scale_
             y_val = (y_val - self.y_mean_) / self.y_scale_
         trainer = _SplitTrainer(self, fed, x={"train": data.subset(train_ids).X, "val": data.subset(val_ids).X},
-                                y={"train": y_train, "val": y_val}, rng=rng, ids=train_ids,
-                                held={"train": {p: h[train_pos] for p, h in held.items()},
-                                      "val": {p: h[val_pos] for p, h in held.items()}})
+                                y={"train": y_train, "val": y_val}, rng=rng, ids=train_ids, held=held,
+                                subsets={"train": train_pos, "val": val_pos})
         self.history_: History = trainer.fit()
         self.n_train_ = len(train_ids)
 
@@ -321,10 +320,11 @@ class _SplitTrainer(HeldRowsTrainer):
     lookahead = True
 
     def __init__(self, method: SplitNN, fed: Federation, *, x: dict[str, np.ndarray], y: dict[str, np.ndarray],
-                 rng: np.random.Generator, ids: np.ndarray, held: dict[str, dict[str, np.ndarray]]) -> None:
+                 rng: np.random.Generator, ids: np.ndarray, held: dict[str, np.ndarray],
+                 subsets: dict[str, np.ndarray]) -> None:
         config = method.config.train
         # Which partners a batch leaves out is the active party's own draw (a left-out partner is simply not asked).
-        super().__init__(config, rng, fed, method.passives_, held=held, widths=method.widths_,
+        super().__init__(config, rng, fed, method.passives_, held=held, subsets=subsets, widths=method.widths_,
                          party_dropout=method.config.party_dropout, dropout_rng=fed.rng("splitnn-party-dropout"))
         self.m = method
         self.ids = ids  # the training rows' IDs, for the active party's account of the gradients it releases
@@ -356,11 +356,11 @@ class _SplitTrainer(HeldRowsTrainer):
             # Asked with the last step (an empty ask when it left every partner out: never drawn twice).
             replies = self.upcoming.result() if self.upcoming is not None else {}
             self.upcoming, self.fetched_ahead = None, False
+            acts = self.activations(replies, batch, "train")
         else:
-            requests = self.forward_requests(batch, "train", True) if passives else {}
-            replies = self.fed.exchange("splitnn.forward", requests) if requests else {}
+            acts = self.remote(batch, "train", True)
         # Only the partners asked answered: one left out of this batch, or holding none of it, gets no gradient.
-        acts = {name: a.requires_grad_(True) for name, a in self.activations(replies, batch, "train").items()}
+        acts = {name: a.requires_grad_(True) for name, a in acts.items()}
         loss = self._loss(m.top_(torch.cat([own, *self.in_place(acts, batch, "train")], dim=1)),
                           self.y["train"][batch])
         self.optimizer.zero_grad()
@@ -400,7 +400,7 @@ class _SplitTrainer(HeldRowsTrainer):
             return None
         m = self.m
         rows = np.arange(len(self.y["val"]))
-        remote = self.in_place(self.remote(rows, "val", False), rows, "val") if m.passives_ else []
+        remote = self.in_place(self.remote(rows, "val", False), rows, "val")
         m.bottom_.eval()
         m.top_.eval()
         with torch.no_grad():
