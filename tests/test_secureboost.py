@@ -13,6 +13,7 @@ from vflo.errors import ConfigError, ProtocolError
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
+from vflo.trees import crypto
 from vflo.trees.bins import bin_codes, fit_cuts, quantile_cuts, threshold
 from vflo.trees.crypto import HESettings, new_keys, plain_side
 from vflo.trees.growth import Candidate, HistogramAsk, SplitAsk
@@ -132,13 +133,19 @@ def test_the_protocol_grows_the_trees_of_centralized_boosting() -> None:
     assert np.allclose(out.scores[:, 1], 1 / (1 + np.exp(-expected)), atol=1e-9)
 
 
-def test_encrypted_and_plaintext_grow_the_same_trees() -> None:
+def test_encrypted_and_plaintext_grow_the_same_trees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with decryption and bin sums shared out among two processes each (thresholds lowered so they are)."""
     together, _ = _blocks(n=420)
     runs = {}
-    for scheme in ("plaintext", "ou"):
-        method = get_method("secureboost")(n_trees=2, max_depth=3, n_bins=8, he={"scheme": scheme})
-        runs[scheme] = (run_method(method, together, seed=0), method)
-    (plain, m1), (ou, m2) = runs["plaintext"], runs["ou"]
+    for scheme, workers in (("plaintext", 1), ("ou", 1), ("ou", 2)):
+        if workers > 1:
+            monkeypatch.setattr(crypto, "PARALLEL_MIN", 10)
+            monkeypatch.setattr(crypto, "PARALLEL_SUMS", 10)
+        method = get_method("secureboost")(n_trees=2, max_depth=3, n_bins=8, he={"scheme": scheme},
+                                           workers=workers)
+        runs[scheme, workers] = (run_method(method, together, seed=0), method)
+    (plain, m1), (ou, m2), (shared, _) = runs["plaintext", 1], runs["ou", 1], runs["ou", 2]
+    assert np.array_equal(shared.scores, ou.scores) and shared.stats["sums_decrypted"] == ou.stats["sums_decrypted"]
     assert [t.arrays()["owner"].tolist() for t in m1.trees_] == [t.arrays()["owner"].tolist() for t in m2.trees_]
     assert all(np.array_equal(a.arrays()["value"], b.arrays()["value"]) for a, b in zip(m1.trees_, m2.trees_,
                                                                                         strict=True))
@@ -196,7 +203,8 @@ def test_a_partner_sums_only_nested_nodes_of_enough_people() -> None:
     with pytest.raises(ProtocolError, match="leaves 2"):  # ... or its parent less it
         party.histograms([HistogramAsk(1, np.arange(38), 0, 2)])
     left = party.histograms([HistogramAsk(1, np.arange(20), 0, 2)])[1]
-    right = party.histograms([HistogramAsk(2, None, 0, 1)])[2]
+    assert party.histograms([HistogramAsk(2, None, 0, 1)]) == {}  # the grower subtracts: no sums sent
+    right = party.histograms([HistogramAsk(5, np.arange(20, 40), 2, 6)])[5]  # a child of the derived node
     assert np.array_equal(left + right, whole)
     with pytest.raises(ProtocolError, match="two children"):
         party.histograms([HistogramAsk(3, np.arange(10), 0, 1)])

@@ -38,7 +38,9 @@ class SecureBoostConfig(MethodConfig):
     ``max_depth``, each leaf's weight shrunk by ``learning_rate``; ``reg_lambda``, ``gamma`` and
     ``min_child_weight`` as in XGBoost. ``n_bins``: quantile bins per column (a passive party's own choice).
     ``min_node_rows``: a passive party sums a node only if it holds at least this many of its people.
-    ``he``: the encryption (:class:`~vflo.trees.crypto.HESettings`). ``active_trees``: the first trees grown from
+    ``he``: the encryption (:class:`~vflo.trees.crypto.HESettings`). ``workers``: the processes a party
+    decrypts (the label holder) or sums ciphertexts (a partner) in, 0 for one per core (each party's own).
+    ``active_trees``: the first trees grown from
     the label holder's columns alone (SecureBoost's reduced-leakage option: the partners never see the instance
     spaces of the trees nearest the labels). ``aligned_only``: train only on people every partner holds (the
     anchors' SecureBoost), instead of every person the label holder holds.
@@ -53,6 +55,7 @@ class SecureBoostConfig(MethodConfig):
     n_bins: int = 32
     min_node_rows: int = 5
     he: HESettings = field(default_factory=HESettings)
+    workers: int = 0
     active_trees: int = 0
     aligned_only: bool = False
 
@@ -63,6 +66,8 @@ class SecureBoostConfig(MethodConfig):
             raise ConfigError(f"learning_rate must be in (0, 1], got {self.learning_rate}")
         if not 2 <= self.n_bins <= MAX_BINS:
             raise ConfigError(f"n_bins must be in 2..{MAX_BINS}, got {self.n_bins}")
+        if self.workers < 0:
+            raise ConfigError(f"workers must be >= 0 (0: one per core), got {self.workers}")
         if self.active_trees < 0:
             raise ConfigError(f"active_trees must be >= 0, got {self.active_trees}")
         self.rules()  # validates the rest
@@ -99,7 +104,7 @@ class SecureBoost(Method):
     paper = "Cheng et al. 2021, SecureBoost (arXiv 1901.08755); SecureBoost+ (arXiv 2110.10927)"
     inference: ClassVar[Inference] = "collaborative"
     any_subset: ClassVar[bool] = True
-    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("n_bins",)}
+    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("n_bins", "workers")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("min_node_rows",)}
 
     config: SecureBoostConfig
@@ -119,7 +124,8 @@ class SecureBoost(Method):
         data = ctx.require_data()
         train_ids, key = payload["train_ids"], payload["public_key"]
         assert isinstance(train_ids, np.ndarray) and isinstance(key, np.ndarray)
-        ops = PublicSide(str(payload["scheme"]), key.tobytes())
+        ops = PublicSide(str(payload["scheme"]), key.tobytes(), workers=self.config.workers)
+        _close(ctx)
         party = ColumnsParty(data.subset(train_ids).X, self.config.n_bins, ops,
                              min_node_rows=self.config.min_node_rows)
         ctx.state[PARTY] = party
@@ -172,7 +178,7 @@ class SecureBoost(Method):
     def _finish(self, ctx: NodeContext, payload: Payload) -> Payload:
         party = _party(ctx, gradients=False)
         ctx.state[TABLE] = party.table  # kept for scoring; the binned columns and the sums are dropped
-        ctx.state.pop(PARTY)
+        _close(ctx)
         return {}
 
     @handles("sb.decide", carries={"ids": "ids"}, replies={"left": "decisions"}, ids=IDS, split=STR)
@@ -217,7 +223,7 @@ class SecureBoost(Method):
             raise MethodError(f"secureboost has no training people: the active party {fed.party!r} shares none "
                               f"with {passives} (aligned_only = true)")
         # The key pair is this party's own, drawn from the OS: never from the run seed the others know.
-        keys = new_keys(cfg.he)
+        keys = new_keys(cfg.he, workers=cfg.workers)
         own = ColumnsParty(data.subset(ids).X, cfg.n_bins, plain_side(), min_node_rows=1)
         shapes: dict[str, tuple[int, int]] = {}
         if passives:
@@ -248,16 +254,19 @@ class SecureBoost(Method):
         least = [1, *([rules.min_node_rows] * len(passives))]
         self.trees_: list[Tree] = []
         self.own_table_ = own.table
-        for round_ in range(cfg.n_trees):
-            g, h = _gradients(fed.task, target, scores)
-            for k in range(self.n_classes_):
-                gh = np.stack([np.rint(g[:, k] * rules.scale), np.rint(h[:, k] * rules.scale)], axis=1).astype(np.int64)
-                parties.new_tree(len(self.trees_), gh)
-                eligible = [True, *([round_ >= cfg.active_trees] * len(passives))]
-                tree, leaf = grow(gh, held_list, parties, rules, eligible=eligible, least=least)
-                tree.value = [cfg.learning_rate * v for v in tree.value]
-                scores[:, k] += np.asarray(tree.value)[leaf]
-                self.trees_.append(tree)
+        try:
+            for round_ in range(cfg.n_trees):
+                g, h = _gradients(fed.task, target, scores)
+                for k in range(self.n_classes_):
+                    gh = np.rint(np.stack([g[:, k], h[:, k]], axis=1) * rules.scale).astype(np.int64)
+                    parties.new_tree(len(self.trees_), gh)
+                    eligible = [True, *([round_ >= cfg.active_trees] * len(passives))]
+                    tree, leaf = grow(gh, held_list, parties, rules, eligible=eligible, least=least)
+                    tree.value = [cfg.learning_rate * v for v in tree.value]
+                    scores[:, k] += np.asarray(tree.value)[leaf]
+                    self.trees_.append(tree)
+        finally:
+            keys.close()  # the decrypting processes
         if passives:
             fed.broadcast("sb.finish", {}, passives)
         self.n_train_ = len(ids)
@@ -320,6 +329,13 @@ def _unwire(array: np.ndarray) -> bytes:
         return from_wire(array)
     except ValueError as exc:
         raise ProtocolError(f"secureboost: {exc}") from exc
+
+
+def _close(ctx: NodeContext) -> None:
+    """Ends a training under way at this party, and its helper processes."""
+    party = ctx.state.pop(PARTY, None)
+    if isinstance(party, ColumnsParty):
+        party.ops.close()
 
 
 def _party(ctx: NodeContext, *, gradients: bool = True) -> ColumnsParty:
@@ -389,24 +405,28 @@ class _Federated:
             out[0] = {node: np.asarray(s).reshape(columns, self.own.n_bins + 1, 2)
                       for node, s in self.own.histograms(asks[0]).items()}
         requests = {self.passives[k - 1]: {"tree": self.tree, **_pack_asks(v)} for k, v in asks.items() if k > 0}
+        summed: list[tuple[int, int, Any]] = []  # party, node, ciphertexts: decrypted together, in parallel
         for p, reply in (self.fed.exchange("sb.histograms", requests) if requests else {}).items():
             k = self.passives.index(p) + 1
+            nodes = [a.node for a in asks[k] if a.rows is not None]  # the others the grower subtracts
             framed = _unwire(np.asarray(reply.get("sums")))
-            head = 8 * len(asks[k])
+            head = 8 * len(nodes)
             sizes = np.frombuffer(framed[:head], dtype=np.int64) if len(framed) >= head else np.zeros(0)
-            if len(sizes) != len(asks[k]) or int(sizes.sum()) != len(framed) - head or np.any(sizes < 0):
+            if len(sizes) != len(nodes) or int(sizes.sum()) != len(framed) - head or np.any(sizes < 0):
                 raise ProtocolError(f"party {p!r} answered sb.histograms with sums that do not frame "
-                                    f"{len(asks[k])} nodes")
-            columns, bins = self.shapes[p]
-            out[k] = {}
+                                    f"{len(nodes)} nodes")
             at = head
-            for ask, size in zip(asks[k], sizes.tolist(), strict=True):
-                plain = self.keys.decrypt(self.keys.load(framed[at:at + size]))
+            for node, size in zip(nodes, sizes.tolist(), strict=True):
+                summed.append((k, node, self.keys.load(framed[at:at + size])))
                 at += size
-                if plain.shape != (columns * (bins + 1), 2):
-                    raise ProtocolError(f"party {p!r} sent sums of shape {plain.shape} for node {ask.node}")
-                self.counts["sums_decrypted"] += len(plain)
-                out[k][ask.node] = plain.reshape(columns, bins + 1, 2)
+        plain = self.keys.decrypt_many([handle for _, _, handle in summed])
+        for (k, node, _), values in zip(summed, plain, strict=True):
+            columns, bins = self.shapes[self.passives[k - 1]]
+            if values.shape != (columns * (bins + 1), 2):
+                raise ProtocolError(f"party {self.passives[k - 1]!r} sent sums of shape {values.shape} for node "
+                                    f"{node}")
+            self.counts["sums_decrypted"] += len(values)
+            out.setdefault(k, {})[node] = values.reshape(columns, bins + 1, 2)
         return out
 
     def splits(self, asks: Mapping[int, list[SplitAsk]]) -> dict[int, dict[int, tuple[int, np.ndarray]]]:

@@ -11,12 +11,15 @@ lossless check; it sends gradients in the clear, which reveals the labels, and e
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import numpy as np
 
 from vflo.errors import ConfigError
+from vflo.trees.helper import Helper
 
 Scheme = Literal["ou", "paillier", "plaintext"]
 SCHEMES: tuple[str, ...] = get_args(Scheme)
@@ -55,11 +58,27 @@ def _encoder(kit: Any) -> Any:
     return kit.batch_integer_encoder(scale=1, padding_bits=32)
 
 
-class PublicSide:
-    """What a party holding the public key does with ciphertexts: load, sum per bin, subtract, dump."""
+def processes(workers: int) -> int:
+    """``workers`` processes, 0 meaning one per core this process may use."""
+    return workers or len(os.sched_getaffinity(0))
 
-    def __init__(self, scheme: str, public_key: bytes) -> None:
+
+#: Fewest ciphertexts (to decrypt) or ciphertext additions (to sum per bin) worth sharing out among processes.
+PARALLEL_MIN = 512
+PARALLEL_SUMS = 100_000
+
+
+class PublicSide:
+    """What a party holding the public key does with ciphertexts: load, sum per bin, dump. With ``workers``
+    above 1, a large bin sum is cut by rows among that many processes (HEU sums on one thread here), each
+    holding the tree's ciphertexts (:meth:`share`); :meth:`close` ends them."""
+
+    def __init__(self, scheme: str, public_key: bytes, *, workers: int = 1) -> None:
         self.scheme = scheme
+        self.processes = processes(workers)
+        self._helpers: list[Helper] = []
+        self._shared: Any = None
+        self._sent: list[bool] = []
         if scheme == "plaintext":
             if public_key != _PLAIN_KEY:
                 raise ConfigError("a plaintext public key that is not the plaintext backend's")
@@ -68,6 +87,7 @@ class PublicSide:
         if scheme not in _HEU:
             raise ConfigError(f"unknown encryption scheme {scheme!r}; one of {list(SCHEMES)}")
         hnp, phe = _heu()
+        self.public_key_bytes = public_key
         key = phe.PublicKey.load_from(public_key)
         self.kit = hnp.setup(key)
         self.evaluator = self.kit.evaluator()
@@ -94,35 +114,81 @@ class PublicSide:
     def bucket_sums(self, handle: Any, rows: np.ndarray, codes: np.ndarray, buckets: int) -> Any:
         """Per column and bucket, the sum over ``rows`` (positions) of the rows whose code is that bucket:
         (columns * buckets) x 2, column-major as HEU lays it out."""
-        n, columns = codes.shape
+        columns = codes.shape[1]
         if self.kit is None:
             out = np.zeros((columns * buckets, 2), dtype=np.int64)
             index = codes[rows].astype(np.int64) + np.arange(columns, dtype=np.int64) * buckets
             for j in range(columns):
                 np.add.at(out, index[:, j], handle[rows])
             return out
-        mask = np.zeros((1, n), dtype=np.int8)
-        mask[0, rows] = 1
-        return self.evaluator.feature_wise_bucket_sum(handle, mask, codes, buckets, False)
+        if handle is not self._shared or self.processes < 2 or len(rows) * columns < PARALLEL_SUMS:
+            return _bucket_sum(self.evaluator, handle, rows, codes, buckets)
+        helpers = self._started("start_summer", self.scheme, self.public_key_bytes)
+        if not all(self._sent):
+            blob = handle.serialize()  # each helper keeps the tree's ciphertexts, sent once
+            for helper in helpers:
+                helper.send("hold", blob, codes, buckets)
+            for helper in helpers:
+                helper.receive()
+            self._sent = [True] * len(helpers)
+        pieces = np.array_split(rows, self.processes)
+        for helper, piece in zip(helpers, pieces[1:], strict=True):
+            helper.send("sum_rows", piece)
+        total = _bucket_sum(self.evaluator, handle, pieces[0], codes, buckets)
+        for helper in helpers:
+            total = self.evaluator.add(total, self._hnp.CiphertextArray.load_from(helper.receive()))
+        return total
 
-    def sub(self, a: Any, b: Any) -> Any:
-        if self.kit is None:
-            return a - b
-        return self.evaluator.sub(a, b)
+    def _started(self, start: str, *args: Any) -> list[Helper]:
+        """``processes - 1`` helpers, started with ``start(*args)`` the first time."""
+        if not self._helpers:
+            self._helpers = [Helper() for _ in range(self.processes - 1)]
+            try:
+                for helper in self._helpers:
+                    helper.send(start, *args)
+                for helper in self._helpers:
+                    helper.receive()
+            except BaseException:
+                self.close()
+                raise
+            self._sent = [False] * len(self._helpers)
+        return self._helpers
+
+    def share(self, handle: Any) -> None:
+        """The ciphertexts the next bin sums run over (a tree's): helpers receive them once, when first needed."""
+        self._shared = handle
+        self._sent = [False] * len(self._helpers)
+
+    def close(self) -> None:
+        """Ends the helper processes (this side stays usable, in this process alone until needed again)."""
+        for helper in self._helpers:
+            helper.close()
+        self._helpers, self._sent = [], []
+
+    def __enter__(self) -> PublicSide:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: Fewest ciphertexts worth sharing out among processes (about half a second's decryption in one).
+PARALLEL_MIN = 2048
 
 
 class KeyPair(PublicSide):
-    """The label holder's keys: it encrypts rows' statistics and decrypts sums."""
+    """The label holder's keys: it encrypts rows' statistics and decrypts sums, in ``workers`` processes for
+    large batches (HEU decrypts on one thread here); :meth:`close` ends them."""
 
-    def __init__(self, settings: HESettings) -> None:
+    def __init__(self, settings: HESettings, *, workers: int = 1) -> None:
         if settings.scheme == "plaintext":
-            super().__init__("plaintext", _PLAIN_KEY)
+            super().__init__("plaintext", _PLAIN_KEY, workers=workers)
             self.public_key = _PLAIN_KEY
             return
         hnp, phe = _heu()
         self.secret_kit = hnp.setup(getattr(phe.SchemaType, _HEU[settings.scheme]), settings.key_size)
         self.public_key = bytes(self.secret_kit.public_key().serialize())
-        super().__init__(settings.scheme, self.public_key)
+        super().__init__(settings.scheme, self.public_key, workers=workers)
         self.encoder = _encoder(self.secret_kit)
         self.encryptor = self.secret_kit.encryptor()
         self.decryptor = self.secret_kit.decryptor()
@@ -139,6 +205,79 @@ class KeyPair(PublicSide):
             return np.asarray(handle, dtype=np.int64)
         out: np.ndarray = np.asarray(self.decryptor.decrypt(handle).to_numpy(self.encoder), dtype=np.int64)
         return out.reshape(-1, 2)
+
+    def decrypt_many(self, handles: list[Any]) -> list[np.ndarray]:
+        """Each handle decrypted; a batch of :data:`PARALLEL_MIN` ciphertexts or more is cut into one share per
+        process, this one decrypting its own while the others do theirs."""
+        sizes = [int(h.shape[0]) for h in handles] if self.kit is not None else []
+        total = sum(sizes)
+        if self.kit is None or self.processes < 2 or total < PARALLEL_MIN:
+            return [self.decrypt(h) for h in handles]
+        pieces: list[list[tuple[int, int, int]]] = [[] for _ in range(self.processes)]  # handle, start, stop
+        share, owner, room = -(-total // self.processes), 0, -(-total // self.processes)
+        for i, size in enumerate(sizes):
+            start = 0
+            while start < size:
+                take = min(room, size - start)
+                pieces[owner].append((i, start, start + take))
+                start, room = start + take, room - take
+                if room == 0:
+                    owner, room = owner + 1, share
+        # The secret key goes to this party's own child processes through a pipe, never to a file or a network.
+        helpers = self._started("start_decrypter", self.public_key,
+                                bytes(self.secret_kit.secret_key().serialize()))
+        for helper, mine in zip(helpers, pieces[1:], strict=True):
+            helper.send("decrypt_pieces", [handles[i][a:b].serialize() for i, a, b in mine])
+        parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(handles))}
+        for i, a, b in pieces[0]:
+            parts[i].append(self.decrypt(handles[i][a:b]))
+        for helper, mine in zip(helpers, pieces[1:], strict=True):
+            for (i, _, _), values in zip(mine, helper.receive(), strict=True):
+                parts[i].append(values)
+        return [np.concatenate(parts[i]) if parts[i] else np.zeros((0, 2), dtype=np.int64)
+                for i in range(len(handles))]
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _bucket_sum(evaluator: Any, handle: Any, rows: np.ndarray, codes: np.ndarray, buckets: int) -> Any:
+    mask = np.zeros((1, codes.shape[0]), dtype=np.int8)
+    mask[0, rows] = 1
+    return evaluator.feature_wise_bucket_sum(handle, mask, codes, buckets, False)
+
+
+def _start_summer(scheme: str, public_key: bytes) -> None:
+    side = PublicSide(scheme, public_key)
+    _WORKER.update(hnp=side._hnp, evaluator=side.evaluator)
+
+
+def _hold(blob: bytes, codes: np.ndarray, buckets: int) -> None:
+    _WORKER.update(handle=_WORKER["hnp"].CiphertextArray.load_from(blob), codes=codes, buckets=buckets)
+
+
+def _sum_rows(rows: np.ndarray) -> bytes:
+    out: bytes = _bucket_sum(_WORKER["evaluator"], _WORKER["handle"], rows, _WORKER["codes"],
+                             _WORKER["buckets"]).serialize()
+    return out
+
+
+def _start_decrypter(public_key: bytes, secret_key: bytes) -> None:
+    hnp, phe = _heu()
+    kit = hnp.HeKit(phe.setup(phe.PublicKey.load_from(public_key), phe.SecretKey.load_from(secret_key)))
+    _WORKER.update(hnp=hnp, decryptor=kit.decryptor(), encoder=_encoder(kit))
+
+
+def _decrypt_pieces(blobs: list[bytes]) -> list[np.ndarray]:
+    hnp, decryptor, encoder = _WORKER["hnp"], _WORKER["decryptor"], _WORKER["encoder"]
+    return [np.asarray(decryptor.decrypt(hnp.CiphertextArray.load_from(b)).to_numpy(encoder),
+                       dtype=np.int64).reshape(-1, 2) for b in blobs]
+
+
+#: What a helper process (:mod:`vflo.trees.helper`) may be asked to run.
+HELPER_CALLS: dict[str, Callable[..., Any]] = {
+    "start_summer": _start_summer, "hold": _hold, "sum_rows": _sum_rows,
+    "start_decrypter": _start_decrypter, "decrypt_pieces": _decrypt_pieces}
 
 
 #: Bytes per row of a ciphertext blob on the wire: a party's row bound ([policy] max_rows) counts people, so a
@@ -171,6 +310,7 @@ def plain_side() -> PublicSide:
     return PublicSide("plaintext", _PLAIN_KEY)
 
 
-def new_keys(settings: HESettings) -> KeyPair:
-    """A fresh key pair (the label holder's own; never derived from anything another party knows)."""
-    return KeyPair(settings)
+def new_keys(settings: HESettings, *, workers: int = 1) -> KeyPair:
+    """A fresh key pair (the label holder's own; never derived from anything another party knows), used in
+    ``workers`` processes (0: one per core)."""
+    return KeyPair(settings, workers=workers)

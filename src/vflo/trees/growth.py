@@ -141,8 +141,9 @@ class RouteRule(Protocol):
 
 @dataclass(frozen=True)
 class HistogramAsk:
-    """Bin sums of ``node`` at one party: over ``rows`` (positions among the rows that party holds), or, with
-    ``rows`` None, those of ``parent`` less those of ``sibling`` (both asked before)."""
+    """Bin sums of ``node`` at one party: over ``rows`` (positions among the rows that party holds); with ``rows``
+    None, the node is ``parent``'s rows less ``sibling``'s (both asked before): the party records it and sends no
+    sums, the grower subtracting the sibling's from the parent's."""
 
     node: int
     rows: np.ndarray | None
@@ -162,7 +163,7 @@ class Parties(Protocol):
     """The parties' side of growing a tree, one call per level for all of them (a round each, over a network)."""
 
     def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray]]:
-        """Per party, per node asked: its bin sums (columns x (bins + 1) x 2, integers)."""
+        """Per party, per node asked with rows: its bin sums (columns x (bins + 1) x 2, integers)."""
         ...
 
     def splits(self, asks: Mapping[int, list[SplitAsk]]) -> dict[int, dict[int, tuple[int, np.ndarray]]]:
@@ -185,6 +186,7 @@ def grow(gh: np.ndarray, held: list[np.ndarray], parties: Parties, rules: Growth
     root = tree.add()
     level: list[tuple[int, np.ndarray, int, int]] = [(root, np.arange(len(gh)), -1, -1)]  # node, rows, parent, sib
     asked: list[set[int]] = [set() for _ in held]
+    kept: list[dict[int, np.ndarray]] = [{} for _ in held]  # each party's sums of the nodes it was asked
     for depth in range(rules.max_depth + 1):
         totals = {node: gh[rows].sum(axis=0) for node, rows, _, _ in level}
         splittable = [entry for entry in level if depth < rules.max_depth and len(entry[1]) >= 2
@@ -202,6 +204,14 @@ def grow(gh: np.ndarray, held: list[np.ndarray], parties: Parties, rules: Growth
         sums = parties.histograms(asks)
         for k, v in asks.items():
             asked[k] |= {a.node for a in v}
+            got = sums.setdefault(k, {})
+            if set(got) != {a.node for a in v if a.rows is not None}:
+                raise ProtocolError(f"party {k} sent sums of nodes {sorted(got)}, asked for "
+                                    f"{sorted(a.node for a in v if a.rows is not None)}")
+            for ask in v:
+                if ask.rows is None:
+                    got[ask.node] = kept[k][ask.parent] - got[ask.sibling]
+            kept[k] = got
         best: dict[int, tuple[int, Candidate]] = {}
         for k in sorted(sums):
             for node, s in sums[k].items():

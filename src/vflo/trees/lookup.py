@@ -68,7 +68,6 @@ class ColumnsParty:
         self.gh: Any = None
         self.tree = -1
         self.nodes: dict[int, np.ndarray] = {}
-        self.sums: dict[int, Any] = {}
         self.children: dict[int, list[int]] = {}
 
     @property
@@ -78,10 +77,14 @@ class ColumnsParty:
     def new_tree(self, gh: Any, tree: int = 0) -> None:
         """The statistics of tree number ``tree`` (encrypted or not): each row's, in the order of this party's
         rows."""
-        self.gh, self.tree, self.nodes, self.sums, self.children = gh, tree, {}, {}, {}
+        self.gh, self.tree, self.nodes, self.children = gh, tree, {}, {}
+        self.ops.share(gh)
 
     def histograms(self, asks: list[HistogramAsk]) -> dict[int, Any]:
-        """Each asked node's sums; a node is summed over the rows given, or as its parent's less its sibling's.
+        """The sums of each node asked with its rows; a node asked without rows (its parent's rows less its
+        sibling's) is only recorded, for its children and its split: the grower, holding the parent's and the
+        sibling's sums in the clear, subtracts them itself, cheaper than a subtraction of ciphertexts here and
+        nothing it did not know.
 
         The nodes of one tree must nest as a tree's do: one root, then children of nodes already summed, two at
         most per parent, disjoint, together the parent's rows; and no node (nor what its parent less it leaves)
@@ -112,8 +115,7 @@ class ColumnsParty:
                     if ask.sibling not in brothers:
                         raise ProtocolError(f"node {ask.node}: sibling {ask.sibling} is not a summed child of "
                                             f"{ask.parent}")
-                    rows = np.setdiff1d(parent, self.nodes[ask.sibling])
-                    sums = self.ops.sub(self.sums[ask.parent], self.sums[ask.sibling])
+                    rows, sums = np.setdiff1d(parent, self.nodes[ask.sibling]), None
                 else:
                     rows = np.asarray(ask.rows, dtype=np.int64)
                     if len(np.intersect1d(rows, parent)) != len(rows) or len(np.unique(rows)) != len(rows):
@@ -131,8 +133,9 @@ class ColumnsParty:
                     raise ProtocolError(f"node {ask.node} leaves {rest} of its parent's rows, fewer than "
                                         f"min_node_rows {self.min_node_rows}")
                 self.children[ask.parent].append(ask.node)
-            self.nodes[ask.node], self.sums[ask.node] = rows, sums
-            out[ask.node] = sums
+            self.nodes[ask.node] = rows
+            if sums is not None:
+                out[ask.node] = sums
         return out
 
     def splits(self, asks: list[SplitAsk]) -> dict[int, tuple[int, np.ndarray]]:
