@@ -47,6 +47,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "ldp": {"estimator": {"model": "mlp", "hidden": [32], "train": QUICK}},
     "vfl_asp": {"train": QUICK, "student_train": QUICK, "embedding_train": QUICK},
     "vfl_asp_student": {"train": QUICK, "student_train": QUICK, "embedding_train": QUICK},
+    "secureboost": {"n_trees": 10},
 }
 
 
@@ -111,14 +112,22 @@ def active_only(work: Path, rows: int) -> dict[str, Any]:
     return {"rows": rows, "command": command, "in_process_seconds": in_process}
 
 
-def together(work: Path, rows: int) -> dict[str, Any]:
-    """SplitNN scoring ``rows`` people with the passive party as its own process over gRPC and mutual TLS."""
-    active, passive = write_parties(work, max(2 * rows, 20_000), seed=2)  # half of each party's people shared
-    fit_and_save("splitnn", active, passive, work / "models")
-    a, p = pd.read_csv(active, dtype={"id": str}), pd.read_csv(passive, dtype={"id": str})
-    shared = np.intersect1d(a["id"], p["id"])[:rows]
-    a[a["id"].isin(shared)].drop(columns="label").to_csv(work / "score_active.csv", index=False)
-    p[p["id"].isin(shared)].to_csv(work / "serve_passive.csv", index=False)
+def together(work: Path, rows: int, method: str = "splitnn", train_rows: int | None = None) -> dict[str, Any]:
+    """``method`` scoring ``rows`` people with the passive party as its own process over gRPC and mutual TLS:
+    people both parties held in training, or with ``train_rows``, a model trained on that many and ``rows`` new
+    people both hold."""
+    active, passive = write_parties(work, train_rows or max(2 * rows, 20_000), seed=2)  # half of each shared
+    fit_and_save(method, active, passive, work / "models")
+    if train_rows is None:
+        a, p = pd.read_csv(active, dtype={"id": str}), pd.read_csv(passive, dtype={"id": str})
+        shared = np.intersect1d(a["id"], p["id"])[:rows]
+        a, p = a[a["id"].isin(shared)].drop(columns="label"), p[p["id"].isin(shared)]
+    else:
+        rng = np.random.default_rng(3)
+        shared, signal = np.arange(10**8, 10**8 + rows), rng.normal(size=(rows, 4))
+        a, p = people(rng, shared, signal, 24, "a", 0), people(rng, shared, signal, 50, "p", 2)
+    a.to_csv(work / "score_active.csv", index=False)
+    p.to_csv(work / "serve_passive.csv", index=False)
     init_certs(work / "certs", ["active", "passive"])
     ports = {"active": free_port(), "passive": free_port()}
     (work / "passive.toml").write_text(
@@ -141,13 +150,13 @@ def together(work: Path, rows: int) -> dict[str, Any]:
                 rest = server.stdout.read() if server.poll() is not None else ""
                 raise RuntimeError(f"the passive party did not start: {line}{rest}")
             line = server.stdout.readline()
-        command = timed_command([vflo_bin, "predict", "models", "--method", "splitnn", "--data", "score_active.csv",
+        command = timed_command([vflo_bin, "predict", "models", "--method", method, "--data", "score_active.csv",
                                  "--deploy", "deploy.toml", "--out", "scores.csv"], work)
     finally:
         server.terminate()
         server.wait(timeout=10)
     assert len((work / "scores.csv").read_text().splitlines()) == len(shared) + 1
-    return {"rows": len(shared), "command": command}
+    return {"method": method, "rows": len(shared), "command": command}
 
 
 def folder_bytes(folder: Path) -> int:

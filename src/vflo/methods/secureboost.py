@@ -380,7 +380,9 @@ class _Federated:
                  shapes: dict[str, tuple[int, int]], held: dict[str, np.ndarray]) -> None:
         self.fed, self.keys, self.own, self.passives, self.shapes, self.held = fed, keys, own, passives, shapes, held
         self.tree = -1
-        self.counts = {"encryptions": 0, "sums_decrypted": 0}
+        # The homomorphic work the protocol asks for (the benchmark's floor): encryptions, ciphertexts added into
+        # a partner's bin sums (rows summed x its columns), and sums decrypted.
+        self.counts = {"encryptions": 0, "ciphertext_additions": 0, "sums_decrypted": 0}
 
     def new_tree(self, tree: int, gh: np.ndarray) -> None:
         self.tree = tree
@@ -405,6 +407,10 @@ class _Federated:
             out[0] = {node: np.asarray(s).reshape(columns, self.own.n_bins + 1, 2)
                       for node, s in self.own.histograms(asks[0]).items()}
         requests = {self.passives[k - 1]: {"tree": self.tree, **_pack_asks(v)} for k, v in asks.items() if k > 0}
+        for k, v in asks.items():
+            if k > 0:
+                columns = self.shapes[self.passives[k - 1]][0]
+                self.counts["ciphertext_additions"] += columns * sum(len(a.rows) for a in v if a.rows is not None)
         summed: list[tuple[int, int, Any]] = []  # party, node, ciphertexts: decrypted together, in parallel
         for p, reply in (self.fed.exchange("sb.histograms", requests) if requests else {}).items():
             k = self.passives.index(p) + 1

@@ -1,0 +1,203 @@
+"""SecureBoost benchmark (not a test). Writes runs/bench/secureboost.json, part by part as each finishes.
+
+    python -m benchmarks.secureboost [--data-dir ../shared/datasets] [--trees 50] [--score-rows 100000]
+                                     [--only floor credit breast_cancer scoring] [--out runs/bench/secureboost.json]
+
+1. ``floor``: what HEU costs on this machine, in one process: an OU encryption (2048-bit key, g and h packed),
+   a ciphertext added into a per-bin sum (``feature_wise_bucket_sum``), a decryption.
+2. ``credit``: UCI Credit Card, the bank (label holder) with X1-X5 and the bureau with X6-X23, every person held
+   by both, 80 % of them to train; ``--trees`` trees of depth 5 (rate 0.3, λ 1, 32 bins). Over gRPC with mutual
+   TLS, the bureau as its own process (``vflo party serve``); then in one process. Seconds, bytes and rounds from
+   the ledger, the homomorphic operations the protocol asked for, and their floor (count x cost, one core),
+   with vflo's ratio to it. Beside it, XGBoost ``hist`` centralized on the same rows and columns with the same
+   depth, rounds, rate, λ, γ, min_child_weight and bins: accuracy, ROC AUC, seconds.
+3. ``breast_cancer``: scikit-learn's breast cancer, 15 columns a party, every person held by both: SecureBoost
+   (in one process) against XGBoost as above.
+4. ``scoring``: a SecureBoost model (10 trees, trained on 20,000 synthetic people, half shared) scores
+   ``--score-rows`` new people both parties hold, the passive party serving as its own process over gRPC with
+   mutual TLS (``vflo predict --deploy``): wall time of the command (benchmarks/predict.py's ``together``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import vflo
+from vflo.deploy import Deployment, export_federation, load_deploy_config
+from vflo.experiments.config import parse_config
+from vflo.federation.simulation import RunOutput, run_method
+from vflo.metrics import compute_metrics
+from vflo.methods.secureboost import SecureBoost
+from vflo.seeding import derive_seed, numpy_rng
+from vflo.trees.crypto import HESettings, PublicSide, new_keys
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from predict import together  # noqa: E402
+
+BINS = 32
+
+
+def floor_costs(rows: int = 20_000, columns: int = 18, decrypts: int = 2_000) -> dict[str, float]:
+    """Seconds per encryption, per ciphertext added into a bin sum, per decryption: HEU OU, one process."""
+    keys = new_keys(HESettings())
+    rng = np.random.default_rng(0)
+    gh = np.stack([rng.integers(-2**20, 2**20, rows), rng.integers(0, 2**20, rows)], axis=1)
+    started = time.perf_counter()
+    encrypted = keys.encrypt(gh)
+    enc = (time.perf_counter() - started) / rows
+    side = PublicSide("ou", keys.public_key)
+    codes = rng.integers(0, BINS + 1, size=(rows, columns)).astype(np.int8)
+    started = time.perf_counter()
+    sums = side.bucket_sums(encrypted, np.arange(rows), codes, BINS + 1)
+    add = (time.perf_counter() - started) / (rows * columns)
+    batch = keys.rows(encrypted, np.arange(decrypts))
+    started = time.perf_counter()
+    keys.decrypt(batch)
+    dec = (time.perf_counter() - started) / decrypts
+    assert keys.decrypt(sums).shape == (columns * (BINS + 1), 2)
+    return {"encrypt_s": enc, "add_s": add, "decrypt_s": dec}
+
+
+def split(dataset: str, parties: list[dict[str, Any]], total: int, data_dir: str | None) -> Any:
+    """The first holdout split (20 % to test) of ``dataset`` cut among ``parties``, every person held by all."""
+    config = parse_config({
+        "name": "bench", "seed": 0, "dataset": {"name": dataset},
+        "scenario": {"parties": parties, "samples": {"total": total, "active": total, "aligned": total}},
+        "protocol": {"name": "holdout", "test_fraction": 0.2, "test_from": "active", "repeats": 1},
+        "methods": [{"name": "local"}]})
+    layout = config.layout(config.variants[0], derive_seed(config.seed, "layout", 0), config.load_dataset(data_dir))
+    cut = config.protocol.splits(layout, numpy_rng(config.seed, "split", 0))[0]
+    return layout.materialize(test_ids=cut.test_ids, train_scope=cut.train_scope)
+
+
+def scores_of(data: Any, out: RunOutput) -> dict[str, float]:
+    metrics = compute_metrics(data.task, data.test_y, out.scores)
+    return {"accuracy": metrics["accuracy"], "roc_auc": metrics["roc_auc"]}
+
+
+def xgboost_beside(data: Any, settings: dict[str, Any]) -> dict[str, float]:
+    """XGBoost ``hist`` on the same train rows, every party's columns joined, same tree settings."""
+    import xgboost
+
+    def joined(ids: np.ndarray) -> np.ndarray:
+        return np.hstack([data.oracle.features(ids, p.name) for p in data.parties])
+
+    train_ids = data.train[data.active].ids
+    X, y = joined(train_ids), data.train[data.active].require_labels()
+    model = xgboost.XGBClassifier(
+        n_estimators=settings["n_trees"], max_depth=settings["max_depth"], learning_rate=settings["learning_rate"],
+        reg_lambda=1.0, gamma=0.0, min_child_weight=1.0, tree_method="hist", max_bin=BINS, n_jobs=1)
+    started = time.perf_counter()
+    model.fit(X, y)
+    seconds = time.perf_counter() - started
+    proba = model.predict_proba(joined(data.test_ids))
+    metrics = compute_metrics("binary", data.test_y, proba)
+    return {"accuracy": metrics["accuracy"], "roc_auc": metrics["roc_auc"], "fit_seconds": seconds}
+
+
+def run_summary(out: RunOutput) -> dict[str, Any]:
+    fit = out.fit_summary
+    return {"fit_seconds": out.fit_seconds, "bytes": fit.bytes, "rounds": fit.rounds, "messages": fit.messages,
+            "stats": out.stats}
+
+
+def over_grpc(data: Any, settings: dict[str, Any], work: Path) -> tuple[dict[str, Any], RunOutput]:
+    export_federation(data, work, base_port=57000 + os.getpid() % 1000, proposals=[SecureBoost(**settings)])
+    proc = subprocess.Popen([sys.executable, "-m", "vflo", "party", "serve", "bureau.toml"], cwd=work,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    try:
+        assert proc.stdout is not None
+        line, deadline = "", time.monotonic() + 90
+        while "listening on" not in line:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the bureau did not start: {line}")
+            line = proc.stdout.readline()
+        deployment = Deployment(load_deploy_config(work / "deploy.toml"))
+        try:
+            out = deployment.run(SecureBoost(**settings), seed=0)
+        finally:
+            deployment.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return run_summary(out), out
+
+
+def credit(data_dir: str | None, trees: int, costs: dict[str, float] | None, work: Path) -> dict[str, Any]:
+    data = split("credit_default", [
+        {"name": "bank", "role": "active", "columns": ["X1", "X2", "X3", "X4", "X5"]},
+        {"name": "bureau", "columns": "rest"}], 30_000, data_dir)
+    settings = {"n_trees": trees, "max_depth": 5, "learning_rate": 0.3, "n_bins": BINS}
+    result: dict[str, Any] = {"train_rows": int(data.train[data.active].n_samples),
+                              "test_rows": len(data.test_ids), "settings": settings}
+    grpc, out = over_grpc(data, settings, work)
+    result["grpc_mtls"] = {**grpc, **scores_of(data, out)}
+    print("credit over gRPC:", json.dumps(result["grpc_mtls"]), flush=True)
+    local = run_method(SecureBoost(**settings), data, seed=0)
+    result["in_process"] = {**run_summary(local), **scores_of(data, local)}
+    result["xgboost"] = xgboost_beside(data, settings)
+    if costs is not None:
+        counts = out.stats
+        floor = (counts["encryptions"] * costs["encrypt_s"] + counts["ciphertext_additions"] * costs["add_s"]
+                 + counts["sums_decrypted"] * costs["decrypt_s"])
+        result["floor"] = {"one_core_s": floor, "ratio_grpc": out.fit_seconds / floor,
+                           "ratio_in_process": local.fit_seconds / floor}
+    return result
+
+
+def breast_cancer(trees: int) -> dict[str, Any]:
+    data = split("breast_cancer", [{"name": "a", "role": "active", "n_columns": 15}, {"name": "b", "share": 1.0}],
+                 569, None)
+    settings = {"n_trees": trees, "max_depth": 5, "learning_rate": 0.3, "n_bins": BINS}
+    out = run_method(SecureBoost(**settings), data, seed=0)
+    return {"train_rows": int(data.train[data.active].n_samples), "test_rows": len(data.test_ids),
+            "secureboost": {**run_summary(out), **scores_of(data, out)}, "xgboost": xgboost_beside(data, settings)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=os.environ.get("VFLO_DATA_DIR"))
+    parser.add_argument("--trees", type=int, default=50)
+    parser.add_argument("--score-rows", type=int, default=100_000)
+    parser.add_argument("--only", nargs="+", choices=["floor", "credit", "breast_cancer", "scoring"])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "secureboost.json")
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {"machine": f"{len(os.sched_getaffinity(0))} cores", "vflo": vflo.__version__}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def keep(name: str, value: Any) -> None:
+        results[name] = value
+        args.out.write_text(json.dumps(results, indent=1, default=float))
+        print(name, json.dumps(value, default=float)[:1500], flush=True)
+
+    wanted = set(args.only or ["floor", "credit", "breast_cancer", "scoring"])
+    costs = floor_costs() if wanted & {"floor", "credit"} else None
+    if "floor" in wanted:
+        keep("floor", costs)
+    with tempfile.TemporaryDirectory() as tmp:
+        if "credit" in wanted:
+            (Path(tmp) / "credit").mkdir()
+            keep("credit", credit(args.data_dir, args.trees, costs, Path(tmp) / "credit"))
+        if "breast_cancer" in wanted:
+            keep("breast_cancer", breast_cancer(args.trees))
+        if "scoring" in wanted:
+            (Path(tmp) / "scoring").mkdir()
+            keep("scoring", together(Path(tmp) / "scoring", args.score_rows, "secureboost", train_rows=20_000))
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
