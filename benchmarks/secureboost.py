@@ -1,7 +1,10 @@
 """SecureBoost benchmark (not a test). Writes runs/bench/secureboost.json, part by part as each finishes.
 
     python -m benchmarks.secureboost [--data-dir ../shared/datasets] [--trees 50] [--score-rows 100000]
-                                     [--only floor credit breast_cancer scoring] [--out runs/bench/secureboost.json]
+                                     [--only floor credit lossless leakage scoring]
+                                     [--out runs/bench/secureboost.json]
+
+Parts already in ``--out`` are kept (``--only`` adds or replaces the parts it runs).
 
 1. ``floor``: what HEU costs on this machine, in one process: an OU encryption (2048-bit key, g and h packed),
    a ciphertext added into a per-bin sum (``feature_wise_bucket_sum``), a decryption.
@@ -11,9 +14,14 @@
    the ledger, the homomorphic operations the protocol asked for, and their floor (count x cost, one core),
    with vflo's ratio to it. Beside it, XGBoost ``hist`` centralized on the same rows and columns with the same
    depth, rounds, rate, λ, γ, min_child_weight and bins: accuracy, ROC AUC, seconds.
-3. ``breast_cancer``: scikit-learn's breast cancer, 15 columns a party, every person held by both: SecureBoost
-   (in one process) against XGBoost as above.
-4. ``scoring``: a SecureBoost model (10 trees, trained on 20,000 synthetic people, half shared) scores
+3. ``lossless``: on Credit (as above) and scikit-learn's breast cancer (15 columns a party, every person held
+   by both), SecureBoost in one process encrypted (OU) and with the plaintext backend, which must give the same
+   scores bit for bit, against XGBoost as above (accuracy within 0.005 is the target).
+4. ``leakage``: label inference by the bureau from the instance spaces it is asked to sum over (who shares a
+   node), on Credit as above with 10 trees, with the first 0, 1 or 2 trees grown at the bank alone
+   (``active_trees``, SecureBoost's reduced-leakage option): ROC AUC of the attack with k known labels, from
+   the first tree the bureau saw and from all of them, beside the model's own test ROC AUC.
+5. ``scoring``: a SecureBoost model (10 trees, trained on 20,000 synthetic people, half shared) scores
    ``--score-rows`` new people both parties hold, the passive party serving as its own process over gRPC with
    mutual TLS (``vflo predict --deploy``): wall time of the command (benchmarks/predict.py's ``together``).
 """
@@ -36,8 +44,8 @@ import vflo
 from vflo.deploy import Deployment, export_federation, load_deploy_config
 from vflo.experiments.config import parse_config
 from vflo.federation.simulation import RunOutput, run_method
-from vflo.metrics import compute_metrics
 from vflo.methods.secureboost import SecureBoost
+from vflo.metrics import compute_metrics
 from vflo.seeding import derive_seed, numpy_rng
 from vflo.trees.crypto import HESettings, PublicSide, new_keys
 
@@ -135,10 +143,13 @@ def over_grpc(data: Any, settings: dict[str, Any], work: Path) -> tuple[dict[str
     return run_summary(out), out
 
 
+def credit_data(data_dir: str | None) -> Any:
+    return split("credit_default", [{"name": "bank", "role": "active", "columns": ["X1", "X2", "X3", "X4", "X5"]},
+                                    {"name": "bureau", "columns": "rest"}], 30_000, data_dir)
+
+
 def credit(data_dir: str | None, trees: int, costs: dict[str, float] | None, work: Path) -> dict[str, Any]:
-    data = split("credit_default", [
-        {"name": "bank", "role": "active", "columns": ["X1", "X2", "X3", "X4", "X5"]},
-        {"name": "bureau", "columns": "rest"}], 30_000, data_dir)
+    data = credit_data(data_dir)
     settings = {"n_trees": trees, "max_depth": 5, "learning_rate": 0.3, "n_bins": BINS}
     result: dict[str, Any] = {"train_rows": int(data.train[data.active].n_samples),
                               "test_rows": len(data.test_ids), "settings": settings}
@@ -157,13 +168,32 @@ def credit(data_dir: str | None, trees: int, costs: dict[str, float] | None, wor
     return result
 
 
-def breast_cancer(trees: int) -> dict[str, Any]:
-    data = split("breast_cancer", [{"name": "a", "role": "active", "n_columns": 15}, {"name": "b", "share": 1.0}],
-                 569, None)
-    settings = {"n_trees": trees, "max_depth": 5, "learning_rate": 0.3, "n_bins": BINS}
-    out = run_method(SecureBoost(**settings), data, seed=0)
-    return {"train_rows": int(data.train[data.active].n_samples), "test_rows": len(data.test_ids),
-            "secureboost": {**run_summary(out), **scores_of(data, out)}, "xgboost": xgboost_beside(data, settings)}
+def lossless(data_dir: str | None, trees: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, data in (("credit", credit_data(data_dir)), ("breast_cancer", split(
+            "breast_cancer", [{"name": "a", "role": "active", "n_columns": 15}, {"name": "b", "share": 1.0}],
+            569, None))):
+        settings = {"n_trees": trees, "max_depth": 5, "learning_rate": 0.3, "n_bins": BINS}
+        encrypted = run_method(SecureBoost(**settings), data, seed=0)
+        plain = run_method(SecureBoost(**settings, he={"scheme": "plaintext"}), data, seed=0)
+        out[name] = {"train_rows": int(data.train[data.active].n_samples), "test_rows": len(data.test_ids),
+                     "trees": trees, "identical_to_plaintext": bool(np.array_equal(encrypted.scores, plain.scores)),
+                     "secureboost": scores_of(data, encrypted), "xgboost": xgboost_beside(data, settings)}
+        print(name, json.dumps(out[name]), flush=True)
+    return out
+
+
+def leakage(data_dir: str | None, trees: int = 10) -> dict[str, Any]:
+    from vflo.privacy.evaluate import attack_run
+
+    data = credit_data(data_dir)
+    out: dict[str, Any] = {"trees": trees, "train_rows": int(data.train[data.active].n_samples)}
+    for first in (0, 1, 2):
+        method = SecureBoost(n_trees=trees, max_depth=5, learning_rate=0.3, n_bins=BINS, active_trees=first)
+        run = attack_run(method, data, seed=0, completion=(10, 40, 100), decoders=())
+        out[f"active_trees_{first}"] = {"roc_auc": run["metrics"]["roc_auc"], "attack": run["labels"]["bureau"]}
+        print(first, json.dumps(out[f"active_trees_{first}"]), flush=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,10 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=os.environ.get("VFLO_DATA_DIR"))
     parser.add_argument("--trees", type=int, default=50)
     parser.add_argument("--score-rows", type=int, default=100_000)
-    parser.add_argument("--only", nargs="+", choices=["floor", "credit", "breast_cancer", "scoring"])
+    parser.add_argument("--only", nargs="+", choices=["floor", "credit", "lossless", "leakage", "scoring"])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "secureboost.json")
     args = parser.parse_args(argv)
-    results: dict[str, Any] = {"machine": f"{len(os.sched_getaffinity(0))} cores", "vflo": vflo.__version__}
+    results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    results.update({"machine": f"{len(os.sched_getaffinity(0))} cores", "vflo": vflo.__version__})
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def keep(name: str, value: Any) -> None:
@@ -182,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(results, indent=1, default=float))
         print(name, json.dumps(value, default=float)[:1500], flush=True)
 
-    wanted = set(args.only or ["floor", "credit", "breast_cancer", "scoring"])
+    wanted = set(args.only or ["floor", "credit", "lossless", "leakage", "scoring"])
     costs = floor_costs() if wanted & {"floor", "credit"} else None
     if "floor" in wanted:
         keep("floor", costs)
@@ -190,8 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         if "credit" in wanted:
             (Path(tmp) / "credit").mkdir()
             keep("credit", credit(args.data_dir, args.trees, costs, Path(tmp) / "credit"))
-        if "breast_cancer" in wanted:
-            keep("breast_cancer", breast_cancer(args.trees))
+        if "lossless" in wanted:
+            keep("lossless", lossless(args.data_dir, args.trees))
+        if "leakage" in wanted:
+            keep("leakage", leakage(args.data_dir))
         if "scoring" in wanted:
             (Path(tmp) / "scoring").mkdir()
             keep("scoring", together(Path(tmp) / "scoring", args.score_rows, "secureboost", train_rows=20_000))

@@ -139,6 +139,7 @@ def test_encrypted_and_plaintext_grow_the_same_trees(monkeypatch: pytest.MonkeyP
     runs = {}
     for scheme, workers in (("plaintext", 1), ("ou", 1), ("ou", 2)):
         if workers > 1:
+            monkeypatch.setattr(crypto, "PARALLEL_START", 10)
             monkeypatch.setattr(crypto, "PARALLEL_MIN", 10)
             monkeypatch.setattr(crypto, "PARALLEL_SUMS", 10)
         method = get_method("secureboost")(n_trees=2, max_depth=3, n_bins=8, he={"scheme": scheme},
@@ -183,7 +184,16 @@ def test_regression_multiclass_and_a_saved_model(tmp_path: object) -> None:
     model = vflo.fit(get_method("secureboost")(n_trees=4, he={"scheme": "plaintext"}), together, seed=0)
     expected = model.predict()
     saved = vflo.load(model.save(tmp_path).parent, "secureboost")  # type: ignore[arg-type]
-    assert np.array_equal(saved.predict(raw_rows(together)), expected)
+    rows = raw_rows(together)
+    assert np.array_equal(saved.predict(rows), expected)
+    # A partner absent: its splits send everyone down their default branches, as if it held none of them.
+    cols = saved.score_columns
+    without = saved.score({p: rows[p] for p in ("a", "p1")}, missing="subset")
+    empty = rows["p2"].subset(rows["p2"].ids[:0])
+    holds_none = saved.score({**rows, "p2": empty}, missing="subset")
+    assert set(without["scored_by"]) == {"a+p1"}
+    assert np.array_equal(without[cols].to_numpy(), holds_none[cols].to_numpy())
+    assert not np.allclose(without[cols].to_numpy(), expected)  # p2's splits mattered
 
 
 def test_a_partner_sums_only_nested_nodes_of_enough_people() -> None:
@@ -224,3 +234,19 @@ def test_keys_are_the_label_holders_own() -> None:
     gh = np.array([[5, 7], [-3, 2], [10, 0]], dtype=np.int64)
     sums = a.bucket_sums(a.encrypt(gh), np.arange(3), np.zeros((3, 1), dtype=np.int8), 2)
     assert a.decrypt(sums).tolist() == [[12, 9], [0, 0]]
+
+
+def test_a_partner_learns_who_shares_a_node_and_active_trees_hide_the_first_trees() -> None:
+    """The instance-space attack (a partner scoring people by the known labels of those it summed a node with)
+    finds the labels; with ``active_trees`` the partners see no node of the first trees."""
+    from vflo.privacy.evaluate import attack_run
+
+    together, _ = _blocks(n=700)
+    seen = {}
+    for first in (0, 1):
+        method = get_method("secureboost")(n_trees=3, max_depth=3, n_bins=8, he={"scheme": "plaintext"},
+                                           active_trees=first)
+        seen[first] = attack_run(method, together, seed=0, completion=(40,), decoders=())["labels"]
+    assert [seen[0][p]["instance_trees"] for p in ("p1", "p2")] == [3, 3]
+    assert [seen[1][p]["instance_trees"] for p in ("p1", "p2")] == [2, 2]
+    assert seen[0]["p1"]["instance_first_40"] > 0.75  # the first tree's nodes sort people by their labels

@@ -259,8 +259,9 @@ class SecureBoost(Method):
                 g, h = _gradients(fed.task, target, scores)
                 for k in range(self.n_classes_):
                     gh = np.rint(np.stack([g[:, k], h[:, k]], axis=1) * rules.scale).astype(np.int64)
-                    parties.new_tree(len(self.trees_), gh)
-                    eligible = [True, *([round_ >= cfg.active_trees] * len(passives))]
+                    shared = round_ >= cfg.active_trees
+                    parties.new_tree(len(self.trees_), gh, send=shared)
+                    eligible = [True, *([shared] * len(passives))]
                     tree, leaf = grow(gh, held_list, parties, rules, eligible=eligible, least=least)
                     tree.value = [cfg.learning_rate * v for v in tree.value]
                     scores[:, k] += np.asarray(tree.value)[leaf]
@@ -288,7 +289,8 @@ class SecureBoost(Method):
                 k, record = tree.owner[node], tree.record[node]
                 out = np.full(len(rows), tree.default_left[node])
                 mine = holds[k][rows]
-                out[mine] = owners[k][where[k][rows[mine]], record]
+                if mine.any():  # an absent partner holds no one: its decisions are an empty table
+                    out[mine] = owners[k][where[k][rows[mine]], record]
                 return out
 
             scores[:, t % self.n_classes_] += tree.route(len(ids), goes_left)
@@ -384,10 +386,12 @@ class _Federated:
         # a partner's bin sums (rows summed x its columns), and sums decrypted.
         self.counts = {"encryptions": 0, "ciphertext_additions": 0, "sums_decrypted": 0}
 
-    def new_tree(self, tree: int, gh: np.ndarray) -> None:
+    def new_tree(self, tree: int, gh: np.ndarray, *, send: bool = True) -> None:
+        """A tree's statistics: to the partners too with ``send`` (a tree grown at the label holder alone sends
+        them nothing)."""
         self.tree = tree
         self.own.new_tree(gh)
-        if not self.passives:
+        if not self.passives or not send:
             return
         # Only the people some partner holds: the others' statistics never leave.
         anyone = np.logical_or.reduce([self.held[p] for p in self.passives])

@@ -23,9 +23,15 @@ from vflo.federation.simulation import build_federation
 from vflo.methods.base import Method
 from vflo.metrics import compute_metrics
 from vflo.privacy.identity import exposure
-from vflo.privacy.label_inference import gradient_attacks, model_completion
+from vflo.privacy.label_inference import gradient_attacks, instance_space_attack, model_completion
 from vflo.privacy.reconstruction import decode, decode_each
-from vflo.privacy.views import activations_sent, gradients_received, ids_received, releases_received
+from vflo.privacy.views import (
+    activations_sent,
+    gradients_received,
+    ids_received,
+    instance_spaces_received,
+    releases_received,
+)
 
 
 def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequence[float] = (0.0, 0.01, 0.05, 0.1),
@@ -80,12 +86,15 @@ def _score_again(method: Method, fed: Federation, data: FederatedData, repeats: 
 def _label_attacks(seen: list[Message], data: FederatedData, labels_of: dict[object, int],
                    completion: Sequence[int], rng: np.random.Generator) -> dict[str, Any]:
     """Label inference by each passive party, from what it holds: the gradients it received, and the outputs of
-    its own bottom model, which it knows because it sent them."""
+    its own bottom model, which it knows because it sent them; or, under SecureBoost, who shared a node."""
     if data.task != "binary":
         return {}
 
     out: dict[str, Any] = {}
     for party in (p.name for p in data.parties if p.role == "passive"):
+        spaces = _instance_spaces(seen, party, labels_of, completion)
+        if spaces:
+            out[party] = spaces
         try:
             ids, grads = gradients_received(seen, party)
         except ConfigError:
@@ -115,6 +124,26 @@ def _label_attacks(seen: list[Message], data: FederatedData, labels_of: dict[obj
             result["majority"] = float(max(np.mean(labels), 1 - np.mean(labels))) if len(labels) else math.nan
         out[party] = result
     return out
+
+
+def _instance_spaces(seen: list[Message], party: str, labels_of: dict[object, int],
+                     completion: Sequence[int]) -> dict[str, Any]:
+    """The instance-space attack with k known labels (``completion``): from the first tree the party saw, and
+    from every tree it saw."""
+    try:
+        ids, groups = instance_spaces_received(seen, party)
+    except ConfigError:
+        return {}
+    keep = np.asarray([i in labels_of for i in ids.tolist()], dtype=bool)
+    labels = np.asarray([labels_of[i] for i in ids[keep].tolist()])
+    result: dict[str, Any] = {"instance_rows": int(keep.sum()), "instance_trees": int(groups.shape[1])}
+    for k in completion:
+        if k + 20 <= len(labels) and len(np.unique(labels)) == 2:
+            result[f"instance_first_{k}"] = instance_space_attack(groups[keep, :1], labels, known=k,
+                                                                  rng=np.random.default_rng(k))
+            result[f"instance_all_{k}"] = instance_space_attack(groups[keep], labels, known=k,
+                                                                rng=np.random.default_rng(k))
+    return result
 
 
 def _feature_attacks(seen: list[Message], data: FederatedData, known: Sequence[float], decoders: Sequence[str],

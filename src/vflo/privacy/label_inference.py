@@ -7,6 +7,10 @@ party's labels of the rows it shares.
   Learning" (ICLR 2022). The gradient of the loss with respect to a row's activations has a larger norm for
   the rarer class (norm scoring), and gradients of rows of one class point alike (direction scoring: cosine
   with the gradient of one row whose label the passive party knows).
+* :func:`instance_space_scores`: against SecureBoost (Cheng et al. 2021, whose reduced-leakage variant grows the
+  first tree at the active party alone for this reason): the people a partner is asked to sum a node over share
+  a region of the active party's gradients, so with a few known labels, the share of positives among the known
+  people of a person's node scores that person.
 * :func:`model_completion`: Fu et al., "Label Inference Attacks Against Vertical Federated Learning"
   (USENIX Security 2022), passive model completion: with a few rows' labels (k), the passive party trains a
   small head on its own trained bottom network's outputs and labels every other row.
@@ -85,3 +89,36 @@ def model_completion(outputs: np.ndarray, labels: np.ndarray, *, known: int, rng
         return float(np.mean(labels[rest] == labels[seen][0]))  # one class known: it can only guess that one
     head = LogisticRegression(max_iter=2000, C=1.0).fit(outputs[seen], labels[seen])
     return float(np.mean(head.predict(outputs[rest]) == labels[rest]))
+
+
+def instance_space_scores(groups: np.ndarray, labels: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """Each person's score from the nodes they shared (``groups``: people x trees, a node number per tree, -1 for
+    none): per tree, the share of positives among the ``known`` people of their node (smoothed towards the known
+    people's share), averaged over the trees that placed them."""
+    groups = np.asarray(groups, dtype=np.int64).reshape(len(labels), -1)
+    prior = float(np.mean(labels[known])) if known.any() else 0.5
+    total, placed = np.zeros(len(labels)), np.zeros(len(labels))
+    for t in range(groups.shape[1]):
+        nodes = groups[:, t]
+        seen = nodes >= 0
+        if not seen.any():
+            continue
+        index = np.unique(nodes[seen], return_inverse=True)[1]
+        size = int(index.max()) + 1
+        hits = np.bincount(index[known[seen]], weights=labels[seen][known[seen]], minlength=size)
+        count = np.bincount(index[known[seen]], minlength=size)
+        total[seen] += ((hits + prior) / (count + 1))[index]
+        placed[seen] += 1
+    out: np.ndarray = np.where(placed > 0, total / np.maximum(placed, 1), prior)
+    return out
+
+
+def instance_space_attack(groups: np.ndarray, labels: np.ndarray, *, known: int, rng: np.random.Generator) -> float:
+    """ROC AUC, over the people whose labels it does not know, of :func:`instance_space_scores` with ``known``
+    people's labels known (drawn at random)."""
+    labels = np.asarray(labels, dtype=np.float64)
+    if known >= len(labels):
+        raise ConfigError(f"the instance-space attack with {known} known labels needs more than {known} people")
+    mask = np.zeros(len(labels), dtype=bool)
+    mask[rng.permutation(len(labels))[:known]] = True
+    return _auc(instance_space_scores(groups, labels, mask)[~mask], labels[~mask])

@@ -122,6 +122,38 @@ def gradients_received(messages: Sequence[Message], party: str) -> tuple[np.ndar
     return np.concatenate(ids), np.vstack(grads)
 
 
+def instance_spaces_received(messages: Sequence[Message], party: str) -> tuple[np.ndarray, np.ndarray]:
+    """What SecureBoost tells a partner of who shares a node (the instance spaces): per tree it was asked to sum,
+    each of its training people's deepest node it learnt (a node's rows come with the ask; a node asked without
+    rows is its parent's less its sibling's). Returns (ids, groups): groups is people x trees, a node number
+    within its tree (-1 where the tree never asked about the person)."""
+    train_ids: np.ndarray | None = None
+    trees: dict[int, np.ndarray] = {}
+    members: dict[tuple[int, int], np.ndarray] = {}
+    for request, _ in exchanges(messages):
+        if request.receiver != party:
+            continue
+        payload = request.payload
+        if request.kind == "sb.init":
+            train_ids, trees, members = np.asarray(payload["train_ids"]), {}, {}
+        elif request.kind == "sb.histograms" and train_ids is not None:
+            tree = int(payload["tree"])
+            deepest = trees.setdefault(tree, np.full(len(train_ids), -1, dtype=np.int64))
+            rows, at = np.asarray(payload["rows"], dtype=np.int64), 0
+            for node, parent, sibling, count in zip(*(np.asarray(payload[k]).tolist() for k in (
+                    "nodes", "parents", "siblings", "counts")), strict=True):
+                if count >= 0:
+                    mine = rows[at:at + count]
+                    at += count
+                else:
+                    mine = np.setdiff1d(members[tree, parent], members[tree, sibling])
+                members[tree, node] = mine
+                deepest[mine] = node
+    if train_ids is None or not trees:
+        raise ConfigError(f"party {party!r} was asked for no bin sums in this run: the method is not SecureBoost")
+    return train_ids, np.stack([trees[t] for t in sorted(trees)], axis=1)
+
+
 def _rows_crossing(messages: Sequence[Message], aligned: np.ndarray | None) -> Iterator[tuple[Message, np.ndarray,
                                                                                               np.ndarray]]:
     """Every reply that carries rows of its sender's data, with the IDs the rows concern (as both ends know them)

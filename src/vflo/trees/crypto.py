@@ -63,7 +63,9 @@ def processes(workers: int) -> int:
     return workers or len(os.sched_getaffinity(0))
 
 
-#: Fewest ciphertexts (to decrypt) or ciphertext additions (to sum per bin) worth sharing out among processes.
+#: Fewest ciphertexts to decrypt worth starting helper processes for (about a third of a second's work here), and
+#: worth sharing out among helpers already started; ciphertext additions (to sum per bin) worth sharing out.
+PARALLEL_START = 2048
 PARALLEL_MIN = 512
 PARALLEL_SUMS = 100_000
 
@@ -207,11 +209,11 @@ class KeyPair(PublicSide):
         return out.reshape(-1, 2)
 
     def decrypt_many(self, handles: list[Any]) -> list[np.ndarray]:
-        """Each handle decrypted; a batch of :data:`PARALLEL_MIN` ciphertexts or more is cut into one share per
-        process, this one decrypting its own while the others do theirs."""
+        """Each handle decrypted; a large batch (:data:`PARALLEL_START`, or :data:`PARALLEL_MIN` once helpers run)
+        is cut into one share per process, this one decrypting its own while the helpers do theirs."""
         sizes = [int(h.shape[0]) for h in handles] if self.kit is not None else []
         total = sum(sizes)
-        if self.kit is None or self.processes < 2 or total < PARALLEL_MIN:
+        if self.kit is None or self.processes < 2 or total < (PARALLEL_MIN if self._helpers else PARALLEL_START):
             return [self.decrypt(h) for h in handles]
         pieces: list[list[tuple[int, int, int]]] = [[] for _ in range(self.processes)]  # handle, start, stop
         share, owner, room = -(-total // self.processes), 0, -(-total // self.processes)
