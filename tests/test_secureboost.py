@@ -250,3 +250,17 @@ def test_a_partner_learns_who_shares_a_node_and_active_trees_hide_the_first_tree
     assert [seen[0][p]["instance_trees"] for p in ("p1", "p2")] == [3, 3]
     assert [seen[1][p]["instance_trees"] for p in ("p1", "p2")] == [2, 2]
     assert seen[0]["p1"]["instance_first_40"] > 0.75  # the first tree's nodes sort people by their labels
+
+
+def test_a_helper_process_reports_its_failure_and_ends_with_its_pipe() -> None:
+    from vflo.trees.helper import Helper, HelperError
+
+    helper = Helper()
+    try:
+        with pytest.raises(HelperError, match="no_such_call: KeyError"):
+            helper.call("no_such_call")
+        with pytest.raises(HelperError, match="sum_rows: KeyError"):  # nothing held yet: a clear error, not a hang
+            helper.call("sum_rows", np.arange(3))
+    finally:
+        helper.close()
+    assert helper._process.returncode == 0

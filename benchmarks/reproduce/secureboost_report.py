@@ -61,7 +61,8 @@ def overlap_section(runs: Path) -> tuple[list[str], list[str]]:
                         "(benchmarks/reproduce/secureboost.sh)._", ""], []
     ok = frame[frame["status"] == "ok"]
     total = 30_000
-    header = ["shared with the bureau", "method", "accuracy %", "ROC AUC x 100", "training MB", "fit s", "runs"]
+    # Training time is the benchmark's (an idle machine); these runs may share theirs with other work.
+    header = ["shared with the bureau", "method", "accuracy %", "ROC AUC x 100", "training MB", "runs"]
     rows = []
     claims = []
     for aligned in sorted(ok["samples.aligned"].unique()):
@@ -71,7 +72,7 @@ def overlap_section(runs: Path) -> tuple[list[str], list[str]]:
                 continue
             rows.append([f"{100 * aligned / total:.0f} % ({aligned:,})", method, _cell(part["accuracy"], 100),
                          _cell(part["roc_auc"], 100), f"{part['fit_bytes'].mean() / 1e6:.2f}",
-                         f"{part['fit_seconds'].mean():.1f}", str(part["repeat"].nunique())])
+                         str(part["repeat"].nunique())])
         for other in ("secureboost_aligned", "local", "secureboost_bank"):
             for metric in ("roc_auc", "accuracy"):
                 sentence = _paired(ok, aligned, "secureboost", other, metric)
@@ -92,21 +93,24 @@ def lossless_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
         part = got.get(key) if got else None
         if not part:
             continue
-        sb, xgb = part["secureboost"], part["xgboost"]
-        gap = abs(sb["accuracy"] - xgb["accuracy"])
+        sb, xgb, same = part["secureboost"], part["xgboost"], part["xgboost_same_bins"]
+        gap = abs(sb["accuracy"] - same["accuracy"])
         rows.append([label, f"{part['train_rows']:,} / {part['test_rows']:,}", str(part["trees"]),
                      "yes" if part["identical_to_plaintext"] else "**no**", _pct(sb["accuracy"]),
-                     _pct(sb["roc_auc"]), _pct(xgb["accuracy"]), _pct(xgb["roc_auc"]), f"{100 * gap:.2f}"])
+                     _pct(sb["roc_auc"]), _pct(same["accuracy"]), _pct(same["roc_auc"]), _pct(xgb["accuracy"]),
+                     _pct(xgb["roc_auc"])])
         within = "within" if gap <= TOLERANCE else "**not within**"
-        claims.append(f"{label}: SecureBoost's accuracy is {100 * gap:.2f} points from XGBoost's, {within} the "
-                      f"{100 * TOLERANCE:.1f}-point target; the encrypted run's scores are "
+        claims.append(f"{label}: SecureBoost's test accuracy is {100 * gap:.2f} points from XGBoost's on the same "
+                      f"bins ({within} the {100 * TOLERANCE:.1f}-point target; ROC AUC {sb['roc_auc']:.6f} against "
+                      f"{same['roc_auc']:.6f}) and {100 * abs(sb['accuracy'] - xgb['accuracy']):.2f} points from "
+                      f"XGBoost's on its own bins; the encrypted run's scores are "
                       f"{'bit-identical to' if part['identical_to_plaintext'] else '**not** identical to'} the "
                       f"plaintext backend's.")
     if not rows:
         return [*lines, "_Not measured yet: `python -m benchmarks.secureboost --only lossless`._", ""], []
     header = ["dataset", "train / test people", "trees", "OU = plaintext, tree for tree", "accuracy % (vflo, OU)",
-              "ROC AUC x 100 (vflo)", "accuracy % (XGBoost hist)", "ROC AUC x 100 (XGBoost)",
-              "accuracy gap (points)"]
+              "ROC AUC x 100 (vflo)", "accuracy % (XGBoost, vflo's bins)", "ROC AUC x 100 (XGBoost, vflo's bins)",
+              "accuracy % (XGBoost, its bins)", "ROC AUC x 100 (XGBoost, its bins)"]
     return [*lines, f"_Source: `{bench['source']}` (benchmarks/secureboost.py, part `lossless`)._", "",
             table(header, rows), ""], claims
 
