@@ -100,3 +100,14 @@ def test_hashing_and_blinding_in_workers_equals_the_serial_path() -> None:
     assert np.array_equal(parallel, serial)
     # matching compares whole 32-byte points
     assert psi.matches(serial[[3, 7]], serial).all() and not psi.matches(serial[:1], serial[1:]).any()
+
+
+def test_two_jobs_of_one_step_share_the_helpers_whichever_is_collected_first() -> None:
+    ids = np.array([f"p{i}" for i in range(400)])
+    key, salt = psi.new_key(), b"r" * 32
+    points = hash_ids(np.arange(300), b"x" * 32)
+    with psi.Blinder(key, size=psi.PARALLEL_FROM, workers=2) as blinder:
+        own, double = blinder.ids(ids, salt), blinder.points(points)
+        second, first = double(), own()  # the later job collected first, as psi.handle does
+    assert np.array_equal(first, blind(hash_ids(ids, salt), key, workers=1))
+    assert np.array_equal(second, blind(points, key, workers=1))

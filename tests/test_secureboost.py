@@ -253,7 +253,7 @@ def test_a_partner_learns_who_shares_a_node_and_active_trees_hide_the_first_tree
 
 
 def test_a_helper_process_reports_its_failure_and_ends_with_its_pipe() -> None:
-    from vflo.trees.helper import Helper, HelperError
+    from vflo.helpers import Helper, HelperError
 
     helper = Helper()
     try:

@@ -21,7 +21,6 @@ import hashlib
 import os
 import secrets
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -30,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from vflo.align.plain import STATE_KEY, Alignment
 from vflo.comm.message import INT, STR, ArraySpec, FieldSpec, Payload, check_payload
 from vflo.errors import DataError, ProtocolError
+from vflo.helpers import HelperPool
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -79,54 +79,56 @@ def _hash_blind_chunk(key: bytes, salt: bytes, ids: list[object]) -> bytes:
 
 
 class Blinder:
-    """Raises points (or hashed IDs) to one secret scalar, in worker processes for long lists.
+    """Raises points (or hashed IDs) to one secret scalar, in helper processes for long lists
+    (:mod:`vflo.helpers`: started afresh, never forked from a party serving over gRPC).
 
-    Each job is cut into several chunks per worker so every core stays busy, and a party's two jobs of one
-    step (its own IDs and the other party's points) share one pool. About 28 µs per point per core here:
-    the four blindings of a 1M x 1M intersection are its whole cost.
+    Each job is cut into one run of chunks per helper, and a party's two jobs of one step (its own IDs and the
+    other party's points) share one pool. About 28 µs per point per core here: the four blindings of a 1M x 1M
+    intersection are its whole cost.
     """
 
     def __init__(self, key: bytes, *, size: int, workers: int | None = None) -> None:
         self.key = key
         workers = workers if workers is not None else (os.cpu_count() or 1)
         self.workers = workers if size >= PARALLEL_FROM and workers >= 2 else 1
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool: HelperPool | None = None
 
     def __enter__(self) -> Blinder:
         if self.workers > 1:
-            self._pool = ProcessPoolExecutor(self.workers)
+            self._pool = HelperPool(self.workers)
         return self
 
     def __exit__(self, *_exc: object) -> None:
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.close()
 
     def _chunks(self, n: int) -> int:
-        """Items per chunk: several chunks per worker, so the slowest chunk does not leave a core idle."""
-        return max(1, -(-n // (4 * self.workers)))
+        """Items per chunk: one run of chunks per helper, each its share."""
+        return max(1, -(-n // self.workers))
 
-    def _start(self, fn: Any, head: tuple[object, ...], chunks: list[Any], n: int) -> Callable[[], np.ndarray]:
+    def _start(self, fn: Any, name: str, head: tuple[object, ...], chunks: list[Any],
+               n: int) -> Callable[[], np.ndarray]:
         if self._pool is None:
             out = b"".join(fn(*head, c) for c in chunks)
             return lambda: np.frombuffer(out, dtype=np.uint8).reshape(n, 32).copy()
         pool = self._pool
-        futures = [pool.submit(fn, *(*head, c)) for c in chunks]
-        return lambda: np.frombuffer(b"".join(f.result() for f in futures), dtype=np.uint8).reshape(n, 32).copy()
+        job = pool.submit(name, head, chunks)
+        return lambda: np.frombuffer(b"".join(pool.result(job)), dtype=np.uint8).reshape(n, 32).copy()
 
     def points(self, points: np.ndarray) -> Callable[[], np.ndarray]:
         """Start blinding ``points`` (n, 32); call the result for the blinded points."""
         if points.ndim != 2 or points.shape[1] != 32:
             raise ProtocolError(f"PSI points must be an (n, 32) byte array, got {points.shape}")
         data, step = points.tobytes(), 32 * self._chunks(len(points))
-        return self._start(_blind_chunk, (self.key,), [data[i : i + step] for i in range(0, len(data), step)],
-                           len(points))
+        return self._start(_blind_chunk, "psi.blind", (self.key,),
+                           [data[i : i + step] for i in range(0, len(data), step)], len(points))
 
     def ids(self, ids: np.ndarray, salt: bytes) -> Callable[[], np.ndarray]:
         """Start hashing ``ids`` to the curve with ``salt`` and blinding them; call the result for the points."""
         _check_unique(ids)
         values, step = ids.tolist(), self._chunks(len(ids))
         chunks = [values[i : i + step] for i in range(0, len(values), step)]
-        return self._start(_hash_blind_chunk, (self.key, salt), chunks, len(ids))
+        return self._start(_hash_blind_chunk, "psi.hash_blind", (self.key, salt), chunks, len(ids))
 
 
 def blind(points: np.ndarray, key: bytes, *, workers: int | None = None) -> np.ndarray:

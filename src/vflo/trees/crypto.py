@@ -12,14 +12,13 @@ lossless check; it sends gradients in the clear, which reveals the labels, and e
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import numpy as np
 
 from vflo.errors import ConfigError
-from vflo.trees.helper import Helper
+from vflo.helpers import Helper
 
 Scheme = Literal["ou", "paillier", "plaintext"]
 SCHEMES: tuple[str, ...] = get_args(Scheme)
@@ -125,17 +124,17 @@ class PublicSide:
             return out
         if handle is not self._shared or self.processes < 2 or len(rows) * columns < PARALLEL_SUMS:
             return _bucket_sum(self.evaluator, handle, rows, codes, buckets)
-        helpers = self._started("start_summer", self.scheme, self.public_key_bytes)
+        helpers = self._started("sb.start_summer", self.scheme, self.public_key_bytes)
         if not all(self._sent):
             blob = handle.serialize()  # each helper keeps the tree's ciphertexts, sent once
             for helper in helpers:
-                helper.send("hold", blob, codes, buckets)
+                helper.send("sb.hold", blob, codes, buckets)
             for helper in helpers:
                 helper.receive()
             self._sent = [True] * len(helpers)
         pieces = np.array_split(rows, self.processes)
         for helper, piece in zip(helpers, pieces[1:], strict=True):
-            helper.send("sum_rows", piece)
+            helper.send("sb.sum_rows", piece)
         total = _bucket_sum(self.evaluator, handle, pieces[0], codes, buckets)
         for helper in helpers:
             total = self.evaluator.add(total, self._hnp.CiphertextArray.load_from(helper.receive()))
@@ -226,10 +225,10 @@ class KeyPair(PublicSide):
                 if room == 0:
                     owner, room = owner + 1, share
         # The secret key goes to this party's own child processes through a pipe, never to a file or a network.
-        helpers = self._started("start_decrypter", self.public_key,
+        helpers = self._started("sb.start_decrypter", self.public_key,
                                 bytes(self.secret_kit.secret_key().serialize()))
         for helper, mine in zip(helpers, pieces[1:], strict=True):
-            helper.send("decrypt_pieces", [handles[i][a:b].serialize() for i, a, b in mine])
+            helper.send("sb.decrypt_pieces", [handles[i][a:b].serialize() for i, a, b in mine])
         parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(handles))}
         for i, a, b in pieces[0]:
             parts[i].append(self.decrypt(handles[i][a:b]))
@@ -275,11 +274,6 @@ def _decrypt_pieces(blobs: list[bytes]) -> list[np.ndarray]:
     return [np.asarray(decryptor.decrypt(hnp.CiphertextArray.load_from(b)).to_numpy(encoder),
                        dtype=np.int64).reshape(-1, 2) for b in blobs]
 
-
-#: What a helper process (:mod:`vflo.trees.helper`) may be asked to run.
-HELPER_CALLS: dict[str, Callable[..., Any]] = {
-    "start_summer": _start_summer, "hold": _hold, "sum_rows": _sum_rows,
-    "start_decrypter": _start_decrypter, "decrypt_pieces": _decrypt_pieces}
 
 
 #: Bytes per row of a ciphertext blob on the wire: a party's row bound ([policy] max_rows) counts people, so a
