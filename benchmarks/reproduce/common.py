@@ -12,7 +12,7 @@ import pandas as pd
 
 from vflo.experiments.report import markdown_table as table
 
-__all__ = ["fill", "load", "provenance", "table", "write_report"]
+__all__ = ["fill", "load", "paired", "provenance", "table", "write_report"]
 
 _FIELD = re.compile(r"\{\{([\w.]+)\|([^}]+)\}\}")
 
@@ -27,6 +27,28 @@ def load(runs: Path, name: str) -> pd.DataFrame | None:
     frame.attrs["quick"] = meta.get("quick", False)
     frame.attrs["protocol"] = meta.get("protocol", {})
     return frame
+
+
+def paired(cell: pd.DataFrame, a: str, b: str, metric: str) -> tuple[float, float, str, str] | None:
+    """Methods ``a`` and ``b`` in ``cell`` (results rows) by ``metric``, run by run (the same repeats): their
+    means, the test ("paired t-test over n runs, p = ..."), and the verdict ("ahead of", "behind", "not clearly
+    different from"); None with fewer than two common runs. The same test as ``vflo compare``."""
+    import numpy as np
+
+    from vflo.experiments.compare import ALPHA, paired_p
+
+    runs = {m: cell[cell["method"] == m].set_index("repeat")[metric] for m in (a, b)}
+    common = sorted(set(runs[a].index) & set(runs[b].index))
+    if len(common) < 2:
+        return None
+    x, y = runs[a].loc[common].to_numpy(float), runs[b].loc[common].to_numpy(float)
+    pv = paired_p(x, y)
+    if np.isnan(pv) or pv >= ALPHA:
+        verdict = "not clearly different from"
+    else:
+        verdict = "ahead of" if x.mean() > y.mean() else "behind"
+    test = "no spread to test by" if np.isnan(pv) else f"paired t-test over {len(common)} runs, p = {pv:.3g}"
+    return float(x.mean()), float(y.mean()), test, verdict
 
 
 def provenance(frame: pd.DataFrame, name: str) -> str:

@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.reproduce.common import load, provenance, table, write_report
-from vflo.experiments.compare import ALPHA, paired_p
+from benchmarks.reproduce.common import load, paired, provenance, table, write_report
 
 #: The authors' code run here (NOTES.md): method -> p_miss -> (accuracy %, F1 x 100), mean and std over seeds 0-4.
 AUTHORS = {
@@ -145,21 +144,13 @@ def _order(ok: pd.DataFrame, here: dict[str, list[dict[str, float]]], p: float) 
 
 
 def _paired(ok: pd.DataFrame, p: float, a: str, b: str, *, metric: str = "accuracy", unit: str = "%") -> str:
-    cell = ok[np.isclose(ok["samples.p_miss"], p)]
-    runs = {m: cell[cell["method"] == m].set_index("repeat")[metric] for m in (a, b)}
-    common = sorted(set(runs[a].index) & set(runs[b].index))
-    if len(common) < 2:
+    found = paired(ok[np.isclose(ok["samples.p_miss"], p)], a, b, metric)
+    if found is None:
         return ""
-    x, y = runs[a].loc[common].to_numpy(float), runs[b].loc[common].to_numpy(float)
-    pv = paired_p(x, y)
-    if np.isnan(pv) or pv >= ALPHA:
-        verdict = "not clearly different from"
-    else:
-        verdict = "ahead of" if x.mean() > y.mean() else "behind"
-    test = "no spread to test by" if np.isnan(pv) else f"paired t-test over {len(common)} runs, p = {pv:.3g}"
+    x, y, test, verdict = found
     if unit == "%":
-        return f"{a} {100 * x.mean():.1f} % against {b} {100 * y.mean():.1f} % ({test}): {a} {verdict} {b}."
-    return f"{a} {x.mean():.3f} against {b} {y.mean():.3f} ({test}): {a} {verdict} {b}."
+        return f"{a} {100 * x:.1f} % against {b} {100 * y:.1f} % ({test}): {a} {verdict} {b}."
+    return f"{a} {x:.3f} against {b} {y:.3f} ({test}): {a} {verdict} {b}."
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.reproduce.common import load, provenance, table, write_report
-from vflo.experiments.compare import ALPHA, paired_p
+from benchmarks.reproduce.common import load, paired, provenance, table, write_report
 
 NAME = "secureboost_credit"
 METHODS = ("local", "secureboost_bank", "secureboost_aligned", "secureboost")
@@ -36,21 +35,12 @@ def _cell(values: pd.Series, scale: float) -> str:
 
 
 def _paired(ok: pd.DataFrame, aligned: int, a: str, b: str, metric: str) -> str:
-    cell = ok[ok["samples.aligned"] == aligned]
-    runs = {m: cell[cell["method"] == m].set_index("repeat")[metric] for m in (a, b)}
-    common = sorted(set(runs[a].index) & set(runs[b].index))
-    if len(common) < 2:
+    found = paired(ok[ok["samples.aligned"] == aligned], a, b, metric)
+    if found is None:
         return ""
-    x, y = runs[a].loc[common].to_numpy(float), runs[b].loc[common].to_numpy(float)
-    pv = paired_p(x, y)
-    if np.isnan(pv) or pv >= ALPHA:
-        verdict = "not clearly different from"
-    else:
-        verdict = "ahead of" if x.mean() > y.mean() else "behind"
-    test = "no spread to test by" if np.isnan(pv) else f"paired t-test over {len(common)} runs, p = {pv:.3g}"
+    x, y, test, verdict = found
     unit = "ROC AUC" if metric == "roc_auc" else "accuracy"
-    return (f"by {unit}, {a} {100 * x.mean():.1f} against {b} {100 * y.mean():.1f} ({test}): {a} {verdict} "
-            f"{b}.")
+    return f"by {unit}, {a} {100 * x:.1f} against {b} {100 * y:.1f} ({test}): {a} {verdict} {b}."
 
 
 def overlap_section(runs: Path) -> tuple[list[str], list[str]]:

@@ -12,7 +12,7 @@ import numpy as np
 from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, Value
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles, need
-from vflo.methods.split_learning import held_by_whoever_answers
+from vflo.methods.split_learning import ask_holders
 from vflo.trees.bins import MAX_BINS
 from vflo.trees.crypto import BLOB_ROW, HESettings, KeyPair, PublicSide, from_wire, new_keys, plain_side, to_wire
 from vflo.trees.growth import Candidate, GrowthRules, HistogramAsk, SplitAsk, Tree, grow
@@ -471,17 +471,7 @@ def _partner_decisions(fed: Federation, ids: np.ndarray,
     which people each partner scored; a partner that does not answer, with ``missing = "subset"``, scores none."""
     if not parties:
         return {}, {}
-    if fed.whoever_answers:
-        held = held_by_whoever_answers(fed, ids, parties)
-        asked = {p: {"ids": ids[h], "split": "serve"} for p, h in held.items() if h.any()}
-        replies, lost = fed.exchange_tolerant("sb.decide", asked)
-        for p, exc in lost.items():
-            fed.mark_absent(p, exc)
-            held[p] = np.zeros(len(ids), dtype=bool)
-    else:
-        alignment = fed.align(ids, parties, split="serve")
-        held = {p: alignment.holding(p, ids) for p in parties}
-        replies = fed.exchange("sb.decide", {p: {"ids": ids[held[p]], "split": "serve"} for p in parties})
+    replies, held = ask_holders(fed, "sb.decide", ids, parties)
     decisions = {}
     for p in parties:
         reply = replies.get(p)

@@ -277,17 +277,7 @@ def holders_activations(fed: Federation, ids: np.ndarray, parties: list[str],
     deadline, or without rows to score) is absent: zeros for every person of this batch, as if it held none."""
     if not parties:
         return [], {}
-    if fed.whoever_answers:
-        held = held_by_whoever_answers(fed, ids, parties)
-        asked = {p: {"ids": ids[h], "split": "serve"} for p, h in held.items() if h.any()}
-        replies, lost = fed.exchange_tolerant("split.activations", asked)
-        for p, exc in lost.items():
-            fed.mark_absent(p, exc)
-            held[p] = np.zeros(len(ids), dtype=bool)
-    else:
-        alignment = fed.align(ids, parties, split="serve")
-        held = {p: alignment.holding(p, ids) for p in parties}
-        replies = fed.exchange("split.activations", {p: {"ids": ids[held[p]], "split": "serve"} for p in parties})
+    replies, held = ask_holders(fed, "split.activations", ids, parties)
     acts = []
     for p in parties:
         if p not in replies:
@@ -298,7 +288,7 @@ def holders_activations(fed: Federation, ids: np.ndarray, parties: list[str],
     return acts, held
 
 
-def held_by_whoever_answers(fed: Federation, ids: np.ndarray, parties: list[str]) -> dict[str, np.ndarray]:
+def _held_by_whoever_answers(fed: Federation, ids: np.ndarray, parties: list[str]) -> dict[str, np.ndarray]:
     """Which of ``ids`` each partner holds, one alignment each, so that one that fails is absent alone."""
     held = {p: np.zeros(len(ids), dtype=bool) for p in parties}
     for p in fed.present(parties):
@@ -307,6 +297,24 @@ def held_by_whoever_answers(fed: Federation, ids: np.ndarray, parties: list[str]
         except (TransportError, RemoteError) as exc:
             fed.mark_absent(p, exc)
     return held
+
+
+def ask_holders(fed: Federation, kind: str, ids: np.ndarray,
+                parties: list[str]) -> tuple[dict[str, Payload], dict[str, np.ndarray]]:
+    """Ask each partner ``kind`` about the people among ``ids`` it holds (one alignment of the serving rows, one
+    exchange): the replies, and which people each partner holds. With ``fed.whoever_answers`` (``missing =
+    "subset"``) a partner that does not answer is absent, holding none of them, and has no reply."""
+    if fed.whoever_answers:
+        held = _held_by_whoever_answers(fed, ids, parties)
+        asked = {p: {"ids": ids[h], "split": "serve"} for p, h in held.items() if h.any()}
+        replies, lost = fed.exchange_tolerant(kind, asked)
+        for p, exc in lost.items():
+            fed.mark_absent(p, exc)
+            held[p] = np.zeros(len(ids), dtype=bool)
+        return replies, held
+    alignment = fed.align(ids, parties, split="serve")
+    held = {p: alignment.holding(p, ids) for p in parties}
+    return fed.exchange(kind, {p: {"ids": ids[held[p]], "split": "serve"} for p in parties}), held
 
 
 def state_copy(module: nn.Module) -> dict[str, Any]:
