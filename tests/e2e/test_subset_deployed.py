@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,32 +17,33 @@ from tests.e2e.conftest import start_federation, write_deploy
 from tests.test_laser_vfl import TRAIN, _blocks
 from vflo.cli import main
 from vflo.deploy import Deployment
-from vflo.methods.laser_vfl import LaserVFL
 from vflo.methods.registry import get_method
 from vflo.scoring import SavedModel
 
 pytestmark = pytest.mark.slow
-SETTINGS = {"train": {**TRAIN, "max_epochs": 3}}
+SETTINGS: dict[str, dict[str, Any]] = {"laser_vfl": {"train": {**TRAIN, "max_epochs": 3}},
+                                       "secureboost": {"n_trees": 3, "max_depth": 3, "n_bins": 8}}
 
 
+@pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_a_partner_killed_during_scoring_is_absent_for_the_rest(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     together, _ = _blocks()
-    method = get_method("laser_vfl")(**SETTINGS)
-    federation = start_federation(tmp_path / "fed", together, {}, proposals=[method])
+    cls = get_method(name)
+    federation = start_federation(tmp_path / "fed", together, {}, proposals=[cls(**SETTINGS[name])])
     try:
         deployment = Deployment(federation.deploy)
         try:
-            deployment.run(get_method("laser_vfl")(**SETTINGS), seed=4, save=(tmp_path / "models", "laser_vfl"))
+            deployment.run(cls(**SETTINGS[name]), seed=4, save=(tmp_path / "models", name))
         finally:
             deployment.close()
         deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
         # Four batches of 25 rows; p2 is killed once the first has been scored.
         monkeypatch.setattr("vflo.scoring.SCORE_BATCH", 25)
         batches: list[int] = []
-        predict_by = LaserVFL.predict_by
+        predict_by = cls.predict_by
 
-        def then_kill(self: LaserVFL, fed, ids):  # type: ignore[no-untyped-def]
+        def then_kill(self, fed, ids):  # type: ignore[no-untyped-def]
             out = predict_by(self, fed, ids)
             batches.append(len(ids))
             if len(batches) == 1:
@@ -49,10 +51,10 @@ def test_a_partner_killed_during_scoring_is_absent_for_the_rest(
                 federation.processes["p2"].wait(timeout=10)
             return out
 
-        monkeypatch.setattr(LaserVFL, "predict_by", then_kill)
+        monkeypatch.setattr(cls, "predict_by", then_kill)
         out = tmp_path / "scores.csv"
         started = time.monotonic()
-        assert main(["predict", str(tmp_path / "models"), "--method", "laser_vfl", "--data",
+        assert main(["predict", str(tmp_path / "models"), "--method", name, "--data",
                      str(federation.deploy.test_file), "--deploy", str(deploy), "--missing", "subset",
                      "--deadline", "5", "--out", str(out)]) == 0
         elapsed = time.monotonic() - started
@@ -67,9 +69,9 @@ def test_a_partner_killed_during_scoring_is_absent_for_the_rest(
         here = tmp_path / "here"
         shutil.copytree(tmp_path / "models", here)
         for party in ("p1", "p2"):
-            shutil.copytree(federation.directory / f"{party}_models" / "laser_vfl" / party, here / "laser_vfl" / party)
-        saved = SavedModel.load(here, "laser_vfl")
-        monkeypatch.setattr(LaserVFL, "predict_by", predict_by)
+            shutil.copytree(federation.directory / f"{party}_models" / name / party, here / name / party)
+        saved = SavedModel.load(here, name)
+        monkeypatch.setattr(cls, "predict_by", predict_by)
         rows = {"a": federation.deploy.test_file, **{p: federation.directory / f"{p}_serve.csv" for p in ("p1", "p2")}}
         everyone = saved.score(rows, missing="subset")
         without = saved.score({p: rows[p] for p in ("a", "p1")}, missing="subset")
@@ -80,14 +82,14 @@ def test_a_partner_killed_during_scoring_is_absent_for_the_rest(
 
         # p2 stays away: the next session goes on without it from the start (its part never loads).
         again = tmp_path / "again.csv"
-        assert main(["predict", str(tmp_path / "models"), "--method", "laser_vfl", "--data",
+        assert main(["predict", str(tmp_path / "models"), "--method", name, "--data",
                      str(federation.deploy.test_file), "--deploy", str(deploy), "--missing", "subset",
                      "--deadline", "5", "--out", str(again)]) == 0
         later = pd.read_csv(again, dtype={"id": str})
         assert set(later["scored_by"]) == {"a+p1"}
         assert np.allclose(later[cols].to_numpy(), without[cols].to_numpy(), atol=1e-6)
         # Without "subset" the same session is an error that names the partner.
-        assert main(["predict", str(tmp_path / "models"), "--method", "laser_vfl", "--data",
+        assert main(["predict", str(tmp_path / "models"), "--method", name, "--data",
                      str(federation.deploy.test_file), "--deploy", str(deploy), "--out", str(tmp_path / "x.csv")]) == 4
         assert "'p2'" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
     finally:
