@@ -74,7 +74,7 @@ class PublicSide:
     above 1, a large bin sum is cut by rows among that many processes (HEU sums on one thread here), each
     holding the tree's ciphertexts (:meth:`share`); :meth:`close` ends them."""
 
-    def __init__(self, scheme: str, public_key: bytes, *, workers: int = 1) -> None:
+    def __init__(self, scheme: str, public_key: bytes, *, workers: int = 1, kit: Any = None) -> None:
         self.scheme = scheme
         self.processes = processes(workers)
         self._helpers: list[Helper] = []
@@ -89,8 +89,8 @@ class PublicSide:
             raise ConfigError(f"unknown encryption scheme {scheme!r}; one of {list(SCHEMES)}")
         hnp, phe = _heu()
         self.public_key_bytes = public_key
-        key = phe.PublicKey.load_from(public_key)
-        self.kit = hnp.setup(key)
+        # Loading a public key costs HEU half a second here; the key holder passes its own kit instead.
+        self.kit = kit if kit is not None else hnp.setup(phe.PublicKey.load_from(public_key))
         self.evaluator = self.kit.evaluator()
         self._hnp = hnp
 
@@ -189,7 +189,7 @@ class KeyPair(PublicSide):
         hnp, phe = _heu()
         self.secret_kit = hnp.setup(getattr(phe.SchemaType, _HEU[settings.scheme]), settings.key_size)
         self.public_key = bytes(self.secret_kit.public_key().serialize())
-        super().__init__(settings.scheme, self.public_key, workers=workers)
+        super().__init__(settings.scheme, self.public_key, workers=workers, kit=self.secret_kit)
         self.encoder = _encoder(self.secret_kit)
         self.encryptor = self.secret_kit.encryptor()
         self.decryptor = self.secret_kit.decryptor()
