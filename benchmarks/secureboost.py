@@ -24,7 +24,9 @@ Parts already in ``--out`` are kept (``--only`` adds or replaces the parts it ru
    the first tree the bureau saw and from all of them, beside the model's own test ROC AUC.
 5. ``scoring``: a SecureBoost model (10 trees, trained on 20,000 synthetic people, half shared) scores
    ``--score-rows`` new people both parties hold, the passive party serving as its own process over gRPC with
-   mutual TLS (``vflo predict --deploy``): wall time of the command (benchmarks/predict.py's ``together``).
+   mutual TLS (``vflo predict --deploy``): wall time of the command (benchmarks/predict.py's ``together``); and
+   the private set intersection of that many people alone, which deployed scoring runs first
+   (benchmarks/network.py's ``psi``: both parties in one process, 50 % shared).
 """
 
 from __future__ import annotations
@@ -236,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             keep("leakage", leakage(args.data_dir))
         if "scoring" in wanted:
             (Path(tmp) / "scoring").mkdir()
-            keep("scoring", together(Path(tmp) / "scoring", args.score_rows, "secureboost", train_rows=20_000))
+            scoring = together(Path(tmp) / "scoring", args.score_rows, "secureboost", train_rows=20_000)
+            # Deployed scoring aligns by PSI (a partner sees only its own people scored): that part alone.
+            from network import psi
+            keep("scoring", {**scoring, "psi_alone": psi(args.score_rows)})
     print(f"written to {args.out}")
     return 0
 

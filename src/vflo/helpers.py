@@ -11,11 +11,13 @@ to its stdout, length-prefixed pickles between a party and its own children, and
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import pickle
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -81,6 +83,9 @@ class Helper:
         if not ok:
             raise HelperError(f"a helper process failed: {value}")
         return value
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
 
     def call(self, name: str, *args: Any) -> Any:
         self.send(name, *args)
@@ -155,6 +160,34 @@ class HelperPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_SHARED: dict[int, HelperPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool(size: int) -> HelperPool:
+    """This process's pool of ``size`` stateless helpers, started on first use and kept (starting one costs a
+    third of a second; a party that aligns once usually aligns again), ended when the process exits. Callers
+    hold :data:`SHARED_USE` while they use it."""
+    with _SHARED_LOCK:
+        pool = _SHARED.get(size)
+        if pool is None or not all(h.alive() for h in pool.helpers):
+            if pool is not None:
+                pool.close()
+            pool = _SHARED[size] = HelperPool(size)
+        return pool
+
+
+#: Held while a shared pool is in use: one job at a time per pool (a party serves one message at a time).
+SHARED_USE = threading.RLock()
+
+
+@atexit.register
+def _close_shared() -> None:
+    for pool in _SHARED.values():
+        pool.close()
+    _SHARED.clear()
 
 
 def _resolve(name: str) -> Any:

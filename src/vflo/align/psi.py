@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from vflo.align.plain import STATE_KEY, Alignment
 from vflo.comm.message import INT, STR, ArraySpec, FieldSpec, Payload, check_payload
 from vflo.errors import DataError, ProtocolError
-from vflo.helpers import HelperPool
+from vflo.helpers import SHARED_USE, HelperPool, shared_pool
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -95,12 +95,18 @@ class Blinder:
 
     def __enter__(self) -> Blinder:
         if self.workers > 1:
-            self._pool = HelperPool(self.workers)
+            SHARED_USE.acquire()
+            try:
+                self._pool = shared_pool(self.workers)
+            except BaseException:
+                SHARED_USE.release()
+                raise
         return self
 
     def __exit__(self, *_exc: object) -> None:
         if self._pool is not None:
-            self._pool.close()
+            self._pool = None
+            SHARED_USE.release()
 
     def _chunks(self, n: int) -> int:
         """Items per chunk: one run of chunks per helper, each its share."""
