@@ -179,8 +179,9 @@ def leakage_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
                       f"{b:.3f} from the first tree it does see (0.5: nothing learnt).")
     text = ("The bureau, following the protocol, knows which of its people it was asked to sum each node over. "
             "The attack (`vflo.privacy.label_inference.instance_space_attack`) scores each person by the share of "
-            "positives among the people of their node whose labels the bureau knows (k of them, drawn at "
-            f"random), averaged over trees; Credit as above, {got['trees']} trees, the bureau holding everyone.")
+            "positives among the people of their node whose labels the bureau knows (k of them, drawn at random; "
+            "the AUC is the mean of five draws), averaged over trees; Credit as above, "
+            f"{got['trees']} trees, the bureau holding everyone.")
     return [*lines, f"_Source: `{bench['source']}` (benchmarks/secureboost.py, part `leakage`)._", "", text, "",
             table(header, rows), ""], claims
 

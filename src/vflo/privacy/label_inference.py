@@ -113,12 +113,17 @@ def instance_space_scores(groups: np.ndarray, labels: np.ndarray, known: np.ndar
     return out
 
 
-def instance_space_attack(groups: np.ndarray, labels: np.ndarray, *, known: int, rng: np.random.Generator) -> float:
+def instance_space_attack(groups: np.ndarray, labels: np.ndarray, *, known: int, rng: np.random.Generator,
+                          draws: int = 5) -> float:
     """ROC AUC, over the people whose labels it does not know, of :func:`instance_space_scores` with ``known``
-    people's labels known (drawn at random)."""
+    people's labels known, averaged over ``draws`` random draws of whom it knows (a few known labels may all be
+    of one class, which tells it nothing: AUC 0.5 for that draw)."""
     labels = np.asarray(labels, dtype=np.float64)
     if known >= len(labels):
         raise ConfigError(f"the instance-space attack with {known} known labels needs more than {known} people")
-    mask = np.zeros(len(labels), dtype=bool)
-    mask[rng.permutation(len(labels))[:known]] = True
-    return _auc(instance_space_scores(groups, labels, mask)[~mask], labels[~mask])
+    aucs = []
+    for _ in range(draws):
+        mask = np.zeros(len(labels), dtype=bool)
+        mask[rng.permutation(len(labels))[:known]] = True
+        aucs.append(_auc(instance_space_scores(groups, labels, mask)[~mask], labels[~mask]))
+    return float(np.mean(aucs))
