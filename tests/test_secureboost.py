@@ -139,7 +139,6 @@ def test_encrypted_and_plaintext_grow_the_same_trees(monkeypatch: pytest.MonkeyP
     runs = {}
     for scheme, workers in (("plaintext", 1), ("ou", 1), ("ou", 2)):
         if workers > 1:
-            monkeypatch.setattr(crypto, "PARALLEL_START", 10)
             monkeypatch.setattr(crypto, "PARALLEL_MIN", 10)
             monkeypatch.setattr(crypto, "PARALLEL_SUMS", 10)
         method = get_method("secureboost")(n_trees=2, max_depth=3, n_bins=8, he={"scheme": scheme},

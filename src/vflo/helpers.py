@@ -104,10 +104,10 @@ class Helper:
 
 
 class HelperPool:
-    """``size`` helpers that share out a job's chunks (``name(*head, chunk)`` for each), a contiguous run of
-    chunks each; a job is submitted, and its results collected later. One job at a time is out: submitting
-    another first collects the one out (a helper busy on one job reads no other, so sending it more could
-    deadlock both pipes)."""
+    """``size`` helpers: each given the same call (:meth:`broadcast`, as a stateful helper is set up), or sharing
+    out a job's chunks (``name(*head, chunk)`` for each), a contiguous run of chunks each; a job is submitted, and
+    its results collected later. One job at a time is out: submitting another first collects the one out (a
+    helper busy on one job reads no other, so sending it more could deadlock both pipes)."""
 
     def __init__(self, size: int) -> None:
         self.helpers: list[Helper] = []
@@ -119,6 +119,13 @@ class HelperPool:
         self._out: tuple[int, list[int]] | None = None  # the job out, and how many chunks each helper took
         self._done: dict[int, list[Any]] = {}
         self._jobs = 0
+
+    def broadcast(self, name: str, *args: Any) -> list[Any]:
+        """``name(*args)`` in every helper (each then holds what it set up); their results, in order."""
+        self._collect()
+        for helper in self.helpers:
+            helper.send(name, *args)
+        return [helper.receive() for helper in self.helpers]
 
     def submit(self, name: str, head: Sequence[Any], chunks: Sequence[Any]) -> int:
         self._collect()

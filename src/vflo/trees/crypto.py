@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from vflo.errors import ConfigError
-from vflo.helpers import Helper
+from vflo.helpers import HelperPool
 
 Scheme = Literal["ou", "paillier", "plaintext"]
 SCHEMES: tuple[str, ...] = get_args(Scheme)
@@ -62,10 +62,9 @@ def processes(workers: int) -> int:
     return workers or len(os.sched_getaffinity(0))
 
 
-#: Fewest ciphertexts to decrypt worth starting helper processes for (about a third of a second's work here), and
-#: worth sharing out among helpers already started; ciphertext additions (to sum per bin) worth sharing out.
-PARALLEL_START = 2048
-PARALLEL_MIN = 512
+#: Fewest ciphertexts to decrypt worth sharing out among processes (about a third of a second's work in one here),
+#: and fewest ciphertext additions (to sum per bin) worth sharing out.
+PARALLEL_MIN = 2048
 PARALLEL_SUMS = 100_000
 
 
@@ -77,9 +76,9 @@ class PublicSide:
     def __init__(self, scheme: str, public_key: bytes, *, workers: int = 1, kit: Any = None) -> None:
         self.scheme = scheme
         self.processes = processes(workers)
-        self._helpers: list[Helper] = []
+        self._pool: HelperPool | None = None
         self._shared: Any = None
-        self._sent: list[bool] = []
+        self._sent = False  # whether the helpers hold the shared ciphertexts
         if scheme == "plaintext":
             if public_key != _PLAIN_KEY:
                 raise ConfigError("a plaintext public key that is not the plaintext backend's")
@@ -125,56 +124,44 @@ class PublicSide:
         if handle is not self._shared or self.processes < 2 or len(rows) * columns < PARALLEL_SUMS:
             return _bucket_sum(self.evaluator, handle, rows, codes, buckets)
         helpers = self._started("sb.start_summer", self.scheme, self.public_key_bytes)
-        if not all(self._sent):
-            blob = handle.serialize()  # each helper keeps the tree's ciphertexts, sent once
-            for helper in helpers:
-                helper.send("sb.hold", blob, codes, buckets)
-            for helper in helpers:
-                helper.receive()
-            self._sent = [True] * len(helpers)
+        if not self._sent:  # each helper keeps the tree's ciphertexts, sent once
+            helpers.broadcast("sb.hold", handle.serialize(), codes, buckets)
+            self._sent = True
         pieces = np.array_split(rows, self.processes)
-        for helper, piece in zip(helpers, pieces[1:], strict=True):
+        for helper, piece in zip(helpers.helpers, pieces[1:], strict=True):
             helper.send("sb.sum_rows", piece)
         total = _bucket_sum(self.evaluator, handle, pieces[0], codes, buckets)
-        for helper in helpers:
+        for helper in helpers.helpers:
             total = self.evaluator.add(total, self._hnp.CiphertextArray.load_from(helper.receive()))
         return total
 
-    def _started(self, start: str, *args: Any) -> list[Helper]:
+    def _started(self, start: str, *args: Any) -> HelperPool:
         """``processes - 1`` helpers, started with ``start(*args)`` the first time."""
-        if not self._helpers:
-            self._helpers = [Helper() for _ in range(self.processes - 1)]
+        if self._pool is None:
+            pool = HelperPool(self.processes - 1)
             try:
-                for helper in self._helpers:
-                    helper.send(start, *args)
-                for helper in self._helpers:
-                    helper.receive()
+                pool.broadcast(start, *args)
             except BaseException:
-                self.close()
+                pool.close()
                 raise
-            self._sent = [False] * len(self._helpers)
-        return self._helpers
+            self._pool, self._sent = pool, False
+        return self._pool
 
     def share(self, handle: Any) -> None:
         """The ciphertexts the next bin sums run over (a tree's): helpers receive them once, when first needed."""
-        self._shared = handle
-        self._sent = [False] * len(self._helpers)
+        self._shared, self._sent = handle, False
 
     def close(self) -> None:
         """Ends the helper processes (this side stays usable, in this process alone until needed again)."""
-        for helper in self._helpers:
-            helper.close()
-        self._helpers, self._sent = [], []
+        if self._pool is not None:
+            self._pool.close()
+        self._pool, self._sent = None, False
 
     def __enter__(self) -> PublicSide:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-#: Fewest ciphertexts worth sharing out among processes (about half a second's decryption in one).
-PARALLEL_MIN = 2048
 
 
 class KeyPair(PublicSide):
@@ -208,11 +195,11 @@ class KeyPair(PublicSide):
         return out.reshape(-1, 2)
 
     def decrypt_many(self, handles: list[Any]) -> list[np.ndarray]:
-        """Each handle decrypted; a large batch (:data:`PARALLEL_START`, or :data:`PARALLEL_MIN` once helpers run)
-        is cut into one share per process, this one decrypting its own while the helpers do theirs."""
+        """Each handle decrypted; a batch of :data:`PARALLEL_MIN` ciphertexts or more is cut into one share per
+        process, this one decrypting its own while the helpers do theirs."""
         sizes = [int(h.shape[0]) for h in handles] if self.kit is not None else []
         total = sum(sizes)
-        if self.kit is None or self.processes < 2 or total < (PARALLEL_MIN if self._helpers else PARALLEL_START):
+        if self.kit is None or self.processes < 2 or total < PARALLEL_MIN:
             return [self.decrypt(h) for h in handles]
         pieces: list[list[tuple[int, int, int]]] = [[] for _ in range(self.processes)]  # handle, start, stop
         share, owner, room = -(-total // self.processes), 0, -(-total // self.processes)
@@ -227,12 +214,12 @@ class KeyPair(PublicSide):
         # The secret key goes to this party's own child processes through a pipe, never to a file or a network.
         helpers = self._started("sb.start_decrypter", self.public_key,
                                 bytes(self.secret_kit.secret_key().serialize()))
-        for helper, mine in zip(helpers, pieces[1:], strict=True):
+        for helper, mine in zip(helpers.helpers, pieces[1:], strict=True):
             helper.send("sb.decrypt_pieces", [handles[i][a:b].serialize() for i, a, b in mine])
         parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(handles))}
         for i, a, b in pieces[0]:
             parts[i].append(self.decrypt(handles[i][a:b]))
-        for helper, mine in zip(helpers, pieces[1:], strict=True):
+        for helper, mine in zip(helpers.helpers, pieces[1:], strict=True):
             for (i, _, _), values in zip(mine, helper.receive(), strict=True):
                 parts[i].append(values)
         return [np.concatenate(parts[i]) if parts[i] else np.zeros((0, 2), dtype=np.int64)
