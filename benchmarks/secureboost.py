@@ -57,6 +57,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from predict import together  # noqa: E402
 
+from benchmarks.link import wait_for  # noqa: E402
+
 BINS = 32
 
 
@@ -136,12 +138,7 @@ def over_grpc(data: Any, settings: dict[str, Any], work: Path) -> tuple[dict[str
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
     try:
-        assert proc.stdout is not None
-        line, deadline = "", time.monotonic() + 90
-        while "listening on" not in line:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"the bureau did not start: {line}")
-            line = proc.stdout.readline()
+        wait_for(proc, "listening on")
         deployment = Deployment(load_deploy_config(work / "deploy.toml"))
         try:
             out = deployment.run(SecureBoost(**settings), seed=0)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from vflo.experiments.report import markdown_table as table
 
-__all__ = ["fill", "load", "paired", "provenance", "table", "write_report"]
+__all__ = ["fill", "load", "paired", "provenance", "table", "write_page", "write_report"]
 
 _FIELD = re.compile(r"\{\{([\w.]+)\|([^}]+)\}\}")
 
@@ -107,3 +107,13 @@ def write_report(out: Path, sections: list[str], *, preamble: Path | None = None
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}")
     return 0
+
+
+def write_page(out: Path, parts: list[tuple[list[str], list[str]]]) -> int:
+    """Write a reproduction page from its sections, each with its claim lines: the sections in order, then every
+    claim under "What the runs say"; the preamble beside ``out`` (``NAME.preamble.md``) first."""
+    sections = [line for lines, _ in parts for line in lines]
+    claims = [claim for _, found in parts for claim in found]
+    if claims:
+        sections += ["## What the runs say", "", *(f"- {c}" for c in claims), ""]
+    return write_report(out, sections, preamble=out.with_suffix(".preamble.md"))

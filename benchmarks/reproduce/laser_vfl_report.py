@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.reproduce.common import load, paired, provenance, table, write_report
+from benchmarks.reproduce.common import load, paired, provenance, table, write_page
 
 #: The authors' code run here (NOTES.md): method -> p_miss -> (accuracy %, F1 x 100), mean and std over seeds 0-4.
 AUTHORS = {
@@ -158,15 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=Path("runs/repro"))
     parser.add_argument("--out", type=Path, default=Path("docs/reproductions/laser-vfl.md"))
     args = parser.parse_args(argv)
-    sections: list[str] = []
-    claims: list[str] = []
-    for label, name in DATASETS:
-        lines, found = dataset_section(args.runs, label, name)
-        sections += lines
-        claims += found
-    if claims:
-        sections += ["## What the runs say", "", *(f"- {c}" for c in claims), ""]
-    return write_report(args.out, sections, preamble=args.out.with_suffix(".preamble.md"))
+    return write_page(args.out, [dataset_section(args.runs, label, name) for label, name in DATASETS])
 
 
 if __name__ == "__main__":

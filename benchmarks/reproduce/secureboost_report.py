@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.reproduce.common import load, paired, provenance, table, write_report
+from benchmarks.reproduce.common import load, paired, provenance, table, write_page
 
 NAME = "secureboost_credit"
 METHODS = ("local", "secureboost_bank", "secureboost_aligned", "secureboost")
@@ -194,16 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bench: dict[str, Any] = json.loads(args.bench.read_text()) if args.bench.is_file() else {}
     bench["source"] = "runs/bench/secureboost.json"
-    sections: list[str] = []
-    claims: list[str] = []
-    for lines, found in (overlap_section(args.runs), lossless_section(bench), speed_section(bench),
-                         leakage_section(bench)):
-        sections += lines
-        claims += found
-    if claims:
-        sections += ["## What the runs say", "", *(f"- {c}" for c in claims), ""]
-    return write_report(args.out, sections, preamble=args.out.with_suffix(".preamble.md"))
-
+    return write_page(args.out, [overlap_section(args.runs), lossless_section(bench), speed_section(bench),
+                                 leakage_section(bench)])
 
 if __name__ == "__main__":
     sys.exit(main())
