@@ -71,7 +71,7 @@ class Ping(Method):
     name = "ping"
     Config = MethodConfig
 
-    @handles("ping.ping", n=INT)
+    @handles("ping.ping", served="any time (the benchmark's echo)", n=INT)
     def ping(self, ctx: NodeContext, payload: Payload) -> Payload:
         return {"n": payload["n"]}
 

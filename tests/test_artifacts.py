@@ -36,21 +36,6 @@ def raw_rows(data: FederatedData) -> dict[str, PartyData]:
     return out
 
 
-@pytest.mark.parametrize("name", DEPLOYABLE)
-def test_save_load_predict_gives_the_same_scores(name: str, tmp_path: Path) -> None:
-    data = data_for(name)
-    model = vflo.fit(quick(name), data, seed=0)
-    expected = model.predict()
-    folder = model.save(tmp_path)
-    saved = vflo.load(tmp_path)
-    assert saved.label == name and folder == tmp_path / name
-    rows = raw_rows(data)
-    scores = saved.predict(rows if not saved.active_only else rows[data.active])
-    assert np.array_equal(scores, expected)  # bit for bit
-    frame = saved.score(rows)
-    assert list(frame["id"]) == list(data.test_ids) and (frame["model"] == name).all()
-
-
 def test_each_party_folder_holds_only_its_own_part(tmp_path: Path) -> None:
     """The message audit's check applied to the saved files: no part holds another party's rows or labels."""
     for name in ("splitnn", "rap", "fedsvd", "apc_vfl_aligned", "entity_augmentation", "vfl_asp"):

@@ -153,14 +153,6 @@ def observed(name: str, alignment: AlignmentConfig | None = None) -> tuple[list[
     return seen, data, roles
 
 
-@pytest.mark.parametrize("name", deployable())
-def test_every_message_keeps_to_its_declaration_and_leaks_nothing_raw(name: str) -> None:
-    for alignment in (None, AlignmentConfig(method="psi")):
-        messages, data, roles = observed(name, alignment)
-        assert messages
-        assert audit(name, messages, data, roles) == []
-
-
 def test_the_audit_finds_every_kind_of_leak() -> None:
     """The checks above can fail: a message carrying each kind of leak is caught."""
     _, data, roles = observed("splitnn")
@@ -205,9 +197,9 @@ def test_the_security_page_shows_the_declarations_of_this_code() -> None:
 
 
 def test_every_kind_says_when_it_is_served() -> None:
-    from vflo.audit import STEPS, declarations
+    from vflo.audit import declarations
 
-    assert {d.kind for d in declarations()} == set(STEPS)
+    assert all(d.served.strip() for d in declarations())  # @handles requires it; control kinds state it too
 
 
 @pytest.mark.parametrize("name", [m for m in deployable() if get_method(m).own_settings])

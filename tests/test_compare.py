@@ -216,7 +216,8 @@ def test_missing_partner_cells_run_whoever_can_score_there() -> None:
     assert "every partner holds" in skipped["rap"] and "second-hop" in skipped["vfl_asp"]
     # Without Local, SplitNN has no one to score the people a partner lacks.
     alone, why = applicable(CompareSettings(methods=("splitnn", "laser_vfl")), "binary", cell)
-    assert set(alone) == {"plugvfl", "laser_vfl"} and "Local" in why["splitnn"]
+    assert set(alone) == {"plugvfl", "laser_vfl"}
+    assert "lacks with local, which is not in this comparison" in why["splitnn"]
     layout = _layout(cell, settings, 1)
     test = layout.held_out("active")  # type: ignore[attr-defined]
     assert len(test) == 114

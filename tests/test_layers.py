@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.align",),
     ("vflo.federation.coordinator",),
     ("vflo.methods",),
+    ("vflo.federation.session",),
     ("vflo.federation.simulation", "vflo.privacy", "vflo.artifacts", "vflo.audit"),
     ("vflo.deploy", "vflo.scoring"),
     ("vflo.experiments", "vflo.api", "vflo.flower"),

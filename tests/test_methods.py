@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
 
 from tests.conftest import make_dataset, two_party_spec
-from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import MethodError
 from vflo.federation.simulation import build_federation, party_secret, run_method
@@ -26,23 +23,20 @@ TINY = {"max_epochs": 2, "patience": 0, "batch_size": 64}
 
 
 def quick(name: str) -> Method:
-    """Every registered method with settings that keep a test run short."""
-    settings = {"splitnn": {"train": {**FAST, "max_epochs": 2}}, "apc_vfl": {"train": TINY},
-                "apc_vfl_aligned": {"train": TINY}, "ablation": {"train": TINY}, "vfedtrans": {"train": TINY},
-                "entity_augmentation": {"train": {**TINY, "validation_fraction": 0.0}},
-                "laser_vfl": {"train": {**TINY, "validation_fraction": 0.2}},
-                "rap": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}},
-                "ldp": {"estimator": {"model": "mlp", "hidden": [8], "train": TINY}},
-                "vfl_asp": {"train": TINY, "student_train": TINY, "embedding_train": TINY},
-                "vfl_asp_student": {"train": TINY, "student_train": TINY, "embedding_train": TINY},
-                "secureboost": {"n_trees": 2, "max_depth": 2, "n_bins": 8}}
-    return get_method(name)(**settings.get(name, {}))
+    """Every registered method with the settings it names for a short test run (its ``quick`` tag)."""
+    cls = get_method(name)
+    return cls(**cls.quick)
+
+
+def needs_second_hop(name: str) -> bool:
+    """A method that runs only beside a party sharing no one with the active party (it says why elsewhere)."""
+    return isinstance(get_method(name).layout_settings("star"), str)
 
 
 def data_for(name: str, n: int = 200) -> FederatedData:
-    """A scenario each method accepts: Entity Augmentation walks misaligned guests (its host holds two columns of
-    its own), VFL-ASP needs a second hop."""
-    if name.startswith("vfl_asp"):
+    """A scenario each method accepts, from its tags: a method made for a label-only host walks misaligned guests
+    (its host holds two columns of its own here), one that needs a second hop gets one."""
+    if needs_second_hop(name):
         from vflo.data.scenario import BlockSpec
 
         ds = make_dataset(n=n, n_features=9)
@@ -54,7 +48,7 @@ def data_for(name: str, n: int = 200) -> FederatedData:
                                 BlockSpec(parties=("act",), rows=n // 3))))
         layout = spec.build(ds, seed=0)
         return layout.materialize(test_ids=np.sort(layout.aligned_ids())[:20])
-    if name != "entity_augmentation":
+    if not get_method(name).label_only_active:
         return _split(n=n)
     ds = make_dataset(n=n, n_features=8)
     spec = ScenarioSpec(parties=(PartySpec(name="act", role="active", n_columns=2), PartySpec(name="g1", share=1.0),
@@ -226,52 +220,6 @@ def test_same_seed_same_numbers_and_bytes() -> None:
     c = run_method(get_method("splitnn")(train=FAST), data, seed=6)
     assert np.array_equal(a.scores, b.scores) and not np.array_equal(a.scores, c.scores)
     assert [e.nbytes for e in a.ledger.entries] == [e.nbytes for e in b.ledger.entries]
-
-
-def _reachable(roots: list[object], stop: tuple[type, ...]) -> list[object]:
-    """What ``roots`` hold, through attributes, containers and closures: not through a function's module globals
-    (nor modules and classes), which lead to the whole process, the test runner's fixtures of other tests
-    included, and say nothing about what a method keeps."""
-    import types
-
-    seen: dict[int, object] = {}
-    todo = list(roots)
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen or isinstance(obj, (*stop, type, types.ModuleType)):
-            continue
-        seen[id(obj)] = obj
-        if isinstance(obj, types.FunctionType):
-            todo.extend([*(obj.__closure__ or ()), *(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()])
-            continue
-        todo.extend(gc.get_referents(obj))
-    return list(seen.values())
-
-
-@pytest.mark.parametrize("name", ["local", "splitnn", "apc_vfl", "apc_vfl_aligned", "fedsvd", "vfedtrans",
-                                  "entity_augmentation", "rap", "vfl_asp", "vfl_asp_student"])
-def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
-    """From the fitted method and the coordinator, only the active party's data is reachable.
-
-    The transport is the one object that links the in-process nodes (as a network would);
-    everything a method keeps must be reachable without passing through it.
-    """
-    from vflo.comm.transport import Transport
-    from vflo.federation.node import Node
-
-    data = data_for(name)
-    method = quick(name)
-    fed, nodes = build_federation(data, method, seed=0)
-    fed.setup(method)
-    method.fit(fed)
-    others = [n for n in nodes.values() if n.name != "act"]
-    reachable = _reachable([method, fed], stop=(Transport,))
-    found = {o.party for o in reachable if isinstance(o, PartyData)}
-    assert found == {"act"}
-    # and no array of another party's raw features is held anywhere the coordinator can reach
-    raw = {id(n._data.X) for n in others if n._data is not None}
-    assert not any(id(o) in raw for o in reachable)
-    assert not any(o is n for o in reachable for n in others if isinstance(o, Node))
 
 
 def test_single_reads_only_rows_each_party_holds() -> None:

@@ -132,7 +132,16 @@ def _attack_value(setting: str, value: Any, width: int) -> Any:
         "n_bins": 126, "workers": 64}  # a passive asked to start 63 helper processes
     if setting in ("train", "embedding_train"):
         return {**value, "lr": 1e-30}
-    return choices[setting]
+    if setting in choices:
+        return choices[setting]
+    # A setting of a method this list does not know: the adversary's generic pick, as much as it can ask for.
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return width
+    if isinstance(value, float):
+        return 0.0 if value else 1.0
+    raise AssertionError(f"say what an adversary proposes for {setting!r} = {value!r} in _attack_value")
 
 
 @pytest.mark.parametrize("name", [m for m in method_names() if get_method(m).own_settings])

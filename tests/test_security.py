@@ -217,7 +217,7 @@ def test_handlers_declare_who_may_send_them() -> None:
     from vflo.federation.handlers import handles
 
     with pytest.raises(ValueError, match="senders must be some of"):
-        handles("x.y", senders=("anyone",))  # type: ignore[arg-type]
+        handles("x.y", served="never", senders=("anyone",))  # type: ignore[arg-type]
 
 
 def test_a_party_that_requires_psi_refuses_plain_alignment_and_runs_with_psi() -> None:

@@ -32,7 +32,7 @@ class Echo(Method):
     name = "echo"
     Config = EchoConfig
 
-    @handles("echo.scale", senders=("coordinator", "server"), x=floats(None))
+    @handles("echo.scale", served="any time (a test protocol)", senders=("coordinator", "server"), x=floats(None))
     def scale(self, ctx: NodeContext, payload: Payload) -> Payload:
         x = payload["x"]
         assert isinstance(x, np.ndarray)
@@ -40,20 +40,20 @@ class Echo(Method):
         ctx.state["calls"] = ctx.state.get("calls", 0) + 1
         return {"y": (x / 10 * self.config.scale).astype(np.float32), "rows": ctx.require_data().n_samples}
 
-    @handles("echo.relay", senders=("coordinator", "passive"), n=INT)
+    @handles("echo.relay", served="any time (a test protocol)", senders=("coordinator", "passive"), n=INT)
     def relay(self, ctx: NodeContext, payload: Payload) -> Payload:
         reply = ctx.send("p", "echo.scale", {"x": np.ones(int(payload["n"]), dtype=np.float32)})  # type: ignore[arg-type]
         return {"y": reply["y"]}
 
-    @handles("echo.bounce", n=INT)
+    @handles("echo.bounce", served="any time (a test protocol)", n=INT)
     def bounce(self, ctx: NodeContext, payload: Payload) -> Payload:
         return ctx.send("r", "echo.relay", {"n": payload["n"]})  # the relay calls back into this party
 
-    @handles("echo.make", n=INT)
+    @handles("echo.make", served="any time (a test protocol)", n=INT)
     def make(self, ctx: NodeContext, payload: Payload) -> Payload:
         return {"y": np.zeros(int(payload["n"]), dtype=np.float32)}  # type: ignore[arg-type]
 
-    @handles("echo.fail")
+    @handles("echo.fail", served="any time (a test protocol)")
     def fail(self, ctx: NodeContext, payload: Payload) -> Payload:
         raise ValueError("boom")
 
@@ -239,7 +239,7 @@ def test_an_error_in_an_exchange_started_early_is_not_lost(monkeypatch: pytest.M
 
 def test_a_deployed_ledger_puts_every_partys_training_first_and_keeps_replies_on_their_requests() -> None:
     from vflo.comm.ledger import Ledger
-    from vflo.deploy import training_first
+    from vflo.federation.session import training_first
 
     ledger = Ledger()
 

@@ -17,7 +17,6 @@ exactly as an experiment derives them (``derive_seed(seed, "layout" | "method", 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from vflo.experiments.protocols import Holdout, TestFrom
 from vflo.experiments.runner import ExperimentResult
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, save_model
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method
@@ -119,15 +119,13 @@ def fit(
     elif config:
         raise ConfigError("settings go either into the Method you pass or as keyword arguments with its name, "
                           "not both")
-    method.check_task(data.task)
     fed, nodes = build_federation(data, method, seed=derive_seed(seed, "method", 0, 0),
                                   max_message_bytes=max_message_bytes, alignment=alignment)
-    fed.setup(method)
-    started = time.perf_counter()
-    method.fit(fed)
-    fed.flush()
-    return FittedModel(method=method, data=data, federation=fed, nodes=nodes,
-                       fit_seconds=time.perf_counter() - started,
+    session = Session(fed)
+    session.start(method)
+    session.train(method.fit)
+    # The run stays open: the model scores and saves over it (FittedModel.predict, .save).
+    return FittedModel(method=method, data=data, federation=fed, nodes=nodes, fit_seconds=session.fit_seconds,
                        fit_entries=len(fed.transport.ledger))
 
 

@@ -25,6 +25,24 @@ def _exit_code_text() -> str:
     return "exit codes:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_CODES.items())
 
 
+def _run_flags() -> argparse.ArgumentParser:
+    """The flags every command that runs methods from a config takes (``run``, ``compare``)."""
+    flags = _output_flags()
+    flags.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides (fewer repeats)")
+    flags.add_argument("--no-progress", action="store_true", help="no progress bar or per-cell lines")
+    return flags
+
+
+def _output_flags() -> argparse.ArgumentParser:
+    """A config in, a folder of results out: ``run``, ``compare``, ``probe``."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("config", type=Path, help="the config's TOML file (see configs/)")
+    flags.add_argument("--out", type=Path, help="output folder (default runs/NAME-TIMESTAMP)")
+    flags.add_argument("--data-dir", type=Path, help="folder with dataset files (else $VFLO_DATA_DIR, ~/.vflo/data)")
+    flags.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    return flags
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vflo", description="Vertical federated learning for parties whose records only partly overlap.",
@@ -39,13 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run an experiment config and write results, report and plots",
-                         epilog=_exit_code_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("config", type=Path, help="experiment TOML file")
-    run.add_argument("--out", type=Path, help="output folder (default runs/NAME-TIMESTAMP)")
-    run.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides (fewer repeats)")
-    run.add_argument("--data-dir", type=Path, help="folder with dataset files (else $VFLO_DATA_DIR, ~/.vflo/data)")
-    run.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
-    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+                         epilog=_exit_code_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
+                         parents=[_run_flags()])
+    run.set_defaults(func=_run)
     run.add_argument("--deploy", type=Path, help="run over deployed parties (DEPLOY.toml) instead of simulating")
     run.add_argument("--insecure", action="store_true", help="with --deploy: no TLS (loopback experiments only)")
     run.add_argument("--save", type=Path, metavar="DIR",
@@ -60,14 +74,12 @@ def _parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compare", help="every method that can run, across shared-people share, number of "
                                           "partners, column splits and who is scored; one HTML report",
-                          epilog=_exit_code_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    comp.add_argument("config", type=Path, help="compare TOML file (configs/compare/)")
-    comp.add_argument("--out", type=Path, help="output folder (default runs/NAME-TIMESTAMP)")
-    comp.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides")
-    comp.add_argument("--data-dir", type=Path, help="folder with dataset files (else $VFLO_DATA_DIR, ~/.vflo/data)")
-    comp.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+                          epilog=_exit_code_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
+                          parents=[_run_flags()])
+    comp.set_defaults(func=_compare)
 
     certs = sub.add_parser("certs", help="certificates for mutual TLS: a CA, each party's own key and certificate")
+    certs.set_defaults(func=_certs)
     certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
     ca = certs_sub.add_parser("ca", help="make the federation's CA in DIR (ca.pem, ca.key, crl.pem): once, by "
                                          "whoever the federation trusts; keep DIR offline")
@@ -108,6 +120,7 @@ def _parser() -> argparse.ArgumentParser:
                            "party only its own ca.pem, NAME.pem and NAME.key in DIR/NAME/, its [tls] dir")
 
     party = sub.add_parser("party", help="run a party's server")
+    party.set_defaults(func=_party)
     party_sub = party.add_subparsers(dest="party_command", required=True, metavar="ACTION")
     audit = party_sub.add_parser("audit", help="sum a party's record of what left it (its audit_log file): per peer "
                                                "and kind, messages, bytes, rows and refusals")
@@ -124,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
                             "checkpoints = ... in PARTY.toml)")
 
     flower = sub.add_parser("flower", help="run a party over Flower (needs pip install 'vflo[flower]')")
+    flower.set_defaults(func=_flower_party)
     flower_sub = flower.add_subparsers(dest="flower_command", required=True, metavar="ACTION")
     fparty = flower_sub.add_parser(
         "party", help="serve one party (PARTY.toml) to its Flower SuperNode until interrupted",
@@ -144,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
 
     predict = sub.add_parser("predict", help="score new rows with a saved model", epilog=_exit_code_text(),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    predict.set_defaults(func=_predict)
     predict.add_argument("model", type=Path, help="the folder given to --save (or model.save), one method's folder "
                                                   "in it, or the active party's own part in that (all it needs on "
                                                   "its own host to score from its own rows)")
@@ -156,7 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--missing", choices=["refuse", "active_only", "subset"], default="refuse",
                          help="rows a partner does not hold: refuse (list them), score them with --fallback "
                               "(active_only), or score every row with the partners that hold it and answer "
-                              "(subset: laser_vfl, splitnn with party_dropout)")
+                              "(subset: for a model trained to do without partners; vflo methods says which)")
     predict.add_argument("--deadline", type=float, metavar="SECONDS",
                          help="with --deploy and --missing subset: a partner that does not answer a request within "
                               "this many seconds is absent for that batch of rows (default: the deploy config's)")
@@ -164,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--overwrite", action="store_true")
 
     scen = sub.add_parser("scenario", help="print each party's columns, sample counts and the overlap matrix")
+    scen.set_defaults(func=_scenario)
     scen.add_argument("config", type=Path, help="experiment TOML file")
     scen.add_argument("--data-dir", type=Path)
     scen.add_argument("--seed", type=int, help="scenario seed (default: the config's)")
@@ -174,16 +190,14 @@ def _parser() -> argparse.ArgumentParser:
     scen.add_argument("--insecure", action="store_true", help="with --export: no certificates, TLS off")
 
     probe = sub.add_parser("probe", help="train an encoder and score its representations every epoch "
-                                         "(APC-VFL Appendix F)")
-    probe.add_argument("config", type=Path, help="probe TOML file")
-    probe.add_argument("--out", type=Path, help="output folder (default runs/NAME-TIMESTAMP)")
-    probe.add_argument("--data-dir", type=Path)
-    probe.add_argument("--overwrite", action="store_true")
+                                         "(APC-VFL Appendix F)", parents=[_output_flags()])
+    probe.set_defaults(func=_probe)
 
     cut = sub.add_parser("split", help="cut the parties' own files into train, serve and test files for a deployment",
                          epilog="The first file is the active party's (it holds the labels). Test rows are held out "
                                 "of every party's training file.\n\n" + _exit_code_text(),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    cut.set_defaults(func=_split)
     cut.add_argument("files", nargs="+", type=Path, help="each party's file (CSV, .csv.gz, TSV or Parquet)")
     cut.add_argument("--parties", required=True, help="their names, in the same order, e.g. hospital,lab")
     cut.add_argument("--id-column", required=True,
@@ -200,8 +214,10 @@ def _parser() -> argparse.ArgumentParser:
     cut.add_argument("--overwrite", action="store_true")
 
     ds = sub.add_parser("datasets", help="list datasets and whether their files are in place")
+    ds.set_defaults(func=_datasets)
     ds.add_argument("--data-dir", type=Path)
     methods = sub.add_parser("methods", help="list methods; --messages: what each message kind carries, who sends it")
+    methods.set_defaults(func=lambda args: _methods(args.messages, markdown=args.markdown))
     methods.add_argument("--messages", nargs="?", const="all", metavar="NAME",
                          help="the message kinds of method NAME (or of every deployable method): who may send each, "
                               "and what its request and reply carry")
@@ -216,35 +232,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_grpc(args.verbose)
     _configure_threads(args.threads, all_cores=args.command == "predict")
     try:
-        if args.command == "run":
-            return _run(args)
-        if args.command == "scenario":
-            return _scenario(args)
-        if args.command == "datasets":
-            return _datasets(args)
-        if args.command == "probe":
-            return _probe(args)
-        if args.command == "certs":
-            return _certs(args)
-        if args.command == "party":
-            return _party(args)
-        if args.command == "flower":
-            return _flower_party(args)
-        if args.command == "methods":
-            return _methods(args.messages, markdown=args.markdown)
-        if args.command == "split":
-            return _split(args)
-        if args.command == "predict":
-            return _predict(args)
-        if args.command == "compare":
-            return _compare(args)
+        code: int = args.func(args)
+        return code
     except VfloError as exc:
         print(f"vflo: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("vflo: interrupted", file=sys.stderr)
         return 130
-    return 2  # pragma: no cover - argparse requires a command
 
 
 def _quiet_grpc(verbose: int) -> None:
@@ -436,7 +431,7 @@ def _compare(args: argparse.Namespace) -> int:
         console.print(f"[{k + 1}/{total}] {cell.label}")
 
     result = compare(raw, data_dir=None if args.data_dir is None else str(args.data_dir), quick=args.quick,
-                     on_cell=progress)
+                     on_cell=None if args.no_progress else progress)
     write_comparison(result, out_dir, overwrite=args.overwrite)
     console.print(f"{len(result.rows)} method runs in {result.seconds:.0f} s; report.html, report.md and results "
                   f"written to {out_dir}/")
@@ -459,10 +454,11 @@ def _predict(args: argparse.Namespace) -> int:
         # With "subset" and no deployment, every partner is absent: the active party scores alone, where the
         # method allows it (a model trained to do without partners).
         if not model.active_only and args.missing != "subset":
+            from vflo.methods.registry import subset_scorers
+
             raise ConfigError(f"{model.label} scores collaboratively: give --deploy DEPLOY.toml, with every party "
                               "serving its saved part (vflo party serve PARTY.toml --save DIR); a model trained to "
-                              "do without partners (laser_vfl, splitnn with party_dropout) scores alone with "
-                              "--missing subset")
+                              f"do without partners ({subset_scorers()}) scores alone with --missing subset")
         if args.deadline is not None:
             raise ConfigError("--deadline bounds the partners' answers: it needs --deploy")
         frame = model.score(args.data, missing=args.missing, fallback=fallback)
@@ -531,8 +527,11 @@ def _check_checkpoints(args: argparse.Namespace, methods: Sequence[Any]) -> None
     keeping = [e.label for e in methods for t in e.method_cls.checkpointed
                if getattr(getattr(e.instantiate().config, t), "checkpoint_every", 0)]
     if not keeping:
+        from vflo.methods.registry import checkpointed_tables
+
+        tables = " or ".join(f"[methods.{t}]" for t in checkpointed_tables())
         logger.warning("--checkpoints: no method in this config keeps checkpoints; set checkpoint_every = N in the "
-                       "[methods.splitnn.train] or [methods.entity_augmentation.train] table")
+                       "%s table", tables)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -715,7 +714,7 @@ def _datasets(args: argparse.Namespace) -> int:
 def _methods(messages: str | None = None, *, markdown: bool = False) -> int:
     from rich.table import Table
 
-    from vflo.methods.registry import get_method, method_names
+    from vflo.methods.registry import get_method, method_names, scoring_text
 
     if messages is not None:
         from vflo.audit import declarations
@@ -739,12 +738,12 @@ def _methods(messages: str | None = None, *, markdown: bool = False) -> int:
         return 0
 
     table = Table(title="methods")
-    for col in ("name", "inference", "what it is", "from"):
+    for col in ("name", "scores", "also needs", "what it is", "from"):
         table.add_column(col)
     for name in method_names():
         cls = get_method(name)
-        inference = cls.inference + (" (simulation only)" if cls.simulation_only else "")
-        table.add_row(name, inference, cls.summary, cls.paper)
+        helpers = sorted({p.role for p in cls(**cls.quick).extra_parties(())})
+        table.add_row(name, scoring_text(cls), ", ".join(helpers) or "-", cls.summary, cls.paper)
     _console().print(table)
     return 0
 

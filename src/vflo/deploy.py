@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,7 +37,7 @@ from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials
 from vflo.comm.transport import Transport
-from vflo.data.datasets import Dataset
+from vflo.data.datasets import Dataset, infer_task
 from vflo.data.files import TableEncoding, read_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
@@ -55,7 +54,8 @@ from vflo.errors import (
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import READY, Node
 from vflo.federation.policy import Policy
-from vflo.federation.simulation import RunOutput, party_node
+from vflo.federation.session import RunOutput, Session
+from vflo.federation.simulation import party_node
 from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
 from vflo.roles import PartyInfo, Role, check_party_name
@@ -449,12 +449,7 @@ def _refuse_leaks(party: str, leaked: np.ndarray, where: str) -> None:
 
 def _task_of(train: PartyData, test: PartyData | None, deploy: DeployConfig) -> tuple[str, int | None]:
     y = train.require_labels()
-    if deploy.task is not None:
-        task = deploy.task
-    elif y.dtype.kind == "f":
-        task = "regression"
-    else:
-        task = "binary" if int(y.max()) <= 1 else "multiclass"
+    task = deploy.task if deploy.task is not None else infer_task(y)
     if task == "regression":
         return task, None
     n = deploy.n_classes or int(max(y.max(), test.y.max() if test is not None and test.y is not None else 0)) + 1
@@ -590,31 +585,15 @@ class Deployment:
             raise MethodError(f"{method.name} needs the pooled raw data of every party, so it exists only in "
                               "simulation; it cannot run over a deployment")
         parties = self.parties_for(method)
-        method.check_task(self.task)  # type: ignore[arg-type]
         transport = self.party.transport
         transport.ledger = Ledger()
         fed = Federation(node=self.party.node, transport=transport, parties=parties, seed=seed,
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
         if checkpoint is not None:
             self.party.node.checkpoints = CheckpointStore(checkpoint[0], party=self.train.party, role="active")
-            fed.checkpoint = checkpoint[1]
-        fed.setup(method, save=save is not None)
-        t0 = time.perf_counter()
-        method.fit(fed)
-        fed.flush()
-        t1 = time.perf_counter()
-        fit_round, own_fit = fed.rounds, len(transport.ledger)
-        if save is not None:
-            self.save(fed, method, *save)
         ids = np.empty(0, dtype=np.int64) if self.test is None else self.test.ids
-        scores = method.predict(fed, ids) if len(ids) else np.empty((0,))
-        t2 = time.perf_counter()
-        remote = fed.collect_ledgers()
-        fed.teardown()
-        ledger, fit_entries = training_first(transport.ledger, own_fit, remote, fit_round)
-        return RunOutput(scores=scores, ledger=ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1,
-                         rounds=fed.rounds, fit_entries=fit_entries, stats=method.summary_stats(),
-                         party_settings=fed.party_settings)
+        return Session(fed).run(method, ids, checkpoint=None if checkpoint is None else checkpoint[1],
+                                save=None if save is None else lambda fed: self.save(fed, method, *save))
 
     def save(self, fed: Federation, method: Method, folder: Path, label: str) -> ModelCard:
         """This party's part and the model card in ``folder``; every other party's part in its own folder."""
@@ -641,20 +620,6 @@ class Deployment:
     def close(self) -> None:
         self.party.stop()
 
-
-
-def training_first(ledger: Ledger, own_fit: int, remote: int, fit_round: int) -> tuple[Ledger, int]:
-    """The coordinator's ledger with training first, as in one process, and how many entries training holds.
-
-    Its own entries ``[0, own_fit)`` are training's; the other parties' own records (from ``remote`` on: their
-    onward messages, RAP's uploads to its server, FedSVD's masked blocks) belong to training when sent in one
-    of its rounds (up to ``fit_round``). Gathered once at the end, they cost no extra exchange.
-    """
-    entries = ledger.entries
-    theirs = range(remote, len(entries))
-    fit = [*range(own_fit), *(i for i in theirs if entries[i].round <= fit_round)]
-    rest = [*range(own_fit, remote), *(i for i in theirs if entries[i].round > fit_round)]
-    return ledger.reordered([*fit, *rest]), len(fit)
 
 
 def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *, missing: Missing = "refuse",

@@ -37,7 +37,7 @@ from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
 from vflo.federation.simulation import held_by_all, party_node
 from vflo.methods.base import Method
-from vflo.methods.registry import get_method
+from vflo.methods.registry import active_only, get_method
 from vflo.roles import PartyInfo
 
 Missing = Literal["refuse", "active_only", "subset"]
@@ -211,10 +211,10 @@ def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray,
                 f"{model.label} scores together with its partners, who do not hold {len(lacking)} of the {len(ids)} "
                 f"rows to score (e.g. {lacking[:5].tolist()}); score only rows every party holds, or score them "
                 "with an active-only model saved beside it (vflo predict ... --missing active_only --fallback "
-                "apc_vfl; in Python, missing='active_only', fallback=...)")
+                "LABEL; in Python, missing='active_only', fallback=...)")
         if fallback is None or not fallback.active_only:
-            raise ConfigError("missing = 'active_only' needs a fallback: an active-only model (local, ablation, "
-                              "apc_vfl, vfedtrans, vfl_asp_student) saved beside this one, named with --fallback")
+            raise ConfigError("missing = 'active_only' needs a fallback: an active-only model "
+                              f"({', '.join(active_only())}) saved beside this one, named with --fallback")
         if fallback.score_columns != columns:
             raise ConfigError(f"the fallback {fallback.label} scores {fallback.score_columns}, not {columns}")
         assert fallback_rows is not None

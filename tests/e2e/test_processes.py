@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import PARTY_SEEDS, assert_same_run, chain_data, make_dataset, two_party_spec, vertical_split
 from tests.e2e.conftest import Federation, restart, start_federation, stopped, write_deploy
+from tests.test_methods import needs_second_hop
 from vflo.cli import main
 from vflo.comm.codec import decode
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
@@ -25,18 +26,11 @@ from vflo.scoring import SavedModel
 
 pytestmark = pytest.mark.slow
 QUICK = {"max_epochs": 2, "patience": 0, "batch_size": 64}
-SETTINGS = {"splitnn": {"train": QUICK}, "apc_vfl": {"train": QUICK}, "apc_vfl_aligned": {"train": QUICK},
-            "ablation": {"train": QUICK}, "vfedtrans": {"train": QUICK},
-            "entity_augmentation": {"train": {**QUICK, "validation_fraction": 0.0}},
-            "laser_vfl": {"train": {**QUICK, "validation_fraction": 0.2}},
-            "rap": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}},
-            "ldp": {"estimator": {"model": "mlp", "hidden": [16], "train": QUICK}},
-            "secureboost": {"n_trees": 3, "max_depth": 3, "n_bins": 8}}
-CHAIN = ("vfl_asp", "vfl_asp_student")
-CHAIN_TRAIN = {**QUICK, "validation_fraction": 0.0}
-SETTINGS |= {m: {"train": CHAIN_TRAIN, "student_train": CHAIN_TRAIN, "embedding_train": CHAIN_TRAIN} for m in CHAIN}
-# Entity Augmentation runs on the usual layout too (its host holds columns: its own bottom); the label-only host
-# of its paper has a fixture of its own below.
+# Every method with the settings it names for a short test run; the layouts its tags ask for: a second hop, a
+# label-only host (such a method runs on the usual layout too: its host's columns make its own bottom).
+SETTINGS = {m: dict(get_method(m).quick) for m in method_names()}
+CHAIN = tuple(m for m in method_names() if needs_second_hop(m))
+LABEL_ONLY = tuple(m for m in method_names() if get_method(m).label_only_active)
 DEPLOYABLE = [m for m in method_names() if not get_method(m).simulation_only and m not in CHAIN]
 
 
@@ -61,7 +55,7 @@ def label_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
     layout = spec.build(ds, seed=0)
     data = layout.materialize(test_ids=np.sort(layout.aligned_ids())[:30])
     yield from stopped(start_federation(tmp_path_factory.mktemp("label_only"), data, {},
-                                        proposals=proposals(["entity_augmentation"])))
+                                        proposals=proposals(LABEL_ONLY)))
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +96,11 @@ def test_second_hop_methods_give_the_same_results_over_grpc(chain: Federation, n
                                           party_seeds=PARTY_SEEDS))
 
 
-def test_entity_augmentation_over_grpc(label_only: Federation, tmp_path: Path) -> None:
-    over_grpc = _run_save_and_score(label_only, "entity_augmentation", 5, tmp_path)
-    assert_same_run(over_grpc, run_method(get_method("entity_augmentation")(**SETTINGS["entity_augmentation"]),
-                                label_only.local, seed=5, party_seeds=PARTY_SEEDS))
+@pytest.mark.parametrize("name", LABEL_ONLY)
+def test_label_only_host_methods_over_grpc(label_only: Federation, name: str, tmp_path: Path) -> None:
+    over_grpc = _run_save_and_score(label_only, name, 5, tmp_path)
+    assert_same_run(over_grpc, run_method(get_method(name)(**SETTINGS[name]), label_only.local, seed=5,
+                                          party_seeds=PARTY_SEEDS))
 
 
 def test_psi_alignment_over_grpc(vertical: Federation) -> None:

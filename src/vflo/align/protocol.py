@@ -20,17 +20,24 @@ if TYPE_CHECKING:
 class AlignmentHandlers(HandlerSet):
     """Plain alignment (the coordinator's IDs in the clear) and ECDH private set intersection."""
 
-    @handles(plain.KIND, senders=("coordinator", "delegate"), carries={"ids": "ids"},
+    @handles(plain.KIND,
+             served=("before or during a run; training rows: one set of IDs per asker a run; refused with [policy] "
+                     "alignment = 'psi'"),
+             senders=("coordinator", "delegate"), carries={"ids": "ids"},
              replies={"held": "membership", "n_features": "control"}, **plain.REQUEST)
     def _plain(self, ctx: NodeContext, payload: Payload) -> Payload:
         return plain.handle(ctx, payload)
 
-    @handles(psi.KIND, senders=("coordinator",), carries={"points": "blinded ids", "salt": "control"},
+    @handles(psi.KIND,
+             served="before or during a run",
+             senders=("coordinator",), carries={"points": "blinded ids", "salt": "control"},
              replies={"double": "blinded ids", "points": "blinded ids", "n_features": "control"}, **psi.REQUEST)
     def _psi(self, ctx: NodeContext, payload: Payload) -> Payload:
         return psi.handle(ctx, payload)
 
-    @handles(psi.RESULT_KIND, senders=("coordinator",), carries={"matched": "membership"}, replies={"count": "control"},
+    @handles(psi.RESULT_KIND,
+             served="after this party's own align.psi in the same run",
+             senders=("coordinator",), carries={"matched": "membership"}, replies={"count": "control"},
              **psi.RESULT)
     def _psi_result(self, ctx: NodeContext, payload: Payload) -> Payload:
         return psi.handle_result(ctx, payload)

@@ -21,6 +21,15 @@ from vflo.errors import ConfigError, DataError, unknown_name
 Task = Literal["binary", "multiclass", "regression"]
 
 
+def infer_task(y: np.ndarray) -> Task:
+    """The task encoded labels describe where no config says it: floats are a regression target, class codes
+    0/1 binary, more codes multiclass. (A raw label column's kind is read in :mod:`vflo.data.files`, from its
+    values, before it is encoded.)"""
+    if y.dtype.kind == "f":
+        return "regression"
+    return "binary" if len(y) == 0 or int(y.max()) <= 1 else "multiclass"
+
+
 @dataclass(frozen=True, eq=False)
 class Dataset:
     """A full table before it is split between parties (simulation only).

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal, cast
 import numpy as np
 import pandas as pd
 
-from vflo.data.datasets import Dataset, Task
+from vflo.data.datasets import Dataset, Task, infer_task
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
 from vflo.errors import AlignmentError, ConfigError, DataError, ScenarioError
@@ -792,8 +792,7 @@ class Layout:
             task = task or active.encoding.task
             classes = classes or active.encoding.classes
         if task is None:
-            task = ("regression" if y_active.dtype.kind == "f"
-                    else "binary" if int(y_active.max()) <= 1 else "multiclass")
+            task = infer_task(y_active)
         regression = task == "regression"
         y = np.full(len(all_ids), np.nan if regression else -1, dtype=np.float64 if regression else np.int64)
         y[rows[active.party]] = y_active

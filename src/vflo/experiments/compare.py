@@ -55,7 +55,7 @@ from vflo.errors import ConfigError
 from vflo.experiments.config import parse_config
 from vflo.experiments.runner import ExperimentResult, run_experiment
 from vflo.methods.base import Layout
-from vflo.methods.registry import get_method, method_names
+from vflo.methods.registry import active_only, get_method, method_names
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,12 @@ Scored = Literal["aligned", "active_only", "missing"]
 Axis = Literal["aligned", "passives", "split", "second_hop", "p_miss", "absent"]
 #: The names of the passive parties in a second-hop cell.
 FIRST_HOP, SECOND_HOP = "passive1", "passive2"
+
+
+def registered_variants() -> dict[str, dict[str, Any]]:
+    """The variants every registered method names for the missing-partner cells: label -> name and settings."""
+    return {label: {"name": name, **settings} for name in method_names()
+            for label, settings in get_method(name).variants.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,10 +85,9 @@ class CompareSettings:
     base_p_miss: float = 0.1
     base_absent: float = 0.5
     missing_passives: int = 4
-    #: Extra entries in the missing-partner cells, by label: a method's name and settings (PlugVFL is SplitNN
-    #: with party-wise dropout).
-    missing_variants: dict[str, dict[str, Any]] = field(
-        default_factory=lambda: {"plugvfl": {"name": "splitnn", "party_dropout": 0.5}})
+    #: Extra entries in the missing-partner cells, by label: a method's name and settings (by default the
+    #: variants the methods name themselves, e.g. PlugVFL: SplitNN with party-wise dropout).
+    missing_variants: dict[str, dict[str, Any]] = field(default_factory=registered_variants)
     scored: tuple[Scored, ...] = ("aligned", "active_only")
     base_aligned: float = 0.5
     active_share: float = 0.3
@@ -127,7 +132,7 @@ class CompareSettings:
         for label, table in self.missing_variants.items():
             if not isinstance(table, dict) or "name" not in table:
                 raise ConfigError(f"compare.missing_variants.{label}: a table with the method's name and settings, "
-                                  "e.g. { name = 'splitnn', party_dropout = 0.5 }")
+                                  "e.g. { name = 'METHOD', SETTING = VALUE }")
             rest = {k: v for k, v in table.items() if k != "name"}
             schema.build(get_method(str(table["name"])).Config, rest, where=f"compare.missing_variants.{label}")
 
@@ -271,13 +276,14 @@ def applicable(settings: CompareSettings, task: str, cell: Cell) -> tuple[dict[s
 
 def _with_fallback(run: dict[str, dict[str, Any]],
                    skipped: dict[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Missing-partner cells: Local first, as the fallback a method names (``fallback = "local"``) for the test
-    people a partner lacks; without Local such a method cannot run there."""
-    needs = [m for m, table in run.items() if table.get("fallback") == "local"]
-    if "local" not in run:
-        skipped |= {m: "scores the people a partner lacks with Local, which is not in this comparison" for m in needs}
-        return {m: t for m, t in run.items() if m not in needs}, skipped
-    return {"local": run["local"], **{m: t for m, t in run.items() if m != "local"}}, skipped
+    """Missing-partner cells: the fallbacks methods name (``fallback = NAME``, an active-only method scoring the
+    test people a partner lacks) first; a method whose fallback is not in the comparison cannot run there."""
+    absent = {m: str(t["fallback"]) for m, t in run.items() if "fallback" in t and t["fallback"] not in run}
+    skipped |= {m: f"scores the people a partner lacks with {f}, which is not in this comparison"
+                for m, f in absent.items()}
+    run = {m: t for m, t in run.items() if m not in absent}
+    first = {str(t["fallback"]) for t in run.values() if "fallback" in t}
+    return {**{m: t for m, t in run.items() if m in first}, **{m: t for m, t in run.items() if m not in first}}, skipped
 
 
 def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: Cell, columns: list[list[str]],
@@ -328,7 +334,7 @@ def compare(raw: Mapping[str, Any], *, data_dir: str | None = None, quick: bool 
     base, settings = load_compare(raw, quick=quick)
     seed = int(base.get("seed", 0))
     probe = parse_config({**base, "scenario": {"parties": [{"name": "a", "role": "active", "share": 1.0}]},
-                          "methods": [{"name": "local"}]})
+                          "methods": [{"name": active_only()[0]}]})
     dataset = probe.load_dataset(data_dir)
     if dataset is None:  # pragma: no cover - a compare config always names a dataset
         raise ConfigError("a compare config needs a [dataset]")

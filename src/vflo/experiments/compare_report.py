@@ -25,6 +25,7 @@ from vflo.experiments.compare import (
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table
 from vflo.experiments.styles import jitter, legend_outside, method_style
+from vflo.methods.base import Claim
 
 AXIS_TEXT = {"aligned": "share of the active party's people the others also hold",
              "passives": "number of passive parties", "split": "how the columns are split",
@@ -134,7 +135,6 @@ def claims(comparison: Comparison) -> list[str]:
     better = higher_is_better(metric)
     ok = rows[rows["status"] == "ok"]
     out = []
-    shares = sorted({float(v) for v in ok[ok["axis"] == "aligned"]["value"]})
     by_rounds = ok[(ok["axis"] == "aligned") & (ok["scored"] == "aligned")].groupby("method")["fit_rounds"]
     if len(by_rounds):
         low, high = by_rounds.min(), by_rounds.max()
@@ -145,39 +145,27 @@ def claims(comparison: Comparison) -> list[str]:
                        + ", ".join(f"{m} {low[m]:.0f}" + (f" to {high[m]:.0f}" if high[m] != low[m] else "")
                                    for m in many) + ".")
 
-    def line(claim: str, where: dict[str, Any], a: str, b: str) -> None:
-        test = paired(rows, metric, where, a, b)
+    for method, claim in _registered_claims():
+        values = sorted({float(v) for v in ok[ok["axis"] == claim.axis]["value"]})
+        if not values:
+            continue
+        at = {"smallest": values[0], "largest": values[-1],
+              "half": min(values, key=lambda v: abs(v - 0.5))}[claim.at]
+        where = {"axis": claim.axis, "value": _value(at), "scored": claim.scored}
+        test = paired(rows, metric, where, claim.method or method, claim.against)
         if test is not None:
             place = ", ".join(f"{k} = {v}" for k, v in where.items())
-            out.append(f"{claim} ({place}): {test.sentence(metric, better)}.")
-
-    if shares:
-        small, full = _value(shares[0]), _value(shares[-1])
-        line("APC-VFL's claim, its active-only model helps people partners never saw",
-             {"axis": "aligned", "value": small, "scored": "active_only"}, "apc_vfl", "local")
-        line("RAP's claim, close to the centralised model", {"axis": "aligned", "value": full, "scored": "aligned"},
-             "rap", "centralized")
-        line("Federating with everyone shared", {"axis": "aligned", "value": full, "scored": "aligned"},
-             "splitnn", "local")
-        line("Entity Augmentation's claim, the records partners do not share help split learning",
-             {"axis": "aligned", "value": small, "scored": "aligned"}, "entity_augmentation", "splitnn")
-    hops = sorted({float(v) for v in ok[ok["axis"] == "second_hop"]["value"]})
-    if hops:
-        most = _value(hops[-1])
-        line("VFL-ASP's claim, a second-hop party's features help (SplitNN: the first hop alone)",
-             {"axis": "second_hop", "value": most, "scored": "aligned"}, "vfl_asp", "splitnn")
-        line("VFL-ASP's student against the active party alone, scoring new people",
-             {"axis": "second_hop", "value": most, "scored": "active_only"}, "vfl_asp_student", "local")
-    absent = sorted({float(v) for v in ok[ok["axis"] == "absent"]["value"]})
-    if absent:
-        half = min(absent, key=lambda v: abs(v - 0.5))
-        line("LASER-VFL's claim, ahead of SplitNN with an active-only fallback when partners are absent at scoring",
-             {"axis": "absent", "value": _value(half), "scored": "missing"}, "laser_vfl", "splitnn")
-        line("Party-wise dropout (PlugVFL) against SplitNN with an active-only fallback",
-             {"axis": "absent", "value": _value(half), "scored": "missing"}, "plugvfl", "splitnn")
-        line("LASER-VFL against the active party alone when every partner is absent at scoring",
-             {"axis": "absent", "value": _value(absent[-1]), "scored": "missing"}, "laser_vfl", "local")
+            out.append(f"{claim.text} ({place}): {test.sentence(metric, better)}.")
     return out
+
+
+def _registered_claims() -> list[tuple[str, Claim]]:
+    """Every registered method's claims, by axis in the comparison's order (shares, second hop, absent)."""
+    from vflo.methods.registry import get_method, method_names
+
+    found = [(name, c) for name in method_names() for c in get_method(name).claims]
+    order = ["aligned", "second_hop", "absent"]
+    return sorted(found, key=lambda item: order.index(item[1].axis))
 
 
 def _value(share: float) -> str:

@@ -28,7 +28,7 @@ from vflo.errors import ConfigError, did_you_mean
 from vflo.experiments.protocols import Protocol, parse_protocol
 from vflo.federation.coordinator import AlignmentConfig
 from vflo.methods.base import Method
-from vflo.methods.registry import get_method
+from vflo.methods.registry import active_only, get_method
 from vflo.metrics import check_metric, default_metric
 
 TOP_LEVEL = ("name", "description", "seed", "dataset", "scenario", "protocol", "methods", "alignment", "transport",
@@ -386,7 +386,7 @@ def _methods(table: Any) -> tuple[MethodEntry, ...]:
             item = {"name": item}  # methods = ["local", "splitnn"]: each with its default settings
         if not isinstance(item, dict) or "name" not in item:
             raise ConfigError(f"methods[{i}] needs a name: a [[methods]] table with name = '...', or a method's "
-                              "name in methods = ['local', 'splitnn']")
+                              "name in methods = ['NAME', ...] (vflo methods lists them)")
         settings = dict(item)
         name = settings.pop("name")
         label = settings.pop("label", name)
@@ -411,10 +411,10 @@ def _check_fallback(label: str, cls: type[Method], fallback: object, before: lis
     earlier = {e.label: e for e in before}
     if fallback not in earlier:
         raise ConfigError(f"methods.{label}.fallback = {fallback!r}: name the label of an active-only method listed "
-                          f"before it (listed before: {sorted(earlier) or 'none'}), e.g. local")
+                          f"before it (listed before: {sorted(earlier) or 'none'}), e.g. one of {active_only()}")
     if earlier[str(fallback)].method_cls.inference != "active_only":
         raise ConfigError(f"methods.{label}.fallback = {fallback!r}: the fallback scores the people a partner lacks, "
-                          "so it must score from the active party alone (local, apc_vfl, ablation, vfedtrans)")
+                          f"so it must score from the active party alone ({', '.join(active_only())})")
 
 
 def sweep_value_text(values: Sequence[Any]) -> str:

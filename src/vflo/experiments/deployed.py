@@ -15,11 +15,12 @@ from typing import Any
 import pandas as pd
 
 from vflo.deploy import Deployment
-from vflo.errors import ConfigError, VfloError
+from vflo.errors import ConfigError
 from vflo.experiments.config import DeploymentExperiment
 from vflo.experiments.output import atomic_dir, json_safe
 from vflo.experiments.report import markdown_table
-from vflo.experiments.runner import environment, mark_resumed, now_iso, run_key
+from vflo.experiments.rows import failed_row, ok_row
+from vflo.experiments.runner import environment, now_iso, run_key
 from vflo.metrics import compute_metrics, default_metric
 from vflo.nn.train import CheckpointPlan
 from vflo.seeding import derive_seed
@@ -59,29 +60,15 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, sa
             out = deployment.run(method, seed=seed, alignment=experiment.alignment,
                                  save=None if save is None else (save, entry.label), checkpoint=plan)
         except Exception as exc:  # one method failing must not discard the others' results
-            code = exc.exit_code if isinstance(exc, VfloError) else 1
             # Said once: the command prints each failed method when the run ends (and the results record it).
             logger.info("%s: %s failed: %s", experiment.name, entry.label, exc)
-            rows.append({"experiment": experiment.name, "method": entry.label, "method_name": entry.method_cls.name,
-                         "status": "failed", "error_type": type(exc).__name__, "error": str(exc), "exit_code": code})
+            rows.append(failed_row(entry.label, entry.method_cls, exc, context={"experiment": experiment.name}))
             continue
         wall = time.perf_counter() - t0
-        summary, fit = out.ledger.summary(), out.fit_summary
         metrics = compute_metrics(deployment.task, deployment.test.y, out.scores)  # type: ignore[arg-type]
-        rows.append({
-            "status": "ok", "experiment": experiment.name, "method": entry.label, "method_name": entry.method_cls.name,
-            "inference": entry.method_cls.inference, "n_train_active": deployment.train.n_samples,
-            "n_test": deployment.test.n_samples, **metrics, "comm_bytes": summary.bytes,
-            "comm_messages": summary.messages, "comm_rounds": summary.rounds, "fit_bytes": fit.bytes,
-            "fit_rounds": fit.rounds, "align_bytes": summary.align_bytes, "align_rounds": summary.align_rounds,
-            "control_bytes": summary.control_bytes, "framing_bytes": summary.framing_bytes,
-            "fit_seconds": out.fit_seconds,
-            "predict_seconds": out.predict_seconds, "wall_seconds": wall, **out.stats,
-            **method.epsilon_columns(out.stats),
-            # Where a party ran its own side other than the experiment proposed: which settings, by party.
-            **({"party_settings": json.dumps(out.party_settings, sort_keys=True)} if out.party_settings else {}),
-        })
-        mark_resumed(rows[-1])
+        rows.append(ok_row(entry.label, method, out, metrics, wall=wall, context={
+            "experiment": experiment.name, "n_train_active": deployment.train.n_samples,
+            "n_test": deployment.test.n_samples}))
         if communication is not None:  # the ledger's detail, as a simulated run's results.json has it
             communication.append({"method": entry.label, "by_kind": out.ledger.by_kind(),
                                   "by_party": out.ledger.by_party()})

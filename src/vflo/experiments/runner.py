@@ -26,7 +26,10 @@ from vflo.data.scenario import FederatedData, Layout
 from vflo.errors import AlignmentError, ConfigError, VfloError
 from vflo.experiments.config import ExperimentConfig, MethodEntry, Variant
 from vflo.experiments.protocols import ActiveCV, pool
+from vflo.experiments.rows import failed_row, ok_row
+from vflo.federation.session import RunOutput, Session
 from vflo.federation.simulation import build_federation, held_by_all, run_method
+from vflo.methods.base import Method
 from vflo.methods.representation import RepresentationMethod
 from vflo.metrics import compute_metrics, metric_names
 from vflo.nn.train import CheckpointPlan
@@ -196,49 +199,25 @@ def _facts(layout: Layout, data: FederatedData, *, n_test: int) -> dict[str, Any
     }
 
 
-def _row(
-    config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, seed: int,
-    entry: MethodEntry, facts: dict[str, Any], metrics: dict[str, float], ledger: Ledger, fit_entries: int,
-    fit_seconds: float, predict_seconds: float, wall: float,
-) -> dict[str, Any]:
-    summary = ledger.summary()
-    fit = ledger.summary(0, fit_entries)
+def _context(config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, seed: int,
+             facts: dict[str, Any]) -> dict[str, Any]:
+    """What a simulated run's row says before the method's columns: which experiment, data, variant and run."""
+    return {"experiment": config.name, "dataset": dataset.name, "standin": dataset.standin, "variant": variant.label,
+            **{path: _plain(value) for path, value in variant.values.items()}, **facts, "repeat": repeat,
+            "fold": fold, "seed": seed}
+
+
+def _row(config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, seed: int,
+         entry: MethodEntry, method: Method, facts: dict[str, Any], metrics: dict[str, float], out: RunOutput,
+         wall: float) -> dict[str, Any]:
+    summary = out.ledger.summary()
     logger.info(
         "%s | %s | repeat %d fold %d | %s: %s = %.4f, %d bytes, %d rounds, %.2fs",
         config.name, variant.label, repeat, fold, entry.label, config.metric,
         metrics.get(config.metric, float("nan")), summary.bytes, summary.rounds, wall,
     )
-    return {
-        "status": "ok",
-        "experiment": config.name,
-        "dataset": dataset.name,
-        "standin": dataset.standin,
-        "variant": variant.label,
-        **{path: _plain(value) for path, value in variant.values.items()},
-        **facts,
-        "repeat": repeat,
-        "fold": fold,
-        "seed": seed,
-        "method": entry.label,
-        "method_name": entry.method_cls.name,
-        "inference": entry.method_cls.inference,
-        "simulation_only": entry.method_cls.simulation_only,
-        **metrics,
-        "comm_bytes": summary.bytes,
-        "comm_mb": summary.bytes / 1e6,
-        "comm_messages": summary.messages,
-        "comm_rounds": summary.rounds,
-        "fit_bytes": fit.bytes,
-        "fit_rounds": fit.rounds,
-        "predict_bytes": summary.bytes - fit.bytes,
-        "predict_rounds": summary.rounds - fit.rounds,
-        "align_bytes": summary.align_bytes,
-        "align_rounds": summary.align_rounds,
-        "control_bytes": summary.control_bytes,
-        "fit_seconds": fit_seconds,
-        "predict_seconds": predict_seconds,
-        "wall_seconds": wall,
-    }
+    return ok_row(entry.label, method, out, metrics, wall=wall,
+                  context=_context(config, dataset, variant, repeat, fold, seed, facts))
 
 
 def _comm(variant: Variant, repeat: int, fold: int, entry: MethodEntry, ledger: Ledger) -> dict[str, Any]:
@@ -248,18 +227,14 @@ def _comm(variant: Variant, repeat: int, fold: int, entry: MethodEntry, ledger: 
 
 def _failure(config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, seed: int,
              entry: MethodEntry, facts: dict[str, Any], exc: Exception) -> dict[str, Any]:
-    code = exc.exit_code if isinstance(exc, VfloError) else 1
     if isinstance(exc, VfloError):
         # Said once: the command prints each failure when the run ends (and the results record it).
         logger.info("%s | %s | repeat %d fold %d | %s failed: %s", config.name, variant.label, repeat, fold,
-                     entry.label, exc)
+                    entry.label, exc)
     else:
         logger.exception("%s: %s failed with an unexpected error (a bug: please report it)", config.name, entry.label)
-    return {"experiment": config.name, "dataset": dataset.name, "standin": dataset.standin, "variant": variant.label,
-            **{path: _plain(value) for path, value in variant.values.items()}, **facts, "repeat": repeat,
-            "fold": fold, "seed": seed, "method": entry.label, "method_name": entry.method_cls.name,
-            "inference": entry.method_cls.inference, "simulation_only": entry.method_cls.simulation_only,
-            "status": "failed", "error_type": type(exc).__name__, "error": str(exc), "exit_code": code}
+    return failed_row(entry.label, entry.method_cls, exc,
+                      context=_context(config, dataset, variant, repeat, fold, seed, facts))
 
 
 def _run_one(
@@ -288,22 +263,8 @@ def _run_one(
     scored[entry.label] = out.scores
     wall = time.perf_counter() - t0
     metrics = compute_metrics(data.task, data.test_y, out.scores)
-    row = _row(config, dataset, variant, repeat, fold, seed, entry, facts, metrics, out.ledger, out.fit_entries,
-               out.fit_seconds, out.predict_seconds, wall)
-    row.update(out.stats)
-    row.update(method.epsilon_columns(out.stats))  # what the ε columns cover, and what they do not
-    mark_resumed(row)
+    row = _row(config, dataset, variant, repeat, fold, seed, entry, method, facts, metrics, out, wall)
     return row, _comm(variant, repeat, fold, entry, out.ledger)
-
-
-def mark_resumed(row: dict[str, Any]) -> None:
-    """A resumed run's ledger holds only what came after the restart: say so, and add the totals with the
-    traffic before it (up to the checkpoint it resumed from)."""
-    if "before_resume_bytes" not in row:
-        return
-    row["fit_traffic_scope"] = "after the restart only; before_resume_* up to the checkpoint; *_total both"
-    row["fit_bytes_total"] = row["fit_bytes"] + row["before_resume_bytes"]
-    row["fit_rounds_total"] = row["fit_rounds"] + row.get("before_resume_rounds", 0)
 
 
 def _run_transductive(
@@ -318,14 +279,12 @@ def _run_transductive(
             f"the transductive protocol cross-validates a classifier on a learned representation, and "
             f"{entry.label!r} ({method.name}) has none; run it with transductive = false"
         )
-    method.check_task(data.task)
     fed, _ = build_federation(data, method, seed=seed, max_message_bytes=config.transport.max_message_bytes,
                               alignment=config.alignment)
-    fed.setup(method)
-    t0 = time.perf_counter()
-    ids, Z = method.fit_representation(fed)
-    fed.flush()
-    represent_seconds = time.perf_counter() - t0
+    session = Session(fed)
+    session.start(method)
+    ids, Z = session.train(method.fit_representation)
+    represent_seconds = session.fit_seconds
     y = fed.data.subset(ids).require_labels()
     rows = []
     for fold, test_ids in enumerate(folds):
@@ -338,8 +297,9 @@ def _run_transductive(
         scores = estimator.predict_scores(Z[test])
         t3 = time.perf_counter()
         metrics = compute_metrics(data.task, y[test], scores)
-        rows.append(_row(config, dataset, variant, repeat, fold, seed, entry, {**facts, "n_test": int(test.sum())},
-                         metrics, fed.transport.ledger, len(fed.transport.ledger), represent_seconds + t2 - t1, t3 - t2,
-                         represent_seconds + t3 - t1))
-    fed.teardown()
-    return rows, _comm(variant, repeat, 0, entry, fed.transport.ledger)
+        out = RunOutput(scores=scores, ledger=fed.transport.ledger, fit_seconds=represent_seconds + t2 - t1,
+                        predict_seconds=t3 - t2, rounds=fed.rounds, fit_entries=len(fed.transport.ledger), stats={})
+        rows.append(_row(config, dataset, variant, repeat, fold, seed, entry, method,
+                         {**facts, "n_test": int(test.sum())}, metrics, out, represent_seconds + t3 - t1))
+    ledger, _ = session.finish()
+    return rows, _comm(variant, repeat, 0, entry, ledger)

@@ -55,6 +55,9 @@ class HandlerInfo:
     senders: tuple[Sender, ...] = ("coordinator",)
     carries: Mapping[str, Content] = field(default_factory=dict)
     replies: Mapping[str, Content] = field(default_factory=dict)
+    #: When a party serves the kind: the step of its protocol (what the handler enforces; a message outside its
+    #: step is refused), for the audit and docs/security.md.
+    served: str = ""
 
     def request_content(self, name: str) -> Content:
         return self.carries.get(name, "control")
@@ -63,10 +66,12 @@ class HandlerInfo:
 F = TypeVar("F", bound=Callable[..., Payload])
 
 
-def handles(kind: str, *, senders: tuple[Sender, ...] = ("coordinator",), carries: Mapping[str, Content] | None = None,
-            replies: Mapping[str, Content] | None = None, **accepts: FieldSpec) -> Callable[[F], F]:
+def handles(kind: str, *, served: str, senders: tuple[Sender, ...] = ("coordinator",),
+            carries: Mapping[str, Content] | None = None, replies: Mapping[str, Content] | None = None,
+            **accepts: FieldSpec) -> Callable[[F], F]:
     """Mark a function as the handler of message ``kind`` from ``senders`` with payload fields ``accepts``;
-    ``carries`` says what request fields other than settings carry, ``replies`` what every reply field carries.
+    ``carries`` says what request fields other than settings carry, ``replies`` what every reply field carries;
+    ``served`` says when in its protocol a party serves it (the audit's and docs/security.md's "served when").
 
     A party runs it only for a sender its own config places in ``senders`` (the coordinator by default);
     anything else is refused before the handler sees the payload. The message audit holds every message to
@@ -84,7 +89,7 @@ def handles(kind: str, *, senders: tuple[Sender, ...] = ("coordinator",), carrie
 
     def mark(fn: F) -> F:
         fn._vflo_handler = HandlerInfo(kind=kind, accepts=accepts, senders=senders,  # type: ignore[attr-defined]
-                                       carries=carries, replies=replies)
+                                       carries=carries, replies=replies, served=served)
         return fn
 
     return mark

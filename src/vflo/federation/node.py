@@ -68,12 +68,18 @@ LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "p
                                    "model_id": STR}
 #: What control messages carry and who may send them (the node checks senders itself; this is for the audit).
 CONTROL_INFO: dict[str, HandlerInfo] = {
-    SETUP: HandlerInfo(SETUP, SETUP_SPEC, senders=("active",), replies={"own": "control"}),
-    LOAD: HandlerInfo(LOAD, LOAD_SPEC, senders=("active",), replies={"manifest": "control"}),
-    SAVE: HandlerInfo(SAVE, SAVE_SPEC, replies={"manifest": "control"}),
-    TEARDOWN: HandlerInfo(TEARDOWN, {}),
-    LEDGER: HandlerInfo(LEDGER, {}, replies={"records": "control"}),
-    READY: HandlerInfo(READY, READY_SPEC, senders=("active",)),
+    SETUP: HandlerInfo(SETUP, SETUP_SPEC, senders=("active",), replies={"own": "control"},
+                       served="no run going on, or the same coordinator starting again; a new run"),
+    LOAD: HandlerInfo(LOAD, LOAD_SPEC, senders=("active",), replies={"manifest": "control"},
+                      served="as control.setup, from a saved part of this party's own"),
+    SAVE: HandlerInfo(SAVE, SAVE_SPEC, replies={"manifest": "control"},
+                      served="after the coordinator's setup, once the method is fitted"),
+    TEARDOWN: HandlerInfo(TEARDOWN, {},
+                          served="during a run: ends it"),
+    LEDGER: HandlerInfo(LEDGER, {}, replies={"records": "control"},
+                        served="during a run, handed over once"),
+    READY: HandlerInfo(READY, READY_SPEC, senders=("active",),
+                       served="any time, from an active peer: whether the folders a run will write to exist"),
 }
 
 

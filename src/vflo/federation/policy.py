@@ -69,7 +69,7 @@ class Policy:
         for path, rule in self.require.items():
             if len(path.split(".")) < 2:
                 raise ConfigError(f"policy.require: {path!r} must name a method and a setting, e.g. "
-                                  "'rap.max_condition'")
+                                  "'METHOD.max_condition'")
             if not isinstance(rule, Mapping):
                 continue
             if not rule or set(rule) - {"min", "max"}:

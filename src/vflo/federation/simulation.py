@@ -1,10 +1,9 @@
-"""Run one method on one scenario split, every party a separate node, in this process."""
+"""Run one method on one scenario split, every party a separate node, in this process (the lifecycle is a
+:class:`~vflo.federation.session.Session`'s, as in a deployment)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import numpy as np
 from vflo.align.protocol import ALIGNMENT
 from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing, new_model_id
 from vflo.comm.faults import FaultPlan
-from vflo.comm.ledger import Ledger, LedgerSummary
+from vflo.comm.ledger import Ledger
 from vflo.comm.local import LocalTransport, Observer
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
@@ -22,36 +21,13 @@ from vflo.errors import MethodError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
 from vflo.federation.policy import Policy
+from vflo.federation.session import RunOutput, Session
 from vflo.methods.base import Method
 from vflo.methods.own_settings import party_section
 from vflo.methods.registry import method_for_party
 from vflo.nn.train import CheckpointPlan
 from vflo.roles import PartyInfo, Role
 from vflo.seeding import PartySecret, derive_seed
-
-
-@dataclass(frozen=True, eq=False)
-class RunOutput:
-    """Scores for the test IDs, the ledger of what crossed, and how long each phase took."""
-
-    scores: np.ndarray
-    ledger: Ledger
-    fit_seconds: float
-    predict_seconds: float
-    rounds: int
-    fit_entries: int
-    stats: dict[str, float]
-    # What each party ran of its own side where its config differs from the proposal (setting -> value).
-    party_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def fit_summary(self) -> LedgerSummary:
-        """Traffic of training alone (setup and fit), without scoring."""
-        return self.ledger.summary(0, self.fit_entries)
-
-    @property
-    def predict_summary(self) -> LedgerSummary:
-        return self.ledger.summary(self.fit_entries)
 
 
 def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
@@ -93,6 +69,12 @@ def preprocessing_of(data: FederatedData, party: str) -> Preprocessing | None:
                          scaler=data.scalers.get(party))
 
 
+def give_stores(nodes: Mapping[str, Node], data: FederatedData, folder: Path) -> None:
+    """Each node a folder for its own model parts under ``folder`` (as ``vflo party serve --save`` gives one)."""
+    for name, node in nodes.items():
+        node.store = PartStore(folder, party=name, role=node.info.role, preprocessing=preprocessing_of(data, name))
+
+
 def save_model(fed: Federation, nodes: Mapping[str, Node], method: Method, data: FederatedData, folder: Path,
                *, label: str | None = None) -> ModelCard:
     """Every party writes its own part of ``method`` (fitted over ``fed``) under ``folder/LABEL/PARTY``.
@@ -103,8 +85,7 @@ def save_model(fed: Federation, nodes: Mapping[str, Node], method: Method, data:
     """
     label = label or method.name
     model_id = new_model_id()
-    for name, node in nodes.items():
-        node.store = PartStore(folder, party=name, role=node.info.role, preprocessing=preprocessing_of(data, name))
+    give_stores(nodes, data, folder)
     own = nodes[fed.party].store
     assert own is not None
     manifests = {fed.party: own.save(label=label, method=method.name, config=method.config_json(),
@@ -164,38 +145,25 @@ def run_method(
     and a label) every party also writes its part of the fitted model there; with ``checkpoint`` (a folder and
     a plan) training keeps checkpoints there and may resume from them. ``fallback``: another method's scores of
     every test ID, used for those a partner the method scores with does not hold (stat ``fallback_rows``)."""
-    method.check_task(data.task)
     fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
                                   faults=faults, alignment=alignment,
                                   checkpoints=None if checkpoint is None else checkpoint[0], party_seeds=party_seeds,
                                   party_config=party_config)
-    if checkpoint is not None:
-        fed.checkpoint = checkpoint[1]
-    fed.setup(method)
-    t0 = time.perf_counter()
-    method.fit(fed)
-    fed.flush()
-    t1 = time.perf_counter()
-    fit_entries = len(fed.transport.ledger)
-    if on_fitted is not None:
-        on_fitted(fed)
-    if save is not None:
-        save_model(fed, nodes, method, data, save[0], label=save[1])
-    stats = method.summary_stats()
-    if fallback is None:
-        scores = method.predict(fed, data.test_ids) if len(data.test_ids) else np.empty((0,))
-    else:
+
+    def scored(fed: Federation) -> tuple[np.ndarray, dict[str, float]]:
+        assert fallback is not None
         covered = held_by_all(data.serve, method.scoring_parties(data.parties), data.test_ids)
         scores = np.array(fallback, dtype=np.float64, copy=True)
         if covered.any():
             scores[covered] = method.predict(fed, data.test_ids[covered])
-        stats["fallback_rows"] = float((~covered).sum())
-    t2 = time.perf_counter()
-    fed.teardown()
-    return RunOutput(
-        scores=scores, ledger=fed.transport.ledger, fit_seconds=t1 - t0, predict_seconds=t2 - t1, rounds=fed.rounds,
-        fit_entries=fit_entries, stats=stats, party_settings=fed.party_settings,
-    )
+        return scores, {"fallback_rows": float((~covered).sum())}
+
+    if save is not None:  # before setup, as deployed parties have theirs: each checks it can save before training
+        give_stores(nodes, data, save[0])
+    return Session(fed).run(
+        method, data.test_ids, checkpoint=None if checkpoint is None else checkpoint[1], on_fitted=on_fitted,
+        save=None if save is None else lambda fed: save_model(fed, nodes, method, data, save[0], label=save[1]),
+        score=None if fallback is None else scored)
 
 
 def held_by_all(rows: Mapping[str, PartyData], parties: Sequence[str], ids: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from vflo.align.plain import SELECTOR, Alignment, selected_ids
 from vflo.comm.message import IDS, Payload, Value, expect_rows
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, RefusedError
-from vflo.methods.base import Inference, MethodConfig, State, handles, need
+from vflo.methods.base import Claim, Inference, MethodConfig, State, handles, need
 from vflo.methods.representation import RepresentationMethod
 from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
@@ -111,6 +111,11 @@ class APCVFL(RepresentationMethod):
     Config = APCVFLConfig
     summary = "local autoencoders, one exchange of aligned representations, distilled student at the active party"
     paper = "Irureta et al., APC-VFL"
+    claims: ClassVar[tuple[Claim, ...]] = (
+        Claim(text="APC-VFL's claim, its active-only model helps people partners never saw",
+              axis="aligned", at="smallest", scored="active_only", against="local"),
+    )
+    quick: ClassVar[Mapping[str, Any]] = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 64}}
     inference: ClassVar[Inference] = "active_only"
 
     # A passive party's encoder g1 is trained at that party alone; the latent's width is what the others rely on.
@@ -140,7 +145,9 @@ class APCVFL(RepresentationMethod):
         assert isinstance(encoder, FittedAutoencoder)
         return encoder
 
-    @handles("apc.encode_aligned", carries={"selector": "membership"}, replies={"z": "outputs"}, selector=SELECTOR)
+    @handles("apc.encode_aligned",
+             served="after alignment; trains g1 once a run, then encodes the aligned rows asked",
+             carries={"selector": "membership"}, replies={"z": "outputs"}, selector=SELECTOR)
     def _encode_aligned(self, ctx: NodeContext, payload: Payload) -> Payload:
         """The single exchange: train g1 on all own rows (once), return g1 of the aligned rows."""
         selector = payload["selector"]
@@ -158,7 +165,9 @@ class APCVFL(RepresentationMethod):
             z = noise.release_rows(z, ids, ctx.row_noise("apc-upload"), ctx.privacy, what="latents")
         return z.astype(self.config.payload_dtype)
 
-    @handles("apc.encode_serve", carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
+    @handles("apc.encode_serve",
+             served="apc_vfl_aligned only (APC-VFL and Ablation score without it): rows to score",
+             carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
     def _encode_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Collaborative inference (the fully aligned variant only): g1 of rows to score."""
         if self.inference != "collaborative":  # APC-VFL scores from the active party alone: no step needs this

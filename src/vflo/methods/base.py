@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
     from vflo.federation.node import NodeContext
 
-__all__ = ["ALL_TASKS", "HandlerInfo", "Inference", "Method", "MethodConfig", "State", "handles", "prefixed",
+__all__ = ["ALL_TASKS", "Claim", "HandlerInfo", "Inference", "Method", "MethodConfig", "State", "handles", "prefixed",
            "unprefixed"]
 
 # What a fitted model keeps: named arrays and plain values, the kinds the message codec carries.
@@ -60,6 +60,20 @@ Inference = Literal["active_only", "collaborative"]
 #: A comparison's party layouts (see :meth:`Method.layout_settings`).
 Layout = Literal["star", "second_hop", "missing"]
 ALL_TASKS: frozenset[Task] = frozenset({"binary", "multiclass", "regression"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A claim a comparison's report tests for a method (``vflo compare``): ``method`` (the method's own name
+    when empty, or one of its :attr:`Method.variants`) against the method ``against``, on the cells of ``axis``
+    at its smallest, largest or nearest-to-half value, scoring ``scored`` people, paired over repeats."""
+
+    text: str
+    axis: Literal["aligned", "second_hop", "absent"]
+    at: Literal["smallest", "largest", "half"]
+    scored: Literal["aligned", "active_only", "missing"]
+    against: str
+    method: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +103,28 @@ class Method(HandlerSet, ABC):
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
+    # -- tags: what the rest of vflo (comparison, scoring, CLI, audit, the common test suite) reads of a method,
+    # -- so that nothing outside its module needs its name ---------------------------------------------------
+    #: Settings that keep a test run short (the common test suite, the e2e equivalence tests).
+    quick: ClassVar[Mapping[str, Any]] = {}
+    #: Runs with an active party that holds labels and no columns of its own (its paper's layout).
+    label_only_active: ClassVar[bool] = False
+    #: For a method whose ``subset_refusal`` depends on its settings: the settings that let it score with whoever
+    #: holds a person (e.g. "party_dropout > 0"). Not inherited.
+    subset_when: ClassVar[str] = ""
+    #: Named variants a comparison runs beside the method in its missing-partner cells: label -> settings.
+    #: Not inherited.
+    variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: The claims of its paper a comparison's report tests. Not inherited.
+    claims: ClassVar[tuple[Claim, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass is another method: its paper's claims, variants and scoring conditions are its own to state.
+        for tag, empty in (("subset_when", ""), ("variants", {}), ("claims", ())):
+            if tag not in vars(cls):
+                setattr(cls, tag, empty)
+
     def __init__(self, config: MethodConfig | None = None, **overrides: Any) -> None:
         if config is None:
             config = schema.build(self.Config, overrides, where=f"methods.{self.name}")
@@ -98,12 +134,11 @@ class Method(HandlerSet, ABC):
             raise ConfigError(f"{self.name} needs a {self.Config.__name__}, got {type(config).__name__}")
         for f in fields(config):
             if getattr(getattr(config, f.name), "checkpoint_every", 0) and f.name not in self.checkpointed:
-                from vflo.methods.registry import get_method, method_names
+                from vflo.methods.registry import checkpointed_tables
 
-                able = [f"{m}.{t}" for m in method_names() for t in get_method(m).checkpointed]
                 raise ConfigError(
                     f"methods.{self.name}.{f.name}.checkpoint_every: this training keeps no checkpoints (it is "
-                    f"short or one exchange); only {', '.join(able)} do: remove the setting")
+                    f"short or one exchange); only {', '.join(checkpointed_tables())} do: remove the setting")
         self.config = config
 
     # -- what a party runs -----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from vflo.align import psi
 from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Payload, Value, expect_rows
 from vflo.data.datasets import Task
 from vflo.errors import MethodError, ProtocolError, RefusedError, TransportError
-from vflo.methods.base import Method, MethodConfig, State, handles, need
+from vflo.methods.base import Claim, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
 from vflo.nn.train import (
     History,
@@ -115,6 +115,13 @@ class EntityAugmentation(SplitParty, Method):
     Config = EntityAugmentationConfig
     summary = "split learning on every guest's own entities with interpolated labels (no alignment)"
     paper = "Amalanshu et al., Entity Augmentation"
+    claims: ClassVar[tuple[Claim, ...]] = (
+        Claim(text="Entity Augmentation's claim, the records partners do not share help split learning",
+              axis="aligned", at="smallest", scored="aligned", against="splitnn"),
+    )
+    label_only_active = True
+    quick: ClassVar[Mapping[str, Any]] = {
+        "train": {"max_epochs": 2, "patience": 0, "batch_size": 64, "validation_fraction": 0.0}}
     inference = "collaborative"
     checkpointed = ("train",)
     tasks: ClassVar[frozenset[Task]] = frozenset({"binary", "multiclass"})
@@ -138,7 +145,7 @@ class EntityAugmentation(SplitParty, Method):
     def _layers(self, ctx: NodeContext) -> tuple[str, ...]:
         return tuple(self.config.guest_layers.get(ctx.party, self.config.guest))
 
-    @handles("ea.init", replies={"ids": "ids", "width": "control"})
+    @handles("ea.init", served="after setup; once", replies={"ids": "ids", "width": "control"})
     def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Build this guest's network; tell the host its width and (IDs in the clear) the entities it holds."""
         if ctx.state.get("ea.initialised"):  # a second init would only rebuild the network mid-run
@@ -161,7 +168,9 @@ class EntityAugmentation(SplitParty, Method):
     def bottom_settings(self) -> tuple[TrainConfig, str]:
         return self.config.train, self.config.payload_dtype
 
-    @handles("ea.entities", carries={"mask": "membership", "ids": "ids"}, replies={"count": "control"}, mask=MASK,
+    @handles("ea.entities",
+             served="after ea.init",
+             carries={"mask": "membership", "ids": "ids"}, replies={"count": "control"}, mask=MASK,
              ids=IDS, shared=BOOL)
     def _entities(self, ctx: NodeContext, payload: Payload) -> Payload:
         """The entities this guest will walk: those the host can label (and, if shared, in ID order), as flags
@@ -183,7 +192,9 @@ class EntityAugmentation(SplitParty, Method):
         return {"count": int(mask.sum())}
 
 
-    @handles("ea.forward", carries={"positions": "membership"}, replies={"acts": "outputs", "ids": "ids"}, n=INT,
+    @handles("ea.forward",
+             served="after ea.entities; a batch of at most [policy] max_rows",
+             carries={"positions": "membership"}, replies={"acts": "outputs", "ids": "ids"}, n=INT,
              positions=POSITIONS)
     def _forward(self, ctx: NodeContext, payload: Payload) -> Payload:
         st = _guest_state(ctx)
@@ -211,7 +222,7 @@ class EntityAugmentation(SplitParty, Method):
         st["order"] = np.asarray(state["walk.order"], dtype=np.int64)
         st["cursor"] = int(state["walk.cursor"])
 
-    @handles("ea.validate", carries={"ids": "ids"}, replies={"acts": "outputs"},
+    @handles("ea.validate", served="after ea.entities", carries={"ids": "ids"}, replies={"acts": "outputs"},
              ids=ArraySpec(("int64", "str"), (None,)), keep_previous=BOOL)
     def _validate(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Evaluation-mode activations of held-out training entities, with a snapshot for early stopping."""

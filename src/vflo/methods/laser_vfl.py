@@ -13,7 +13,7 @@ import numpy as np
 
 from vflo.comm.message import Payload, Value
 from vflo.errors import ConfigError, ProtocolError
-from vflo.methods.base import Inference, Layout, State, need
+from vflo.methods.base import Claim, Inference, Layout, State, need
 from vflo.methods.split_learning import HeldRowsTrainer, holders_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
 from vflo.nn.train import (
@@ -82,6 +82,15 @@ class LaserVFL(SplitNN):
     Config = LaserVFLConfig
     summary = "split networks for every subset of parties (trains on every row, scores with whoever holds the person)"
     paper = "Valdeira, Wang, Chi, LASER-VFL (ICLR 2025)"
+    claims: ClassVar[tuple[Claim, ...]] = (
+        Claim(text=("LASER-VFL's claim, ahead of SplitNN with an active-only fallback when partners are absent "
+                    "at scoring"),
+              axis="absent", at="half", scored="missing", against="splitnn"),
+        Claim(text="LASER-VFL against the active party alone when every partner is absent at scoring",
+              axis="absent", at="largest", scored="missing", against="local"),
+    )
+    quick: ClassVar[Mapping[str, Any]] = {
+        "train": {"max_epochs": 2, "patience": 0, "batch_size": 64, "validation_fraction": 0.2}}
     inference: ClassVar[Inference] = "collaborative"
     any_subset: ClassVar[bool] = True
 

@@ -121,7 +121,9 @@ class MaskedSVD(HandlerSet):
 
     # -- dealer -----------------------------------------------------------------------------------
 
-    @handles("svd.deal", senders=("coordinator", "delegate"),
+    @handles("svd.deal",
+             served="dealer: during a run; masks of at most [policy] max_rows rows and max_mask_bytes",
+             senders=("coordinator", "delegate"),
              replies={"p_blocks": "masks", "p_tail": "masks", "q_blocks": "masks", "q_tail": "masks"},
              m=INT, parties=STR, column_masks=BOOL)
     def _deal(self, ctx: NodeContext, payload: Payload) -> Payload:
@@ -149,7 +151,9 @@ class MaskedSVD(HandlerSet):
 
     # -- data parties -----------------------------------------------------------------------------
 
-    @handles("svd.masks", senders=("dealer",), carries=dict.fromkeys(MASKS, "masks"),
+    @handles("svd.masks",
+             served="data party: once a run, from the dealer; masks weaker than its policy refused",
+             senders=("dealer",), carries=dict.fromkeys(MASKS, "masks"),
              p_blocks=BLOCKS, p_tail=MATRIX, q_blocks=BLOCKS, q_tail=MATRIX)
     def _masks(self, ctx: NodeContext, payload: Payload) -> Payload:
         if "svd.P" in ctx.state:  # one deal per run: later masks could only replace the ones in use
@@ -175,7 +179,9 @@ class MaskedSVD(HandlerSet):
         masked: np.ndarray = P.left(X).astype(self.svd_settings().dtype)
         return masked
 
-    @handles("svd.upload", senders=("coordinator", "delegate"), carries={"selector": "membership"}, selector=SELECTOR)
+    @handles("svd.upload",
+             served="after svd.masks and alignment",
+             senders=("coordinator", "delegate"), carries={"selector": "membership"}, selector=SELECTOR)
     def _upload(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Send P X_i Q_i of the shared rows (picked from this party's aligned list) to the server."""
         selector = payload["selector"]
@@ -184,7 +190,9 @@ class MaskedSVD(HandlerSet):
         ctx.state["svd.awaiting_right"] = True
         return {}
 
-    @handles("svd.right", senders=("server",), carries={"v": "model"}, v=MATRIX)
+    @handles("svd.right",
+             served="only as the answer to this party's own upload",
+             senders=("server",), carries={"v": "model"}, v=MATRIX)
     def _right(self, ctx: NodeContext, payload: Payload) -> Payload:
         # Only the answer to this party's own upload: a V sent at any other time could replace the one in use.
         if not ctx.state.get("svd.awaiting_right", False):
@@ -195,7 +203,9 @@ class MaskedSVD(HandlerSet):
         ctx.state["svd.awaiting_right"] = False
         return {}
 
-    @handles("svd.project", carries={"ids": "ids"}, replies={"p": "outputs"}, ids=IDS)
+    @handles("svd.project",
+             served="after svd.right: rows to score",
+             carries={"ids": "ids"}, replies={"p": "outputs"}, ids=IDS)
     def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
         """x_i V_i for rows to score: this party's share of U Σ for a new row."""
         ids = payload["ids"]
@@ -207,12 +217,16 @@ class MaskedSVD(HandlerSet):
 
     # -- server -----------------------------------------------------------------------------------
 
-    @handles("svd.block", senders=("passive",), carries={"block": "masked features"}, block=MATRIX)
+    @handles("svd.block",
+             served="server: during a run, from a data party",
+             senders=("passive",), carries={"block": "masked features"}, block=MATRIX)
     def _block(self, ctx: NodeContext, payload: Payload) -> Payload:
         ctx.state.setdefault("svd.blocks", {})[ctx.sender] = payload["block"]
         return {}
 
-    @handles("svd.solve", senders=("coordinator", "delegate"), carries={"block": "masked features"},
+    @handles("svd.solve",
+             served="server: after the blocks of the same exchange",
+             senders=("coordinator", "delegate"), carries={"block": "masked features"},
              replies={"u": "model", "s": "model", "v": "model"}, order=STR, rank=INT, right=BOOL, block=MATRIX)
     def _solve(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Join the masked blocks (the requester's comes with the request), SVD, return U', Σ (and its V')."""

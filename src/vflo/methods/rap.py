@@ -16,7 +16,7 @@ from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, Value, expect_r
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, RowNoise, laplace_epsilon
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RefusedError, RemoteError
-from vflo.methods.base import Method, MethodConfig, State, handles, need, prefixed, unprefixed
+from vflo.methods.base import Claim, Method, MethodConfig, State, handles, need, prefixed, unprefixed
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import TrainConfig
 from vflo.roles import PartyInfo
@@ -342,6 +342,12 @@ class RAP(Method):
     Config = RAPConfig
     summary = "one round of Gaussian-projected features; the server trains alone (collaborative serving)"
     paper = "Zhang et al., RAP"
+    claims: ClassVar[tuple[Claim, ...]] = (
+        Claim(text="RAP's claim, close to the centralised model",
+              axis="aligned", at="largest", scored="aligned", against="centralized"),
+    )
+    quick: ClassVar[Mapping[str, Any]] = {
+        "estimator": {"model": "mlp", "hidden": [8], "train": {"max_epochs": 2, "patience": 0, "batch_size": 64}}}
     inference = "collaborative"
 
     # A client's encoding and its secret projection are its own.
@@ -374,7 +380,9 @@ class RAP(Method):
                                            what="projected rows")
         return projected
 
-    @handles("rap.project", senders=("server",), carries={"selector": "membership"},
+    @handles("rap.project",
+             served="client: once a run, after alignment (training rows)",
+             senders=("server",), carries={"selector": "membership"},
              replies={"x": "masked features", "one_hot": "control"}, selector=SELECTOR)
     def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
         """The one exchange of a client: its projected aligned training rows, to the server, once a run (a server
@@ -387,7 +395,9 @@ class RAP(Method):
         return {"x": self._client_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector))),
                 "one_hot": self._transform(ctx).one_hot_width}
 
-    @handles("rap.project_serve", senders=("server",), carries={"ids": "ids"}, replies={"x": "masked features"},
+    @handles("rap.project_serve",
+             served="client: only IDs of a scoring session the label owner opened, each row once",
+             senders=("server",), carries={"ids": "ids"}, replies={"x": "masked features"},
              ids=IDS)
     def _project_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Projected rows to score, for the server: only rows of a scoring session the coordinator opened here, each
@@ -404,7 +414,7 @@ class RAP(Method):
             raise DataError(f"party {ctx.party!r} holds no sample for some rows of this scoring session")
         return {"x": self._client_rows(ctx, rows.subset(ids))}
 
-    @handles("rap.open_scoring", carries={"ids": "ids"}, ids=IDS)
+    @handles("rap.open_scoring", served="client: after training, from the label owner", carries={"ids": "ids"}, ids=IDS)
     def _open_scoring(self, ctx: NodeContext, payload: Payload) -> Payload:
         """The coordinator names the rows it will score: the only ones the server may then ask this party for."""
         ids = payload["ids"]
@@ -432,7 +442,7 @@ class RAP(Method):
             one_hot += count
         return np.hstack(blocks).astype(np.float32), one_hot
 
-    @handles("rap.train",
+    @handles("rap.train", served="server: once the clients' projections are gathered",
              carries={"block": "masked features", "labels": "transformed labels", "selectors": "membership"},
              replies={"epochs": "control", "features": "control", "stopped_by_rule": "control"},
              block=MATRIX, labels=LABELS, clients=STR, selectors=SELECTOR, lengths=LENGTHS,
@@ -490,7 +500,9 @@ class RAP(Method):
                 best, best_loss = est, loss
         return best
 
-    @handles("rap.predict", carries={"block": "masked features", "ids": "ids"}, replies={"scores": "outputs"},
+    @handles("rap.predict",
+             served="server: after rap.train",
+             carries={"block": "masked features", "ids": "ids"}, replies={"scores": "outputs"},
              block=MATRIX, ids=IDS, clients=STR)
     def _predict(self, ctx: NodeContext, payload: Payload) -> Payload:
         ids = payload["ids"]

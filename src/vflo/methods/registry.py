@@ -7,7 +7,7 @@ import every method's dependencies.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vflo.errors import ConfigError, unknown_name
@@ -35,6 +35,41 @@ _METHODS: dict[str, str] = {
 
 def method_names() -> list[str]:
     return sorted(_METHODS)
+
+
+def methods_where(test: Callable[[type[Method]], bool]) -> list[str]:
+    """The names of the registered methods whose class passes ``test`` (read from their tags)."""
+    return [name for name in method_names() if test(get_method(name))]
+
+
+def active_only() -> list[str]:
+    """The deployable methods that score from the active party's features alone (fallbacks for the others)."""
+    return methods_where(lambda cls: cls.inference == "active_only" and not cls.simulation_only)
+
+
+def subset_scorers() -> str:
+    """The methods that score a person with whichever partners hold them, as a sentence's list (for messages)."""
+    always = methods_where(lambda cls: cls.inference == "collaborative" and cls.any_subset)
+    when = [f"{name} with {get_method(name).subset_when}" for name in methods_where(lambda cls: bool(cls.subset_when))]
+    return ", ".join([*always, *when])
+
+
+def checkpointed_tables() -> list[str]:
+    """Every training table that keeps checkpoints (``NAME.train``: ``[methods.NAME.train]`` in a config)."""
+    return [f"{name}.{table}" for name in method_names() for table in get_method(name).checkpointed]
+
+
+def scoring_text(cls: type[Method]) -> str:
+    """How a method scores a new person, from its tags (``vflo methods``)."""
+    if cls.simulation_only:
+        return "simulation only (pools raw features)"
+    if cls.inference == "active_only":
+        return "active party alone"
+    if cls.any_subset:
+        return "with whoever holds the person"
+    if cls.subset_when:
+        return f"together; with whoever holds the person when {cls.subset_when}"
+    return "together"
 
 
 def method_from_json(name: str, config_json: str) -> Method:

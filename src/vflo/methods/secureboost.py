@@ -102,6 +102,7 @@ class SecureBoost(Method):
     Config = SecureBoostConfig
     summary = "gradient-boosted trees with homomorphic encryption; every row trained on, any subset scores"
     paper = "Cheng et al. 2021, SecureBoost (arXiv 1901.08755); SecureBoost+ (arXiv 2110.10927)"
+    quick: ClassVar[Mapping[str, Any]] = {"n_trees": 2, "max_depth": 2, "n_bins": 8}
     inference: ClassVar[Inference] = "collaborative"
     any_subset: ClassVar[bool] = True
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("n_bins", "workers")}
@@ -118,7 +119,9 @@ class SecureBoost(Method):
 
     # -- a passive party -----------------------------------------------------------------------------------
 
-    @handles("sb.init", carries={"train_ids": "ids"}, replies={"columns": "control", "bins": "control"},
+    @handles("sb.init",
+             served="after setup and alignment; once a run",
+             carries={"train_ids": "ids"}, replies={"columns": "control", "bins": "control"},
              train_ids=IDS, scheme=STR, public_key=BYTES)
     def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
         data = ctx.require_data()
@@ -132,7 +135,9 @@ class SecureBoost(Method):
         ctx.state.pop(TABLE, None)  # no scoring while trees grow: a new table is served once training ends
         return {"columns": party.n_columns, "bins": party.n_bins}
 
-    @handles("sb.gradients", carries={"gh": "ciphertexts"}, tree=INT, gh=BLOB)
+    @handles("sb.gradients",
+             served="after sb.init; one tree's at a time",
+             carries={"gh": "ciphertexts"}, tree=INT, gh=BLOB)
     def _gradients(self, ctx: NodeContext, payload: Payload) -> Payload:
         party = _party(ctx, gradients=False)
         gh = payload["gh"]
@@ -144,7 +149,10 @@ class SecureBoost(Method):
         party.new_tree(handle, int(payload["tree"]))
         return {}
 
-    @handles("sb.histograms", carries={"rows": "membership"}, replies={"sums": "ciphertexts"},
+    @handles("sb.histograms",
+             served=("after the tree's sb.gradients: nodes of that tree nested as a tree's, none with fewer than "
+                     "min_node_rows of this party's people, nor leaving fewer of its parent's"),
+             carries={"rows": "membership"}, replies={"sums": "ciphertexts"},
              tree=INT, nodes=INTS, parents=INTS, siblings=INTS, counts=INTS, rows=INTS)
     def _histograms(self, ctx: NodeContext, payload: Payload) -> Payload:
         party = _party(ctx)
@@ -156,7 +164,9 @@ class SecureBoost(Method):
         sizes = np.asarray([len(b) for b in blobs], dtype=np.int64)
         return {"sums": to_wire(sizes.tobytes() + b"".join(blobs))}
 
-    @handles("sb.splits", replies={"records": "control", "sizes": "control", "left": "decisions"}, tree=INT,
+    @handles("sb.splits",
+             served="after sb.histograms of the same tree: only nodes this party summed, at a bin its columns have",
+             replies={"records": "control", "sizes": "control", "left": "decisions"}, tree=INT,
              nodes=INTS,
              columns=INTS, bins=INTS, default_left=FLAGS)
     def _splits(self, ctx: NodeContext, payload: Payload) -> Payload:
@@ -174,14 +184,16 @@ class SecureBoost(Method):
                 "left": np.concatenate([decided[int(n)][1] for n in nodes]).astype(bool) if len(nodes)
                 else np.zeros(0, dtype=bool)}
 
-    @handles("sb.finish")
+    @handles("sb.finish", served="after sb.init: ends training (the binned columns dropped, the lookup table kept)")
     def _finish(self, ctx: NodeContext, payload: Payload) -> Payload:
         party = _party(ctx, gradients=False)
         ctx.state[TABLE] = party.table  # kept for scoring; the binned columns and the sums are dropped
         _close(ctx)
         return {}
 
-    @handles("sb.decide", carries={"ids": "ids"}, replies={"left": "decisions"}, ids=IDS, split=STR)
+    @handles("sb.decide",
+             served="after sb.finish, or from a saved part: rows to score, never training rows",
+             carries={"ids": "ids"}, replies={"left": "decisions"}, ids=IDS, split=STR)
     def _decide(self, ctx: NodeContext, payload: Payload) -> Payload:
         table = ctx.state.get(TABLE)
         if not isinstance(table, LookupTable):

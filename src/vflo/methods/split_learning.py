@@ -202,7 +202,9 @@ class SplitParty(HandlerSet):
         load_module_state(bottom.net, {k: v for k, v in state.items() if k != "bottom.in_dim"}, "bottom.")
         bottom.finish(False)
 
-    @handles("split.backward", carries={"grad": "gradients"}, grad=floats(None, None))
+    @handles("split.backward",
+             served="after this party's forward pass of the same batch",
+             carries={"grad": "gradients"}, grad=floats(None, None))
     def _split_backward(self, ctx: NodeContext, payload: Payload) -> Payload:
         grad = payload["grad"]
         assert isinstance(grad, np.ndarray)
@@ -218,26 +220,26 @@ class SplitParty(HandlerSet):
     def restore_extras(self, ctx: NodeContext, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`checkpoint_extras` returned."""
 
-    @handles("split.checkpoint", run=STR, epoch=INT)
+    @handles("split.checkpoint", served="after init; the newest three per run kept", run=STR, epoch=INT)
     def _split_checkpoint(self, ctx: NodeContext, payload: Payload) -> Payload:
         state = {**prefixed("bottom.", bottom_of(ctx).state()), **prefixed("extra.", self.checkpoint_extras(ctx))}
         ctx.require_checkpoints().save(str(payload["run"]), int(payload["epoch"]), state)
         return {}
 
-    @handles("split.checkpoints", replies={"epochs": "control"}, run=STR)
+    @handles("split.checkpoints", served="after init", replies={"epochs": "control"}, run=STR)
     def _split_checkpoints(self, ctx: NodeContext, payload: Payload) -> Payload:
         store = ctx.checkpoints
         epochs = store.epochs(str(payload["run"])) if store is not None else []
         return {"epochs": np.asarray(epochs, dtype=np.int64)}
 
-    @handles("split.restore", run=STR, epoch=INT)
+    @handles("split.restore", served="after init, from this party's own checkpoint of the run", run=STR, epoch=INT)
     def _split_restore(self, ctx: NodeContext, payload: Payload) -> Payload:
         state = ctx.require_checkpoints().load(str(payload["run"]), int(payload["epoch"]))
         bottom_of(ctx).load_state(unprefixed("bottom.", state))
         self.restore_extras(ctx, unprefixed("extra.", state))
         return {}
 
-    @handles("split.finish", keep_previous=BOOL)
+    @handles("split.finish", served="after init: ends training", keep_previous=BOOL)
     def _split_finish(self, ctx: NodeContext, payload: Payload) -> Payload:
         bottom_of(ctx).finish(bool(payload["keep_previous"]))
         # Training rows are no longer needed; serving rows are read on demand.
@@ -245,7 +247,9 @@ class SplitParty(HandlerSet):
         ctx.state.pop("x.ids", None)
         return {}
 
-    @handles("split.activations", carries={"ids": "ids"}, replies={"acts": "outputs"}, ids=IDS, split=STR)
+    @handles("split.activations",
+             served="after training (bottom network built): rows to score or the student's rows",
+             carries={"ids": "ids"}, replies={"acts": "outputs"}, ids=IDS, split=STR)
     def _split_activations(self, ctx: NodeContext, payload: Payload) -> Payload:
         """Evaluation-mode activations of rows ``ids`` of this party's training or serving rows."""
         ids = payload["ids"]

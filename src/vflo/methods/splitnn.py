@@ -13,7 +13,7 @@ import numpy as np
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles, need
+from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import (
     HeldRowsTrainer,
     SplitParty,
@@ -107,6 +107,17 @@ class SplitNN(SplitParty, Method):
     Config = SplitNNConfig
     summary = "vertical split learning on aligned rows (VFL-STD); collaborative inference"
     paper = "Vepakomma et al. 2018; the VFL-STD / SplitNN baseline of APC-VFL and VFL-ASP"
+    claims: ClassVar[tuple[Claim, ...]] = (
+        Claim(text="Federating with everyone shared",
+              axis="aligned", at="largest", scored="aligned", against="local"),
+        Claim(text="Party-wise dropout (PlugVFL) against SplitNN with an active-only fallback",
+              axis="absent", at="half", scored="missing", against="splitnn", method="plugvfl"),
+    )
+    #: PlugVFL (Sun et al. 2023): SplitNN with party-wise dropout, in the comparison's missing-partner cells.
+    variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {"plugvfl": {"party_dropout": 0.5}}
+    subset_when = "party_dropout > 0"
+    quick: ClassVar[Mapping[str, Any]] = {
+        "train": {"lr": 1e-2, "batch_size": 32, "max_epochs": 2, "patience": 5}}
     inference: ClassVar[Inference] = "collaborative"
     checkpointed = ("train",)
     # A passive party's bottom network and how it steps are its own; what it sends is shared.
@@ -153,7 +164,9 @@ class SplitNN(SplitParty, Method):
 
     # -- the passive parties' side -----------------------------------------------------------------
 
-    @handles("splitnn.init", carries={"train_ids": "ids", "val_ids": "ids"}, replies={"width": "control"},
+    @handles("splitnn.init",
+             served="after setup and alignment",
+             carries={"train_ids": "ids", "val_ids": "ids"}, replies={"width": "control"},
              train_ids=IDS, val_ids=IDS)
     def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
         data = ctx.require_data()
@@ -166,7 +179,9 @@ class SplitNN(SplitParty, Method):
         ctx.state["x.ids"] = {"train": np.asarray(train_ids), "val": np.asarray(val_ids)}
         return {"width": self.config.passive_bottom[-1]}
 
-    @handles("splitnn.forward", carries={"rows": "membership"}, replies={"acts": "outputs"}, rows=POSITIONS,
+    @handles("splitnn.forward",
+             served="after splitnn.init",
+             carries={"rows": "membership"}, replies={"acts": "outputs"}, rows=POSITIONS,
              subset=STR, training=BOOL, keep_previous=BOOL)
     def _forward(self, ctx: NodeContext, payload: Payload) -> Payload:
         bottom = bottom_of(ctx)

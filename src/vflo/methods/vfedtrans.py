@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -62,6 +62,7 @@ class VFedTrans(FedSVDProtocol):
     Config = VFedTransConfig
     summary = "FedSVD representations of aligned rows distilled into a local autoencoder (dealer + server)"
     paper = "Huang et al. 2023, VFedTrans"
+    quick: ClassVar[Mapping[str, Any]] = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 64}}
     inference = "active_only"
 
     config: VFedTransConfig

@@ -17,7 +17,7 @@ from vflo.data.datasets import Task
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError
-from vflo.methods.base import Inference, Layout, Method, State, handles, need
+from vflo.methods.base import Claim, Inference, Layout, Method, State, handles, need
 from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
 from vflo.methods.split_learning import remote_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
@@ -100,6 +100,12 @@ class VFLASP(MaskedSVD, SplitNN):
     Config = VFLASPConfig
     summary = "second-hop features via one-mask federated SVD and embedding approximation; the teacher scores"
     paper = "VFL-ASP (Vertical Federated Learning Across Second-hop Parties)"
+    claims: ClassVar[tuple[Claim, ...]] = (
+        Claim(text="VFL-ASP's claim, a second-hop party's features help (SplitNN: the first hop alone)",
+              axis="second_hop", at="largest", scored="aligned", against="splitnn"),
+    )
+    quick: ClassVar[Mapping[str, Any]] = {
+        t: {"max_epochs": 2, "patience": 0, "batch_size": 64} for t in ("train", "student_train", "embedding_train")}
     inference: ClassVar[Inference] = "collaborative"
     student: ClassVar[bool] = False
 
@@ -133,7 +139,9 @@ class VFLASP(MaskedSVD, SplitNN):
 
     # -- first-hop party --------------------------------------------------------------------------
 
-    @handles("asp.extract", replies={"shared": "control", "components": "control"}, second_hop=STR)
+    @handles("asp.extract",
+             served="first hop: after setup; once a run",
+             replies={"shared": "control", "components": "control"}, second_hop=STR)
     def _extract(self, ctx: NodeContext, payload: Payload) -> Payload:
         """P1 drives steps 1 and 2: align with P2, get the mask, have both blocks masked, solve, approximate."""
         if ctx.state.get("asp.extracting"):
@@ -298,6 +306,10 @@ class VFLASPStudent(VFLASP):
     from its own features alone, min KL(ỹ_teacher ‖ S(x_A))."""
 
     name = "vfl_asp_student"
+    claims: ClassVar[tuple[Claim, ...]] = (
+        Claim(text="VFL-ASP's student against the active party alone, scoring new people",
+              axis="second_hop", at="largest", scored="active_only", against="local"),
+    )
     summary = "VFL-ASP's distilled student: scores from the active party's features alone"
     inference: ClassVar[Inference] = "active_only"
     student: ClassVar[bool] = True

@@ -19,6 +19,7 @@ from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
 from vflo.errors import ConfigError, VfloError
 from vflo.federation.coordinator import Federation
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.base import Method
 from vflo.metrics import compute_metrics
@@ -44,11 +45,10 @@ def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequenc
     if serve_repeats < 1:
         raise ConfigError(f"serve_repeats must be at least 1 (the scoring the metrics come from), got {serve_repeats}")
     seen: list[Message] = []
-    method.check_task(data.task)
     fed, _ = build_federation(data, method, seed=seed, observers=(seen.append,))
-    fed.setup(method)
-    method.fit(fed)
-    fed.flush()
+    session = Session(fed)
+    session.start(method)
+    session.train(method.fit)
     scores = method.predict(fed, data.test_ids)
     out: dict[str, Any] = {"metrics": compute_metrics(data.task, data.test_y, scores),
                            "stats": method.summary_stats(), "epsilon_scope": method.epsilon_scope()}
@@ -65,7 +65,7 @@ def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequenc
     out["features"] = _feature_attacks(seen, data, known, decoders, rng, max_rows)
     out["identity"] = _identity(seen, data)
     out["attack_seconds"] = time.perf_counter() - started
-    fed.teardown()
+    session.finish()
     return out
 
 

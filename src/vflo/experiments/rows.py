@@ -1,0 +1,66 @@
+"""One results row layout for every run, simulated or deployed: who ran, how it scored, what crossed, how long.
+
+``vflo run`` (in process), ``vflo run --deploy`` (gRPC), a Flower deployment and ``vflo compare`` write the
+same columns for the same things; a row adds only what its setting knows besides (a simulated run's variant
+and layout facts, a deployed run's file sizes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from vflo.comm.ledger import Ledger
+from vflo.errors import VfloError
+from vflo.federation.session import RunOutput
+from vflo.methods.base import Method
+
+
+def method_columns(label: str, cls: type[Method]) -> dict[str, Any]:
+    """Which entry ran: its label in the config, the registered method and what its tags say of its scoring."""
+    return {"method": label, "method_name": cls.name, "inference": cls.inference,
+            "simulation_only": cls.simulation_only}
+
+
+def traffic_columns(ledger: Ledger, fit_entries: int) -> dict[str, Any]:
+    """What crossed, from the ledger of the messages that did: in all, in training and in scoring."""
+    summary, fit = ledger.summary(), ledger.summary(0, fit_entries)
+    return {
+        "comm_bytes": summary.bytes, "comm_mb": summary.bytes / 1e6, "comm_messages": summary.messages,
+        "comm_rounds": summary.rounds, "fit_bytes": fit.bytes, "fit_rounds": fit.rounds,
+        "predict_bytes": summary.bytes - fit.bytes, "predict_rounds": summary.rounds - fit.rounds,
+        "align_bytes": summary.align_bytes, "align_rounds": summary.align_rounds,
+        "control_bytes": summary.control_bytes, "framing_bytes": summary.framing_bytes,
+    }
+
+
+def ok_row(label: str, method: Method, out: RunOutput, metrics: Mapping[str, float], *, wall: float,
+           context: Mapping[str, Any]) -> dict[str, Any]:
+    """A run that finished: ``context`` first (experiment, dataset, variant, repeat, sizes), then the method, its
+    metrics, the traffic, the times, its own stats and what its ε columns cover."""
+    row: dict[str, Any] = {"status": "ok", **context, **method_columns(label, type(method)), **metrics,
+                           **traffic_columns(out.ledger, out.fit_entries), "fit_seconds": out.fit_seconds,
+                           "predict_seconds": out.predict_seconds, "wall_seconds": wall, **out.stats,
+                           **method.epsilon_columns(out.stats)}
+    if out.party_settings:  # where a party ran its own side other than the experiment proposed, by party
+        row["party_settings"] = json.dumps(out.party_settings, sort_keys=True)
+    mark_resumed(row)
+    return row
+
+
+def failed_row(label: str, cls: type[Method], exc: Exception, *, context: Mapping[str, Any]) -> dict[str, Any]:
+    """A run that failed: the same context and method columns, the error and the exit code it maps to."""
+    code = exc.exit_code if isinstance(exc, VfloError) else 1
+    return {"status": "failed", **context, **method_columns(label, cls), "error_type": type(exc).__name__,
+            "error": str(exc), "exit_code": code}
+
+
+def mark_resumed(row: dict[str, Any]) -> None:
+    """A resumed run's ledger holds only what came after the restart: say so, and add the totals with the
+    traffic before it (up to the checkpoint it resumed from)."""
+    if "before_resume_bytes" not in row:
+        return
+    row["fit_traffic_scope"] = "after the restart only; before_resume_* up to the checkpoint; *_total both"
+    row["fit_bytes_total"] = row["fit_bytes"] + row["before_resume_bytes"]
+    row["fit_rounds_total"] = row["fit_rounds"] + row.get("before_resume_rounds", 0)
