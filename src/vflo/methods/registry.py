@@ -30,6 +30,7 @@ _METHODS: dict[str, str] = {
     "vfl_asp": "vflo.methods.vfl_asp:VFLASP",
     "vfl_asp_student": "vflo.methods.vfl_asp:VFLASPStudent",
     "secureboost": "vflo.methods.secureboost:SecureBoost",
+    "pca": "vflo.methods.pca:PCAUpload",
 }
 
 

@@ -1,0 +1,142 @@
+"""PCA upload: each partner sends the principal components of the people it shares, once.
+
+A small one-shot baseline, and the worked example of adding a method (README, "Adding a method"): this module,
+one line in the registry and ``tests/test_pca.py``; the common suite (``tests/test_every_method.py``) and the
+multi-process equivalence test hold it to what they hold every method to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from vflo.align.plain import SELECTOR, selected_ids
+from vflo.comm.message import IDS, Payload, Value, expect_rows
+from vflo.errors import ConfigError, MethodError, RefusedError
+from vflo.methods.base import MethodConfig, State, handles, need
+from vflo.methods.representation import RepresentationMethod
+from vflo.nn.estimators import EstimatorConfig
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+    from vflo.federation.node import NodeContext
+
+__all__ = ["PCAConfig", "PCAUpload"]
+
+MEAN, COMPONENTS, UPLOADED = "pca.mean", "pca.components", "pca.uploaded"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PCAConfig(MethodConfig):
+    """``components``: principal components a partner sends per person, its own setting (fewer than its columns,
+    so its rows cannot be solved for from what it sends). ``classifier``: the active party's model on its own
+    columns beside every partner's components."""
+
+    components: int = 2
+    classifier: EstimatorConfig = field(default_factory=EstimatorConfig)
+
+    def __post_init__(self) -> None:
+        if self.components < 1:
+            raise ConfigError(f"components must be at least 1, got {self.components}")
+
+
+class PCAUpload(RepresentationMethod):
+    """Principal components uploaded once (PCA: Pearson 1901, "On lines and planes of closest fit"; Hotelling
+    1933), a one-exchange baseline for vertical federated learning.
+
+    Each partner k fits PCA on every row it holds, shared or not: μ_k and W_k (its top ``components``
+    directions) stay with it. Once, it sends z_i^k = (x_i^k - μ_k) W_k for the people it shares with the active
+    party, which trains its classifier on its own columns beside them:
+
+        min_θ Σ_{i ∈ aligned} ℓ( f_θ([x_i^A, z_i^1, ..., z_i^K]), y_i )
+
+    To score, each partner sends (x^k - μ_k) W_k of the people asked (collaborative inference).
+    """
+
+    name = "pca"
+    Config = PCAConfig
+    summary = "each partner's principal components of the shared people, sent once; classifier at the active party"
+    paper = "Pearson 1901, Hotelling 1933 (PCA); a one-exchange baseline"
+    inference = "collaborative"
+    # How much of its rows a partner releases is its own decision.
+    own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("components",)}
+    quick: ClassVar[Mapping[str, Any]] = {}
+
+    config: PCAConfig
+
+    # -- a passive party --------------------------------------------------------------------------------------
+
+    def _fitted(self, ctx: NodeContext) -> tuple[np.ndarray, np.ndarray]:
+        if COMPONENTS not in ctx.state:
+            X = ctx.require_data().X.astype(np.float64)
+            k = self.config.components
+            if k >= X.shape[1]:
+                raise MethodError(
+                    f"party {ctx.party!r}: components = {k} is not fewer than its {X.shape[1]} columns, so the "
+                    f"active party could solve for its rows; set [methods.pca] components = {max(X.shape[1] - 1, 1)} "
+                    "or fewer in its own config" + (" (a one-column party cannot take part)" if X.shape[1] < 2 else ""))
+            mean = X.mean(axis=0)
+            _, _, vt = np.linalg.svd(X - mean, full_matrices=False)
+            ctx.state[MEAN], ctx.state[COMPONENTS] = mean, vt[:k].T.copy()
+        return ctx.state[MEAN], ctx.state[COMPONENTS]
+
+    def _project(self, ctx: NodeContext, X: np.ndarray) -> np.ndarray:
+        mean, W = self._fitted(ctx)
+        z: np.ndarray = ((X.astype(np.float64) - mean) @ W).astype(np.float32)
+        return z
+
+    @handles("pca.upload", served="after alignment; once a run: the components of the aligned rows",
+             carries={"selector": "membership"}, replies={"z": "outputs"}, selector=SELECTOR)
+    def _upload(self, ctx: NodeContext, payload: Payload) -> Payload:
+        if ctx.state.get(UPLOADED):
+            raise RefusedError(f"party {ctx.party!r} sent its components for this run already; refused")
+        ids = selected_ids(ctx, payload["selector"])  # type: ignore[arg-type]
+        z = self._project(ctx, ctx.require_data().subset(ids).X)
+        ctx.state[UPLOADED] = True
+        return {"z": z}
+
+    @handles("pca.project", served="after pca.upload, or from a saved part: rows to score",
+             carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
+    def _project_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
+        if COMPONENTS not in ctx.state:
+            raise RefusedError(f"party {ctx.party!r} has no fitted components (pca.upload comes first); refused")
+        return {"z": self._project(ctx, ctx.rows("serve").subset(payload["ids"]).X)}  # type: ignore[arg-type]
+
+    def party_state(self, ctx: NodeContext) -> State:
+        return {"mean": ctx.state[MEAN], "components": ctx.state[COMPONENTS]} if COMPONENTS in ctx.state else {}
+
+    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
+        if "components" in state:
+            ctx.state[MEAN], ctx.state[COMPONENTS] = state["mean"], state["components"]
+
+    # -- the active party -------------------------------------------------------------------------------------
+
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
+        passives = fed.names("passive")
+        if not passives:
+            raise MethodError("pca needs at least one passive party: with the active party alone, use a method "
+                              "that scores from its own columns")
+        alignment = fed.align(fed.data.ids, passives)
+        if len(alignment.ids) == 0:
+            raise MethodError(f"no person is shared by the active party and all of {passives}; pca trains on them")
+        replies = fed.exchange("pca.upload", {p: {"selector": alignment.selector(p)} for p in passives})
+        parts = [expect_rows(replies[p], "z", party=p, rows=len(alignment.ids), what="components") for p in passives]
+        self.passives_ = passives
+        self.widths_ = np.asarray([part.shape[1] for part in parts], dtype=np.int64)
+        return alignment.ids, np.hstack([fed.data.subset(alignment.ids).X, *parts])
+
+    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        replies = fed.score_together("pca.project", ids, self.passives_)
+        parts = [expect_rows(replies[p], "z", party=p, rows=len(ids), width=int(w), what="components")
+                 for p, w in zip(self.passives_, self.widths_, strict=True)]
+        return np.hstack([fed.serving.subset(ids).X, *parts])
+
+    def representation_state(self, fed: Federation) -> State:
+        return {"passives": np.asarray(self.passives_, dtype=np.str_), "widths": self.widths_}
+
+    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
+        self.passives_ = [str(p) for p in np.asarray(need(state, "passives")).tolist()]
+        self.widths_ = np.asarray(need(state, "widths"), dtype=np.int64)
