@@ -28,6 +28,7 @@ import pandas as pd
 from vflo.align.plain import intersect
 from vflo.data.datasets import Dataset, load_dataset
 from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.apc_vfl import APCVFLAligned
 from vflo.methods.fedsvd import FedSVD
@@ -88,7 +89,7 @@ def fedsvd_cost(m: int, mask: str, seed: int = 0) -> dict[str, object]:
     data = spec.build(ds, seed=0).materialize()
     method = FedSVD(fedsvd={"mask": mask, "block_size": 1000})
     fed, _ = build_federation(data, method, seed=seed, max_message_bytes=1 << 40)
-    fed.setup(method)
+    Session(fed).start(method)
     alignment = intersect(fed, np.sort(data.train["a"].ids), ["p"])
     tracemalloc.start()
     t0 = time.perf_counter()

@@ -35,6 +35,7 @@ from torch import nn
 
 from vflo.data.datasets import Dataset, load_dataset
 from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.apc_vfl import APCVFL
 from vflo.nn import train as train_module
@@ -104,7 +105,7 @@ class Clock:
 def run_vflo(data: FederatedData, seed: int) -> dict[str, Any]:
     method = APCVFL()
     fed, nodes = build_federation(data, method, seed=seed)
-    fed.setup(method)
+    Session(fed).start(method)
     clock = Clock()
     trainer = train_module.ModuleTrainer
     with clock.wrap(trainer, "validation_loss", "validation passes"), \
@@ -117,7 +118,7 @@ def run_vflo(data: FederatedData, seed: int) -> dict[str, Any]:
     passive = next(n for n in nodes.values() if n.info.role == "passive")
     histories = {"g1_active": method.g1_active_.history, "g1_passive": passive.context.state["apc.g1"].history,
                  "g2_joint": method.teacher_.history, "g3_student": method.student_.history}
-    fed.teardown()
+    Session(fed).teardown()
     laps = dict(method.timings_)
     networks = sum(sum(e["seconds"] for e in h.epochs) for h in histories.values())
     return {"fit_seconds": total, "stages": laps, "epochs": {k: len(h) for k, h in histories.items()},

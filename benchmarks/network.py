@@ -29,6 +29,7 @@ from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials, init_certs
 from vflo.deploy import Deployment, export_federation, load_deploy_config
 from vflo.federation.coordinator import AlignmentConfig
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, party_node, run_method
 from vflo.methods.local import Local
 from vflo.methods.splitnn import SplitNN
@@ -108,7 +109,7 @@ def psi(n: int) -> dict[str, float]:
                          test_y=np.empty(0, dtype=np.int64), task="binary", n_classes=2, oracle=None)  # type: ignore[arg-type]
     method = Local()
     fed, _ = build_federation(data, method, seed=0, alignment=AlignmentConfig(method="psi"), max_message_bytes=1 << 31)
-    fed.setup(method)
+    Session(fed).start(method)
     t0 = time.perf_counter()
     result = fed.align(ids_a, ["b"])
     seconds = time.perf_counter() - t0

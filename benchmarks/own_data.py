@@ -26,6 +26,7 @@ import pandas as pd
 import vflo
 from vflo.data.partydata import PartyData
 from vflo.federation.coordinator import AlignmentConfig
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.registry import get_method
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         local = get_method("local")()
         fed, _ = build_federation(split, local, seed=0, alignment=AlignmentConfig(method=method),  # type: ignore[arg-type]
                                   max_message_bytes=1 << 31)
-        fed.setup(local)
+        Session(fed).start(local)
         return len(fed.align(split.train["active"].ids, ["passive"]).ids)
 
     stage(results, "align, plain (training IDs)", lambda: align("plain"))
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             local = get_method("local")()
             fed, _ = build_federation(whole, local, seed=0, alignment=AlignmentConfig(method="psi"),  # type: ignore[arg-type]
                                       max_message_bytes=1 << 31)
-            fed.setup(local)
+            Session(fed).start(local)
             return len(fed.align(whole.train["active"].ids, ["passive"]).ids)
 
         results["psi_ids"] = [whole.train["active"].n_samples, whole.train["passive"].n_samples]

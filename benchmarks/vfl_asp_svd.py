@@ -26,6 +26,7 @@ import pandas as pd
 
 from vflo.data.datasets import Dataset
 from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.vfl_asp import VFLASP
 
@@ -46,7 +47,7 @@ def extraction_cost(m: int, mask: str, seed: int = 0) -> dict[str, object]:
     data = spec.build(ds, seed=0).materialize()
     method = VFLASP(svd={"mask": mask, "block_size": 1000}, embedding_train={"max_epochs": 1})
     fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=1 << 40)
-    fed.setup(method)
+    Session(fed).start(method)
     tracemalloc.start()
     t0 = time.perf_counter()
     fed.request("p1", "asp.extract", {"second_hop": "p2"})

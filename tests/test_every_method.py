@@ -22,6 +22,7 @@ from tests.test_audit import audit, observed
 from tests.test_methods import data_for, quick
 from vflo.data.partydata import PartyData
 from vflo.federation.coordinator import AlignmentConfig
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method, method_names
@@ -76,7 +77,7 @@ def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     data = data_for(name)
     method = quick(name)
     fed, nodes = build_federation(data, method, seed=0)
-    fed.setup(method)
+    Session(fed).start(method)
     method.fit(fed)
     others = [n for n in nodes.values() if n.name != data.active]
     reachable = _reachable([method, fed], stop=(Transport,))
@@ -127,3 +128,15 @@ def test_save_load_predict_gives_the_same_scores(name: str, tmp_path: Path) -> N
     assert np.array_equal(scores, expected)  # bit for bit
     frame = saved.score(rows)
     assert list(frame["id"]) == list(data.test_ids) and (frame["model"] == name).all()
+
+
+def test_a_method_sees_no_lifecycle() -> None:
+    """Setup, saving, loading, the ledgers and teardown are the session's (vflo.federation.session), not on the
+    federation a method's fit and predict receive."""
+    from vflo.federation.coordinator import Federation
+    from vflo.federation.session import Session
+
+    lifecycle = ("setup", "teardown", "save_parts", "load_parts", "own_part", "collect_ledgers")
+    assert not [name for name in lifecycle if hasattr(Federation, name)]
+    assert all(hasattr(Session, name) for name in ("start", "train", "save_parts", "load", "finish", "teardown"))
+

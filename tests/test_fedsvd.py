@@ -13,6 +13,7 @@ from vflo.comm.message import Message
 from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import RemoteError
 from vflo.federation.policy import Policy
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.fedsvd import FedSVD
 from vflo.methods.masks import OrthogonalMask
@@ -50,7 +51,7 @@ def test_federated_svd_equals_numpy_svd_of_the_joined_columns(mask: str) -> None
     fed, nodes = build_federation(data, method, seed=0, observers=(seen.append,))
     for node in nodes.values():  # blocks of 16 rows: below the default policy's 64, so the parties allow them
         node.policy = Policy(min_mask_block=16)
-    fed.setup(method)
+    Session(fed).start(method)
     alignment = intersect(fed, np.sort(data.train["a"].ids), ["p", "q"])
     result = method.federated_svd(fed, alignment, right=True)
     joined = np.hstack([data.train[n].subset(alignment.ids).X for n in ("a", "p", "q")]).astype(np.float64)

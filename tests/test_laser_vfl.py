@@ -10,6 +10,7 @@ from tests.conftest import make_dataset
 from vflo.comm.message import Message
 from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.laser_vfl import LaserVFL, task_weight
 from vflo.methods.registry import get_method
@@ -70,7 +71,7 @@ def test_a_person_is_scored_by_the_heads_of_the_blocks_that_hold_them() -> None:
     together, _ = _blocks()
     method = get_method("laser_vfl")(train={**TRAIN, "max_epochs": 2})
     fed, _nodes = build_federation(together, method, seed=0)
-    fed.setup(method)
+    Session(fed).start(method)
     method.fit(fed)
     import torch
 
@@ -82,7 +83,7 @@ def test_a_person_is_scored_by_the_heads_of_the_blocks_that_hold_them() -> None:
         mean = torch.stack([z[j][row] for j in blocks]).mean(dim=0)
         expected = torch.stack([torch.softmax(method.heads_[i](mean), dim=0) for i in blocks]).mean(dim=0)
         assert torch.allclose(out[row], expected, atol=1e-6)
-    fed.teardown()
+    Session(fed).teardown()
 
 
 def test_regression_and_bad_widths() -> None:

@@ -10,6 +10,7 @@ from torch.nn import functional as F
 from tests.conftest import make_dataset, two_party_spec
 from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import MethodError
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, party_secret, run_method
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method, method_names
@@ -102,7 +103,7 @@ def test_centralized_needs_the_simulation_oracle() -> None:
     data = _split()
     method = get_method("centralized")()
     fed, _ = build_federation(data, method, seed=0)
-    fed.setup(method)
+    Session(fed).start(method)
     fed._oracle = None
     from vflo.errors import PartyBoundaryError
 

@@ -22,6 +22,7 @@ from vflo.comm.message import Message
 from vflo.deploy import PartyConfig, export_federation, load_party_config, own_settings_toml
 from vflo.errors import ConfigError, RemoteError
 from vflo.federation.policy import PolicyError
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.base import Method
 from vflo.methods.own_settings import check_section, decide, party_section, settings_table
@@ -154,12 +155,12 @@ def test_a_coordinator_that_proposes_other_settings_changes_nothing_at_the_parti
     attack = adversarial(name, honest, data.train[data.parties[1].name].n_features)
     assert party_section(cls, "passive", attack.config_json()) != party_section(cls, "passive", honest.config_json())
     fed, nodes = build_federation(data, attack, seed=1, party_config=honest)
-    fed.setup(attack)
+    Session(fed).start(attack)
     for party in fed.names("passive"):
         ran = nodes[party].method.config_json()  # type: ignore[union-attr]
         assert party_section(cls, "passive", ran) == party_section(cls, "passive", honest.config_json())
         assert fed.party_settings[party]  # each said what it ran instead
-    fed.teardown()
+    Session(fed).teardown()
 
 
 def test_a_setup_over_the_wire_runs_the_partys_own_and_says_so() -> None:
@@ -224,4 +225,4 @@ def test_a_refusal_reaches_the_coordinator_naming_both() -> None:
     fed, nodes = build_federation(data, method, seed=0)
     nodes["pas"].settings = {}
     with pytest.raises(RemoteError, match=r"gives? the latent width .* = 256, but the coordinator's proposal needs 4"):
-        fed.setup(method)
+        Session(fed).start(method)

@@ -10,6 +10,7 @@ from sklearn.linear_model import LogisticRegression
 
 from tests.test_methods import _split
 from vflo.errors import MethodError, RemoteError
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
 
@@ -38,7 +39,7 @@ def test_the_classifier_is_a_logistic_regression_on_the_joined_columns() -> None
     data = _split(n=300, aligned=1.0, test=40)
     method = get_method("pca")(components=2)
     fed, _nodes = build_federation(data, method, seed=0)
-    fed.setup(method)
+    Session(fed).start(method)
     method.fit(fed)
     act, pas = data.train["act"], data.train["pas"]
     pca = PCA(n_components=2, svd_solver="full").fit(pas.X.astype(np.float64))
@@ -59,7 +60,7 @@ def test_a_partner_refuses_as_many_components_as_columns_and_a_second_upload() -
         run_method(get_method("pca")(components=width), data, seed=0)
     method = get_method("pca")()
     fed, _nodes = build_federation(data, method, seed=0)
-    fed.setup(method)
+    Session(fed).start(method)
     method.fit(fed)
     alignment = fed.align(fed.data.ids, ["pas"])
     with pytest.raises(RemoteError, match="sent its components for this run already"):

@@ -12,6 +12,7 @@ from vflo.comm.message import Message
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import DataError, RemoteError
 from vflo.federation.coordinator import AlignmentConfig
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
 
@@ -58,7 +59,7 @@ def test_psi_finds_the_scenarios_ground_truth(n_passive: int) -> None:
     method = get_method("local")()
     seen: list[Message] = []
     fed, nodes = build_federation(data, method, seed=0, alignment=PSI, observers=(seen.append,))
-    fed.setup(method)
+    Session(fed).start(method)
     alignment = fed.align(data.train["a"].ids, [f"p{i}" for i in range(n_passive)])
     assert np.array_equal(alignment.ids, np.sort(layout.aligned_ids()))
     # with mode 'both' each passive party now knows the shared IDs, in the same (sorted) order

@@ -26,6 +26,7 @@ from vflo.dp import GaussianNoise, PrivacyAccount, PrivacyBudget, RowNoise
 from vflo.errors import RemoteError
 from vflo.federation.coordinator import Federation
 from vflo.federation.node import Node
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.base import Method
 from vflo.methods.masks import OrthogonalMask
@@ -40,7 +41,7 @@ def fitted(method: Method, data: FederatedData, *, seed: int = 0, party_seeds: d
            seen: list[Message] | None = None) -> tuple[Federation, dict[str, Node]]:
     observers = () if seen is None else (seen.append,)
     fed, nodes = build_federation(data, method, seed=seed, party_seeds=party_seeds, observers=observers)
-    fed.setup(method)
+    Session(fed).start(method)
     method.fit(fed)
     fed.flush()
     return fed, nodes
@@ -154,7 +155,7 @@ def test_one_row_releases_carry_independent_noise_and_a_row_asked_twice_is_the_s
     again = np.vstack([client._client_rows(ctx, rows.subset(rows.ids[i : i + 1])) for i in range(50)])  # type: ignore[attr-defined]
     assert np.array_equal(singles, again)  # asking twice gains nothing
     assert np.array_equal(client._client_rows(ctx, rows.subset(rows.ids[:50])), singles)  # type: ignore[attr-defined]
-    fed.teardown()
+    Session(fed).teardown()
 
 
 def test_a_scored_row_asked_again_returns_the_same_noised_activation() -> None:
@@ -167,7 +168,7 @@ def test_a_scored_row_asked_again_returns_the_same_noised_activation() -> None:
     assert np.array_equal(first, second)  # type: ignore[arg-type]
     spent = nodes["pas"].privacy
     assert spent.people > 0 and spent.epsilon() > 0
-    fed.teardown()
+    Session(fed).teardown()
 
 
 def test_releases_past_a_partys_own_budget_are_refused_naming_the_budget() -> None:
@@ -176,7 +177,7 @@ def test_releases_past_a_partys_own_budget_are_refused_naming_the_budget() -> No
     method = get_method("splitnn")(**{**_settings("splitnn"), "activation_noise": NOISE})
     fed, nodes = build_federation(data_for("splitnn"), method, seed=0)
     nodes["pas"].privacy = PrivacyAccount("pas", PrivacyBudget(epsilon=2.0))
-    fed.setup(method)
+    Session(fed).start(method)
     with pytest.raises(RemoteError, match=r"past its budget ε = 2 \(\[privacy\] epsilon"):
         method.fit(fed)
 

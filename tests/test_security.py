@@ -14,6 +14,7 @@ from vflo.comm.message import Message
 from vflo.data.scenario import FederatedData
 from vflo.errors import ConfigError, RemoteError
 from vflo.federation.policy import Policy
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, party_node, run_method
 from vflo.methods.masks import OrthogonalMask
 from vflo.methods.registry import get_method
@@ -24,7 +25,7 @@ def federation(name: str, data: FederatedData | None = None):  # type: ignore[no
     data = data or data_for(name)
     method = quick(name)
     fed, nodes = build_federation(data, method, seed=0)
-    fed.setup(method)
+    Session(fed).start(method)
     return data, method, fed, nodes
 
 
@@ -113,12 +114,12 @@ def test_a_method_outside_the_policy_is_refused_naming_party_and_method() -> Non
     fed, nodes = build_federation(data, method, seed=0)
     nodes["pas"].policy = Policy(methods=("splitnn", "apc_vfl"))
     with pytest.raises(RemoteError, match=r"party 'pas' does not agree to run rap: its policy allows only splitnn"):
-        fed.setup(method)
+        Session(fed).start(method)
     nodes["pas"].policy = Policy(require={"rap.max_condition": {"max": 5.0}})
     with pytest.raises(RemoteError, match=r"'pas' does not agree to run rap with max_condition = 10.0"):
-        fed.setup(method)
+        Session(fed).start(method)
     nodes["pas"].policy = Policy(methods=("rap",), require={"rap.max_condition": {"max": 20.0}})
-    fed.setup(method)  # within the policy
+    Session(fed).start(method)  # within the policy
 
 
 def test_policy_settings_are_checked() -> None:
@@ -161,7 +162,7 @@ def test_a_partys_own_setting_outside_its_policy_is_refused() -> None:
     nodes["pas"].policy = Policy(methods=("rap",), require={"rap.max_condition": {"max": 10}})
     nodes["pas"].settings = {"rap": {"max_condition": float("inf")}}
     with pytest.raises(RemoteError, match=r"'pas' does not agree to run rap with max_condition = inf"):
-        fed.setup(method)
+        Session(fed).start(method)
 
 
 def _weak_mask(mask: str, m: int) -> OrthogonalMask:
@@ -230,7 +231,7 @@ def test_a_party_that_requires_psi_refuses_plain_alignment_and_runs_with_psi() -
         method = quick("splitnn")
         fed, nodes = build_federation(data, method, seed=0, alignment=alignment)
         nodes["pas"].policy = Policy(alignment="psi")
-        fed.setup(method)
+        Session(fed).start(method)
         if refused:
             guessed = {"ids": data.train["pas"].ids[:5], "split": "serve"}
             reply = send(fed, "act", "pas", "align.plain", guessed)
@@ -251,7 +252,7 @@ def test_one_run_at_a_time_other_runs_and_backward_rounds_are_refused() -> None:
     fed, nodes = build_federation(data, method, seed=0)
     lab = nodes["pas"]
     lab.peers["rival"] = "active"  # the lab's config lists a second active peer
-    fed.setup(method)
+    Session(fed).start(method)
     assert len(fed.run_id) == 32
     setup = {"method": "splitnn", "config": quick("splitnn").config_json(), "seed": 9,
              "parties": json.dumps([["rival", "active"], ["pas", "passive"]]), "save": False}
@@ -268,7 +269,7 @@ def test_one_run_at_a_time_other_runs_and_backward_rounds_are_refused() -> None:
     backwards = lab.handle(Message(sender="act", receiver="pas", kind="split.finish", round=1,
                                    payload={"keep_previous": False}, run=fed.run_id))
     assert backwards.error is not None and "comes after round" in backwards.error.message
-    fed.teardown()
+    Session(fed).teardown()
     after = lab.handle(Message(sender="act", receiver="pas", kind="split.finish", round=fed.rounds + 2,
                                payload={"keep_previous": False}, run=fed.run_id))
     assert after.error is not None and "serves no run now" in after.error.message
@@ -283,7 +284,7 @@ def test_steps_out_of_order_are_refused() -> None:
     data = data_for("rap")
     method = quick("rap")
     fed, _nodes = build_federation(data, method, seed=0)
-    fed.setup(method)
+    Session(fed).start(method)
     lab_ids = data.serve["pas"].ids
     early = send(fed, "server", "pas", "rap.project_serve", {"ids": lab_ids[:3]})
     assert early.error is not None and "scoring session its coordinator opened" in early.error.message
@@ -297,12 +298,26 @@ def test_steps_out_of_order_are_refused() -> None:
     guesses = [send(fed, "server", "pas", "rap.project_serve", {"ids": np.asarray([i])}).error
                for i in (lab_ids[0], "nobody")]
     assert all(g is not None for g in guesses) and guesses[0].message == guesses[1].message  # type: ignore[union-attr]
-    fed.teardown()
+    Session(fed).teardown()
 
     data, apc, fed, _nodes = federation("apc_vfl")
     apc.fit(fed)
     served = send(fed, "act", "pas", "apc.encode_serve", {"ids": data.serve["pas"].ids[:3]})
-    assert served.error is not None and "scores from the active party's features alone" in served.error.message
+    assert served.error is not None and "running apc_vfl has no handler for 'apc.encode_serve'" in served.error.message
+
+
+@pytest.mark.parametrize(("name", "kinds"), [("ablation", ["apc.encode_aligned", "apc.encode_serve"]),
+                                             ("vfedtrans", ["svd.right", "svd.project"]),
+                                             ("vfl_asp", ["svd.right", "svd.project"])])
+def test_a_variant_answers_only_the_steps_it_uses(name: str, kinds: list[str]) -> None:
+    """Ablation sends nothing, yet a party running it answered APC-VFL's upload (it inherited the handlers):
+    a coordinator could install the harmless-looking method and pull latents. A variant serves only its own
+    steps; VFedTrans and VFL-ASP score without the SVD's right factors and answer neither of those kinds."""
+    _data, method, fed, _nodes = federation(name)
+    method.fit(fed)
+    for kind in kinds:
+        reply = send(fed, "act", "pas" if "pas" in fed.names() else fed.names("passive")[0], kind, {})
+        assert reply.error is not None and f"running {name} has no handler for {kind!r}" in reply.error.message
 
 
 def test_a_delegate_must_be_a_data_party_in_the_partys_own_config() -> None:
@@ -312,7 +327,7 @@ def test_a_delegate_must_be_a_data_party_in_the_partys_own_config() -> None:
                                                                                           "embedding_train")},
                                       "first_hop": "server"})
     fed, _nodes = build_federation(data, method, seed=0)
-    fed.setup(method)
+    Session(fed).start(method)
     asked = send(fed, "server", "p2", "align.plain", {"ids": data.train["p2"].ids[:3], "split": "train"})
     assert asked.error is not None and asked.error.type == "RefusedError"
 
@@ -327,7 +342,7 @@ def test_plain_alignment_of_training_rows_answers_one_set_of_ids_a_run() -> None
     assert send(fed, "act", "pas", "align.plain", {"ids": ids, "split": "train"}).error is None  # the same set
     probe = send(fed, "act", "pas", "align.plain", {"ids": np.asarray(["someone"]), "split": "train"})
     assert probe.error is not None and "once a run" in probe.error.message
-    fed.setup(method)  # a new run (the same coordinator starting again): one new set
+    Session(fed).start(method)  # a new run (the same coordinator starting again): one new set
     assert send(fed, "act", "pas", "align.plain", {"ids": ids[:5], "split": "train"}).error is None
 
 

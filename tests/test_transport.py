@@ -14,6 +14,7 @@ from vflo.data.partydata import PartyData
 from vflo.errors import PayloadError, ProtocolError, RemoteError
 from vflo.federation.coordinator import Federation
 from vflo.federation.node import Node, NodeContext
+from vflo.federation.session import Session
 from vflo.federation.simulation import party_node
 from vflo.methods.base import Method, MethodConfig, handles
 from vflo.roles import PartyInfo
@@ -76,7 +77,7 @@ def _federation(monkeypatch: pytest.MonkeyPatch, ledger: Ledger | None = None) -
     transport = LocalTransport(nodes, ledger=ledger)
     fed = Federation(node=nodes["a"], transport=transport, parties=(ACTIVE, PASSIVE, RELAY), seed=1,
                      task="binary", n_classes=2)
-    fed.setup(Echo(scale=3.0))
+    Session(fed).start(Echo(scale=3.0))
     return fed, nodes
 
 
@@ -203,7 +204,7 @@ def test_a_posted_message_that_fails_is_raised_where_it_is_delivered(monkeypatch
 def test_a_new_run_drops_what_a_failed_run_posted(monkeypatch: pytest.MonkeyPatch) -> None:
     fed, nodes = _federation(monkeypatch)
     fed.post("echo.scale", {"p": {"x": np.ones(1, np.float32)}})
-    fed.setup(Echo(scale=3.0))  # the next run on the same transport
+    Session(fed).start(Echo(scale=3.0))  # the next run on the same transport
     fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})
     assert nodes["p"].context is not None and nodes["p"].context.state["calls"] == 1
 
@@ -233,7 +234,7 @@ def test_an_error_in_an_exchange_started_early_is_not_lost(monkeypatch: pytest.M
         fed.flush()  # ...so the next use of the federation raises its error
     fed.flush()
     fed.exchange_async("echo.fail", {"p": {}})  # a run that failed before reading it...
-    fed.setup(Echo(scale=3.0))  # ...does not fail the next one
+    Session(fed).start(Echo(scale=3.0))  # ...does not fail the next one
     assert fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})["rows"] == 3
 
 

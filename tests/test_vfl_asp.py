@@ -12,6 +12,7 @@ from vflo.data.datasets import load_dataset
 from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, MethodError, RemoteError
 from vflo.federation.policy import Policy
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
@@ -45,7 +46,7 @@ def test_embeddings_equal_the_svd_of_the_joined_shared_rows() -> None:
     fed, nodes = build_federation(data, method, seed=0, observers=(seen.append,))
     for node in nodes.values():  # blocks of 40 rows: below the default policy's 64, so the parties allow them
         node.policy = Policy(min_mask_block=40)
-    fed.setup(method)
+    Session(fed).start(method)
     method.fit(fed)
     shared, E = nodes["p1"].context.state["asp.embeddings"]
     joined = np.hstack([data.train["p1"].subset(shared).X, data.train["p2"].subset(shared).X]).astype(np.float64)

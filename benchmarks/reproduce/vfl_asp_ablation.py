@@ -32,6 +32,7 @@ from vflo.errors import ConfigError, VfloError
 from vflo.experiments.config import ExperimentConfig, load_config
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table, t_halfwidth
+from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.vfl_asp import VFLASP, VFLASPConfig
 from vflo.metrics import compute_metrics
@@ -53,7 +54,7 @@ def embeddings(config: ExperimentConfig, data_dir: str | None, run: int) -> tupl
     # Only the extraction is needed here: the embedding autoencoder is not part of this study.
     method = VFLASP(replace(asp, embedding_train=replace(asp.embedding_train, max_epochs=1)))
     fed, nodes = build_federation(data, method, seed=derive_seed(config.seed, "ablation", run))
-    fed.setup(method)
+    Session(fed).start(method)
     fed.request(asp.first_hop, "asp.extract", {"second_hop": asp.second_hop})
     shared, E = nodes[asp.first_hop].context.state["asp.embeddings"]
     position = {v: i for i, v in enumerate(dataset.ids.tolist())}

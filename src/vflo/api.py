@@ -96,7 +96,7 @@ class FittedModel:
     def save(self, folder: str | Path, *, label: str | None = None) -> Path:
         """Every party writes its own part under ``folder/LABEL/PARTY`` (LABEL: the method's name by default);
         load it again with :func:`load`."""
-        card = save_model(self.federation, self.nodes, self.method, self.data, Path(folder), label=label)
+        card = save_model(Session(self.federation), self.nodes, self.method, self.data, Path(folder), label=label)
         return Path(folder) / card.label
 
     def predict(self, ids: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:

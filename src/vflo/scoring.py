@@ -35,6 +35,7 @@ from vflo.data.partydata import PartyData
 from vflo.errors import AlignmentError, ConfigError
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.node import Node
+from vflo.federation.session import Session
 from vflo.federation.simulation import held_by_all, party_node
 from vflo.methods.base import Method
 from vflo.methods.registry import active_only, get_method
@@ -107,9 +108,8 @@ class SavedModel:
         if missing == "subset":
             check_subset(self, method)
             fed.whoever_answers = True
-        for party, sha in fed.load_parts(method, self.label, self.card.model_id).items():
+        for party, sha in Session(fed).load(method, self.label, self.card.model_id, self.active.state).items():
             _check_manifest(self.card, party, sha)
-        fed.load_own_part(method, self.active.state)
         return fed, method
 
     def rows(self, party: str, rows: Rows) -> PartyData:

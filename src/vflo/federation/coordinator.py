@@ -8,10 +8,7 @@ Each :meth:`Federation.exchange` is one communication round.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import secrets
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -21,22 +18,14 @@ import numpy as np
 
 from vflo.align import plain, psi
 from vflo.align.plain import Alignment
-from vflo.comm.ledger import LedgerEntry
-from vflo.comm.message import Message, Payload, Value
+from vflo.comm.message import Message, Payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
-from vflo.errors import MethodError, PartyBoundaryError, ProtocolError, RemoteError, TransportError
+from vflo.errors import MethodError, PartyBoundaryError, RemoteError, TransportError
 from vflo.federation.node import (
-    LEDGER,
-    LOAD,
-    SAVE,
-    SETUP,
-    TEARDOWN,
     Node,
     NodeContext,
-    take_release_key,
-    with_release_key,
 )
 from vflo.roles import PartyInfo, active_party
 
@@ -162,84 +151,7 @@ class Federation:
         """What the coordinating party has released under differential privacy (its own account)."""
         return self.ctx.privacy
 
-    # -- lifecycle ----------------------------------------------------------------------------------
-
-    def setup(self, method: Method, *, save: bool = False) -> None:
-        """Install ``method`` at every party (a control message each) and at the coordinator. With ``save``,
-        a party that has no folder for model parts refuses now, before anything trains."""
-        self._method = method
-        # A transport kept between runs (a deployment) may hold messages a failed run posted; they belong
-        # to that run, not to this one.
-        if self._in_flight is not None:  # a round a failed run started early: let it end, keep its outcome out
-            stale, self._in_flight = self._in_flight, None
-            with contextlib.suppress(Exception):
-                stale.result()
-        if dropped := self.transport.drop_posted():
-            logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
-        self.run_id = secrets.token_hex(16)
-        self._node.install(method, seed=self.seed, parties=self.parties, run=self.run_id)
-        payload: Payload = {**self._method_payload(method), "save": save}
-        others = self.names()
-        self.party_settings = {}
-        if others:
-            replies = self._send_all(SETUP, {n: payload for n in others}, round_no=0)
-            for name, reply in replies.items():
-                try:
-                    own = json.loads(str(reply.get("own", "{}")))
-                except json.JSONDecodeError as exc:
-                    raise ProtocolError(f"party {name!r} answered the setup with malformed settings: {exc}") from exc
-                if not isinstance(own, dict):
-                    raise ProtocolError(f"party {name!r} answered the setup with settings that are not a table")
-                if own:
-                    self.party_settings[name] = own
-                    logger.warning("party %s runs %s with its own %s (not the experiment's)", name, method.name,
-                                   ", ".join(f"{k} = {json.dumps(v)}" for k, v in sorted(own.items())))
-
-    def _method_payload(self, method: Method) -> dict[str, str | int]:
-        return {"method": method.name, "config": method.config_json(), "seed": self.seed,
-                "parties": json.dumps([[p.name, p.role] for p in self.parties])}
-
-    def save_parts(self, label: str, model_id: str) -> dict[str, str]:
-        """Each other party writes its own part into its own folder; the checksum of each one's manifest."""
-        others = self.names()
-        if not others:
-            return {}
-        request: Payload = {"label": label, "model_id": model_id}
-        replies = self._send_all(SAVE, {name: request for name in others}, round_no=self._round)
-        return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
-
-    def own_part(self, method: Method) -> dict[str, Value]:
-        """What the coordinating party saves of the fitted ``method``: its state, and the key of its noised
-        releases (so scoring later releases a row as before)."""
-        return with_release_key(method.coordinator_state(self), self.ctx)
-
-    def load_own_part(self, method: Method, state: Mapping[str, Value]) -> None:
-        """Restore what :meth:`own_part` saved."""
-        method.load_coordinator_state(self, take_release_key(state, self.ctx))
-
-    def load_parts(self, method: Method, label: str, model_id: str) -> dict[str, str]:
-        """Install ``method`` here and have every other party restore its saved part; each one's manifest checksum."""
-        self._method = method
-        self.run_id = secrets.token_hex(16)
-        self._node.install(method, seed=self.seed, parties=self.parties, run=self.run_id)
-        others = self.names()
-        if not others:
-            return {}
-        payload: Payload = {**self._method_payload(method), "label": label, "model_id": model_id}
-        if not self.whoever_answers:
-            replies = self._send_all(LOAD, {name: payload for name in others}, round_no=0)
-            return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
-        # A partner that left after training (not running, or its part gone) is absent for the whole session.
-        messages = self._messages(LOAD, {name: payload for name in others}, round_no=0)
-        manifests: dict[str, str] = {}
-        for m, r in zip(messages, self.transport.request_each(messages), strict=True):
-            try:
-                if isinstance(r, TransportError):
-                    raise r
-                manifests[m.receiver] = str(r.unwrap().get("manifest", ""))
-            except (TransportError, RemoteError) as exc:
-                self.mark_absent(m.receiver, exc, session=True)
-        return manifests
+    # -- who answers ------------------------------------------------------------------------------
 
     def mark_absent(self, party: str, why: Exception | str, *, session: bool = False) -> None:
         """Note that ``party`` did not answer (for this batch, or with ``session`` for the whole session)."""
@@ -251,35 +163,6 @@ class Federation:
     def present(self, parties: Sequence[str]) -> list[str]:
         """Those of ``parties`` not absent for the whole session."""
         return [p for p in parties if p not in self.absent]
-
-    def collect_ledgers(self) -> int:
-        """Merge the other parties' own ledgers into this one (when each process keeps its own); where their
-        entries start in it."""
-        if self.transport.shared_ledger:
-            return len(self.transport.ledger)
-        others = self.names()
-        if not others:
-            return len(self.transport.ledger)
-        replies = self._send_all(LEDGER, {n: {} for n in others}, round_no=self._round)
-        start = len(self.transport.ledger)
-        for name, reply in replies.items():
-            try:
-                records = json.loads(str(reply.get("records", "[]")))
-                self.transport.ledger.extend(LedgerEntry(**r) for r in records)
-            except (json.JSONDecodeError, TypeError) as exc:
-                raise ProtocolError(f"party {name!r} sent a malformed ledger: {exc}") from exc
-        return start
-
-    def teardown(self) -> None:
-        others = self.present(self.names())
-        if not others:
-            return
-        if not self.whoever_answers:
-            self._send_all(TEARDOWN, {n: {} for n in others}, round_no=self._round)
-            return
-        # Whoever is still there ends the session; one that went away meanwhile has nothing to end.
-        self._settle()
-        self.transport.request_each(self._messages(TEARDOWN, {n: {} for n in others}, round_no=self._round))
 
     # -- alignment ---------------------------------------------------------------------------------
 

@@ -11,17 +11,26 @@ entries are put first, as one process records them.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from vflo.comm.ledger import Ledger, LedgerSummary
+from vflo.comm.ledger import Ledger, LedgerEntry, LedgerSummary
+from vflo.comm.message import Payload, Value
+from vflo.errors import ProtocolError, RemoteError, TransportError
 from vflo.federation.coordinator import Federation
+from vflo.federation.node import LEDGER, LOAD, SAVE, SETUP, TEARDOWN, take_release_key, with_release_key
 from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +58,8 @@ class RunOutput:
 
 
 class Session:
-    """The lifecycle of one run over ``fed``; each step in order, each once."""
+    """The lifecycle of one run (or one scoring session) over ``fed``: what the runner does, and a method never
+    does. A method sees only its :class:`Federation` (its data, exchanges, alignment, randomness)."""
 
     def __init__(self, fed: Federation) -> None:
         self.fed = fed
@@ -57,13 +67,49 @@ class Session:
         self._fit_round = 0
         self._own_fit = 0
 
+    # -- a run ----------------------------------------------------------------------------------------------
+
     def start(self, method: Method, *, save: bool = False, checkpoint: CheckpointPlan | None = None) -> None:
-        """Check the task and install ``method`` at every party (with ``save``, a party without a folder for its
-        part refuses now, before anything trains)."""
-        method.check_task(self.fed.task)
+        """Check the task, then install ``method`` at every party (a control message each, and a new run ID) and
+        at the coordinator. With ``save``, a party that has no folder for model parts refuses now, before
+        anything trains."""
+        fed = self.fed
+        method.check_task(fed.task)
         if checkpoint is not None:
-            self.fed.checkpoint = checkpoint
-        self.fed.setup(method, save=save)
+            fed.checkpoint = checkpoint
+        fed._method = method
+        # A transport kept between runs (a deployment) may hold messages a failed run posted; they belong
+        # to that run, not to this one.
+        if fed._in_flight is not None:  # a round a failed run started early: let it end, keep its outcome out
+            stale, fed._in_flight = fed._in_flight, None
+            with contextlib.suppress(Exception):
+                stale.result()
+        if dropped := fed.transport.drop_posted():
+            logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
+        fed.run_id = secrets.token_hex(16)
+        fed._node.install(method, seed=fed.seed, parties=fed.parties, run=fed.run_id)
+        payload: Payload = {**self._method_payload(method), "save": save}
+        others = fed.names()
+        fed.party_settings = {}
+        if not others:
+            return
+        replies = fed._send_all(SETUP, {n: payload for n in others}, round_no=0)
+        for name, reply in replies.items():
+            try:
+                own = json.loads(str(reply.get("own", "{}")))
+            except json.JSONDecodeError as exc:
+                raise ProtocolError(f"party {name!r} answered the setup with malformed settings: {exc}") from exc
+            if not isinstance(own, dict):
+                raise ProtocolError(f"party {name!r} answered the setup with settings that are not a table")
+            if own:
+                fed.party_settings[name] = own
+                logger.warning("party %s runs %s with its own %s (not the experiment's)", name, method.name,
+                               ", ".join(f"{k} = {json.dumps(v)}" for k, v in sorted(own.items())))
+
+    def _method_payload(self, method: Method) -> dict[str, str | int]:
+        fed = self.fed
+        return {"method": method.name, "config": method.config_json(), "seed": fed.seed,
+                "parties": json.dumps([[p.name, p.role] for p in fed.parties])}
 
     def train(self, fit: Callable[[Federation], Any]) -> Any:
         """Run the coordinator's side of training (``method.fit``, or a representation step), deliver what it
@@ -75,14 +121,98 @@ class Session:
         self._fit_round, self._own_fit = self.fed.rounds, len(self.fed.transport.ledger)
         return out
 
+    # -- the fitted model's parts -------------------------------------------------------------------------
+
+    def save_parts(self, label: str, model_id: str) -> dict[str, str]:
+        """Each other party writes its own part into its own folder; the checksum of each one's manifest."""
+        fed = self.fed
+        others = fed.names()
+        if not others:
+            return {}
+        request: Payload = {"label": label, "model_id": model_id}
+        replies = fed._send_all(SAVE, {name: request for name in others}, round_no=fed._round)
+        return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
+
+    def own_part(self, method: Method) -> dict[str, Value]:
+        """What the coordinating party saves of the fitted ``method``: its state, and the key of its noised
+        releases (so scoring later releases a row as before)."""
+        return with_release_key(method.coordinator_state(self.fed), self.fed.ctx)
+
+    def load(self, method: Method, label: str, model_id: str, own: Mapping[str, Value]) -> dict[str, str]:
+        """A scoring session: install ``method`` here from this party's saved state ``own`` and have every other
+        party restore its saved part; each one's manifest checksum (a partner whose part does not load is absent
+        for the session where the federation takes whoever answers)."""
+        fed = self.fed
+        fed._method = method
+        fed.run_id = secrets.token_hex(16)
+        fed._node.install(method, seed=fed.seed, parties=fed.parties, run=fed.run_id)
+        manifests = self._load_others(method, label, model_id)
+        method.load_coordinator_state(fed, take_release_key(own, fed.ctx))
+        return manifests
+
+    def _load_others(self, method: Method, label: str, model_id: str) -> dict[str, str]:
+        fed = self.fed
+        others = fed.names()
+        if not others:
+            return {}
+        payload: Payload = {**self._method_payload(method), "label": label, "model_id": model_id}
+        if not fed.whoever_answers:
+            replies = fed._send_all(LOAD, {name: payload for name in others}, round_no=0)
+            return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
+        # A partner that left after training (not running, or its part gone) is absent for the whole session.
+        messages = fed._messages(LOAD, {name: payload for name in others}, round_no=0)
+        manifests: dict[str, str] = {}
+        for m, r in zip(messages, fed.transport.request_each(messages), strict=True):
+            try:
+                if isinstance(r, TransportError):
+                    raise r
+                manifests[m.receiver] = str(r.unwrap().get("manifest", ""))
+            except (TransportError, RemoteError) as exc:
+                fed.mark_absent(m.receiver, exc, session=True)
+        return manifests
+
+    # -- the end --------------------------------------------------------------------------------------------
+
+    def collect_ledgers(self) -> int:
+        """Merge the other parties' own ledgers into this one (when each process keeps its own); where their
+        entries start in it."""
+        fed = self.fed
+        if fed.transport.shared_ledger:
+            return len(fed.transport.ledger)
+        others = fed.names()
+        if not others:
+            return len(fed.transport.ledger)
+        replies = fed._send_all(LEDGER, {n: {} for n in others}, round_no=fed._round)
+        start = len(fed.transport.ledger)
+        for name, reply in replies.items():
+            try:
+                records = json.loads(str(reply.get("records", "[]")))
+                fed.transport.ledger.extend(LedgerEntry(**r) for r in records)
+            except (json.JSONDecodeError, TypeError) as exc:
+                raise ProtocolError(f"party {name!r} sent a malformed ledger: {exc}") from exc
+        return start
+
+    def teardown(self) -> None:
+        """End the run (or scoring session) at every party still there."""
+        fed = self.fed
+        others = fed.present(fed.names())
+        if not others:
+            return
+        if not fed.whoever_answers:
+            fed._send_all(TEARDOWN, {n: {} for n in others}, round_no=fed._round)
+            return
+        # Whoever is still there ends the session; one that went away meanwhile has nothing to end.
+        fed._settle()
+        fed.transport.request_each(fed._messages(TEARDOWN, {n: {} for n in others}, round_no=fed._round))
+
     def finish(self) -> tuple[Ledger, int]:
         """Gather the other parties' own records (where they keep their own), end the run at every party, and
         return the ledger with training's entries first, and how many they are."""
-        remote = self.fed.collect_ledgers()
-        self.fed.teardown()
+        remote = self.collect_ledgers()
+        self.teardown()
         return training_first(self.fed.transport.ledger, self._own_fit, remote, self._fit_round)
 
-    def run(self, method: Method, ids: np.ndarray, *, save: Callable[[Federation], object] | None = None,
+    def run(self, method: Method, ids: np.ndarray, *, save: Callable[[Session], object] | None = None,
             checkpoint: CheckpointPlan | None = None, on_fitted: Callable[[Federation], None] | None = None,
             score: Callable[[Federation], tuple[np.ndarray, dict[str, float]]] | None = None) -> RunOutput:
         """The whole run: start, fit, ``save`` (every party its part), score ``ids`` (or as ``score`` does,
@@ -92,7 +222,7 @@ class Session:
         if on_fitted is not None:
             on_fitted(self.fed)
         if save is not None:
-            save(self.fed)
+            save(self)
         started = time.perf_counter()
         stats = method.summary_stats()
         if score is not None:

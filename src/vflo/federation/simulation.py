@@ -75,7 +75,7 @@ def give_stores(nodes: Mapping[str, Node], data: FederatedData, folder: Path) ->
         node.store = PartStore(folder, party=name, role=node.info.role, preprocessing=preprocessing_of(data, name))
 
 
-def save_model(fed: Federation, nodes: Mapping[str, Node], method: Method, data: FederatedData, folder: Path,
+def save_model(session: Session, nodes: Mapping[str, Node], method: Method, data: FederatedData, folder: Path,
                *, label: str | None = None) -> ModelCard:
     """Every party writes its own part of ``method`` (fitted over ``fed``) under ``folder/LABEL/PARTY``.
 
@@ -83,14 +83,15 @@ def save_model(fed: Federation, nodes: Mapping[str, Node], method: Method, data:
     arrive by ``control.save`` messages as in a deployment, and the model card records each manifest's
     checksum so a part swapped later is noticed when the model is loaded.
     """
+    fed = session.fed
     label = label or method.name
     model_id = new_model_id()
     give_stores(nodes, data, folder)
     own = nodes[fed.party].store
     assert own is not None
     manifests = {fed.party: own.save(label=label, method=method.name, config=method.config_json(),
-                                     model_id=model_id, state=fed.own_part(method))}
-    manifests |= fed.save_parts(label, model_id)
+                                     model_id=model_id, state=session.own_part(method))}
+    manifests |= session.save_parts(label, model_id)
     card = ModelCard(label=label, method=method.name, config=method.config_json(), model_id=model_id, seed=fed.seed,
                      task=fed.task, n_classes=fed.n_classes, classes=tuple(data.classes), active=fed.party,
                      parties=tuple((p.name, p.role) for p in fed.parties), inference=method.inference,
@@ -162,7 +163,8 @@ def run_method(
         give_stores(nodes, data, save[0])
     return Session(fed).run(
         method, data.test_ids, checkpoint=None if checkpoint is None else checkpoint[1], on_fitted=on_fitted,
-        save=None if save is None else lambda fed: save_model(fed, nodes, method, data, save[0], label=save[1]),
+        save=None if save is None else lambda session: save_model(session, nodes, method, data, save[0],
+                                                                 label=save[1]),
         score=None if fallback is None else scored)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from vflo.align.plain import SELECTOR, Alignment, selected_ids
 from vflo.comm.message import IDS, Payload, Value, expect_rows
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
-from vflo.errors import ConfigError, MethodError, RefusedError
+from vflo.errors import ConfigError, MethodError
 from vflo.methods.base import Claim, Inference, MethodConfig, State, handles, need
 from vflo.methods.representation import RepresentationMethod
 from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
@@ -122,6 +122,8 @@ class APCVFL(RepresentationMethod):
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "passive": ("passive_encoder", "activation", "train", "reduction", "overcomplete")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("noise", "payload_dtype")}
+    # Scoring is the active party's alone: a passive party running APC-VFL answers the one upload, nothing else.
+    serves: ClassVar[frozenset[str] | None] = frozenset({"apc.encode_aligned"})
 
     config: APCVFLConfig
 
@@ -169,10 +171,7 @@ class APCVFL(RepresentationMethod):
              served="apc_vfl_aligned only (APC-VFL and Ablation score without it): rows to score",
              carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
     def _encode_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
-        """Collaborative inference (the fully aligned variant only): g1 of rows to score."""
-        if self.inference != "collaborative":  # APC-VFL scores from the active party alone: no step needs this
-            raise RefusedError(f"party {ctx.party!r}: {self.name} scores from the active party's features alone, "
-                               "so no scoring step asks for this party's latents; refused")
+        """Collaborative inference (the fully aligned variant only, the one that serves it): g1 of rows to score."""
         ids = payload["ids"]
         assert isinstance(ids, np.ndarray)
         z = self._local_encoder(ctx).encode(ctx.rows("serve").subset(ids).X)
@@ -319,6 +318,7 @@ class APCVFLAligned(APCVFL):
     name = "apc_vfl_aligned"
     summary = "APC-VFL's fully aligned variant: classifier on the joint latent (collaborative inference)"
     inference = "collaborative"
+    serves: ClassVar[frozenset[str] | None] = frozenset({"apc.encode_aligned", "apc.encode_serve"})
 
     def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
         clock = _Stopwatch()
@@ -359,6 +359,7 @@ class Ablation(APCVFL):
     name = "ablation"
     summary = "APC-VFL's student encoder trained on local data only, without distillation (no messages)"
     inference = "active_only"
+    serves: ClassVar[frozenset[str] | None] = frozenset()  # it sends nothing, so a party running it answers nothing
 
     def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
         data = fed.data

@@ -64,6 +64,8 @@ class VFedTrans(FedSVDProtocol):
     paper = "Huang et al. 2023, VFedTrans"
     quick: ClassVar[Mapping[str, Any]] = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 64}}
     inference = "active_only"
+    # It scores from the active party alone and keeps no right factors: the SVD's exchange, without its scoring.
+    serves: ClassVar[frozenset[str] | None] = frozenset(FedSVDProtocol.handler_table()) - {"svd.right", "svd.project"}
 
     config: VFedTransConfig
 

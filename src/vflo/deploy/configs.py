@@ -1,0 +1,237 @@
+"""What a deployment is written in: a party's PARTY.toml and the active party's DEPLOY.toml, read and checked."""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from vflo import schema
+from vflo.comm.codec import DEFAULT_MAX_BYTES
+from vflo.comm.departures import DepartureLog
+from vflo.comm.grpc_transport import DEFAULT_DEADLINE
+from vflo.dp import PrivacyBudget
+from vflo.errors import (
+    ConfigError,
+)
+from vflo.federation.policy import Policy
+from vflo.roles import PartyInfo, Role, check_party_name
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """A party's table: training rows in ``file``; rows to score in ``serve_file``. A party that only scores
+    with a saved model needs no ``file``: its ``serve_file`` is read with the saved part's encoding.
+
+    ``feature_columns`` / ``drop_columns`` choose the features, ``categorical`` columns are one-hot encoded
+    here, at the owner, with the categories of the training file; ``task`` (active party only) says what the
+    labels are when the guess from their values is wrong. ``standardize``: per column, fitted on ``file``."""
+
+    file: str | None = None
+    id_column: str
+    label_column: str | None = None
+    serve_file: str | None = None
+    feature_columns: tuple[str, ...] | None = None
+    drop_columns: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = ()
+    task: Literal["binary", "multiclass", "regression"] | None = None
+    standardize: bool = True
+    # Missing values, filled here at the owner from its training rows (and the same way in rows scored later):
+    # "mean", "median", "most_frequent" or a number; left out, a file with gaps is refused, naming the column.
+    impute: Literal["mean", "median", "most_frequent"] | float | None = None
+    missing_indicator: bool = False
+
+    def __post_init__(self) -> None:
+        if self.file is None and self.serve_file is None:
+            raise ConfigError("[data] needs file (training rows), serve_file (rows to score), or both")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TLSConfig:
+    """``dir`` holds ca.pem and NAME.pem / NAME.key (the party's own folder from ``vflo certs init --split``, or
+    the folder of ``vflo certs init``); ``insecure`` turns TLS off."""
+
+    dir: str | None = None
+    insecure: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerEntry:
+    """A peer under ``[peers]``: where to reach it and the role this party knows it by."""
+
+    # Where the peer listens for vflo's gRPC; not needed over Flower (the SuperLink routes every message).
+    address: str = ""
+    role: Role = "passive"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartyConfig:
+    name: str
+    role: Role = "passive"
+    listen: str = "127.0.0.1:0"
+    data: DataConfig | None = None
+    tls: TLSConfig = field(default_factory=TLSConfig)
+    # NAME = "HOST:PORT" (a passive party), or NAME = { address = "HOST:PORT", role = "active" | "server" | ... }:
+    # the role decides what that peer may ask of this party.
+    peers: dict[str, str | PeerEntry] = field(default_factory=dict)
+    # What this party agrees to run (see vflo.federation.policy).
+    policy: Policy = field(default_factory=Policy)
+    deadline: float = DEFAULT_DEADLINE
+    max_message_bytes: int = DEFAULT_MAX_BYTES
+    # Where this party writes its parts of trained models (after `run --save`) and reads them (to score).
+    models: str | None = None
+    # Where this party keeps its own training checkpoints, so a run can resume after any party stopped.
+    checkpoints: str | None = None
+    # This party's own randomness: its masks, projections, noise and private weights. Left out, 128 bits of the
+    # operating system's; a seed here (kept as secret as a key) makes the party's runs reproducible. Never sent.
+    seed: int | None = field(default=None, repr=False)
+    # What this party lets out of each person's privacy over all its noised releases ([privacy] epsilon, delta).
+    privacy: PrivacyBudget | None = None
+    # Its own record of every message that left it (JSON lines, appended; `vflo party audit FILE` sums it). A
+    # PARTY.toml without the key keeps NAME_audit.jsonl beside the config; "" keeps none.
+    audit_log: str | None = None
+    # Its own side of each method ([methods.NAME]: its bottom network, encoder, learning rate, ...): whatever a
+    # coordinator proposes, these (else the method's defaults) run here (vflo.methods.own_settings).
+    methods: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in (self.name, *self.peers):
+            check_party_name(name)
+        if self.methods:
+            from vflo.methods.own_settings import check_section
+            from vflo.methods.registry import get_method
+
+            for method, section in self.methods.items():
+                check_section(get_method(method), self.role, section, where=f"methods.{method}")
+        if self.role in ("active", "passive") and self.data is None:
+            raise ConfigError(f"party {self.name!r} ({self.role}) needs a [data] table with its file and ID column")
+        if self.name in self.peers:
+            raise ConfigError(f"party {self.name!r} lists itself among its peers; two parties share that name")
+        if self.role != "active" and self.peers and "active" not in self.peer_roles.values():
+            raise ConfigError(f"party {self.name!r}: no peer has role 'active', so no one may set up a method here; "
+                              "write the coordinating party as NAME = { address = \"HOST:PORT\", role = \"active\" } "
+                              "under [peers]")
+
+    def check_grpc(self) -> None:
+        """What vflo's own gRPC needs beyond the party itself (Flower needs neither): TLS and peer addresses."""
+        if not self.tls.insecure and not self.tls.dir:
+            raise ConfigError(f"party {self.name!r}: give [tls] dir (from `vflo certs init`) or insecure = true")
+        missing = [n for n, a in self.addresses.items() if not a]
+        if missing:
+            raise ConfigError(f"party {self.name!r}: give the address of {missing} (NAME = {{ address = \"HOST:PORT\", "
+                              "role = ... }} under [peers], or address = ... under [[parties]]): vflo's gRPC dials it")
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        return {n: p if isinstance(p, str) else p.address for n, p in self.peers.items()}
+
+    def departures(self) -> DepartureLog | None:
+        """Its record of what left it, where its config keeps one."""
+        return DepartureLog(Path(self.audit_log), self.name) if self.audit_log else None
+
+    @property
+    def peer_roles(self) -> dict[str, Role]:
+        return {n: "passive" if isinstance(p, str) else p.role for n, p in self.peers.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerConfig:
+    name: str
+    address: str = ""  # not needed over Flower
+    role: Role = "passive"  # as under a party's [peers]: a party named without a role is a passive one
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployConfig:
+    """The active party (it coordinates) and where every other party listens."""
+
+    active: PartyConfig
+    parties: tuple[PeerConfig, ...]
+    test_file: str | None = None
+    task: Literal["binary", "multiclass", "regression"] | None = None
+    n_classes: int | None = None
+
+    def __post_init__(self) -> None:
+        names = [self.active.name, *(p.name for p in self.parties)]
+        if len(set(names)) != len(names):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            raise ConfigError(f"two parties share the name {dupes}; every party needs its own name")
+        if self.active.role != "active":
+            raise ConfigError(f"the coordinating party {self.active.name!r} must have role = 'active'")
+        if any(p.role == "active" for p in self.parties):
+            raise ConfigError("only [active] may have the role 'active'")
+
+    @property
+    def party_infos(self) -> tuple[PartyInfo, ...]:
+        """Every party with its role, the active one first."""
+        return (PartyInfo(self.active.name, "active"), *(PartyInfo(p.name, p.role) for p in self.parties))
+
+    def coordinator_config(self) -> PartyConfig:
+        """The active party's own config as it coordinates: its [active] settings (its own seed, privacy
+        budget and audit file included), with every party of ``[[parties]]`` as a peer."""
+        active = self.active
+        peers = {p.name: PeerEntry(address=p.address, role=p.role) for p in self.parties}
+        return PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data, tls=active.tls,
+                           peers={**active.peers, **peers}, deadline=active.deadline,
+                           max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy,
+                           audit_log=active.audit_log)
+
+    def check_grpc(self) -> None:
+        """What vflo's own gRPC needs (Flower needs neither): the active party's TLS and every party's address."""
+        missing = [p.name for p in self.parties if not p.address]
+        if missing:
+            raise ConfigError(f"give the address of {missing} in the deploy config's [[parties]] (address = "
+                              "\"HOST:PORT\"): vflo's gRPC dials it")
+        self.active.check_grpc()
+
+
+def _read_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+
+
+def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Data and TLS paths in a config are relative to the config file."""
+    out = dict(config)
+    for table, keys in (("data", ("file", "serve_file")), ("tls", ("dir",))):
+        if isinstance(out.get(table), dict):
+            section = dict(out[table])
+            for k in keys:
+                if isinstance(section.get(k), str) and not Path(section[k]).is_absolute():
+                    section[k] = str(base / section[k])
+            out[table] = section
+    for key in ("models", "checkpoints", "audit_log"):
+        if isinstance(out.get(key), str) and out[key] and not Path(out[key]).is_absolute():
+            out[key] = str(base / out[key])
+    return out
+
+
+def _audit_default(party: dict[str, Any]) -> dict[str, Any]:
+    """A party table read from a file keeps its audit file beside the config unless it says otherwise."""
+    if isinstance(party.get("name"), str):
+        party.setdefault("audit_log", f"{party['name']}_audit.jsonl")
+    return party
+
+
+def load_party_config(path: str | Path) -> PartyConfig:
+    return schema.build(PartyConfig, _relative(_audit_default(_read_toml(path)), Path(path).parent))
+
+
+def load_deploy_config(path: str | Path) -> DeployConfig:
+    raw = _read_toml(path)
+    base = Path(path).parent
+    if isinstance(raw.get("active"), dict):
+        # The [active] table is the active party; saying so again is allowed, anything else is refused below.
+        raw["active"] = _relative(_audit_default({"role": "active", **raw["active"]}), base)
+    if isinstance(raw.get("test_file"), str) and not Path(raw["test_file"]).is_absolute():
+        raw["test_file"] = str(base / raw["test_file"])
+    return schema.build(DeployConfig, raw)

@@ -1,0 +1,276 @@
+"""The active party's side of a deployment: it coordinates runs (a :class:`~vflo.federation.session.Session` over
+its gRPC or Flower link) and scoring sessions with saved models."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing, new_model_id
+from vflo.comm.ledger import Ledger
+from vflo.comm.message import Message
+from vflo.data.datasets import Dataset, infer_task
+from vflo.data.partydata import PartyData
+from vflo.deploy.configs import DeployConfig
+from vflo.deploy.party import Link, load_party_data, start_party
+from vflo.errors import (
+    AddressInUseError,
+    AlignmentError,
+    ConfigError,
+    DataError,
+    MethodError,
+    RemoteError,
+    TransportError,
+)
+from vflo.federation.coordinator import AlignmentConfig, Federation
+from vflo.federation.node import READY
+from vflo.federation.session import RunOutput, Session
+from vflo.methods.base import Method
+from vflo.nn.train import CheckpointPlan
+from vflo.roles import PartyInfo
+from vflo.scoring import Missing, SavedModel, combine
+
+logger = logging.getLogger(__name__)
+
+
+def _refuse_leaks(party: str, leaked: np.ndarray, where: str) -> None:
+    if len(leaked):
+        raise DataError(
+            f"{len(leaked)} test IDs are also in party {party!r}'s {where} (e.g. {leaked[:5].tolist()}): a test row "
+            "must be held out of every party's training data, or the scores measure rows it trained on; remove them "
+            "from the training files (vflo split cuts train, test and serve files that never overlap)")
+
+
+def _task_of(train: PartyData, test: PartyData | None, deploy: DeployConfig) -> tuple[str, int | None]:
+    y = train.require_labels()
+    task = deploy.task if deploy.task is not None else infer_task(y)
+    if task == "regression":
+        return task, None
+    n = deploy.n_classes or int(max(y.max(), test.y.max() if test is not None and test.y is not None else 0)) + 1
+    return task, max(n, 2)
+
+
+class Deployment:
+    """The active party's side of a deployed federation: its node, and its way to every other party (its own
+    gRPC server and clients, or a ``link`` such as vflo.flower's transport through a Flower ServerApp)."""
+
+    def __init__(self, deploy: DeployConfig, *, train: PartyData | None = None, test: PartyData | None = None,
+                 link: Link | None = None) -> None:
+        if link is None:
+            deploy.check_grpc()
+        active = deploy.active
+        preprocessing = None
+        if train is None:
+            assert active.data is not None
+            tables = load_party_data(active.name, active.data, extra=deploy.test_file)
+            if tables.train is None:
+                raise ConfigError(f"the active party {active.name!r} needs its training file ([active.data] file) to "
+                                  "train; to score with a saved model use `vflo predict`")
+            train, test, preprocessing = tables.train, tables.test, tables.preprocessing
+        self.deploy = deploy
+        self.preprocessing = preprocessing or Preprocessing(columns=train.columns)
+        self.train = train
+        self.test = test
+        self.task, self.n_classes = _task_of(train, test, deploy)
+        serving = None if test is None else PartyData(party=test.party, ids=test.ids, X=test.X, columns=test.columns)
+        config = deploy.coordinator_config()
+        self.party = start_party(config, data=train, serve=serving, preprocessing=self.preprocessing, link=link)
+        self.parties = deploy.party_infos
+
+    @property
+    def data_parties(self) -> tuple[PartyInfo, ...]:
+        return tuple(p for p in self.parties if p.holds_data)
+
+    def missing_for(self, method: Method) -> str:
+        """What ``method`` needs that the deploy config lacks (a server or dealer), as "NAME needs [...]"; or ""."""
+        missing = [f"{p.name} ({p.role})" for p in method.extra_parties(self.data_parties) if p not in self.parties]
+        return f"{method.name} needs {missing}" if missing else ""
+
+    def parties_for(self, method: Method) -> tuple[PartyInfo, ...]:
+        """The data parties and the data-less parties ``method`` needs: a server or dealer no method of the run
+        uses need not be running."""
+        needs = self.missing_for(method)
+        if needs:
+            raise MethodError(f"{needs} in the deploy config's [[parties]]")
+        return (*self.data_parties, *method.extra_parties(self.data_parties))
+
+    def preflight(self, methods: list[Method], *, alignment: AlignmentConfig | None = None, save: bool = False,
+                  checkpoints: bool = False) -> None:
+        """Before anything trains: every party the methods need has the folders ``save`` and ``checkpoints``
+        will write to, no test row is in any party's training rows, the active party shares IDs with the
+        others, and every party a collaborative method scores with holds the rows to score.
+
+        Each check is an alignment exchange (plain, or PSI as configured), reported apart like any alignment.
+        First of all, every method's server or dealer is in the deploy config: a method that needs one
+        would otherwise fail only after the methods before it had trained.
+        """
+        needs = [text for text in map(self.missing_for, methods) if text]
+        if needs:
+            raise ConfigError("; ".join(needs) + " in the deploy config's [[parties]]: add each as "
+                              "[[parties]] name = '...', role = '...' (over vflo's gRPC also address = 'HOST:PORT' "
+                              "of its `vflo party serve`; over Flower its `vflo flower party` runs a SuperNode), or "
+                              "leave the method out")
+        own = self.train
+        fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
+                         task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+        if save or checkpoints:
+            self._check_folders(methods, save=save, checkpoints=checkpoints)
+        test_ids = np.empty(0, dtype=own.ids.dtype) if self.test is None else self.test.ids
+        _refuse_leaks(own.party, test_ids[own.contains(test_ids)], "training file")
+        passives = [p.name for p in self.data_parties if p.role == "passive"]
+        # One question per party about its training rows (a party answers one set of IDs a run): the test rows
+        # and the active party's own, together.
+        asked = np.unique(np.concatenate([test_ids.astype(own.ids.dtype), own.ids]))
+        is_test, is_own = np.isin(asked, test_ids.astype(own.ids.dtype)), np.isin(asked, own.ids)
+        shares = False
+        for name in passives:
+            answer = fed.align(asked, [name])
+            held = answer.held.get(name)
+            if held is None:  # PSI with mode = 'active': only the shared IDs come back
+                held = np.isin(asked, answer.ids)
+            _refuse_leaks(name, asked[held & is_test], "training rows")
+            shares = shares or bool((held & is_own).any())
+        if passives and not shares:
+            raise AlignmentError(
+                f"the active party {own.party!r} shares no ID with {passives}: its training IDs look like "
+                f"{own.ids[:3].tolist()}; check that every party's id_column holds the same IDs in the same format")
+        for method in methods:
+            for name in method.scoring_parties(self.data_parties):
+                if not len(test_ids):
+                    continue
+                try:
+                    held = fed.align(test_ids, [name], split="serve").held[name]
+                except RemoteError as exc:
+                    raise AlignmentError(
+                        f"{method.name} scores together with {name!r}, which has no rows to score "
+                        f"({exc.remote_message}); give {name!r} a serve_file with the test rows, or leave "
+                        f"{method.name} out") from exc
+                if not held.all():
+                    missing = np.sort(test_ids)[~held]
+                    raise AlignmentError(
+                        f"{method.name} scores together with {name!r}, which does not hold {len(missing)} of the "
+                        f"{len(test_ids)} rows to score (e.g. {missing[:5].tolist()}); add them to its serve_file, or "
+                        f"leave {method.name} out")
+
+    def _check_folders(self, methods: list[Method], *, save: bool, checkpoints: bool) -> None:
+        """Every party the methods need (servers and dealers included) has its model folder (``save``) and its
+        checkpoint folder (``checkpoints``): asked once, before anything trains."""
+        needed = {p.name: p for m in methods for p in self.parties_for(m) if p.name != self.train.party}
+        lacking: list[str] = []
+        for name in needed:
+            request = Message(sender=self.train.party, receiver=name, kind=READY, round=0,
+                              payload={"save": save, "checkpoints": checkpoints})
+            reply = self.party.transport.request(request)
+            if reply.error is not None:
+                lacking.append(f"{name}: {reply.error.message}")
+        if lacking:
+            what = " and ".join(w for w, on in (("--save", save), ("--checkpoints", checkpoints)) if on)
+            raise ConfigError(f"{what} needs a folder at every party the methods use; " + "; ".join(lacking))
+
+    def run(self, method: Method, *, seed: int, alignment: AlignmentConfig | None = None,
+            save: tuple[Path, str] | None = None, checkpoint: tuple[Path, CheckpointPlan] | None = None) -> RunOutput:
+        """Fit ``method`` over the network and score the test rows; the ledger holds every party's messages.
+
+        With ``save`` (a folder and a label) every party writes its own part in its own folder (the others in
+        the folder their configs name) and this party writes its part and the model card here. With
+        ``checkpoint`` (this party's folder and a plan), training keeps checkpoints here and every other
+        party in the folder its own config names, and may resume from the last one they all hold."""
+        if method.simulation_only:
+            raise MethodError(f"{method.name} needs the pooled raw data of every party, so it exists only in "
+                              "simulation; it cannot run over a deployment")
+        parties = self.parties_for(method)
+        transport = self.party.transport
+        transport.ledger = Ledger()
+        fed = Federation(node=self.party.node, transport=transport, parties=parties, seed=seed,
+                         task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+        if checkpoint is not None:
+            self.party.node.checkpoints = CheckpointStore(checkpoint[0], party=self.train.party, role="active")
+        ids = np.empty(0, dtype=np.int64) if self.test is None else self.test.ids
+        return Session(fed).run(method, ids, checkpoint=None if checkpoint is None else checkpoint[1],
+                                save=None if save is None else lambda session: self.save(session, method, *save))
+
+    def save(self, session: Session, method: Method, folder: Path, label: str) -> ModelCard:
+        """This party's part and the model card in ``folder``; every other party's part in its own folder."""
+        fed = session.fed
+        model_id = new_model_id()
+        own = PartStore(folder, party=self.train.party, role="active", preprocessing=self.preprocessing)
+        manifests = {self.train.party: own.save(label=label, method=method.name, config=method.config_json(),
+                                                model_id=model_id, state=session.own_part(method))}
+        manifests |= session.save_parts(label, model_id)
+        classes = () if self.preprocessing.encoding is None else self.preprocessing.encoding.classes
+        card = ModelCard(label=label, method=method.name, config=method.config_json(), model_id=model_id,
+                         seed=fed.seed, task=self.task, n_classes=self.n_classes, classes=classes,
+                         active=self.train.party, parties=tuple((p.name, p.role) for p in fed.parties),
+                         inference=method.inference, manifests=manifests)
+        card.write(folder / label)
+        return card
+
+    def as_dataset(self) -> Dataset:
+        """The active party's own data, shaped as a dataset for the report."""
+        frame = pd.DataFrame(self.train.X, columns=list(self.train.columns))
+        return Dataset(name=f"deployment:{self.train.party}", X=frame, y=self.train.require_labels(),
+                       ids=self.train.ids, task=self.task, n_classes=self.n_classes,  # type: ignore[arg-type]
+                       standin=False, source="the active party's own data (deployment)")
+
+    def close(self) -> None:
+        self.party.stop()
+
+
+
+def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *, missing: Missing = "refuse",
+                   fallback: SavedModel | None = None, deadline: float | None = None) -> pd.DataFrame:
+    """Score the active party's ``rows`` with a saved model over a deployment: every party loads its own saved
+    part (``vflo party serve ... --save DIR``) and scores the rows of its ``serve_file`` it holds.
+
+    ``missing = "subset"``: each row is scored by the partners that hold it and answer; ``deadline`` (seconds,
+    default the deploy config's) bounds each request, retries included, and a partner past it is absent for
+    that batch (one that cannot load its part, for the session). The output's ``scored_by`` says who scored."""
+    active = deploy.active
+    if active.name != model.card.active:
+        raise ConfigError(f"the model was saved with {model.card.active!r} as the active party, but deploy.toml's "
+                          f"[active] is {active.name!r}")
+    if deadline is not None and not deadline > 0:
+        raise ConfigError(f"the deadline is a number of seconds > 0, got {deadline}")
+    if deadline is not None and missing != "subset":
+        raise ConfigError("a deadline applies to scoring with whoever answers: give --missing subset with it")
+    serving = model.rows(active.name, rows)
+    config = deploy.coordinator_config()
+    if deadline is not None:
+        config = replace(config, deadline=deadline)
+    try:
+        party = start_party(config, data=None, serve=serving)
+    except AddressInUseError as exc:
+        raise TransportError(f"{exc}. If `vflo run --deploy` is training at {active.name!r} now, it holds that "
+                             "address, and the other parties serve one run at a time: they refuse a scoring session "
+                             "while a training run goes on. Score when the run has ended") from exc
+    try:
+        # The rows to score are matched with each partner's by private set intersection: a partner learns which of
+        # its own people are scored, never the IDs of people it does not hold (plain alignment sent them all).
+        fed, method = model.restore(party.node, party.transport, alignment=AlignmentConfig(method="psi"),
+                                    missing=missing)
+        covered = np.ones(len(serving.ids), dtype=bool)
+        for name in method.scoring_parties(fed.parties):
+            covered &= held_rows(fed, serving.ids, name, method.name)
+        frame = combine(model, serving.ids, covered, lambda keep: method.predict_by(fed, keep), missing=missing,
+                        fallback=fallback, fallback_rows=rows)
+        Session(fed).teardown()
+        return frame
+    finally:
+        party.stop()
+
+
+def held_rows(fed: Federation, ids: np.ndarray, party: str, method: str) -> np.ndarray:
+    """Which of ``ids`` (in their order) ``party`` holds among its rows to score: one alignment exchange."""
+    try:
+        alignment = fed.align(ids, [party], split="serve")
+    except RemoteError as exc:
+        raise AlignmentError(f"{method} scores together with {party!r}, which has no rows to score "
+                             f"({exc.remote_message}); give it a serve_file with the people to score") from exc
+    order = np.argsort(ids, kind="stable")
+    held = np.zeros(len(ids), dtype=bool)
+    held[order] = alignment.held[party]
+    return held

@@ -1,0 +1,187 @@
+"""One party's process: its data read from its own files, its node, its gRPC server, until it is stopped."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vflo.artifacts import CheckpointStore, Part, PartStore, Preprocessing
+from vflo.comm.grpc_transport import GrpcTransport, PartyServer
+from vflo.comm.tls import PartyCredentials
+from vflo.comm.transport import Transport
+from vflo.data.files import TableEncoding, read_table
+from vflo.data.partydata import PartyData
+from vflo.data.preprocessing import Standardizer
+from vflo.deploy.configs import DataConfig, PartyConfig, TLSConfig
+from vflo.errors import (
+    DataError,
+)
+from vflo.federation.node import Node
+from vflo.federation.simulation import party_node
+from vflo.roles import PartyInfo
+from vflo.seeding import PartySecret
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartyTables:
+    """What a party reads from its config's files: training rows, rows to score, a labelled test file (active
+    party), all prepared the same way, and that way itself (for its model parts)."""
+
+    train: PartyData | None
+    serve: PartyData | None
+    test: PartyData | None
+    preprocessing: Preprocessing | None
+
+
+def load_party_data(party: str, config: DataConfig, *, extra: str | None = None) -> PartyTables:
+    """Training rows, rows to score and (``extra``) a labelled test file: read with the encoding fitted on the
+    training file and standardised on the training rows. Without a training file, nothing is fitted: a saved
+    model's part prepares the rows to score when it is loaded."""
+    if config.file is None:
+        return PartyTables(train=None, serve=None, test=None, preprocessing=None)
+    encoding = TableEncoding.fit(read_table(config.file, party=party, id_column=config.id_column), party=party,
+                                 id_column=config.id_column, label_column=config.label_column,
+                                 feature_columns=config.feature_columns, drop_columns=config.drop_columns,
+                                 categorical=config.categorical, task=config.task, impute=config.impute,
+                                 missing_indicator=config.missing_indicator)
+    def rows(path: str, *, labelled: bool = True) -> PartyData:
+        try:
+            data: PartyData = encoding.party_data(read_table(path, party=party, id_column=config.id_column),
+                                                  labelled=labelled)
+        except DataError as exc:  # which of the party's files it is, so the user knows which one to fix
+            raise type(exc)(f"{path}: {exc}") from exc
+        return data
+
+    train = rows(config.file)
+    serve = test = None
+    if config.serve_file:
+        serve = rows(config.serve_file, labelled=False)
+    if extra:
+        test = rows(extra)
+    scaler = None
+    if config.standardize and train.n_features:
+        scaler = Standardizer.for_party(train)
+        train = scaler.apply(train)
+        serve = scaler.apply(serve) if serve is not None else None
+        test = scaler.apply(test) if test is not None else None
+    return PartyTables(train=train, serve=serve, test=test,
+                       preprocessing=Preprocessing(columns=train.columns, encoding=encoding, scaler=scaler))
+
+
+class DeployedStore(PartStore):
+    """A deployed party's model folder; when it loads a part it also reads its rows to score (``serve_file``)
+    with that part's saved encoding and standardisation, so scoring does not depend on today's training file."""
+
+    def __init__(self, root: Path, *, party: str, role: str, preprocessing: Preprocessing | None,
+                 serve_file: str | None) -> None:
+        super().__init__(root, party=party, role=role, preprocessing=preprocessing)
+        self.serve_file = serve_file
+
+    def serving_rows(self, part: Part) -> PartyData | None:
+        if self.serve_file is None or not part.manifest.get("preprocessing"):
+            return None
+        return part.preprocessing.rows(self.serve_file, party=self.party)
+
+
+def credentials_for(party: str, tls: TLSConfig) -> PartyCredentials | None:
+    if tls.insecure:
+        return None
+    assert tls.dir is not None
+    return PartyCredentials.load(tls.dir, party)
+
+
+@dataclass
+class RunningParty:
+    """A party's node and its client to the others, in this process; over vflo's gRPC also its server."""
+
+    node: Node
+    transport: Transport
+    server: PartyServer | None = None
+
+    def stop(self) -> None:
+        self.transport.close()
+        if self.server is not None:
+            self.server.stop()
+
+
+# Connects a party's node to the others some other way than vflo's own gRPC (Flower): the transport it uses.
+Link = Callable[[Node], Transport]
+
+
+def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
+               preprocessing: Preprocessing | None = None) -> Node:
+    """The party's node with its rows (read as its config says, unless given), its peers' roles, its policy and
+    its own model and checkpoint folders."""
+    if data is None and serve is None and config.data is not None:
+        tables = load_party_data(config.name, config.data)
+        data, serve, preprocessing = tables.train, tables.serve, tables.preprocessing
+    store = None
+    if config.models is not None:
+        store = DeployedStore(Path(config.models), party=config.name, role=config.role, preprocessing=preprocessing,
+                              serve_file=None if config.data is None else config.data.serve_file)
+    checkpoints = None
+    if config.checkpoints is not None:
+        checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
+    return party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
+                      store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=config.privacy,
+                      settings=config.methods, idle_run_seconds=config.deadline)
+
+
+def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
+                preprocessing: Preprocessing | None = None, link: Link | None = None) -> RunningParty:
+    """Load the party's data (unless its rows are given), and start serving its node: over vflo's gRPC, or
+    through ``link`` (then nothing listens here; the link's hub reaches the others)."""
+    if link is None:
+        config.check_grpc()
+    node = build_node(config, data=data, serve=serve, preprocessing=preprocessing)
+    departures = config.departures()
+    if link is not None:
+        transport = link(node)
+        transport.departures = departures
+        node.attach(transport)
+        return RunningParty(node=node, transport=transport)
+    credentials = credentials_for(config.name, config.tls)
+    grpc_transport = GrpcTransport(config.name, config.addresses, credentials=credentials, deadline=config.deadline,
+                                   max_message_bytes=config.max_message_bytes)
+    grpc_transport.departures = departures
+    node.attach(grpc_transport)
+    server = PartyServer(node, address=config.listen, credentials=credentials, allowed=set(config.peers),
+                         max_message_bytes=config.max_message_bytes, departures=departures).start()
+    return RunningParty(node=node, transport=grpc_transport, server=server)
+
+
+def stop_on_signal() -> threading.Event:
+    """An event SIGINT and SIGTERM set: a serving party's loop waits on it."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def announce(config: PartyConfig, where: str) -> None:
+    """What a serving party agrees to, its peers and where it listens, on the terminal it was started from."""
+    if config.policy.open:
+        logger.warning("party %s has no [policy]: it agrees to run any method its coordinator sets up; list the "
+                       "ones it agrees to under [policy] methods = [...]", config.name)
+    peers = ", ".join(f"{n} ({r})" for n, r in config.peer_roles.items())
+    print(f"party {config.name} ({config.role}) agrees to run {config.policy.describe()}; peers: {peers}",
+          flush=True)
+    print(f"party {config.name} ({config.role}) {where}", flush=True)
+
+
+def serve_forever(config: PartyConfig) -> int:
+    """``vflo party serve``: serve until SIGINT or SIGTERM."""
+    party = start_party(config)
+    stop = stop_on_signal()
+    assert party.server is not None
+    announce(config, f"listening on {party.server.address}")
+    while not stop.wait(0.5):
+        pass
+    party.stop()
+    return 0
