@@ -353,14 +353,17 @@ def test_sizes_a_peer_chooses_are_bounded_by_the_partys_policy() -> None:
 
     _data, _method, fed, nodes = federation("fedsvd")
     started = time.perf_counter()
-    deal = send(fed, "act", "dealer", "svd.deal", {"m": 2_000_000, "parties": json.dumps([["act", 3], ["pas", 3]]),
+    deal = send(fed, "act", "dealer", "svd.deal", {"m": 2_000_000, "parties": np.asarray(["act", "pas"]),
+                                                   "widths": np.asarray([3, 3], dtype=np.int64),
                                                    "column_masks": True})
     assert deal.error is not None and "at most 1000000 rows" in deal.error.message
     assert time.perf_counter() - started < 5  # refused before any mask is drawn
-    big = send(fed, "act", "dealer", "svd.deal", {"m": 900_000, "parties": json.dumps([["act", 3], ["pas", 3]]),
+    big = send(fed, "act", "dealer", "svd.deal", {"m": 900_000, "parties": np.asarray(["act", "pas"]),
+                                                   "widths": np.asarray([3, 3], dtype=np.int64),
                                                   "column_masks": True})
     assert big.error is not None and "GiB of masks" in big.error.message
-    wide = send(fed, "act", "dealer", "svd.deal", {"m": 100, "parties": json.dumps([["act", 3], ["pas", 20000]]),
+    wide = send(fed, "act", "dealer", "svd.deal", {"m": 100, "parties": np.asarray(["act", "pas"]),
+                                                   "widths": np.asarray([3, 20000], dtype=np.int64),
                                                    "column_masks": True})
     assert wide.error is not None and "max_mask_bytes" in wide.error.message
     nodes["pas"].policy = Policy(max_rows=50)

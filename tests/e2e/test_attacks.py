@@ -230,7 +230,8 @@ def test_under_the_resource_attacks_a_party_stays_under_its_ceiling_and_keeps_se
         assert act.request(Message("act", "dealer", "control.setup", 0, _setup(fedsvd, "fedsvd", everyone),
                                    run="attack-3")).error is None
         deal = act.request(Message("act", "dealer", "svd.deal", 1, {
-            "m": 2_000_000, "parties": json.dumps([["act", 3], ["pas", 3]]), "column_masks": True}, run="attack-3"))
+            "m": 2_000_000, "parties": np.asarray(["act", "pas"]), "widths": np.asarray([3, 3], dtype=np.int64),
+            "column_masks": True}, run="attack-3"))
         assert deal.error is not None and "at most 1000000 rows" in deal.error.message
         act.request(Message("act", "dealer", "control.teardown", 2, {}, run="attack-3"))
         splitnn = get_method("splitnn")(train=QUICK).config_json()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vflo.comm.message import IDS, INT, STR, ArraySpec, FieldSpec, Payload, check_payload
+from vflo.comm.message import IDS, INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
 from vflo.errors import ProtocolError, RefusedError
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class Alignment:
         return np.asarray(shared[held], dtype=bool)
 
 
-def handle(ctx: NodeContext, payload: Payload) -> Payload:
+def handle(ctx: NodeContext, payload: Fields) -> Payload:
     """Party side: which requested IDs this party holds in ``split``; remember them in order."""
     if ctx.policy.alignment == "psi":
         raise RefusedError(
@@ -63,9 +63,8 @@ def handle(ctx: NodeContext, payload: Payload) -> Payload:
             "config): plain alignment would show it the coordinator's IDs and tell which of them it holds; set "
             "[alignment] method = \"psi\" in the experiment config (for `vflo predict --deploy`, the model's own "
             "alignment is used)")
-    ids = payload["ids"]
-    assert isinstance(ids, np.ndarray)
-    split = str(payload["split"])
+    ids = payload.array("ids")
+    split = payload.text("split")
     if split == "train":
         _once(ctx, ids)
     rows = ctx.rows(split)

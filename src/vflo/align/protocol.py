@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vflo.align import plain, psi
-from vflo.comm.message import Payload
+from vflo.comm.message import Fields, Payload
 from vflo.federation.handlers import HandlerSet, handles
 
 if TYPE_CHECKING:
@@ -25,21 +25,21 @@ class AlignmentHandlers(HandlerSet):
                      "alignment = 'psi'"),
              senders=("coordinator", "delegate"), carries={"ids": "ids"},
              replies={"held": "membership", "n_features": "control"}, **plain.REQUEST)
-    def _plain(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _plain(self, ctx: NodeContext, payload: Fields) -> Payload:
         return plain.handle(ctx, payload)
 
     @handles(psi.KIND,
              served="before or during a run",
              senders=("coordinator",), carries={"points": "blinded ids", "salt": "control"},
              replies={"double": "blinded ids", "points": "blinded ids", "n_features": "control"}, **psi.REQUEST)
-    def _psi(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _psi(self, ctx: NodeContext, payload: Fields) -> Payload:
         return psi.handle(ctx, payload)
 
     @handles(psi.RESULT_KIND,
              served="after this party's own align.psi in the same run",
              senders=("coordinator",), carries={"matched": "membership"}, replies={"count": "control"},
              **psi.RESULT)
-    def _psi_result(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _psi_result(self, ctx: NodeContext, payload: Fields) -> Payload:
         return psi.handle_result(ctx, payload)
 
 

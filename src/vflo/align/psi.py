@@ -27,7 +27,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from vflo.align.plain import STATE_KEY, Alignment
-from vflo.comm.message import INT, STR, ArraySpec, FieldSpec, Payload, check_payload
+from vflo.comm.message import INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
 from vflo.errors import DataError, ProtocolError
 from vflo.helpers import SHARED_USE, HelperPool, shared_pool
 
@@ -154,11 +154,10 @@ def new_key() -> bytes:
     return X25519PrivateKey.generate().private_bytes_raw()
 
 
-def handle(ctx: NodeContext, payload: Payload) -> Payload:
+def handle(ctx: NodeContext, payload: Fields) -> Payload:
     """Party B: blind A's points again, and send its own points (shuffled)."""
-    salt, points = payload["salt"], payload["points"]
-    assert isinstance(salt, np.ndarray) and isinstance(points, np.ndarray)
-    rows = ctx.rows(str(payload["split"]))
+    salt, points = payload.array("salt"), payload.array("points")
+    rows = ctx.rows(payload.text("split"))
     order = np.array(secrets.SystemRandom().sample(range(rows.n_samples), rows.n_samples), dtype=np.int64)
     with Blinder(new_key(), size=len(points) + rows.n_samples) as blinder:
         own = blinder.ids(rows.ids[order], salt.tobytes())   # both jobs run in one pool, side by side
@@ -169,11 +168,10 @@ def handle(ctx: NodeContext, payload: Payload) -> Payload:
     return reply
 
 
-def handle_result(ctx: NodeContext, payload: Payload) -> Payload:
+def handle_result(ctx: NodeContext, payload: Fields) -> Payload:
     """Party B (mode 'both'): learn which of its IDs are shared, in the active party's (sorted) order."""
-    matched = payload["matched"]
+    matched = payload.array("matched")
     order = ctx.state.get("psi.order")
-    assert isinstance(matched, np.ndarray)
     if order is None or matched.shape != (len(order),):
         raise ProtocolError(f"{RESULT_KIND} does not match this party's last {KIND}")
     ctx.state[STATE_KEY] = np.sort(order[matched])

@@ -7,8 +7,9 @@ so a wrong dtype or shape is refused before any protocol code runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +109,10 @@ class ScalarSpec:
 FieldSpec = ArraySpec | ScalarSpec
 
 IDS = ArraySpec(("int64", "str"), (None,))
+#: Party names, as a list (never JSON inside a string).
+NAMES = ArraySpec(("str",), (None,))
+#: One count per element of another field (a width per party).
+COUNTS = ArraySpec(("int64",), (None,))
 INT = ScalarSpec((int,))
 FLOAT = ScalarSpec((float, int))
 STR = ScalarSpec((str,))
@@ -116,6 +121,55 @@ BOOL = ScalarSpec((bool,))
 
 def floats(*shape: int | None) -> ArraySpec:
     return ArraySpec(("float32", "float16"), tuple(shape))
+
+
+class Fields(Mapping[str, Value]):
+    """A request's payload as its handler declared it, once checked against that declaration
+    (:func:`check_payload`): each field read with the type it was declared with, no casts at the handler.
+
+    A reader of the wrong type is a bug in the handler (its declaration says otherwise), reported as such."""
+
+    def __init__(self, kind: str, payload: Payload) -> None:
+        self.kind = kind
+        self._payload = payload
+
+    def __getitem__(self, name: str) -> Value:
+        return self._payload[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._payload)
+
+    def __len__(self) -> int:
+        return len(self._payload)
+
+    def _get(self, name: str, types: type | tuple[type, ...], what: str) -> Any:
+        value = self._payload[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in (
+                types if isinstance(types, tuple) else (types,))):
+            raise TypeError(f"{self.kind}: field {name!r} is {type(value).__name__}, read as {what}: its declaration "
+                            "and its handler disagree")
+        return value
+
+    def array(self, name: str) -> np.ndarray:
+        """An array field (IDs, selectors, rows, bytes)."""
+        value: np.ndarray = self._get(name, np.ndarray, "an array")
+        return value
+
+    def names(self, name: str) -> list[str]:
+        """An array of strings (party names), as a list."""
+        return [str(v) for v in self.array(name).tolist()]
+
+    def integer(self, name: str) -> int:
+        return int(self._get(name, int, "an integer"))
+
+    def number(self, name: str) -> float:
+        return float(self._get(name, (int, float), "a number"))
+
+    def text(self, name: str) -> str:
+        return str(self._get(name, str, "text"))
+
+    def flag(self, name: str) -> bool:
+        return bool(self._get(name, bool, "a flag"))
 
 
 def check_payload(kind: str, payload: Payload, spec: Mapping[str, FieldSpec]) -> None:

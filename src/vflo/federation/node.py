@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from vflo.comm.message import BOOL, INT, STR, FieldSpec, Message, Payload, check_payload
+from vflo.comm.message import BOOL, INT, STR, Fields, FieldSpec, Message, Payload, check_payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, PrivacyBudget, RowNoise
@@ -353,7 +353,7 @@ class Node:
         if kind in (SETUP, LOAD):
             self._authorize_control(message)
             self._start_run(message)
-            reply = (self._setup if kind == SETUP else self._load)(message.payload, message.run)
+            reply = (self._setup if kind == SETUP else self._load)(Fields(kind, message.payload), message.run)
             self._run, self._rounds, self._run_kind = message.run, {}, kind
             self._coordinator, self._last_heard = message.sender, time.monotonic()
             return reply
@@ -361,7 +361,7 @@ class Node:
         if kind in CONTROL_KINDS:
             self._authorize_control(message)
             if kind == SAVE:
-                return self._save(message.payload)
+                return self._save(Fields(kind, message.payload))
             if kind == TEARDOWN:
                 logger.info("party %s: run %s of %s ended (teardown)", self.name, self._run,
                             getattr(self.method, "name", "?"))
@@ -389,7 +389,7 @@ class Node:
         self._check_sizes(message)
         self.context._current_round = message.round
         self.context.sender = message.sender
-        result: Payload = getattr(handler_set, attr)(self.context, message.payload)
+        result: Payload = getattr(handler_set, attr)(self.context, Fields(kind, message.payload))
         return result
 
     def _check_sizes(self, message: Message) -> None:
@@ -495,30 +495,30 @@ class Node:
                                 "models = 'DIR' in its config)")
         return self.store
 
-    def _save(self, payload: Payload) -> Payload:
+    def _save(self, payload: Fields) -> Payload:
         """Write this party's own part of the fitted method into its own folder."""
         check_payload(SAVE, payload, SAVE_SPEC)
         if self.context is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} was asked to save a model before any method was set up")
         method: Any = self.method
         state = with_release_key(method.party_state(self.context), self.context)
-        sha = self._require_store().save(label=str(payload["label"]), method=method.name, config=method.config_json(),
-                                         model_id=str(payload["model_id"]), state=state)
+        sha = self._require_store().save(label=payload.text("label"), method=method.name, config=method.config_json(),
+                                         model_id=payload.text("model_id"), state=state)
         logger.info("party %s saved its part of %s (model %s)", self.name, payload["label"], payload["model_id"])
         return {"manifest": sha}
 
-    def _load(self, payload: Payload, run: str) -> Payload:
+    def _load(self, payload: Fields, run: str) -> Payload:
         """Set the method up from this party's saved part, ready to score (its training data is not needed)."""
         check_payload(LOAD, payload, LOAD_SPEC)
-        part = self._require_store().load(label=str(payload["label"]), model_id=str(payload["model_id"]))
-        name = str(payload["method"])
+        part = self._require_store().load(label=payload.text("label"), model_id=payload.text("model_id"))
+        name = payload.text("method")
         if part.manifest.get("method") != name:
             raise ProtocolError(f"party {self.name!r}'s saved part is {part.manifest.get('method')}, not the "
                                 f"coordinator's {name}: the two come from different models")
         # Its own side as it trained it (the saved part's settings), the rest as the coordinator's model card says.
         saved_config = part.manifest.get("config")
         method: Any
-        method, _ = self._methods(name, str(payload["config"]), own=saved_config if isinstance(saved_config, dict)
+        method, _ = self._methods(name, payload.text("config"), own=saved_config if isinstance(saved_config, dict)
                                   else None, role=self.info.role, party=self.name)
         if json.loads(method.config_json()) != saved_config:
             raise ProtocolError(f"party {self.name!r}'s saved part is {name} with another configuration than the "
@@ -527,28 +527,26 @@ class Node:
         serving = self._require_store().serving_rows(part)
         if serving is not None:
             self._serving = serving
-        self.install(method, seed=int(payload["seed"]), parties=self._checked_parties(payload), run=run)
+        self.install(method, seed=payload.integer("seed"), parties=self._checked_parties(payload), run=run)
         assert self.context is not None
         method.load_party_state(self.context, take_release_key(part.state, self.context))
         logger.info("party %s loaded its part of %s (model %s) to score with (run %s)", self.name, payload["label"],
                     payload["model_id"], run)
         return {"manifest": part.manifest_sha256}
 
-    def _setup(self, payload: Payload, run: str) -> Payload:
+    def _setup(self, payload: Fields, run: str) -> Payload:
         """Install the method the coordinator proposes, with this party's own settings for its own side; reply
         with those that differ from the proposal (JSON), so the coordinator records what ran."""
         check_payload(SETUP, payload, SETUP_SPEC)
         parties = self._checked_parties(payload)
-        name = str(payload["method"])
+        name = payload.text("method")
         method: Any
-        method, differs = self._methods(name, str(payload["config"]), own=self.settings.get(name),
+        method, differs = self._methods(name, payload.text("config"), own=self.settings.get(name),
                                         role=self.info.role, party=self.name)
         self.policy.check(self.name, name, method.config_json())
         if payload["save"]:
             self._require_store()
-        seed = payload["seed"]
-        assert isinstance(seed, int)
-        self.install(method, seed=seed, parties=parties, run=run)
+        self.install(method, seed=payload.integer("seed"), parties=parties, run=run)
         logger.info("party %s runs %s %s (within its policy: %s)", self.name, name, method.config_json(),
                     self.policy.describe())
         return {"own": json.dumps(differs, sort_keys=True)}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.align.plain import SELECTOR, Alignment, selected_ids
-from vflo.comm.message import IDS, Payload, Value, expect_rows
+from vflo.comm.message import IDS, Fields, Payload, Value, expect_rows
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError
 from vflo.methods.base import Claim, Inference, MethodConfig, State, handles, need
@@ -150,10 +150,9 @@ class APCVFL(RepresentationMethod):
     @handles("apc.encode_aligned",
              served="after alignment; trains g1 once a run, then encodes the aligned rows asked",
              carries={"selector": "membership"}, replies={"z": "outputs"}, selector=SELECTOR)
-    def _encode_aligned(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _encode_aligned(self, ctx: NodeContext, payload: Fields) -> Payload:
         """The single exchange: train g1 on all own rows (once), return g1 of the aligned rows."""
-        selector = payload["selector"]
-        assert isinstance(selector, np.ndarray)
+        selector = payload.array("selector")
         ids = selected_ids(ctx, selector)
         z = self._local_encoder(ctx).encode(ctx.require_data().subset(ids).X)
         return {"z": self._released(ctx, z, ids)}
@@ -170,10 +169,9 @@ class APCVFL(RepresentationMethod):
     @handles("apc.encode_serve",
              served="apc_vfl_aligned only (APC-VFL and Ablation score without it): rows to score",
              carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
-    def _encode_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _encode_serve(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Collaborative inference (the fully aligned variant only, the one that serves it): g1 of rows to score."""
-        ids = payload["ids"]
-        assert isinstance(ids, np.ndarray)
+        ids = payload.array("ids")
         z = self._local_encoder(ctx).encode(ctx.rows("serve").subset(ids).X)
         return {"z": self._released(ctx, z, ids)}
 

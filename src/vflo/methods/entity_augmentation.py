@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.align import psi
-from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Payload, Value, expect_rows
+from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Fields, Payload, Value, expect_rows
 from vflo.data.datasets import Task
 from vflo.errors import MethodError, ProtocolError, RefusedError, TransportError
 from vflo.methods.base import Claim, Method, MethodConfig, State, handles, need
@@ -146,7 +146,7 @@ class EntityAugmentation(SplitParty, Method):
         return tuple(self.config.guest_layers.get(ctx.party, self.config.guest))
 
     @handles("ea.init", served="after setup; once", replies={"ids": "ids", "width": "control"})
-    def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _init(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Build this guest's network; tell the host its width and (IDs in the clear) the entities it holds."""
         if ctx.state.get("ea.initialised"):  # a second init would only rebuild the network mid-run
             raise RefusedError(f"guest {ctx.party!r} builds its network once a run; refused")
@@ -172,15 +172,13 @@ class EntityAugmentation(SplitParty, Method):
              served="after ea.init",
              carries={"mask": "membership", "ids": "ids"}, replies={"count": "control"}, mask=MASK,
              ids=IDS, shared=BOOL)
-    def _entities(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _entities(self, ctx: NodeContext, payload: Fields) -> Payload:
         """The entities this guest will walk: those the host can label (and, if shared, in ID order), as flags
         over this guest's entities (IDs in the clear) or as the IDs themselves (blinded: the host's own)."""
         data = ctx.require_data()
-        mask = payload["mask"]
-        assert isinstance(mask, np.ndarray)
+        mask = payload.array("mask")
         if self.config.ids == "blinded":
-            chosen = payload["ids"]
-            assert isinstance(chosen, np.ndarray)
+            chosen = payload.array("ids")
             mask = np.isin(data.ids, chosen.astype(data.ids.dtype))
             if int(mask.sum()) != len(np.unique(chosen)):
                 raise ProtocolError("ea.entities: the host named entities this guest does not hold")
@@ -196,12 +194,11 @@ class EntityAugmentation(SplitParty, Method):
              served="after ea.entities; a batch of at most [policy] max_rows",
              carries={"positions": "membership"}, replies={"acts": "outputs", "ids": "ids"}, n=INT,
              positions=POSITIONS)
-    def _forward(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _forward(self, ctx: NodeContext, payload: Fields) -> Payload:
         st = _guest_state(ctx)
-        positions = payload["positions"]
-        assert isinstance(positions, np.ndarray)
+        positions = payload.array("positions")
         if len(positions) == 0:
-            n = int(payload["n"])
+            n = payload.integer("n")
             if not 0 < n <= ctx.policy.max_rows:
                 raise ProtocolError(f"ea.forward: a batch of {n} entities; this guest walks between 1 and "
                                     f"{ctx.policy.max_rows} ([policy] max_rows) a step")
@@ -224,12 +221,11 @@ class EntityAugmentation(SplitParty, Method):
 
     @handles("ea.validate", served="after ea.entities", carries={"ids": "ids"}, replies={"acts": "outputs"},
              ids=ArraySpec(("int64", "str"), (None,)), keep_previous=BOOL)
-    def _validate(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _validate(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Evaluation-mode activations of held-out training entities, with a snapshot for early stopping."""
-        ids = payload["ids"]
-        assert isinstance(ids, np.ndarray)
+        ids = payload.array("ids")
         bottom = bottom_of(ctx)
-        bottom.validation_pass(bool(payload["keep_previous"]))
+        bottom.validation_pass(payload.flag("keep_previous"))
         return {"acts": bottom.infer(as_tensor(ctx.require_data().subset(ids).X), ids, fresh=True)}
 
     # -- host ---------------------------------------------------------------------------------------

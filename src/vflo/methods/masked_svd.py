@@ -24,7 +24,6 @@ still waiting on its own call.
 
 from __future__ import annotations
 
-import json
 from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 
 from vflo.align.plain import SELECTOR, selected_ids
-from vflo.comm.message import BOOL, IDS, INT, STR, ArraySpec, Payload
+from vflo.comm.message import BOOL, COUNTS, IDS, INT, NAMES, ArraySpec, Fields, Payload
 from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, ProtocolError
 from vflo.federation.handlers import HandlerSet, handles
@@ -125,19 +124,19 @@ class MaskedSVD(HandlerSet):
              served="dealer: during a run; masks of at most [policy] max_rows rows and max_mask_bytes",
              senders=("coordinator", "delegate"),
              replies={"p_blocks": "masks", "p_tail": "masks", "q_blocks": "masks", "q_tail": "masks"},
-             m=INT, parties=STR, column_masks=BOOL)
-    def _deal(self, ctx: NodeContext, payload: Payload) -> Payload:
+             m=INT, parties=NAMES, widths=COUNTS, column_masks=BOOL)
+    def _deal(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Draw P (and each party's Q_i), send every other party its masks, return the requester's."""
         settings = self.svd_settings()
         rng = ctx.rng("svd-masks")
-        try:
-            widths = {str(name): int(width) for name, width in json.loads(str(payload["parties"]))}
-        except (json.JSONDecodeError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"svd.deal: malformed party list: {exc}") from exc
+        names, counts = payload.names("parties"), payload.array("widths").tolist()
+        if len(names) != len(counts) or len(set(names)) != len(names):
+            raise ProtocolError("svd.deal: one width per party, each party once")
+        widths = dict(zip(names, (int(c) for c in counts), strict=True))
         if ctx.sender not in widths:
             raise ProtocolError(f"svd.deal: the requester {ctx.sender!r} is not among the parties it names")
-        check_deal(ctx, int(payload["m"]), settings.row_block, widths if payload["column_masks"] else {})
-        P = OrthogonalMask.random(int(payload["m"]), settings.row_block, rng, settings.dtype)
+        check_deal(ctx, payload.integer("m"), settings.row_block, widths if payload["column_masks"] else {})
+        P = OrthogonalMask.random(payload.integer("m"), settings.row_block, rng, settings.dtype)
         own: Payload = {}
         for party, width in widths.items():
             Q = OrthogonalMask.random(width, None, rng, settings.dtype) if payload["column_masks"] else \
@@ -155,7 +154,7 @@ class MaskedSVD(HandlerSet):
              served="data party: once a run, from the dealer; masks weaker than its policy refused",
              senders=("dealer",), carries=dict.fromkeys(MASKS, "masks"),
              p_blocks=BLOCKS, p_tail=MATRIX, q_blocks=BLOCKS, q_tail=MATRIX)
-    def _masks(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _masks(self, ctx: NodeContext, payload: Fields) -> Payload:
         if "svd.P" in ctx.state:  # one deal per run: later masks could only replace the ones in use
             raise ProtocolError(f"party {ctx.party!r} already holds its masks for this run; refused")
         keep_masks(ctx, payload)
@@ -182,10 +181,9 @@ class MaskedSVD(HandlerSet):
     @handles("svd.upload",
              served="after svd.masks and alignment",
              senders=("coordinator", "delegate"), carries={"selector": "membership"}, selector=SELECTOR)
-    def _upload(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _upload(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Send P X_i Q_i of the shared rows (picked from this party's aligned list) to the server."""
-        selector = payload["selector"]
-        assert isinstance(selector, np.ndarray)
+        selector = payload.array("selector")
         ctx.send(SERVER, "svd.block", {"block": self.masked_block(ctx, selected_ids(ctx, selector), upload=True)})
         ctx.state["svd.awaiting_right"] = True
         return {}
@@ -193,12 +191,11 @@ class MaskedSVD(HandlerSet):
     @handles("svd.right",
              served="only as the answer to this party's own upload",
              senders=("server",), carries={"v": "model"}, v=MATRIX)
-    def _right(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _right(self, ctx: NodeContext, payload: Fields) -> Payload:
         # Only the answer to this party's own upload: a V sent at any other time could replace the one in use.
         if not ctx.state.get("svd.awaiting_right", False):
             raise ProtocolError(f"party {ctx.party!r} got svd.right without an upload awaiting it; refused")
-        v = payload["v"]
-        assert isinstance(v, np.ndarray)
+        v = payload.array("v")
         ctx.state["svd.V"] = unmask_right(ctx, v)
         ctx.state["svd.awaiting_right"] = False
         return {}
@@ -206,11 +203,10 @@ class MaskedSVD(HandlerSet):
     @handles("svd.project",
              served="after svd.right: rows to score",
              carries={"ids": "ids"}, replies={"p": "outputs"}, ids=IDS)
-    def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _project(self, ctx: NodeContext, payload: Fields) -> Payload:
         """x_i V_i for rows to score: this party's share of U Σ for a new row."""
-        ids = payload["ids"]
+        ids = payload.array("ids")
         V = ctx.state.get("svd.V")
-        assert isinstance(ids, np.ndarray)
         if not isinstance(V, np.ndarray):
             raise ProtocolError(f"party {ctx.party!r} has no V to project with")
         return {"p": ctx.rows("serve").subset(ids).X.astype(np.float64) @ V}
@@ -220,24 +216,21 @@ class MaskedSVD(HandlerSet):
     @handles("svd.block",
              served="server: during a run, from a data party",
              senders=("passive",), carries={"block": "masked features"}, block=MATRIX)
-    def _block(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _block(self, ctx: NodeContext, payload: Fields) -> Payload:
         ctx.state.setdefault("svd.blocks", {})[ctx.sender] = payload["block"]
         return {}
 
     @handles("svd.solve",
              served="server: after the blocks of the same exchange",
              senders=("coordinator", "delegate"), carries={"block": "masked features"},
-             replies={"u": "model", "s": "model", "v": "model"}, order=STR, rank=INT, right=BOOL, block=MATRIX)
-    def _solve(self, ctx: NodeContext, payload: Payload) -> Payload:
+             replies={"u": "model", "s": "model", "v": "model"}, order=NAMES, rank=INT, right=BOOL, block=MATRIX)
+    def _solve(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Join the masked blocks (the requester's comes with the request), SVD, return U', Σ (and its V')."""
-        try:
-            order = [str(name) for name in json.loads(str(payload["order"]))]
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise ProtocolError(f"svd.solve: malformed party order: {exc}") from exc
+        order = payload.names("order")
         if not order or order[0] != ctx.sender:
             raise ProtocolError(f"svd.solve: the requester {ctx.sender!r} must come first in the party order")
         blocks: dict[str, np.ndarray] = ctx.state.pop("svd.blocks", {})
-        blocks[ctx.sender] = payload["block"]  # type: ignore[assignment]
+        blocks[ctx.sender] = payload.array("block")
         missing = [p for p in order if p not in blocks]
         if missing:
             raise ProtocolError(f"the server has no masked block from {missing}")
@@ -245,7 +238,7 @@ class MaskedSVD(HandlerSet):
         if len(rows) != 1:
             raise ProtocolError(f"the masked blocks have different numbers of rows: {sorted(rows)}")
         joined = np.hstack([np.asarray(blocks[p], dtype=np.float64) for p in order])
-        rank = int(payload["rank"])
+        rank = payload.integer("rank")
         if rank < 0 or rank > joined.shape[1]:
             raise ConfigError(f"{rank} singular vectors asked for (rank, or VFL-ASP's components), but the parties "
                               f"hold only {joined.shape[1]} columns together; ask for at most that many (0: all)")
@@ -281,14 +274,14 @@ class MaskedSVD(HandlerSet):
         me = ctx.party
         parties = [me, *uploads]
         column_masks = widths is not None
-        listed = [[p, int(widths[p]) if widths is not None else 0] for p in parties]
-        masks = via.exchange("svd.deal", {DEALER: {"m": len(ids), "parties": json.dumps(listed),
-                                                   "column_masks": column_masks}})[DEALER]
+        counts = np.asarray([int(widths[p]) if widths is not None else 0 for p in parties], dtype=np.int64)
+        masks = via.exchange("svd.deal", {DEALER: {"m": len(ids), "parties": np.asarray(parties, dtype=np.str_),
+                                                   "widths": counts, "column_masks": column_masks}})[DEALER]
         keep_masks(ctx, masks)
         if uploads:
             via.exchange("svd.upload", {p: {"selector": sel} for p, sel in uploads.items()})
-        reply = via.exchange("svd.solve", {SERVER: {"order": json.dumps(parties), "rank": rank, "right": right,
-                                                   "block": self.masked_block(ctx, ids)}})[SERVER]
+        reply = via.exchange("svd.solve", {SERVER: {"order": np.asarray(parties, dtype=np.str_), "rank": rank,
+                                                   "right": right, "block": self.masked_block(ctx, ids)}})[SERVER]
         u, s, v = reply.get("u"), reply.get("s"), reply.get("v")
         if not (isinstance(u, np.ndarray) and isinstance(s, np.ndarray) and isinstance(v, np.ndarray)) \
                 or u.ndim != 2 or u.shape[0] != len(ids) or s.shape != (u.shape[1],):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from vflo.align.plain import SELECTOR, selected_ids
-from vflo.comm.message import IDS, Payload, Value, expect_rows
+from vflo.comm.message import IDS, Fields, Payload, Value, expect_rows
 from vflo.errors import ConfigError, MethodError, RefusedError
 from vflo.methods.base import MethodConfig, State, handles, need
 from vflo.methods.representation import RepresentationMethod
@@ -90,7 +90,7 @@ class PCAUpload(RepresentationMethod):
 
     @handles("pca.upload", served="after alignment; once a run: the components of the aligned rows",
              carries={"selector": "membership"}, replies={"z": "outputs"}, selector=SELECTOR)
-    def _upload(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _upload(self, ctx: NodeContext, payload: Fields) -> Payload:
         if ctx.state.get(UPLOADED):
             raise RefusedError(f"party {ctx.party!r} sent its components for this run already; refused")
         ids = selected_ids(ctx, payload["selector"])  # type: ignore[arg-type]
@@ -100,7 +100,7 @@ class PCAUpload(RepresentationMethod):
 
     @handles("pca.project", served="after pca.upload, or from a saved part: rows to score",
              carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
-    def _project_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _project_serve(self, ctx: NodeContext, payload: Fields) -> Payload:
         if COMPONENTS not in ctx.state:
             raise RefusedError(f"party {ctx.party!r} has no fitted components (pca.upload comes first); refused")
         return {"z": self._project(ctx, ctx.rows("serve").subset(payload["ids"]).X)}  # type: ignore[arg-type]

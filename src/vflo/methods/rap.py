@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.align.plain import SELECTOR, selected_ids
-from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, Value, expect_rows
+from vflo.comm.message import IDS, INT, NAMES, STR, ArraySpec, Fields, Payload, Value, expect_rows
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, RowNoise, laplace_epsilon
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RefusedError, RemoteError
@@ -384,11 +384,10 @@ class RAP(Method):
              served="client: once a run, after alignment (training rows)",
              senders=("server",), carries={"selector": "membership"},
              replies={"x": "masked features", "one_hot": "control"}, selector=SELECTOR)
-    def _project(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _project(self, ctx: NodeContext, payload: Fields) -> Payload:
         """The one exchange of a client: its projected aligned training rows, to the server, once a run (a server
         asking again could only be fishing: the rows it trains on do not change)."""
-        selector = payload["selector"]
-        assert isinstance(selector, np.ndarray)
+        selector = payload.array("selector")
         if ctx.state.get("rap.projected"):
             raise RefusedError(f"party {ctx.party!r} sends its projected training rows once a run; refused")
         ctx.state["rap.projected"] = True
@@ -399,11 +398,10 @@ class RAP(Method):
              served="client: only IDs of a scoring session the label owner opened, each row once",
              senders=("server",), carries={"ids": "ids"}, replies={"x": "masked features"},
              ids=IDS)
-    def _project_serve(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _project_serve(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Projected rows to score, for the server: only rows of a scoring session the coordinator opened here, each
         once. A refusal never says which of the IDs this party holds."""
-        ids = payload["ids"]
-        assert isinstance(ids, np.ndarray)
+        ids = payload.array("ids")
         opened = ctx.state.get("rap.scoring")
         if not isinstance(opened, np.ndarray) or not np.isin(ids, opened).all():
             raise RefusedError(f"party {ctx.party!r} projects rows to score only for a scoring session its coordinator "
@@ -415,21 +413,19 @@ class RAP(Method):
         return {"x": self._client_rows(ctx, rows.subset(ids))}
 
     @handles("rap.open_scoring", served="client: after training, from the label owner", carries={"ids": "ids"}, ids=IDS)
-    def _open_scoring(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _open_scoring(self, ctx: NodeContext, payload: Fields) -> Payload:
         """The coordinator names the rows it will score: the only ones the server may then ask this party for."""
-        ids = payload["ids"]
-        assert isinstance(ids, np.ndarray)
+        ids = payload.array("ids")
         ctx.state["rap.scoring"] = ids
         return {}
 
     # -- server -----------------------------------------------------------------------------------
 
-    def _gather(self, ctx: NodeContext, payload: Payload, kind: str,
+    def _gather(self, ctx: NodeContext, payload: Fields, kind: str,
                 requests: dict[str, Payload]) -> tuple[np.ndarray, int]:
         """The label owner's block followed by every client's, asked for in the same round; and how many
         of the encoded columns behind them are one-hot (training only: serving replies leave it out)."""
-        own = payload["block"]
-        assert isinstance(own, np.ndarray)
+        own = payload.array("block")
         blocks = [own]
         one_hot = int(payload.get("one_hot", 0))
         for client, request in requests.items():
@@ -445,12 +441,11 @@ class RAP(Method):
     @handles("rap.train", served="server: once the clients' projections are gathered",
              carries={"block": "masked features", "labels": "transformed labels", "selectors": "membership"},
              replies={"epochs": "control", "features": "control", "stopped_by_rule": "control"},
-             block=MATRIX, labels=LABELS, clients=STR, selectors=SELECTOR, lengths=LENGTHS,
+             block=MATRIX, labels=LABELS, clients=NAMES, selectors=SELECTOR, lengths=LENGTHS,
              task=STR, classes=ArraySpec(("int64",), (1,)), one_hot=INT)
-    def _train(self, ctx: NodeContext, payload: Payload) -> Payload:
-        clients = json.loads(str(payload["clients"]))
-        selectors, lengths = payload["selectors"], payload["lengths"]
-        assert isinstance(selectors, np.ndarray) and isinstance(lengths, np.ndarray)
+    def _train(self, ctx: NodeContext, payload: Fields) -> Payload:
+        clients = payload.names("clients")
+        selectors, lengths = payload.array("selectors"), payload.array("lengths")
         cuts = np.cumsum([0, *lengths.tolist()])
         requests: dict[str, Payload] = {
             c: {"selector": selectors[cuts[i] : cuts[i + 1]]} for i, c in enumerate(clients)}
@@ -465,11 +460,9 @@ class RAP(Method):
         elif self.config.whiten:
             logger.info("rap server: %d rows for %d columns, too few to whiten (whiten_min_rows = %d)",
                         len(X), X.shape[1], self.config.whiten_min_rows)
-        labels = payload["labels"]
-        assert isinstance(labels, np.ndarray)
-        task = str(payload["task"])
-        classes = payload["classes"]
-        assert isinstance(classes, np.ndarray)
+        labels = payload.array("labels")
+        task = payload.text("task")
+        classes = payload.array("classes")
         if task == "regression" and self.config.label_models == "one":
             models = [self._fit_server(ctx, X, labels.astype(np.float64), "regression", None)]
         elif task == "regression":
@@ -503,11 +496,10 @@ class RAP(Method):
     @handles("rap.predict",
              served="server: after rap.train",
              carries={"block": "masked features", "ids": "ids"}, replies={"scores": "outputs"},
-             block=MATRIX, ids=IDS, clients=STR)
-    def _predict(self, ctx: NodeContext, payload: Payload) -> Payload:
-        ids = payload["ids"]
-        assert isinstance(ids, np.ndarray)
-        clients = json.loads(str(payload["clients"]))
+             block=MATRIX, ids=IDS, clients=NAMES)
+    def _predict(self, ctx: NodeContext, payload: Fields) -> Payload:
+        ids = payload.array("ids")
+        clients = payload.names("clients")
         requests: dict[str, Payload] = {c: {"ids": ids} for c in clients}
         X, _ = self._gather(ctx, payload, "rap.project_serve", requests)
         if "rap.whitening" in ctx.state:
@@ -554,7 +546,8 @@ class RAP(Method):
         encoded = self.labels_.encode(y, fed.rng("rap-label-noise"))
         selectors = [alignment.selector(c) for c in clients]
         payload: Payload = {
-            "block": self._own_block(fed, data.subset(ids)), "labels": encoded, "clients": json.dumps(clients),
+            "block": self._own_block(fed, data.subset(ids)), "labels": encoded,
+            "clients": np.asarray(clients, dtype=np.str_),
             "one_hot": self._transform(fed.ctx).one_hot_width if data.n_features else 0,
             "selectors": np.concatenate(selectors) if selectors else np.empty(0, dtype=bool),
             "lengths": np.array([len(s) for s in selectors], dtype=np.int64),
@@ -636,7 +629,8 @@ class RAP(Method):
         own = self._own_block(fed, fed.serving.subset(ids))
         try:
             fed.broadcast("rap.open_scoring", {"ids": ids}, self.clients_)
-            reply = fed.request(SERVER, "rap.predict", {"block": own, "ids": ids, "clients": json.dumps(self.clients_)})
+            reply = fed.request(SERVER, "rap.predict", {"block": own, "ids": ids,
+                                                   "clients": np.asarray(self.clients_, dtype=np.str_)})
         except RemoteError as exc:
             if "holds no sample" not in str(exc):
                 raise

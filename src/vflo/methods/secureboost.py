@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from vflo.comm.message import IDS, INT, STR, ArraySpec, Payload, Value
+from vflo.comm.message import IDS, INT, STR, ArraySpec, Fields, Payload, Value
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles, need
 from vflo.methods.split_learning import ask_holders
@@ -123,11 +123,10 @@ class SecureBoost(Method):
              served="after setup and alignment; once a run",
              carries={"train_ids": "ids"}, replies={"columns": "control", "bins": "control"},
              train_ids=IDS, scheme=STR, public_key=BYTES)
-    def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _init(self, ctx: NodeContext, payload: Fields) -> Payload:
         data = ctx.require_data()
-        train_ids, key = payload["train_ids"], payload["public_key"]
-        assert isinstance(train_ids, np.ndarray) and isinstance(key, np.ndarray)
-        ops = PublicSide(str(payload["scheme"]), key.tobytes(), workers=self.config.workers)
+        train_ids, key = payload.array("train_ids"), payload.array("public_key")
+        ops = PublicSide(payload.text("scheme"), key.tobytes(), workers=self.config.workers)
         _close(ctx)
         party = ColumnsParty(data.subset(train_ids).X, self.config.n_bins, ops,
                              min_node_rows=self.config.min_node_rows)
@@ -138,15 +137,14 @@ class SecureBoost(Method):
     @handles("sb.gradients",
              served="after sb.init; one tree's at a time",
              carries={"gh": "ciphertexts"}, tree=INT, gh=BLOB)
-    def _gradients(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _gradients(self, ctx: NodeContext, payload: Fields) -> Payload:
         party = _party(ctx, gradients=False)
-        gh = payload["gh"]
-        assert isinstance(gh, np.ndarray)
+        gh = payload.array("gh")
         handle = party.ops.load(_unwire(gh))
         rows = handle.shape[0] if hasattr(handle, "shape") else len(handle)
         if rows != len(party.X):
             raise ProtocolError(f"sb.gradients: {rows} rows of gradients for this party's {len(party.X)} rows")
-        party.new_tree(handle, int(payload["tree"]))
+        party.new_tree(handle, payload.integer("tree"))
         return {}
 
     @handles("sb.histograms",
@@ -154,9 +152,9 @@ class SecureBoost(Method):
                      "min_node_rows of this party's people, nor leaving fewer of its parent's"),
              carries={"rows": "membership"}, replies={"sums": "ciphertexts"},
              tree=INT, nodes=INTS, parents=INTS, siblings=INTS, counts=INTS, rows=INTS)
-    def _histograms(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _histograms(self, ctx: NodeContext, payload: Fields) -> Payload:
         party = _party(ctx)
-        if int(payload["tree"]) != party.tree:
+        if payload.integer("tree") != party.tree:
             raise ProtocolError(f"sb.histograms for tree {payload['tree']}, but this party holds the gradients of "
                                 f"tree {party.tree}")
         asks = _unpack_asks(payload)
@@ -169,9 +167,9 @@ class SecureBoost(Method):
              replies={"records": "control", "sizes": "control", "left": "decisions"}, tree=INT,
              nodes=INTS,
              columns=INTS, bins=INTS, default_left=FLAGS)
-    def _splits(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _splits(self, ctx: NodeContext, payload: Fields) -> Payload:
         party = _party(ctx)
-        if int(payload["tree"]) != party.tree:
+        if payload.integer("tree") != party.tree:
             raise ProtocolError(f"sb.splits for tree {payload['tree']}, not this party's current tree")
         nodes, columns, bins, left = (np.asarray(payload[k]) for k in ("nodes", "columns", "bins", "default_left"))
         if not len(nodes) == len(columns) == len(bins) == len(left):
@@ -185,7 +183,7 @@ class SecureBoost(Method):
                 else np.zeros(0, dtype=bool)}
 
     @handles("sb.finish", served="after sb.init: ends training (the binned columns dropped, the lookup table kept)")
-    def _finish(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _finish(self, ctx: NodeContext, payload: Fields) -> Payload:
         party = _party(ctx, gradients=False)
         ctx.state[TABLE] = party.table  # kept for scoring; the binned columns and the sums are dropped
         _close(ctx)
@@ -194,14 +192,13 @@ class SecureBoost(Method):
     @handles("sb.decide",
              served="after sb.finish, or from a saved part: rows to score, never training rows",
              carries={"ids": "ids"}, replies={"left": "decisions"}, ids=IDS, split=STR)
-    def _decide(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _decide(self, ctx: NodeContext, payload: Fields) -> Payload:
         table = ctx.state.get(TABLE)
         if not isinstance(table, LookupTable):
             raise ProtocolError("sb.decide before training ended (sb.finish) or a saved part was loaded")
         if payload["split"] != "serve":
             raise ProtocolError(f"sb.decide scores people to serve, not the {payload['split']!r} rows")
-        ids = payload["ids"]
-        assert isinstance(ids, np.ndarray)
+        ids = payload.array("ids")
         rows = ctx.rows("serve").subset(ids)
         return {"left": table.decide(np.asarray(rows.X, dtype=np.float64))}
 

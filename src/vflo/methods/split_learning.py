@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, INT, STR, Payload, Value, expect_rows, floats
+from vflo.comm.message import BOOL, IDS, INT, STR, Fields, Payload, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, PrivacyAccount, RowNoise
 from vflo.errors import ProtocolError, RemoteError, TransportError
@@ -205,9 +205,8 @@ class SplitParty(HandlerSet):
     @handles("split.backward",
              served="after this party's forward pass of the same batch",
              carries={"grad": "gradients"}, grad=floats(None, None))
-    def _split_backward(self, ctx: NodeContext, payload: Payload) -> Payload:
-        grad = payload["grad"]
-        assert isinstance(grad, np.ndarray)
+    def _split_backward(self, ctx: NodeContext, payload: Fields) -> Payload:
+        grad = payload.array("grad")
         bottom_of(ctx).backward(grad)
         return {}
 
@@ -221,27 +220,27 @@ class SplitParty(HandlerSet):
         """Restore what :meth:`checkpoint_extras` returned."""
 
     @handles("split.checkpoint", served="after init; the newest three per run kept", run=STR, epoch=INT)
-    def _split_checkpoint(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _split_checkpoint(self, ctx: NodeContext, payload: Fields) -> Payload:
         state = {**prefixed("bottom.", bottom_of(ctx).state()), **prefixed("extra.", self.checkpoint_extras(ctx))}
-        ctx.require_checkpoints().save(str(payload["run"]), int(payload["epoch"]), state)
+        ctx.require_checkpoints().save(payload.text("run"), payload.integer("epoch"), state)
         return {}
 
     @handles("split.checkpoints", served="after init", replies={"epochs": "control"}, run=STR)
-    def _split_checkpoints(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _split_checkpoints(self, ctx: NodeContext, payload: Fields) -> Payload:
         store = ctx.checkpoints
-        epochs = store.epochs(str(payload["run"])) if store is not None else []
+        epochs = store.epochs(payload.text("run")) if store is not None else []
         return {"epochs": np.asarray(epochs, dtype=np.int64)}
 
     @handles("split.restore", served="after init, from this party's own checkpoint of the run", run=STR, epoch=INT)
-    def _split_restore(self, ctx: NodeContext, payload: Payload) -> Payload:
-        state = ctx.require_checkpoints().load(str(payload["run"]), int(payload["epoch"]))
+    def _split_restore(self, ctx: NodeContext, payload: Fields) -> Payload:
+        state = ctx.require_checkpoints().load(payload.text("run"), payload.integer("epoch"))
         bottom_of(ctx).load_state(unprefixed("bottom.", state))
         self.restore_extras(ctx, unprefixed("extra.", state))
         return {}
 
     @handles("split.finish", served="after init: ends training", keep_previous=BOOL)
-    def _split_finish(self, ctx: NodeContext, payload: Payload) -> Payload:
-        bottom_of(ctx).finish(bool(payload["keep_previous"]))
+    def _split_finish(self, ctx: NodeContext, payload: Fields) -> Payload:
+        bottom_of(ctx).finish(payload.flag("keep_previous"))
         # Training rows are no longer needed; serving rows are read on demand.
         ctx.state.pop("x", None)
         ctx.state.pop("x.ids", None)
@@ -250,11 +249,10 @@ class SplitParty(HandlerSet):
     @handles("split.activations",
              served="after training (bottom network built): rows to score or the student's rows",
              carries={"ids": "ids"}, replies={"acts": "outputs"}, ids=IDS, split=STR)
-    def _split_activations(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _split_activations(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Evaluation-mode activations of rows ``ids`` of this party's training or serving rows."""
-        ids = payload["ids"]
-        assert isinstance(ids, np.ndarray)
-        rows = ctx.rows(str(payload["split"])).subset(ids)
+        ids = payload.array("ids")
+        rows = ctx.rows(payload.text("split")).subset(ids)
         return {"acts": bottom_of(ctx).infer(as_tensor(self.bottom_input(ctx, rows)), rows.ids)}
 
 

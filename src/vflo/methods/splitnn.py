@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Payload, Value
+from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Fields, Payload, Value
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, State, handles, need
@@ -168,10 +168,9 @@ class SplitNN(SplitParty, Method):
              served="after setup and alignment",
              carries={"train_ids": "ids", "val_ids": "ids"}, replies={"width": "control"},
              train_ids=IDS, val_ids=IDS)
-    def _init(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _init(self, ctx: NodeContext, payload: Fields) -> Payload:
         data = ctx.require_data()
-        train_ids, val_ids = payload["train_ids"], payload["val_ids"]
-        assert isinstance(train_ids, np.ndarray) and isinstance(val_ids, np.ndarray)
+        train_ids, val_ids = payload.array("train_ids"), payload.array("val_ids")
         x_train = self.bottom_input(ctx, data.subset(train_ids))
         x_val = self.bottom_input(ctx, data.subset(val_ids))
         self.new_bottom(ctx, int(x_train.shape[1]))
@@ -183,18 +182,17 @@ class SplitNN(SplitParty, Method):
              served="after splitnn.init",
              carries={"rows": "membership"}, replies={"acts": "outputs"}, rows=POSITIONS,
              subset=STR, training=BOOL, keep_previous=BOOL)
-    def _forward(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _forward(self, ctx: NodeContext, payload: Fields) -> Payload:
         bottom = bottom_of(ctx)
-        subset = str(payload["subset"])
+        subset = payload.text("subset")
         if subset not in ctx.state.get("x", {}):
             raise ProtocolError(f"splitnn.forward: unknown subset {subset!r}")
-        rows = payload["rows"]
-        assert isinstance(rows, np.ndarray)
+        rows = payload.array("rows")
         x = ctx.state["x"][subset][torch.as_tensor(rows)]
         ids = ctx.state["x.ids"][subset][rows]
         if payload["training"]:
             return {"acts": bottom.forward(x, ids)}
-        bottom.validation_pass(bool(payload["keep_previous"]))
+        bottom.validation_pass(payload.flag("keep_previous"))
         return {"acts": bottom.infer(x, ids, fresh=True)}
 
     # -- the coordinator ------------------------------------------------------------------------------

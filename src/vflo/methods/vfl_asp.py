@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.align import plain
-from vflo.comm.message import STR, Payload, Value
+from vflo.comm.message import STR, Fields, Payload, Value
 from vflo.data.datasets import Task
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise
@@ -146,14 +146,14 @@ class VFLASP(MaskedSVD, SplitNN):
     @handles("asp.extract",
              served="first hop: after setup; once a run",
              replies={"shared": "control", "components": "control"}, second_hop=STR)
-    def _extract(self, ctx: NodeContext, payload: Payload) -> Payload:
+    def _extract(self, ctx: NodeContext, payload: Fields) -> Payload:
         """P1 drives steps 1 and 2: align with P2, get the mask, have both blocks masked, solve, approximate."""
         if ctx.state.get("asp.extracting"):
             raise RefusedError(f"first hop {ctx.party!r} extracts embeddings once a run; refused")
         ctx.state["asp.extracting"] = True
         data = ctx.require_data()
         t0 = time.perf_counter()
-        second = str(payload["second_hop"])
+        second = payload.text("second_hop")
         ids = np.sort(data.ids)
         reply = ctx.send(second, plain.KIND, {"ids": ids, "split": "train"})
         held = reply.get("held")
