@@ -29,12 +29,12 @@ from vflo.comm.message import INT, Message, Payload
 from vflo.data.datasets import load_dataset
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.federation.coordinator import Federation
-from vflo.federation.node import NodeContext
 from vflo.federation.simulation import party_node, run_method
 from vflo.methods.base import Method, MethodConfig, handles
 from vflo.methods.splitnn import SplitNN
 from vflo.nn.models import mlp
 from vflo.nn.train import TrainConfig, adam, as_tensor, run_epochs
+from vflo.party.node import NodeContext
 from vflo.roles import PartyInfo
 from vflo.seeding import numpy_rng, torch_generator
 

@@ -12,8 +12,8 @@ from vflo.comm.tls import init_certs
 from vflo.data.partydata import PartyData
 from vflo.data.scenario import FederatedData
 from vflo.deploy import DataConfig, DeployConfig, PartyConfig, PeerConfig, PeerEntry, TLSConfig
-from vflo.federation.policy import Policy
 from vflo.flower.worker import PartyWorker
+from vflo.party.policy import Policy
 from vflo.roles import Role
 
 

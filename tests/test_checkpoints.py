@@ -18,7 +18,7 @@ from vflo.comm.codec import decode
 from vflo.comm.message import Message
 from vflo.errors import ConfigError, ProtocolError, RemoteError
 from vflo.federation.simulation import run_method
-from vflo.methods.registry import get_method
+from vflo.methods.registry import checkpointed_tables, get_method
 from vflo.nn.train import CheckpointPlan, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,10 +132,10 @@ def test_a_tampered_checkpoint_is_refused(tmp_path: Path) -> None:
 def test_checkpoint_settings_are_validated() -> None:
     with pytest.raises(ConfigError, match="checkpoint_every"):
         TrainConfig(checkpoint_every=-1)
-    with pytest.raises(ConfigError,
-                       match=r"apc_vfl.train.checkpoint_every.*only entity_augmentation.train, laser_vfl.train, "
-                             r"splitnn"):
+    with pytest.raises(ConfigError, match=r"apc_vfl.train.checkpoint_every: this training keeps no checkpoints.*"
+                                          r"remove the setting \(vflo methods lists the trainings that keep them\)"):
         get_method("apc_vfl")(train={**TRAIN, "checkpoint_every": 1})
+    assert "splitnn.train" in checkpointed_tables() and "apc_vfl.train" not in checkpointed_tables()
     with pytest.raises(ConfigError, match="vfl_asp.student_train.checkpoint_every"):
         get_method("vfl_asp")(student_train={**TRAIN, "checkpoint_every": 1})
     get_method("vfl_asp")(train={**TRAIN, "checkpoint_every": 1})  # the teacher is SplitNN's loop

@@ -72,7 +72,7 @@ def test_the_coordinator_cannot_reach_another_party_data(name: str) -> None:
     everything a method keeps must be reachable without passing through it.
     """
     from vflo.comm.transport import Transport
-    from vflo.federation.node import Node
+    from vflo.party.node import Node
 
     data = data_for(name)
     method = quick(name)

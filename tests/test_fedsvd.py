@@ -12,13 +12,13 @@ from vflo.align.plain import intersect
 from vflo.comm.message import Message
 from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import RemoteError
-from vflo.federation.policy import Policy
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.fedsvd import FedSVD
 from vflo.methods.masks import OrthogonalMask
 from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
+from vflo.party.policy import Policy
 
 
 @settings(max_examples=40, deadline=None)

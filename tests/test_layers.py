@@ -7,6 +7,7 @@ only imports under ``if TYPE_CHECKING:`` are exempt, as they never run.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -18,10 +19,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.comm",),
     ("vflo.data", "vflo.metrics", "vflo.dp"),
     ("vflo.nn", "vflo.trees"),
-    ("vflo.federation.handlers", "vflo.federation.policy", "vflo.federation.node"),
+    ("vflo.party",),
     ("vflo.align",),
-    ("vflo.federation.coordinator",),
     ("vflo.methods",),
+    ("vflo.federation.coordinator", "vflo.federation"),
     ("vflo.federation.session",),
     ("vflo.federation.simulation", "vflo.privacy", "vflo.artifacts", "vflo.audit"),
     ("vflo.deploy", "vflo.scoring"),
@@ -83,3 +84,47 @@ def test_imports_point_down() -> None:
 def test_every_module_has_a_layer() -> None:
     for path in (SRC / "vflo").rglob("*.py"):
         rank(_module_name(path))
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to (``vflo.party.node`` -> ``vflo.party``); a top-level module is its own."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[str]:
+    """Every node that reaches itself, with one path round."""
+    found = []
+    for start in sorted(edges):
+        todo, seen = [(start, [start])], set()
+        while todo:
+            node, path = todo.pop()
+            for nxt in sorted(edges.get(node, ())):
+                if nxt == start:
+                    found.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    todo.append((nxt, [*path, nxt]))
+    return sorted(set(found))
+
+
+def _import_graph(group: Callable[[str], str]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for path in sorted((SRC / "vflo").rglob("*.py")):
+        module = _module_name(path)
+        for imported in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")), module):
+            a, b = group(module), group(imported)
+            if b not in (a, "vflo"):  # the package's own __init__ re-exports are not an edge
+                edges.setdefault(a, set()).add(b)
+    return edges
+
+
+def test_no_runtime_cycle_between_packages_or_modules() -> None:
+    """Packages and modules follow the layers too: none imports, at run time (inside functions included), one
+    that imports it back, however far round. Alignment and the methods declare their handlers with vflo.party
+    below them; the coordinator's side, vflo.federation, sits above them; what a dataset is (vflo.data.catalog)
+    sits below the modules that define datasets."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a", "b -> c -> a -> b",
+                                                               "c -> a -> b -> c"]  # the check can fail
+    cycles = _cycles(_import_graph(_package)) + _cycles(_import_graph(lambda module: module))
+    assert not cycles, "runtime import cycles:\n" + "\n".join(cycles)

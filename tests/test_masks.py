@@ -10,8 +10,8 @@ import pytest
 from scipy.linalg import block_diag, expm
 
 from vflo.errors import ConfigError, ProtocolError
-from vflo.federation.policy import Policy
 from vflo.methods.masks import OrthogonalMask, random_orthogonal, required_mixing
+from vflo.party.policy import Policy
 
 NO_BLOCKS = np.zeros((0, 0, 0))
 NO_TAIL = np.zeros((0, 0))

@@ -18,15 +18,16 @@ import pytest
 from tests.conftest import own_sections
 from tests.test_methods import data_for, quick
 from vflo import schema
+from vflo.audit import settings_markdown
 from vflo.comm.message import Message
 from vflo.deploy import PartyConfig, export_federation, load_party_config, own_settings_toml
 from vflo.errors import ConfigError, RemoteError
-from vflo.federation.policy import PolicyError
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.base import Method
-from vflo.methods.own_settings import check_section, decide, party_section, settings_table
+from vflo.methods.own_settings import check_section, decide, party_section
 from vflo.methods.registry import get_method, method_names
+from vflo.party.policy import PolicyError
 
 SPLITNN_ATTACK = {"passive_bottom": [100], "activation": "leaky_relu", "train": {"lr": 1e-30}}
 
@@ -215,8 +216,8 @@ def test_an_export_writes_each_partys_own_side_and_a_party_serves_it(tmp_path: P
 
 def test_the_security_page_lists_what_a_party_decides() -> None:
     page = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
-    assert settings_table() in page, "regenerate the table: python -c 'from vflo.methods.own_settings import " \
-                                     "settings_table; print(settings_table())'"
+    assert settings_markdown() in page, "regenerate the table: python -c 'from vflo.audit import " \
+                                        "settings_markdown; print(settings_markdown())'"
 
 
 def test_a_refusal_reaches_the_coordinator_naming_both() -> None:

@@ -25,13 +25,13 @@ from vflo.deploy import DataConfig, DeployConfig, Deployment, PartyConfig, PeerC
 from vflo.dp import GaussianNoise, PrivacyAccount, PrivacyBudget, RowNoise
 from vflo.errors import RemoteError
 from vflo.federation.coordinator import Federation
-from vflo.federation.node import Node
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.base import Method
 from vflo.methods.masks import OrthogonalMask
 from vflo.methods.rap import ClientTransform
 from vflo.methods.registry import get_method
+from vflo.party.node import Node
 from vflo.seeding import numpy_rng
 
 NOISE = GaussianNoise(clip=1.0, noise_multiplier=1.0)

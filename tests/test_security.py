@@ -13,11 +13,11 @@ from tests.test_methods import data_for, quick
 from vflo.comm.message import Message
 from vflo.data.scenario import FederatedData
 from vflo.errors import ConfigError, RemoteError
-from vflo.federation.policy import Policy
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, party_node, run_method
 from vflo.methods.masks import OrthogonalMask
 from vflo.methods.registry import get_method
+from vflo.party.policy import Policy
 from vflo.roles import PartyInfo
 
 
@@ -89,7 +89,7 @@ def test_a_vfl_asp_first_hop_may_drive_only_what_the_method_delegates_to_it() ->
 
 def test_a_stranger_is_refused_before_any_handler_runs(caplog: pytest.LogCaptureFixture) -> None:
     data, _method, _fed, nodes = federation("splitnn")
-    with caplog.at_level(logging.WARNING, logger="vflo.federation.node"):
+    with caplog.at_level(logging.WARNING, logger="vflo.party.node"):
         reply = nodes["pas"].handle(Message(sender="mallory", receiver="pas", kind="align.plain", round=1,
                                             payload={"ids": data.train["pas"].ids, "split": "train"}))
     assert reply.error is not None and "not a peer" in reply.error.message
@@ -215,7 +215,7 @@ def test_masks_and_v_cannot_be_replaced_mid_run() -> None:
 
 
 def test_handlers_declare_who_may_send_them() -> None:
-    from vflo.federation.handlers import handles
+    from vflo.party.handlers import handles
 
     with pytest.raises(ValueError, match="senders must be some of"):
         handles("x.y", served="never", senders=("anyone",))  # type: ignore[arg-type]

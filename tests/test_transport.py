@@ -13,10 +13,10 @@ from vflo.comm.message import INT, Message, Payload, floats
 from vflo.data.partydata import PartyData
 from vflo.errors import PayloadError, ProtocolError, RemoteError
 from vflo.federation.coordinator import Federation
-from vflo.federation.node import Node, NodeContext
 from vflo.federation.session import Session
 from vflo.federation.simulation import party_node
 from vflo.methods.base import Method, MethodConfig, handles
+from vflo.party.node import Node, NodeContext
 from vflo.roles import PartyInfo
 
 ACTIVE, PASSIVE, RELAY = PartyInfo("a", "active"), PartyInfo("p", "passive"), PartyInfo("r", "server")

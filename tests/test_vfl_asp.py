@@ -11,11 +11,11 @@ from vflo.comm.message import Message
 from vflo.data.datasets import load_dataset
 from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, MethodError, RemoteError
-from vflo.federation.policy import Policy
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
+from vflo.party.policy import Policy
 
 FAST = {"lr": 0.01, "batch_size": 50, "max_epochs": 15, "patience": 5, "min_delta": 1e-4, "validation_fraction": 0.0}
 SETTINGS = {"train": FAST, "student_train": FAST, "embedding_train": {**FAST, "lr": 1e-3}}

@@ -32,12 +32,12 @@ from vflo.experiments.config import ExperimentConfig, load_config, parse_config
 from vflo.experiments.protocols import Holdout, TestFrom
 from vflo.experiments.runner import ExperimentResult
 from vflo.federation.coordinator import AlignmentConfig, Federation
-from vflo.federation.node import Node
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, save_model
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
+from vflo.party.node import Node
 from vflo.scoring import SavedModel
 from vflo.seeding import derive_seed, numpy_rng
 

@@ -101,7 +101,7 @@ class Preprocessing:
                 raise DataError(f"party {party!r} was trained on a table, not a file: pass the rows to score as "
                                 "PartyData with its columns")
             frame = read_table(data, party=party, id_column=self.encoding.id_column)
-            table: PartyData = self.encoding.party_data(frame, labelled=False)
+            table = PartyData.encoded(frame, self.encoding, labelled=False)
         else:
             table = data
         return self._prepared(table, party)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vflo.align.protocol import ALIGNMENT
-from vflo.federation.handlers import HandlerInfo
-from vflo.federation.node import CONTROL_INFO
 from vflo.methods.registry import get_method, method_names
+from vflo.party.handlers import HandlerInfo
+from vflo.party.node import CONTROL_INFO
 
 
 @dataclass(frozen=True)
@@ -71,3 +71,11 @@ def markdown(method: str | None = None) -> str:
         rows.append(f"| `{d.kind}` | {', '.join(d.methods)} | {' or '.join(d.senders)} | {d.served} | "
                     f"{_fields(d.request)} | {_fields(d.reply)} |")
     return "\n".join(rows)
+
+
+def settings_markdown() -> str:
+    """The table of what a passive party decides and shares, for every registered method (docs/security.md)."""
+    from vflo.methods.own_settings import settings_table
+
+    return settings_table([get_method(name) for name in method_names()])
+

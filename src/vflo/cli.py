@@ -738,12 +738,13 @@ def _methods(messages: str | None = None, *, markdown: bool = False) -> int:
         return 0
 
     table = Table(title="methods")
-    for col in ("name", "scores", "also needs", "what it is", "from"):
+    for col in ("name", "scores", "also needs", "checkpoints", "what it is", "from"):
         table.add_column(col)
     for name in method_names():
         cls = get_method(name)
         helpers = sorted({p.role for p in cls(**cls.quick).extra_parties(())})
-        table.add_row(name, scoring_text(cls), ", ".join(helpers) or "-", cls.summary, cls.paper)
+        table.add_row(name, scoring_text(cls), ", ".join(helpers) or "-", ", ".join(cls.checkpointed) or "-",
+                      cls.summary, cls.paper)
     _console().print(table)
     return 0
 

@@ -34,11 +34,11 @@ from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.errors import AlignmentError, ConfigError
 from vflo.federation.coordinator import AlignmentConfig, Federation
-from vflo.federation.node import Node
 from vflo.federation.session import Session
 from vflo.federation.simulation import held_by_all, party_node
 from vflo.methods.base import Method
 from vflo.methods.registry import active_only, get_method
+from vflo.party.node import Node
 from vflo.roles import PartyInfo
 
 Missing = Literal["refuse", "active_only", "subset"]

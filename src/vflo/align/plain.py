@@ -25,7 +25,7 @@ from vflo.errors import ProtocolError, RefusedError
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 KIND = "align.plain"
 STATE_KEY = "align.held"

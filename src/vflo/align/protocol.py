@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from vflo.align import plain, psi
 from vflo.comm.message import Fields, Payload
-from vflo.federation.handlers import HandlerSet, handles
+from vflo.party.handlers import HandlerSet, handles
 
 if TYPE_CHECKING:
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 
 class AlignmentHandlers(HandlerSet):

@@ -33,7 +33,7 @@ from vflo.helpers import SHARED_USE, HelperPool, shared_pool
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 Mode = Literal["both", "active"]
 KIND, RESULT_KIND = "align.psi", "align.psi_result"

@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import shutil
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from vflo.comm.revocations import CRL_FILE, Revocations
 from vflo.comm.tls import CA_README, check_san, new_ca
-from vflo.errors import ConfigError, PartyBoundaryError
+from vflo.errors import ConfigError
 from vflo.roles import SAME_NAME, check_party_name, normal_name
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["CRL_FILE", "ISSUED_FILE", "Revocations", "create_ca", "issued", "make_request", "revoke",
            "sign_request"]
 
-CRL_FILE = "crl.pem"
 ISSUED_FILE = "issued.json"
 ORGANIZATION = "vflo federation"
 
@@ -250,52 +249,3 @@ def _write_crl(ca: CA, revoked: list[dict[str, Any]]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(crl.public_bytes(serialization.Encoding.PEM))
     tmp.replace(path)
-
-
-class Revocations:
-    """The revoked serials of a party's ``[tls] dir/crl.pem`` (none when there is no such file), read again
-    whenever the file changes. A list not signed by the party's CA is refused at start; a bad one that
-    replaces a good one later is logged and the last good list kept."""
-
-    def __init__(self, folder: Path, ca_pem: bytes) -> None:
-        self.path = folder / CRL_FILE
-        self._ca = x509.load_pem_x509_certificate(ca_pem)
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
-        self._serials: frozenset[int] = frozenset()
-        self.serials(strict=True)
-
-    def serials(self, *, strict: bool = False) -> frozenset[int]:
-        """The revoked serial numbers, from the file as it is now."""
-        with self._lock:
-            try:
-                stat = self.path.stat()
-            except FileNotFoundError:
-                self._stamp, self._serials = None, frozenset()
-                return self._serials
-            stamp = (stat.st_mtime_ns, stat.st_size)
-            if stamp == self._stamp:
-                return self._serials
-            try:
-                crl = x509.load_pem_x509_crl(self.path.read_bytes())
-                if not crl.is_signature_valid(self._ca.public_key()):  # type: ignore[arg-type]
-                    raise ValueError("it is not signed by this party's CA")
-            except ValueError as exc:
-                if strict:
-                    raise ConfigError(f"{self.path} is not a revocation list of this federation's CA ({exc}); "
-                                      "take crl.pem from the CA's folder") from exc
-                logger.error("%s could not be read (%s): the last good revocation list stays in force", self.path,
-                             exc)
-                return self._serials
-            self._stamp, self._serials = stamp, frozenset(r.serial_number for r in crl)
-            return self._serials
-
-    def check(self, pem: bytes, who: str) -> None:
-        """Refuse a peer certificate (PEM) that the CA revoked."""
-        serials = self.serials()
-        if not serials or not pem:
-            return
-        serial = x509.load_pem_x509_certificate(pem).serial_number
-        if serial in serials:
-            raise PartyBoundaryError(f"{who} certificate (serial {serial:x}) was revoked by the federation's CA "
-                                     f"({self.path}); refused")

@@ -28,17 +28,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from vflo.comm.revocations import Revocations
 from vflo.errors import ConfigError, PartyBoundaryError
-
-if TYPE_CHECKING:
-    from vflo.comm.pki import Revocations
 from vflo.roles import SAME_NAME, check_distinct_names, check_party_name, normal_name
 
 CA_FOLDER = "ca"
@@ -189,8 +186,6 @@ class PartyCredentials:
 
     def revocations(self) -> Revocations | None:
         """The CA's revocation list in this party's folder, kept current (None without a folder)."""
-        from vflo.comm.pki import Revocations
-
         return Revocations(Path(self.folder), self.ca) if self.folder else None
 
     @classmethod

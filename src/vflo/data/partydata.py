@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from vflo.data.files import TableEncoding, read_table
 from vflo.errors import DataError
 
 IdArray = np.ndarray
@@ -287,14 +288,18 @@ class PartyData:
         these rows; ``encoding`` keeps the fills for rows scored later); ``missing_indicator`` adds a 0/1
         column per column with gaps.
         """
-        from vflo.data.files import TableEncoding
-
         encoding = TableEncoding.fit(frame, party=party, id_column=id_column, label_column=label_column,
                                      feature_columns=feature_columns, drop_columns=drop_columns,
                                      categorical=categorical, task=task,  # type: ignore[arg-type]
                                      impute=impute, missing_indicator=missing_indicator)  # type: ignore[arg-type]
-        data: PartyData = encoding.party_data(frame)
-        return data
+        return cls.encoded(frame, encoding)
+
+    @classmethod
+    def encoded(cls, frame: pd.DataFrame, encoding: TableEncoding, *, labelled: bool = True) -> PartyData:
+        """The party's rows from a table of its own, read as ``encoding`` says (columns, categories, fills)."""
+        ids, X, y = encoding.arrays(frame, labelled=labelled)
+        return cls(party=encoding.party, ids=ids, X=X, columns=encoding.feature_names, y=y,
+                   categorical=encoding.one_hot_names, encoding=encoding)
 
     @classmethod
     def from_file(
@@ -313,8 +318,6 @@ class PartyData:
     ) -> PartyData:
         """Read a CSV (optionally gzipped), TSV or Parquet file; IDs are read as text (``impute``: as
         :meth:`from_frame`)."""
-        from vflo.data.files import read_table
-
         frame = read_table(path, party=party, id_column=id_column)
         return cls.from_frame(frame, party=party, id_column=id_column, label_column=label_column,
                               feature_columns=feature_columns, drop_columns=drop_columns, categorical=categorical,

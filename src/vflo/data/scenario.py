@@ -370,7 +370,7 @@ class ScenarioSpec:
                                          feature_columns=p.feature_columns, drop_columns=p.drop_columns,
                                          categorical=p.categorical, task=p.task, impute=p.impute,
                                          missing_indicator=p.missing_indicator)
-            table = (encoding.party_data(frame), encoding)
+            table = (PartyData.encoded(frame, encoding), encoding)
             if cache is not None:
                 cache[key] = table
             out.append(table)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vflo.data.datasets import Dataset, DatasetSpec, register_dataset
+from vflo.data.catalog import Dataset, DatasetSpec, register_dataset
 
 # The 15 MIMIC-III length-of-stay features after Huang et al.'s preprocessing, as named by APC-VFL.
 MIMIC3_COLUMNS = (

@@ -16,7 +16,7 @@ from vflo.dp import PrivacyBudget
 from vflo.errors import (
     ConfigError,
 )
-from vflo.federation.policy import Policy
+from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role, check_party_name
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class PartyConfig:
     # NAME = "HOST:PORT" (a passive party), or NAME = { address = "HOST:PORT", role = "active" | "server" | ... }:
     # the role decides what that peer may ask of this party.
     peers: dict[str, str | PeerEntry] = field(default_factory=dict)
-    # What this party agrees to run (see vflo.federation.policy).
+    # What this party agrees to run (see vflo.party.policy).
     policy: Policy = field(default_factory=Policy)
     deadline: float = DEFAULT_DEADLINE
     max_message_bytes: int = DEFAULT_MAX_BYTES

@@ -27,10 +27,10 @@ from vflo.errors import (
     TransportError,
 )
 from vflo.federation.coordinator import AlignmentConfig, Federation
-from vflo.federation.node import READY
 from vflo.federation.session import RunOutput, Session
 from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
+from vflo.party.node import READY
 from vflo.roles import PartyInfo
 from vflo.scoring import Missing, SavedModel, combine
 

@@ -20,8 +20,8 @@ from vflo.deploy.configs import DataConfig, PartyConfig, TLSConfig
 from vflo.errors import (
     DataError,
 )
-from vflo.federation.node import Node
 from vflo.federation.simulation import party_node
+from vflo.party.node import Node
 from vflo.roles import PartyInfo
 from vflo.seeding import PartySecret
 
@@ -52,8 +52,8 @@ def load_party_data(party: str, config: DataConfig, *, extra: str | None = None)
                                  missing_indicator=config.missing_indicator)
     def rows(path: str, *, labelled: bool = True) -> PartyData:
         try:
-            data: PartyData = encoding.party_data(read_table(path, party=party, id_column=config.id_column),
-                                                  labelled=labelled)
+            data = PartyData.encoded(read_table(path, party=party, id_column=config.id_column), encoding,
+                                     labelled=labelled)
         except DataError as exc:  # which of the party's files it is, so the user knows which one to fix
             raise type(exc)(f"{path}: {exc}") from exc
         return data

@@ -23,7 +23,7 @@ from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
 from vflo.errors import MethodError, PartyBoundaryError, RemoteError, TransportError
-from vflo.federation.node import (
+from vflo.party.node import (
     Node,
     NodeContext,
 )

@@ -26,9 +26,9 @@ from vflo.comm.ledger import Ledger, LedgerEntry, LedgerSummary
 from vflo.comm.message import Payload, Value
 from vflo.errors import ProtocolError, RemoteError, TransportError
 from vflo.federation.coordinator import Federation
-from vflo.federation.node import LEDGER, LOAD, SAVE, SETUP, TEARDOWN, take_release_key, with_release_key
 from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
+from vflo.party.node import LEDGER, LOAD, SAVE, SETUP, TEARDOWN, take_release_key, with_release_key
 
 logger = logging.getLogger(__name__)
 

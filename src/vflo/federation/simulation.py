@@ -19,13 +19,13 @@ from vflo.data.scenario import FederatedData
 from vflo.dp import PrivacyBudget
 from vflo.errors import MethodError
 from vflo.federation.coordinator import AlignmentConfig, Federation
-from vflo.federation.node import Node
-from vflo.federation.policy import Policy
 from vflo.federation.session import RunOutput, Session
 from vflo.methods.base import Method
 from vflo.methods.own_settings import party_section
 from vflo.methods.registry import method_for_party
 from vflo.nn.train import CheckpointPlan
+from vflo.party.node import Node
+from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role
 from vflo.seeding import PartySecret, derive_seed
 

@@ -25,11 +25,11 @@ from vflo.errors import ConfigError
 from vflo.experiments.config import load_deployment_experiment
 from vflo.experiments.deployed import run_and_write
 from vflo.experiments.output import check_out_dir
-from vflo.federation.node import Node
 from vflo.flower.adapter import client_app
 from vflo.flower.transport import FlowerGrid, FlowerTransport, discover
 from vflo.flower.worker import keyring_for
 from vflo.methods.base import Method
+from vflo.party.node import Node
 
 logger = logging.getLogger(__name__)
 

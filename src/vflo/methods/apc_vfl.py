@@ -22,7 +22,7 @@ from vflo.nn.train import TrainConfig
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 
 #: The largest latent upload in one message (a frame must stay under the transport's limit, 256 MB by default).

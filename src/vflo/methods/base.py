@@ -4,7 +4,7 @@ A method subclass declares
 
 * ``Config``: a frozen, keyword-only dataclass of hyperparameters (defaults from its paper);
 * handlers: functions decorated with :func:`handles` that a party runs when a message of
-  that kind arrives; each sees only its own :class:`~vflo.federation.node.NodeContext`;
+  that kind arrives; each sees only its own :class:`~vflo.party.node.NodeContext`;
 * :meth:`Method.fit`: the coordinator's side, run at the active party through a
   :class:`~vflo.federation.coordinator.Federation` (which exposes only that party's data);
 * :meth:`Method.predict`: scores for IDs the active party holds; ``inference`` says
@@ -28,12 +28,12 @@ from vflo import schema
 from vflo.comm.message import Value
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError, MethodError
-from vflo.federation.handlers import HandlerInfo, HandlerSet, handles
+from vflo.party.handlers import HandlerInfo, HandlerSet, handles
 from vflo.roles import PartyInfo
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 __all__ = ["ALL_TASKS", "Claim", "HandlerInfo", "Inference", "Method", "MethodConfig", "State", "handles", "prefixed",
            "unprefixed"]
@@ -134,11 +134,9 @@ class Method(HandlerSet, ABC):
             raise ConfigError(f"{self.name} needs a {self.Config.__name__}, got {type(config).__name__}")
         for f in fields(config):
             if getattr(getattr(config, f.name), "checkpoint_every", 0) and f.name not in self.checkpointed:
-                from vflo.methods.registry import checkpointed_tables
-
                 raise ConfigError(
                     f"methods.{self.name}.{f.name}.checkpoint_every: this training keeps no checkpoints (it is "
-                    f"short or one exchange); only {', '.join(checkpointed_tables())} do: remove the setting")
+                    "short or one exchange): remove the setting (vflo methods lists the trainings that keep them)")
         self.config = config
 
     # -- what a party runs -----------------------------------------------------------------------

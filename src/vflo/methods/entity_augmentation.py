@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from torch.nn import functional as F
 
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 else:
     from vflo.lazy import functional as F
     from vflo.lazy import torch

@@ -24,7 +24,7 @@ from vflo.nn.estimators import EstimatorConfig
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 __all__ = ["FedSVD", "FedSVDConfig", "FedSVDProtocol", "FedSVDSettings"]
 

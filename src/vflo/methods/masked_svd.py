@@ -35,13 +35,13 @@ from vflo.align.plain import SELECTOR, selected_ids
 from vflo.comm.message import BOOL, COUNTS, IDS, INT, NAMES, ArraySpec, Fields, Payload
 from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, ProtocolError
-from vflo.federation.handlers import HandlerSet, handles
-from vflo.federation.policy import PolicyError
 from vflo.methods.masks import OrthogonalMask, block_layout
+from vflo.party.handlers import HandlerSet, handles
+from vflo.party.policy import PolicyError
 from vflo.roles import PartyInfo
 
 if TYPE_CHECKING:
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 SERVER, DEALER = "server", "dealer"
 MATRIX = ArraySpec(("float64", "float32"), (None, None))
@@ -301,7 +301,7 @@ def keep_masks(ctx: NodeContext, payload: Payload) -> None:
         Q = OrthogonalMask.from_payload(payload, "q")
     except KeyError as exc:
         raise ProtocolError(f"the dealer's masks lack {exc}") from exc
-    # The party's own policy says how strong a mask must be (vflo.federation.policy): blocks of at least
+    # The party's own policy says how strong a mask must be (vflo.party.policy): blocks of at least
     # min_mask_block rows, every row and column mixing at least min_mask_mixing inputs.
     block, mixing = ctx.policy.min_mask_block, ctx.policy.min_mask_mixing
     P.check_strength(f"party {ctx.party!r}: the row mask from {ctx.sender!r}", min_block=block, min_mixing=mixing)

@@ -23,12 +23,12 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from vflo import schema
 from vflo.errors import ConfigError
-from vflo.federation.policy import PolicyError
+from vflo.party.policy import PolicyError
 
 if TYPE_CHECKING:
     from vflo.methods.base import Method
@@ -165,15 +165,14 @@ def _default(value: Any) -> str:
     return _show(value)
 
 
-def settings_table() -> str:
-    """Markdown: for every method, the settings a passive party decides and those it shares, with defaults
-    (docs/security.md carries it; a test keeps the two equal)."""
-    from vflo.methods.registry import get_method, method_names
-
+def settings_table(methods: Iterable[type[Method]]) -> str:
+    """Markdown: for each of ``methods``, the settings a passive party decides and those it shares, with defaults
+    (docs/security.md carries it for every registered method, ``vflo.audit.settings_markdown()``; a test keeps
+    the two equal)."""
     rows = ["| method | decided by the party (default) | shared: the party's value if it sets one, else the "
             "proposal's (default) | others rely on |", "|---|---|---|---|"]
-    for name in method_names():
-        cls = get_method(name)
+    for cls in methods:
+        name = cls.name
         own, shared = _paths(cls, "passive")
         if not own and not shared:
             continue

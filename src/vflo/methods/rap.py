@@ -24,7 +24,7 @@ from vflo.seeding import derive_seed, own_seed
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 logger = logging.getLogger(__name__)
 

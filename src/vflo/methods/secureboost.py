@@ -20,7 +20,7 @@ from vflo.trees.lookup import ColumnsParty, LookupTable
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 BYTES = ArraySpec(("uint8",), (None,))
 BLOB = ArraySpec(("uint8",), (None, BLOB_ROW))

@@ -22,7 +22,6 @@ from vflo.comm.message import BOOL, IDS, INT, STR, Fields, Payload, Value, expec
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, PrivacyAccount, RowNoise
 from vflo.errors import ProtocolError, RemoteError, TransportError
-from vflo.federation.handlers import HandlerSet, handles
 from vflo.methods.base import State, prefixed, unprefixed
 from vflo.nn.train import (
     History,
@@ -35,13 +34,14 @@ from vflo.nn.train import (
     module_state,
     optimizer_state,
 )
+from vflo.party.handlers import HandlerSet, handles
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
     from vflo.federation.coordinator import Federation
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 else:
     from vflo.lazy import torch
 

@@ -25,8 +25,8 @@ from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, PrivacyBudget, RowNoise
 from vflo.errors import PartyBoundaryError, ProtocolError, RefusedError, VfloError
-from vflo.federation.handlers import HandlerInfo, HandlerSet
-from vflo.federation.policy import Policy
+from vflo.party.handlers import HandlerInfo, HandlerSet
+from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role
 from vflo.seeding import PartySecret, numpy_rng
 

@@ -1,9 +1,9 @@
 """Handler sets: the message kinds a party serves, each with the payload it accepts.
 
-A :class:`HandlerSet` is anything a :class:`~vflo.federation.node.Node` can serve: a method
+A :class:`HandlerSet` is anything a :class:`~vflo.party.node.Node` can serve: a method
 (installed by ``control.setup``) or a protocol every node serves whatever the method (alignment).
 Its handlers are functions marked with :func:`handles`; each receives only its own party's
-:class:`~vflo.federation.node.NodeContext` and the incoming payload.
+:class:`~vflo.party.node.NodeContext` and the incoming payload.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, get_args
 from vflo.comm.message import FieldSpec, Payload
 
 if TYPE_CHECKING:
-    from vflo.federation.node import NodeContext
+    from vflo.party.node import NodeContext
 
 HandlerFn = Callable[[Any, "NodeContext", Payload], Payload]
 
