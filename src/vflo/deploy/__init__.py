@@ -29,7 +29,7 @@ from vflo.deploy.configs import (
     load_party_config,
 )
 from vflo.deploy.deployment import Deployment, held_rows, score_deployed
-from vflo.deploy.export import export_federation, own_settings_toml, toml_value
+from vflo.deploy.export import export_federation, own_settings, own_settings_toml, toml_document
 from vflo.deploy.party import (
     DeployedStore,
     Link,
@@ -47,4 +47,5 @@ from vflo.deploy.party import (
 __all__ = ["DataConfig", "DeployConfig", "DeployedStore", "Deployment", "Link", "PartyConfig", "PartyTables",
            "PeerConfig", "PeerEntry", "RunningParty", "TLSConfig", "announce", "build_node", "credentials_for",
            "export_federation", "held_rows", "load_deploy_config", "load_party_config", "load_party_data",
-           "own_settings_toml", "score_deployed", "serve_forever", "start_party", "stop_on_signal", "toml_value"]
+           "own_settings", "own_settings_toml", "score_deployed", "serve_forever", "start_party", "stop_on_signal",
+           "toml_document"]

@@ -3,10 +3,13 @@ apart."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from vflo.data.partydata import PartyData
 from vflo.roles import Role
@@ -14,27 +17,16 @@ from vflo.roles import Role
 logger = logging.getLogger(__name__)
 
 
-def toml_value(value: object) -> str:
-    """``value`` as TOML writes it (a string quoted and escaped, lists and tables inline)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
-    return str(value)
+def toml_document(table: Mapping[str, Any], *, comments: Sequence[str] = ()) -> str:
+    """A TOML file: ``comments`` (a line each), then ``table`` as tomli-w writes it (every string escaped, nested
+    tables as sections)."""
+    return "".join(f"# {line}\n" for line in comments) + tomli_w.dumps(dict(table))
 
 
-def _toml_key(key: object) -> str:
-    text = str(key)
-    return text if text.replace("_", "").replace("-", "").isalnum() and text.isascii() else toml_value(text)
-
-
-def own_settings_toml(proposals: Sequence[Any], role: Role) -> list[str]:
-    """A party's ``[methods.NAME]`` sections for the experiment's ``proposals`` (methods with their configs): its
-    own side of each, as the experiment sets it (the first entry of a method where several differ, noted)."""
+def own_settings(proposals: Sequence[Any], role: Role) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """A party's own side of each of the experiment's ``proposals`` (methods with their configs) as the
+    experiment sets it: ``[methods.NAME]`` tables (the first entry of a method where several differ), and a note
+    for each entry left out."""
     from vflo.methods.own_settings import party_section
 
     sections: dict[str, dict[str, Any]] = {}
@@ -43,16 +35,22 @@ def own_settings_toml(proposals: Sequence[Any], role: Role) -> list[str]:
         section = party_section(type(method), role, method.config_json())
         if method.name in sections:
             if sections[method.name] != section:
-                notes.append(f"# another {method.name} entry of the experiment sets this party's side otherwise: "
-                             f"{toml_value(section)}; a party runs one, the one below")
+                notes.append(f"another {method.name} entry of the experiment sets this party's side otherwise: "
+                             f"{json.dumps(section)}; a party runs one, the one below")
             continue
         sections[method.name] = section
-    lines: list[str] = ["# This party's own side of each method: whatever a coordinator proposes, these run here.",
-                        *notes] if any(sections.values()) else []
-    for name, section in sections.items():
-        if section:
-            lines += [f"[methods.{name}]", *(f"{_toml_key(k)} = {toml_value(v)}" for k, v in section.items()), ""]
-    return lines
+    return {name: section for name, section in sections.items() if section}, notes
+
+
+OWN_SIDE = "This party's own side of each method: whatever a coordinator proposes, these run here."
+
+
+def own_settings_toml(proposals: Sequence[Any], role: Role) -> list[str]:
+    """:func:`own_settings` as lines of a PARTY.toml (none where the party has no side of its own to set)."""
+    sections, notes = own_settings(proposals, role)
+    if not sections:
+        return []
+    return [*(f"# {line}" for line in (OWN_SIDE, *notes)), *tomli_w.dumps({"methods": sections}).splitlines(), ""]
 
 
 def export_federation(
@@ -89,38 +87,37 @@ def export_federation(
     active = data.active
     written: dict[str, Path] = {}
     for name, role in roles.items():
-        lines: list[str] = []
+        data_table: dict[str, Any] = {}
         if name in data.train:
             data.train[name].to_frame("id", "label").to_csv(directory / f"{name}_train.csv", index=False)
             data.serve[name].to_frame("id").to_csv(directory / f"{name}_serve.csv", index=False)
-            label = '\nlabel_column = "label"' if name == active else ""
-            lines = [f'file = "{name}_train.csv"', 'id_column = "id"' + label, f'serve_file = "{name}_serve.csv"',
-                     "standardize = false"]
-        tls_lines = ["[tls]", f"dir = {toml_value(f'certs/{name}')}" if tls else "insecure = true"]
-        peers = [f"{n} = {{ address = {toml_value(a)}, role = {toml_value(roles[n])} }}" for n, a in addresses.items()
-                 if n != name]
-        listed = ", ".join(toml_value(m) for m in dict.fromkeys(methods))
-        policy = ["[policy]", f"methods = [{listed}]", ""] if methods else []
+            data_table = {"file": f"{name}_train.csv", "id_column": "id",
+                          **({"label_column": "label"} if name == active else {}),
+                          "serve_file": f"{name}_serve.csv", "standardize": False}
+        tls_table: dict[str, Any] = {"dir": f"certs/{name}"} if tls else {"insecure": True}
         if name == active:
             test = PartyData(party=name, ids=data.test_ids, X=data.serve[name].subset(data.test_ids).X,
                              columns=data.serve[name].columns, y=data.test_y)
             test.to_frame("id", "label").to_csv(directory / f"{name}_test.csv", index=False)
-            others = [f"[[parties]]\nname = {toml_value(n)}\nrole = {toml_value(r)}\n"
-                      f"address = {toml_value(addresses[n])}" for n, r in roles.items() if n != name]
-            text = "\n".join([
-                "# The active party coordinates: vflo run EXPERIMENT.toml --deploy deploy.toml", "",
-                f'test_file = "{name}_test.csv"', "", "[active]", f"name = {toml_value(name)}", 'role = "active"',
-                f"listen = {toml_value(addresses[name])}", "", "[active.data]", *lines, "",
-                *(["[active.tls]", *tls_lines[1:]]), "", *others, ""])
+            text = toml_document({
+                "test_file": f"{name}_test.csv",
+                "active": {"name": name, "role": "active", "listen": addresses[name], "data": data_table,
+                           "tls": tls_table},
+                "parties": [{"name": n, "role": r, "address": addresses[n]} for n, r in roles.items() if n != name],
+            }, comments=["The active party coordinates: vflo run EXPERIMENT.toml --deploy deploy.toml"])
             path = directory / "deploy.toml"
         else:
-            text = "\n".join([
-                f"# vflo party serve {name}.toml", f"name = {toml_value(name)}", f"role = {toml_value(role)}",
-                f"listen = {toml_value(addresses[name])}",
-                "# Its own folders: the parts of models it trains (run --save) and its checkpoints (run --checkpoints)",
-                f"models = {toml_value(f'{name}_models')}", f"checkpoints = {toml_value(f'{name}_checkpoints')}", "",
-                *(["[data]", *lines, ""] if lines else []), *tls_lines, "", *policy,
-                *own_settings_toml(proposals, role), "[peers]", *peers, ""])
+            sections, notes = own_settings(proposals, role)
+            document: dict[str, Any] = {
+                "name": name, "role": role, "listen": addresses[name], "models": f"{name}_models",
+                "checkpoints": f"{name}_checkpoints", **({"data": data_table} if data_table else {}), "tls": tls_table,
+                **({"policy": {"methods": list(dict.fromkeys(methods))}} if methods else {}),
+                **({"methods": sections} if sections else {}),
+                "peers": {n: {"address": a, "role": roles[n]} for n, a in addresses.items() if n != name}}
+            text = toml_document(document, comments=[
+                f"vflo party serve {name}.toml",
+                "Its own folders: the parts of models it trains (run --save) and its checkpoints (run --checkpoints).",
+                *([OWN_SIDE, *notes] if sections else [])])
             path = directory / f"{name}.toml"
         path.write_text(text)
         written[name] = path

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from vflo.deploy import toml_value
+from vflo.deploy import toml_document
 from vflo.errors import TransportError
 
 STARTUP_SECONDS = 120.0
@@ -107,7 +107,7 @@ class LocalFlower:
         # A TOML file of overrides, not key=value pairs on the command line: those cannot hold spaces or quotes.
         self._runs += 1
         config = self.directory / f"run-config-{self._runs}.toml"
-        config.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in run_config.items()))
+        config.write_text(toml_document(run_config))
         flwr = str(Path(sys.executable).parent / "flwr")
         return subprocess.run([flwr, "run", str(app), "local", "--stream", "--run-config", str(config)], env=self.env,
                               capture_output=True, text=True, timeout=timeout, check=False)
