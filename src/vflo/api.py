@@ -33,7 +33,7 @@ from vflo.experiments.protocols import Holdout, TestFrom
 from vflo.experiments.runner import ExperimentResult
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.session import Session
-from vflo.federation.simulation import build_federation, save_model
+from vflo.federation.simulation import build_federation, give_stores, save_model
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
@@ -96,6 +96,7 @@ class FittedModel:
     def save(self, folder: str | Path, *, label: str | None = None) -> Path:
         """Every party writes its own part under ``folder/LABEL/PARTY`` (LABEL: the method's name by default);
         load it again with :func:`load`."""
+        give_stores(self.nodes, self.data, Path(folder))
         card = save_model(Session(self.federation), self.nodes, self.method, self.data, Path(folder), label=label)
         return Path(folder) / card.label
 

@@ -142,17 +142,16 @@ class Fields(Mapping[str, Value]):
     def __len__(self) -> int:
         return len(self._payload)
 
-    def _get(self, name: str, types: type | tuple[type, ...], what: str) -> Any:
+    def _get(self, name: str, types: tuple[type, ...], what: str) -> Any:
         value = self._payload[name]
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in (
-                types if isinstance(types, tuple) else (types,))):
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise TypeError(f"{self.kind}: field {name!r} is {type(value).__name__}, read as {what}: its declaration "
                             "and its handler disagree")
         return value
 
     def array(self, name: str) -> np.ndarray:
         """An array field (IDs, selectors, rows, bytes)."""
-        value: np.ndarray = self._get(name, np.ndarray, "an array")
+        value: np.ndarray = self._get(name, (np.ndarray,), "an array")
         return value
 
     def names(self, name: str) -> list[str]:
@@ -160,16 +159,16 @@ class Fields(Mapping[str, Value]):
         return [str(v) for v in self.array(name).tolist()]
 
     def integer(self, name: str) -> int:
-        return int(self._get(name, int, "an integer"))
+        return int(self._get(name, (int,), "an integer"))
 
     def number(self, name: str) -> float:
         return float(self._get(name, (int, float), "a number"))
 
     def text(self, name: str) -> str:
-        return str(self._get(name, str, "text"))
+        return str(self._get(name, (str,), "text"))
 
     def flag(self, name: str) -> bool:
-        return bool(self._get(name, bool, "a flag"))
+        return bool(self._get(name, (bool,), "a flag"))
 
 
 def check_payload(kind: str, payload: Payload, spec: Mapping[str, FieldSpec]) -> None:

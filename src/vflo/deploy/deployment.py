@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing, new_model_id
+from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
 from vflo.data.datasets import Dataset, infer_task
@@ -28,6 +28,7 @@ from vflo.errors import (
 )
 from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.session import RunOutput, Session
+from vflo.federation.simulation import write_model
 from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
 from vflo.party.node import READY
@@ -195,19 +196,9 @@ class Deployment:
 
     def save(self, session: Session, method: Method, folder: Path, label: str) -> ModelCard:
         """This party's part and the model card in ``folder``; every other party's part in its own folder."""
-        fed = session.fed
-        model_id = new_model_id()
         own = PartStore(folder, party=self.train.party, role="active", preprocessing=self.preprocessing)
-        manifests = {self.train.party: own.save(label=label, method=method.name, config=method.config_json(),
-                                                model_id=model_id, state=session.own_part(method))}
-        manifests |= session.save_parts(label, model_id)
         classes = () if self.preprocessing.encoding is None else self.preprocessing.encoding.classes
-        card = ModelCard(label=label, method=method.name, config=method.config_json(), model_id=model_id,
-                         seed=fed.seed, task=self.task, n_classes=self.n_classes, classes=classes,
-                         active=self.train.party, parties=tuple((p.name, p.role) for p in fed.parties),
-                         inference=method.inference, manifests=manifests)
-        card.write(folder / label)
-        return card
+        return write_model(session, own, method, folder, label=label, classes=tuple(classes))
 
     def as_dataset(self) -> Dataset:
         """The active party's own data, shaped as a dataset for the report."""

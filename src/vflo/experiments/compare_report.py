@@ -145,8 +145,9 @@ def claims(comparison: Comparison) -> list[str]:
                        + ", ".join(f"{m} {low[m]:.0f}" + (f" to {high[m]:.0f}" if high[m] != low[m] else "")
                                    for m in many) + ".")
 
+    values_of = {axis: sorted({float(v) for v in part["value"]}) for axis, part in ok.groupby("axis")}
     for method, claim in _registered_claims():
-        values = sorted({float(v) for v in ok[ok["axis"] == claim.axis]["value"]})
+        values = values_of.get(claim.axis, [])
         if not values:
             continue
         at = {"smallest": values[0], "largest": values[-1],

@@ -210,14 +210,14 @@ def _context(config: ExperimentConfig, dataset: Dataset, variant: Variant, repea
 def _row(config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, seed: int,
          entry: MethodEntry, method: Method, facts: dict[str, Any], metrics: dict[str, float], out: RunOutput,
          wall: float) -> dict[str, Any]:
-    summary = out.ledger.summary()
+    row = ok_row(entry.label, method, out, metrics, wall=wall,
+                 context=_context(config, dataset, variant, repeat, fold, seed, facts))
     logger.info(
         "%s | %s | repeat %d fold %d | %s: %s = %.4f, %d bytes, %d rounds, %.2fs",
         config.name, variant.label, repeat, fold, entry.label, config.metric,
-        metrics.get(config.metric, float("nan")), summary.bytes, summary.rounds, wall,
+        metrics.get(config.metric, float("nan")), row["comm_bytes"], row["comm_rounds"], wall,
     )
-    return ok_row(entry.label, method, out, metrics, wall=wall,
-                  context=_context(config, dataset, variant, repeat, fold, seed, facts))
+    return row
 
 
 def _comm(variant: Variant, repeat: int, fold: int, entry: MethodEntry, ledger: Ledger) -> dict[str, Any]:

@@ -23,10 +23,7 @@ from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
 from vflo.errors import MethodError, PartyBoundaryError, RemoteError, TransportError
-from vflo.party.node import (
-    Node,
-    NodeContext,
-)
+from vflo.party.node import Node, NodeContext
 from vflo.roles import PartyInfo, active_party
 
 if TYPE_CHECKING:

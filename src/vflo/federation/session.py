@@ -77,7 +77,6 @@ class Session:
         method.check_task(fed.task)
         if checkpoint is not None:
             fed.checkpoint = checkpoint
-        fed._method = method
         # A transport kept between runs (a deployment) may hold messages a failed run posted; they belong
         # to that run, not to this one.
         if fed._in_flight is not None:  # a round a failed run started early: let it end, keep its outcome out
@@ -86,8 +85,7 @@ class Session:
                 stale.result()
         if dropped := fed.transport.drop_posted():
             logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
-        fed.run_id = secrets.token_hex(16)
-        fed._node.install(method, seed=fed.seed, parties=fed.parties, run=fed.run_id)
+        self._install(method)
         payload: Payload = {**self._method_payload(method), "save": save}
         others = fed.names()
         fed.party_settings = {}
@@ -105,6 +103,13 @@ class Session:
                 fed.party_settings[name] = own
                 logger.warning("party %s runs %s with its own %s (not the experiment's)", name, method.name,
                                ", ".join(f"{k} = {json.dumps(v)}" for k, v in sorted(own.items())))
+
+    def _install(self, method: Method) -> None:
+        """A new run (or scoring session) ID, and ``method`` installed at the coordinator."""
+        fed = self.fed
+        fed._method = method
+        fed.run_id = secrets.token_hex(16)
+        fed._node.install(method, seed=fed.seed, parties=fed.parties, run=fed.run_id)
 
     def _method_payload(self, method: Method) -> dict[str, str | int]:
         fed = self.fed
@@ -142,12 +147,9 @@ class Session:
         """A scoring session: install ``method`` here from this party's saved state ``own`` and have every other
         party restore its saved part; each one's manifest checksum (a partner whose part does not load is absent
         for the session where the federation takes whoever answers)."""
-        fed = self.fed
-        fed._method = method
-        fed.run_id = secrets.token_hex(16)
-        fed._node.install(method, seed=fed.seed, parties=fed.parties, run=fed.run_id)
+        self._install(method)
         manifests = self._load_others(method, label, model_id)
-        method.load_coordinator_state(fed, take_release_key(own, fed.ctx))
+        method.load_coordinator_state(self.fed, take_release_key(own, self.fed.ctx))
         return manifests
 
     def _load_others(self, method: Method, label: str, model_id: str) -> dict[str, str]:

@@ -24,7 +24,7 @@ from vflo.methods.base import Method
 from vflo.methods.own_settings import party_section
 from vflo.methods.registry import method_for_party
 from vflo.nn.train import CheckpointPlan
-from vflo.party.node import Node
+from vflo.party.node import Node, PartStoreLike
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role
 from vflo.seeding import PartySecret, derive_seed
@@ -77,23 +77,30 @@ def give_stores(nodes: Mapping[str, Node], data: FederatedData, folder: Path) ->
 
 def save_model(session: Session, nodes: Mapping[str, Node], method: Method, data: FederatedData, folder: Path,
                *, label: str | None = None) -> ModelCard:
-    """Every party writes its own part of ``method`` (fitted over ``fed``) under ``folder/LABEL/PARTY``.
+    """Every party writes its own part of ``method`` (fitted over the session's federation) under
+    ``folder/LABEL/PARTY``, each node into the store :func:`give_stores` gave it.
 
     In one process each node gets a store in that folder; the coordinator's part is its state, the others'
     arrive by ``control.save`` messages as in a deployment, and the model card records each manifest's
     checksum so a part swapped later is noticed when the model is loaded.
     """
+    own = nodes[session.fed.party].store
+    assert own is not None, "give the nodes their stores first (give_stores)"
+    return write_model(session, own, method, folder, label=label or method.name, classes=tuple(data.classes))
+
+
+def write_model(session: Session, own: PartStoreLike, method: Method, folder: Path, *, label: str,
+                classes: tuple[str, ...]) -> ModelCard:
+    """The coordinating party's part (into ``own``) and every other party's (each into its own folder, by
+    ``control.save``), then the model card in ``folder/LABEL`` with each part's manifest checksum: how a model
+    is saved in one process and over a deployment alike."""
     fed = session.fed
-    label = label or method.name
     model_id = new_model_id()
-    give_stores(nodes, data, folder)
-    own = nodes[fed.party].store
-    assert own is not None
     manifests = {fed.party: own.save(label=label, method=method.name, config=method.config_json(),
                                      model_id=model_id, state=session.own_part(method))}
     manifests |= session.save_parts(label, model_id)
     card = ModelCard(label=label, method=method.name, config=method.config_json(), model_id=model_id, seed=fed.seed,
-                     task=fed.task, n_classes=fed.n_classes, classes=tuple(data.classes), active=fed.party,
+                     task=fed.task, n_classes=fed.n_classes, classes=classes, active=fed.party,
                      parties=tuple((p.name, p.role) for p in fed.parties), inference=method.inference,
                      manifests=manifests)
     card.write(folder / label)

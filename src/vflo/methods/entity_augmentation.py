@@ -184,7 +184,7 @@ class EntityAugmentation(SplitParty, Method):
                 raise ProtocolError("ea.entities: the host named entities this guest does not hold")
         if mask.shape != (data.n_samples,):
             raise ProtocolError(f"ea.entities: mask of {mask.shape[0]} flags for {data.n_samples} entities")
-        ids = np.sort(data.ids[mask]) if payload["shared"] else data.ids[mask]
+        ids = np.sort(data.ids[mask]) if payload.flag("shared") else data.ids[mask]
         ctx.state.update(ids=ids, x=as_tensor(data.subset(ids).X), order=np.empty(0, dtype=np.int64), cursor=0,
                          rng=ctx.rng("ea-walk"))
         return {"count": int(mask.sum())}

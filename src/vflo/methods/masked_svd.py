@@ -135,11 +135,11 @@ class MaskedSVD(HandlerSet):
         widths = dict(zip(names, (int(c) for c in counts), strict=True))
         if ctx.sender not in widths:
             raise ProtocolError(f"svd.deal: the requester {ctx.sender!r} is not among the parties it names")
-        check_deal(ctx, payload.integer("m"), settings.row_block, widths if payload["column_masks"] else {})
+        check_deal(ctx, payload.integer("m"), settings.row_block, widths if payload.flag("column_masks") else {})
         P = OrthogonalMask.random(payload.integer("m"), settings.row_block, rng, settings.dtype)
         own: Payload = {}
         for party, width in widths.items():
-            Q = OrthogonalMask.random(width, None, rng, settings.dtype) if payload["column_masks"] else \
+            Q = OrthogonalMask.random(width, None, rng, settings.dtype) if payload.flag("column_masks") else \
                 _no_mask(settings.dtype)
             masks = {**P.to_payload("p"), **Q.to_payload("q")}
             if party == ctx.sender:
@@ -217,7 +217,7 @@ class MaskedSVD(HandlerSet):
              served="server: during a run, from a data party",
              senders=("passive",), carries={"block": "masked features"}, block=MATRIX)
     def _block(self, ctx: NodeContext, payload: Fields) -> Payload:
-        ctx.state.setdefault("svd.blocks", {})[ctx.sender] = payload["block"]
+        ctx.state.setdefault("svd.blocks", {})[ctx.sender] = payload.array("block")
         return {}
 
     @handles("svd.solve",
@@ -247,7 +247,7 @@ class MaskedSVD(HandlerSet):
         U, S, Vt = U[:, :keep], S[:keep], Vt[:keep]
         dtype = self.svd_settings().dtype
         own_v = np.zeros((0, 0), dtype=dtype)
-        if payload["right"]:
+        if payload.flag("right"):
             start = 0
             for party in order:
                 width = blocks[party].shape[1]

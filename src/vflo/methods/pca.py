@@ -93,7 +93,7 @@ class PCAUpload(RepresentationMethod):
     def _upload(self, ctx: NodeContext, payload: Fields) -> Payload:
         if ctx.state.get(UPLOADED):
             raise RefusedError(f"party {ctx.party!r} sent its components for this run already; refused")
-        ids = selected_ids(ctx, payload["selector"])  # type: ignore[arg-type]
+        ids = selected_ids(ctx, payload.array("selector"))
         z = self._project(ctx, ctx.require_data().subset(ids).X)
         ctx.state[UPLOADED] = True
         return {"z": z}
@@ -103,7 +103,7 @@ class PCAUpload(RepresentationMethod):
     def _project_serve(self, ctx: NodeContext, payload: Fields) -> Payload:
         if COMPONENTS not in ctx.state:
             raise RefusedError(f"party {ctx.party!r} has no fitted components (pca.upload comes first); refused")
-        return {"z": self._project(ctx, ctx.rows("serve").subset(payload["ids"]).X)}  # type: ignore[arg-type]
+        return {"z": self._project(ctx, ctx.rows("serve").subset(payload.array("ids")).X)}
 
     def party_state(self, ctx: NodeContext) -> State:
         return {"mean": ctx.state[MEAN], "components": ctx.state[COMPONENTS]} if COMPONENTS in ctx.state else {}

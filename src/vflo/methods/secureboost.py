@@ -196,7 +196,7 @@ class SecureBoost(Method):
         table = ctx.state.get(TABLE)
         if not isinstance(table, LookupTable):
             raise ProtocolError("sb.decide before training ended (sb.finish) or a saved part was loaded")
-        if payload["split"] != "serve":
+        if payload.text("split") != "serve":
             raise ProtocolError(f"sb.decide scores people to serve, not the {payload['split']!r} rows")
         ids = payload.array("ids")
         rows = ctx.rows("serve").subset(ids)

@@ -190,7 +190,7 @@ class SplitNN(SplitParty, Method):
         rows = payload.array("rows")
         x = ctx.state["x"][subset][torch.as_tensor(rows)]
         ids = ctx.state["x.ids"][subset][rows]
-        if payload["training"]:
+        if payload.flag("training"):
             return {"acts": bottom.forward(x, ids)}
         bottom.validation_pass(payload.flag("keep_previous"))
         return {"acts": bottom.infer(x, ids, fresh=True)}

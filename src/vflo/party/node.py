@@ -544,7 +544,7 @@ class Node:
         method, differs = self._methods(name, payload.text("config"), own=self.settings.get(name),
                                         role=self.info.role, party=self.name)
         self.policy.check(self.name, name, method.config_json())
-        if payload["save"]:
+        if payload.flag("save"):
             self._require_store()
         self.install(method, seed=payload.integer("seed"), parties=parties, run=run)
         logger.info("party %s runs %s %s (within its policy: %s)", self.name, name, method.config_json(),

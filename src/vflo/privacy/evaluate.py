@@ -65,7 +65,7 @@ def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequenc
     out["features"] = _feature_attacks(seen, data, known, decoders, rng, max_rows)
     out["identity"] = _identity(seen, data)
     out["attack_seconds"] = time.perf_counter() - started
-    session.finish()
+    session.teardown()
     return out
 
 
