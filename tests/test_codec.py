@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 from vflo.comm.codec import ALLOWED_DTYPES, decode, encode
 from vflo.comm.ledger import Ledger
 from vflo.comm.local import LocalTransport
-from vflo.comm.message import IDS, ArraySpec, Message, MessageError, check_payload, floats
+from vflo.comm.message import IDS, ArraySpec, Fields, Message, MessageError, check_payload, floats
 from vflo.errors import CodecError, PayloadError
 
 NUMERIC = sorted(ALLOWED_DTYPES)
@@ -163,3 +163,14 @@ def test_a_header_over_its_limit_is_refused_before_it_is_parsed(monkeypatch: pyt
     with pytest.raises(CodecError, match="refused before parsing"):
         decode(frame)
     assert not parsed
+
+
+def test_fields_read_each_field_as_declared_and_say_when_a_handler_disagrees() -> None:
+    fields = Fields("k", {"ids": np.asarray(["a", "b"]), "n": 3, "x": 2.5, "on": True, "split": "serve"})
+    assert fields.names("ids") == ["a", "b"] and fields.integer("n") == 3 and fields.number("x") == 2.5
+    assert fields.flag("on") is True and fields.text("split") == "serve" and dict(fields)["n"] == 3
+    with pytest.raises(TypeError, match="k: field 'n' is int, read as an array: its declaration and its handler"):
+        fields.array("n")
+    with pytest.raises(TypeError, match="field 'on' is bool, read as an integer"):
+        fields.integer("on")  # a flag is not a count, though Python's bool is an int
+

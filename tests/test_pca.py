@@ -65,3 +65,13 @@ def test_a_partner_refuses_as_many_components_as_columns_and_a_second_upload() -
     alignment = fed.align(fed.data.ids, ["pas"])
     with pytest.raises(RemoteError, match="sent its components for this run already"):
         fed.exchange("pca.upload", {"pas": {"selector": alignment.selector("pas")}})
+
+
+def test_a_partner_projects_rows_to_score_only_after_its_upload() -> None:
+    data = _split(n=200, aligned=1.0, test=20)
+    method = get_method("pca")()
+    fed, _nodes = build_federation(data, method, seed=0)
+    Session(fed).start(method)
+    with pytest.raises(RemoteError, match="has no fitted components \\(pca.upload comes first\\); refused"):
+        fed.request("pas", "pca.project", {"ids": data.test_ids[:3]})
+

@@ -366,6 +366,11 @@ def test_sizes_a_peer_chooses_are_bounded_by_the_partys_policy() -> None:
                                                    "widths": np.asarray([3, 20000], dtype=np.int64),
                                                    "column_masks": True})
     assert wide.error is not None and "max_mask_bytes" in wide.error.message
+    for names, widths in ((["act", "pas"], [3]), (["act", "act"], [3, 3])):  # a width missing; a party twice
+        odd = send(fed, "act", "dealer", "svd.deal", {"m": 100, "parties": np.asarray(names),
+                                                      "widths": np.asarray(widths, dtype=np.int64),
+                                                      "column_masks": True})
+        assert odd.error is not None and "svd.deal: one width per party, each party once" in odd.error.message
     nodes["pas"].policy = Policy(max_rows=50)
     rows = send(fed, "act", "pas", "svd.project", {"ids": np.arange(51).astype(str)})
     assert rows.error is not None and "more than this party's policy allows" in rows.error.message

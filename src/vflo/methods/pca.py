@@ -54,6 +54,11 @@ class PCAUpload(RepresentationMethod):
         min_θ Σ_{i ∈ aligned} ℓ( f_θ([x_i^A, z_i^1, ..., z_i^K]), y_i )
 
     To score, each partner sends (x^k - μ_k) W_k of the people asked (collaborative inference).
+
+    What crosses is a linear function of the partner's rows with no noise and no secret randomness: a receiver
+    that knows some of a partner's rows can fit μ_k and W_k from them, and then holds ``components`` linear
+    combinations of every shared person's features. Fewer components than columns keep the rows themselves from
+    being solved for. A baseline, not a private method.
     """
 
     name = "pca"
