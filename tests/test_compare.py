@@ -130,8 +130,11 @@ def test_ties_and_claims_come_from_one_paired_test() -> None:
     # A claim line says what the same test says, with its numbers.
     rows.loc[rows["method"] == "apc_vfl", "scored"] = "active_only"
     rows.loc[rows["method"] == "local", "scored"] = "active_only"
+    # Cells of an axis whose values are not shares (the column split's) sit beside them in a real comparison.
+    by_split = rows.assign(axis="split", value="importance")
     lines = claims(Comparison(name="t", dataset=None, task="binary", metric="accuracy",  # type: ignore[arg-type]
-                              rows=rows, skipped={}, seconds=1.0, settings=CompareSettings()))
+                              rows=pd.concat([rows, by_split], ignore_index=True), skipped={}, seconds=1.0,
+                              settings=CompareSettings()))
     apc = next(line for line in lines if line.startswith("APC-VFL's claim"))
     assert f"p = {test.p:.3g}" in apc and "apc_vfl ahead of local" in apc
     constant = _rows({"apc_vfl": [0.9, 0.9, 0.9], "local": [0.8, 0.8, 0.8]})

@@ -145,9 +145,12 @@ def claims(comparison: Comparison) -> list[str]:
                        + ", ".join(f"{m} {low[m]:.0f}" + (f" to {high[m]:.0f}" if high[m] != low[m] else "")
                                    for m in many) + ".")
 
-    values_of = {axis: sorted({float(v) for v in part["value"]}) for axis, part in ok.groupby("axis")}
-    for method, claim in _registered_claims():
-        values = values_of.get(claim.axis, [])
+    registered = _registered_claims()
+    # The claims' axes are numeric (shares); others, such as the column split's, are not read here.
+    values_of = {axis: sorted({float(v) for v in ok[ok["axis"] == axis]["value"]})
+                 for axis in {claim.axis for _, claim in registered}}
+    for method, claim in registered:
+        values = values_of[claim.axis]
         if not values:
             continue
         at = {"smallest": values[0], "largest": values[-1],
