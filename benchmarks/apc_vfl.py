@@ -27,7 +27,8 @@ import pandas as pd
 
 from vflo.align.plain import intersect
 from vflo.data.datasets import Dataset, load_dataset
-from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.layout import FederatedData
+from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.apc_vfl import APCVFLAligned

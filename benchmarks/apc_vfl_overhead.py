@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from vflo.data.datasets import Dataset, load_dataset
-from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.layout import FederatedData
+from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.apc_vfl import APCVFL

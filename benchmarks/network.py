@@ -97,8 +97,8 @@ def splitnn_epoch(data_dir: str | None, workdir: Path) -> dict[str, float]:
 
 
 def psi(n: int) -> dict[str, float]:
+    from vflo.data.layout import FederatedData
     from vflo.data.partydata import PartyData
-    from vflo.data.scenario import FederatedData
 
     ids_a = np.arange(n, dtype=np.int64)
     ids_b = np.arange(n // 2, n + n // 2, dtype=np.int64)  # 50% overlap

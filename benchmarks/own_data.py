@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     n_test = min(100_000, args.rows // 10)
     results["test_rows"] = n_test
     split = stage(results, f"split: pool, hold {n_test} aligned test rows out, standardise",
-                  lambda: vflo.split([active, passive], test=n_test, seed=args.seed))
+                  lambda: vflo.hold_out([active, passive], test=n_test, seed=args.seed))
     results["aligned"] = len(np.intersect1d(active.ids, passive.ids))
 
     def align(method: str) -> int:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stage(results, "align, plain (training IDs)", lambda: align("plain"))
     if not args.skip_psi:
-        whole = vflo.split([active, passive], test=1, seed=args.seed)  # every ID but one: PSI of the full lists
+        whole = vflo.hold_out([active, passive], test=1, seed=args.seed)  # every ID but one: PSI of the full lists
 
         def psi() -> int:
             local = get_method("local")()

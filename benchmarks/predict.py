@@ -77,7 +77,7 @@ def write_parties(folder: Path, rows: int, seed: int) -> tuple[Path, Path]:
 def fit_and_save(method: str, active: Path, passive: Path, models: Path) -> None:
     a = vflo.PartyData.from_file(active, party="active", id_column="id", label_column="label")
     p = vflo.PartyData.from_file(passive, party="passive", id_column="id")
-    vflo.fit(method, vflo.split([a, p], test=0.1, seed=0), **SETTINGS[method]).save(models)
+    vflo.fit(method, vflo.hold_out([a, p], test=0.1, seed=0), **SETTINGS[method]).save(models)
 
 
 def timed_command(command: list[str], cwd: Path) -> dict[str, float]:

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from vflo.data.datasets import Dataset
-from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.layout import FederatedData
+from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.seeding import derive_seed
 
 REPO = Path(__file__).resolve().parents[1]

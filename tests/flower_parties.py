@@ -9,8 +9,8 @@ from typing import Any
 
 from tests.conftest import PARTY_SEEDS, own_sections
 from vflo.comm.tls import init_certs
+from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData
 from vflo.deploy import DataConfig, DeployConfig, PartyConfig, PeerConfig, PeerEntry, TLSConfig
 from vflo.flower.worker import PartyWorker
 from vflo.party.policy import Policy

@@ -7,7 +7,8 @@ import pytest
 
 from tests.conftest import make_dataset, two_party_spec
 from vflo.comm.message import Message
-from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.layout import FederatedData
+from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, MethodError, RemoteError
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method

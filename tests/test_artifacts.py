@@ -16,8 +16,8 @@ from tests.test_methods import data_for, quick
 from vflo.artifacts import ArtifactError, read_part
 from vflo.cli import main
 from vflo.comm.codec import decode
+from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData
 from vflo.errors import AlignmentError, ConfigError, DataError, MethodError, RemoteError
 from vflo.methods.registry import get_method, method_names
 

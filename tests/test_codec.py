@@ -166,9 +166,9 @@ def test_a_header_over_its_limit_is_refused_before_it_is_parsed(monkeypatch: pyt
 
 
 def test_fields_read_each_field_as_declared_and_say_when_a_handler_disagrees() -> None:
-    fields = Fields("k", {"ids": np.asarray(["a", "b"]), "n": 3, "x": 2.5, "on": True, "split": "serve"})
+    fields = Fields("k", {"ids": np.asarray(["a", "b"]), "n": 3, "x": 2.5, "on": True, "purpose": "serve"})
     assert fields.names("ids") == ["a", "b"] and fields.integer("n") == 3 and fields.number("x") == 2.5
-    assert fields.flag("on") is True and fields.text("split") == "serve" and dict(fields)["n"] == 3
+    assert fields.flag("on") is True and fields.text("purpose") == "serve" and dict(fields)["n"] == 3
     with pytest.raises(TypeError, match="k: field 'n' is int, read as an array: its declaration and its handler"):
         fields.array("n")
     with pytest.raises(TypeError, match="field 'on' is bool, read as an integer"):

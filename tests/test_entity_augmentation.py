@@ -11,8 +11,9 @@ import pytest
 from tests.conftest import make_dataset
 from vflo.comm.faults import FaultPlan
 from vflo.comm.message import Message
+from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, DeliveryTimeoutError, MethodError, ProtocolError, ScenarioError
 from vflo.federation.simulation import run_method
 from vflo.methods.entity_augmentation import interpolated_labels
@@ -117,7 +118,7 @@ def test_a_host_without_labels_for_a_guest() -> None:
     host = PartyData(party="host", ids=np.arange(50), X=np.zeros((50, 0)), columns=(), y=np.arange(50) % 2)
     guest = PartyData(party="g0", ids=np.arange(1000, 1050), X=np.random.default_rng(0).normal(size=(50, 3)),
                       columns=("a", "b", "c"))
-    from vflo.data.scenario import Oracle
+    from vflo.data.layout import Oracle
     from vflo.roles import PartyInfo
 
     data = FederatedData(

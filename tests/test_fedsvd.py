@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 from tests.conftest import make_dataset, two_party_spec
 from vflo.align.plain import intersect
 from vflo.comm.message import Message
-from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.layout import FederatedData
+from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import RemoteError
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.fedsvd import FedSVD
+from vflo.methods.masked_svd import SVDPart
 from vflo.methods.masks import OrthogonalMask
 from vflo.methods.registry import get_method
 from vflo.metrics import compute_metrics
@@ -59,8 +61,8 @@ def test_federated_svd_equals_numpy_svd_of_the_joined_columns(mask: str) -> None
     assert np.allclose(result.S, S, rtol=1e-6)
     signs = np.sign(np.sum(result.U * U, axis=0))
     assert np.allclose(result.U * signs, U, atol=1e-8)
-    V = np.vstack([fed.ctx.state["svd.V"], nodes["p"].context.state["svd.V"],
-                   nodes["q"].context.state["svd.V"]])
+    V = np.vstack([fed.ctx.part(SVDPart).V, nodes["p"].context.part(SVDPart).V,
+                   nodes["q"].context.part(SVDPart).V])
     assert np.allclose(V * signs, Vt.T, atol=1e-8)
     # the server only ever sees masked blocks, never a party's raw columns
     to_server = [m for m in seen if m.receiver == "server" and m.kind in ("svd.block", "svd.solve")]

@@ -153,7 +153,7 @@ def test_a_certificate_cannot_speak_for_another_party(certs: Path) -> None:
 
 def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_transport import Echo
+    from tests.test_transport import Calls, Echo
 
     rows = PartyData(party="pas", ids=[1, 2], X=np.ones((2, 1)), columns=("v",))
     node = party_node(PartyInfo("pas", "passive"), rows, peers={"act": "active"})
@@ -172,7 +172,7 @@ def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
             client.post(Message("act", "pas", "echo.scale", n, {"x": np.ones(n, np.float32)}))
         reply = client.request(Message("act", "pas", "echo.scale", 4, {"x": np.ones(4, np.float32)}))
         assert np.allclose(reply.unwrap()["y"], 3.0) and node.context is not None
-        assert node.context.state["calls"] == 3 and calls == ["_call_many"]  # three messages, one round trip
+        assert node.context.part(Calls).count == 3 and calls == ["_call_many"]  # three messages, one round trip
         # the ledger holds them in the order they crossed: the three requests, then the three replies
         entries = [(e.kind, e.direction, e.round, e.nbytes) for e in client.ledger.entries]
         assert [(d, r) for _, d, r, _ in entries] == [(d, r) for d in ("request", "reply") for r in (2, 3, 4)]
@@ -180,7 +180,7 @@ def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
         client.post(Message("act", "pas", "echo.fail", 5))
         with pytest.raises(RemoteError, match="echo.fail"):
             client.request(Message("act", "pas", "echo.scale", 6, {"x": np.ones(1, np.float32)}))
-        assert node.context.state["calls"] == 3
+        assert node.context.part(Calls).count == 3
         # the same messages in process cross with the same bytes
         local_node = party_node(PartyInfo("pas", "passive"), rows, peers={"act": "active"})
         local_node.install(Echo(scale=3.0), seed=0, parties=parties)
@@ -196,7 +196,7 @@ def test_posted_messages_share_one_call_and_count_as_in_process(certs: Path,
             small.post(Message("act", "pas", "echo.scale", 10 + n, {"x": np.ones(100, np.float32)}))
         calls.clear()
         small.flush()
-        assert node.context.state["calls"] == 6 and len(calls) == 2
+        assert node.context.part(Calls).count == 6 and len(calls) == 2
         assert [e.round for e in small.ledger.entries if e.direction == "request"] == [10, 11, 12]
         small.close()
     finally:
@@ -208,7 +208,7 @@ def test_a_request_started_early_travels_while_the_sender_computes(certs: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from tests.test_transport import Echo
+    from tests.test_transport import Calls, Echo
 
     node = party_node(PartyInfo("pas", "passive"), PartyData(party="pas", ids=[1], X=np.ones((1, 1)), columns=("v",)),
                       peers={"act": "active"})
@@ -233,7 +233,7 @@ def test_a_request_started_early_travels_while_the_sender_computes(certs: Path,
             failing.result()
         with pytest.raises(RemoteError, match="echo.fail"):
             failing.result()  # the same error again, not a second call
-        assert node.context is not None and node.context.state["calls"] == 1
+        assert node.context is not None and node.context.part(Calls).count == 1
     finally:
         release.set()
         client.close()
@@ -454,7 +454,7 @@ def test_a_malformed_frame_is_answered_as_one_and_a_malformed_reply_is_named(
     client = GrpcTransport("act", {"pas": server.address}, credentials=PartyCredentials.load(certs, "act"),
                            deadline=5, retries=0)
     try:
-        frame = encode(Message("act", "pas", "align.plain", 1, {"ids": np.arange(3), "split": "train"}))
+        frame = encode(Message("act", "pas", "align.plain", 1, {"ids": np.arange(3), "purpose": "train"}))
         header = header_of(frame)
         header["fields"]["ids"]["shape"] = [2**62, 2**62]  # type: ignore[index]
         stub, _ = client._stub("pas")

@@ -8,7 +8,8 @@ import pytest
 
 from tests.conftest import make_dataset
 from vflo.comm.message import Message
-from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.layout import FederatedData
+from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method

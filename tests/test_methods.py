@@ -8,7 +8,8 @@ import torch
 from torch.nn import functional as F
 
 from tests.conftest import make_dataset, two_party_spec
-from vflo.data.scenario import FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.layout import FederatedData
+from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import MethodError
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, party_secret, run_method

@@ -1,5 +1,5 @@
 """Nothing lost: --overwrite replaces only what vflo wrote into a folder (issue 30, part 2). The user's walk had
-`vflo split --overwrite` delete the CA, every private key and lab.toml kept in the split folder."""
+`vflo holdout --overwrite` delete the CA, every private key and lab.toml kept in the split folder."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_split_reports_rows_and_gaps_and_overwrite_keeps_the_users_files(
     gappy = tmp_path / "lab.csv"
     lab.to_csv(gappy, index=False)
     out = tmp_path / "cut"
-    args = ["split", str(HOSPITAL), str(gappy), "--parties", "hospital,lab", "--id-column", "pid",
+    args = ["holdout", str(HOSPITAL), str(gappy), "--parties", "hospital,lab", "--id-column", "pid",
             "--label-column", "outcome", "--test", "0.25", "--out", str(out)]
     assert main(args) == 0
     said = capsys.readouterr().out

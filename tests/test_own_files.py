@@ -1,4 +1,4 @@
-"""The parties' own files: configs, the Python API, `vflo split`, and every bad case refused before training."""
+"""The parties' own files: configs, the Python API, `vflo holdout`, and every bad case refused before training."""
 
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ def test_the_api_gives_the_numbers_of_an_experiment_with_the_same_seed() -> None
     hospital = PartyData.from_file(HOSPITAL, party="hospital", id_column="pid", label_column="outcome",
                                    categorical=["sex", "ward"])
     lab = PartyData.from_file(LAB, party="lab", id_column="pid", impute="median")
-    split = vflo.split([hospital, lab], test=0.25, seed=3)
+    split = vflo.hold_out([hospital, lab], test=0.25, seed=3)
     assert not set(split.test_ids.tolist()) & set(split.train["lab"].ids.tolist())
     assert not set(split.test_ids.tolist()) & set(split.train["hospital"].ids.tolist())
     model = vflo.fit("splitnn", split, seed=3, train=QUICK)
@@ -262,15 +262,18 @@ def test_the_api_gives_the_numbers_of_an_experiment_with_the_same_seed() -> None
     assert model.classes == ("readmitted", "recovered") and model.predict().shape == (len(split.test_ids), 2)
     assert vflo.evaluate(vflo.fit("single", split))["accuracy"] > 0  # oracle baselines work on user data
     with pytest.raises(ConfigError, match="exactly one party holds the labels"):
-        vflo.split([lab, PartyData.from_file(LAB, party="lab2", id_column="pid", impute="median")])
+        vflo.hold_out([lab, PartyData.from_file(LAB, party="lab2", id_column="pid", impute="median")])
+    with pytest.warns(DeprecationWarning, match="vflo.split is now vflo.hold_out"):
+        former = vflo.split([hospital, lab], test=0.25, seed=3)
+    assert np.array_equal(former.test_ids, split.test_ids)  # the same function under its former name
 
 
-# -- vflo split ------------------------------------------------------------------------------------------------
+# -- vflo holdout ------------------------------------------------------------------------------------------------
 
 
-def test_split_cuts_files_that_never_overlap(tmp_path: Path) -> None:
+def test_holdout_cuts_files_that_never_overlap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cut"
-    assert main(["split", str(HOSPITAL), str(LAB), "--parties", "hospital,lab", "--id-column", "pid",
+    assert main(["holdout", str(HOSPITAL), str(LAB), "--parties", "hospital,lab", "--id-column", "pid",
                  "--label-column", "outcome", "--test", "20", "--out", str(out)]) == 0
     read = {name: read_table(out / f"{name}.csv", party="x", id_column="pid") for name in
             ("hospital_train", "hospital_serve", "hospital_test", "lab_train", "lab_serve")}
@@ -279,5 +282,10 @@ def test_split_cuts_files_that_never_overlap(tmp_path: Path) -> None:
     assert not test & set(read["hospital_train"].pid) and not test & set(read["lab_train"].pid)
     assert set(read["lab_serve"].pid) == test == set(read["hospital_serve"].pid)  # aligned test rows by default
     assert len(read["hospital_train"]) + 20 == 150 and len(read["lab_train"]) + 20 == 120
-    assert main(["split", str(HOSPITAL), "--parties", "hospital", "--id-column", "pid", "--label-column",
+    assert main(["holdout", str(HOSPITAL), "--parties", "hospital", "--id-column", "pid", "--label-column",
                  "outcome", "--out", str(tmp_path / "one")]) == 2
+    # Its former name still works, and says it is the former one.
+    assert main(["split", str(HOSPITAL), str(LAB), "--parties", "hospital,lab", "--id-column", "pid",
+                 "--label-column", "outcome", "--test", "20", "--out", str(tmp_path / "former")]) == 0
+    assert "vflo split is now vflo holdout" in " ".join(capsys.readouterr().err.split())
+    assert (tmp_path / "former" / "hospital_test.csv").read_text() == (out / "hospital_test.csv").read_text()

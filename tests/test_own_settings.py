@@ -27,6 +27,7 @@ from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.base import Method
 from vflo.methods.own_settings import check_section, decide, party_section
 from vflo.methods.registry import get_method, method_names
+from vflo.party.node import parties_payload
 from vflo.party.policy import PolicyError
 
 SPLITNN_ATTACK = {"passive_bottom": [100], "activation": "leaky_relu", "train": {"lr": 1e-30}}
@@ -170,7 +171,7 @@ def test_a_setup_over_the_wire_runs_the_partys_own_and_says_so() -> None:
     fed, nodes = build_federation(data, method, seed=0)
     nodes["pas"].settings = {"splitnn": {"passive_bottom": [16]}}
     setup = {"method": "splitnn", "config": proposal("splitnn", **{"passive_bottom": [100], "train__lr": 1e-30}),
-             "seed": 0, "parties": json.dumps([[p.name, p.role] for p in fed.parties]), "save": False}
+             "seed": 0, **parties_payload(fed.parties), "save": False}
     reply = fed.transport.request(Message(sender="act", receiver="pas", kind="control.setup", round=0,
                                           payload=setup, run="r1"))
     assert reply.error is None

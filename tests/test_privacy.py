@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_methods import data_for, quick
 from vflo.comm.message import Message
-from vflo.data.scenario import FederatedData
+from vflo.data.layout import FederatedData
 from vflo.dp import GaussianNoise, gdp_delta, gdp_epsilon, laplace_epsilon
 from vflo.errors import ConfigError
 from vflo.methods.registry import get_method

@@ -7,6 +7,7 @@ import pytest
 
 from tests.conftest import make_dataset, vertical_split
 from vflo.align import psi
+from vflo.align.plain import Aligned
 from vflo.align.psi import blind, hash_ids, new_key
 from vflo.comm.message import Message
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
@@ -64,7 +65,7 @@ def test_psi_finds_the_scenarios_ground_truth(n_passive: int) -> None:
     assert np.array_equal(alignment.ids, np.sort(layout.aligned_ids()))
     # with mode 'both' each passive party now knows the shared IDs, in the same (sorted) order
     for i in range(n_passive):
-        assert np.array_equal(nodes[f"p{i}"].context.state["align.held"], alignment.ids)
+        assert np.array_equal(nodes[f"p{i}"].context.part(Aligned).held, alignment.ids)
     # no raw ID crosses: only 32-byte points, a salt and a mask
     for msg in seen:
         if msg.kind.startswith("align."):

@@ -7,8 +7,9 @@ import pytest
 
 from tests.conftest import make_dataset
 from vflo.data.datasets import Dataset
+from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData, PartySpec, ScenarioSpec
+from vflo.data.scenario import PartySpec, ScenarioSpec
 from vflo.dp import RowNoise
 from vflo.errors import ConfigError, DataError, RemoteError, ScenarioError
 from vflo.federation.simulation import run_method

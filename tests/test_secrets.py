@@ -19,8 +19,8 @@ import pytest
 from tests.test_methods import data_for, quick
 from vflo.comm.message import Message
 from vflo.comm.tls import init_certs
+from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData
 from vflo.deploy import DataConfig, DeployConfig, Deployment, PartyConfig, PeerConfig, PeerEntry, TLSConfig, start_party
 from vflo.dp import GaussianNoise, PrivacyAccount, PrivacyBudget, RowNoise
 from vflo.errors import RemoteError
@@ -28,8 +28,9 @@ from vflo.federation.coordinator import Federation
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.base import Method
+from vflo.methods.masked_svd import SVDPart
 from vflo.methods.masks import OrthogonalMask
-from vflo.methods.rap import ClientTransform
+from vflo.methods.rap import ClientTransform, RAPPart
 from vflo.methods.registry import get_method
 from vflo.party.node import Node
 from vflo.seeding import numpy_rng
@@ -49,14 +50,16 @@ def fitted(method: Method, data: FederatedData, *, seed: int = 0, party_seeds: d
 
 def _rap_projection(nodes: dict[str, Node], _seen: list[Message]) -> np.ndarray:
     assert nodes["pas"].context is not None
-    return np.asarray(nodes["pas"].context.state["rap.transform"].A)
+    transform = nodes["pas"].context.part(RAPPart).transform
+    assert transform is not None
+    return np.asarray(transform.A)
 
 
 def _row_mask(party: str) -> Callable[[dict[str, Node], list[Message]], np.ndarray]:
     def read(nodes: dict[str, Node], _seen: list[Message]) -> np.ndarray:
         ctx = nodes[party].context
         assert ctx is not None
-        mask = ctx.state["svd.P"]
+        mask = ctx.part(SVDPart).P
         assert isinstance(mask, OrthogonalMask)
         return mask.dense()
     return read
@@ -163,8 +166,8 @@ def test_a_scored_row_asked_again_returns_the_same_noised_activation() -> None:
     data = data_for("splitnn")
     fed, nodes = fitted(method, data)
     ids = data.test_ids[:10]
-    first = fed.score_together("split.activations", ids, ["pas"], extra={"split": "serve"})["pas"]["acts"]
-    second = fed.score_together("split.activations", ids, ["pas"], extra={"split": "serve"})["pas"]["acts"]
+    first = fed.score_together("split.activations", ids, ["pas"], extra={"purpose": "serve"})["pas"]["acts"]
+    second = fed.score_together("split.activations", ids, ["pas"], extra={"purpose": "serve"})["pas"]["acts"]
     assert np.array_equal(first, second)  # type: ignore[arg-type]
     spent = nodes["pas"].privacy
     assert spent.people > 0 and spent.epsilon() > 0

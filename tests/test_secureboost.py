@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_dataset
-from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.layout import FederatedData
+from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, ProtocolError
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method

@@ -11,12 +11,14 @@ import pytest
 
 from tests.test_methods import data_for, quick
 from vflo.comm.message import Message
-from vflo.data.scenario import FederatedData
+from vflo.data.layout import FederatedData
 from vflo.errors import ConfigError, RemoteError
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, party_node, run_method
+from vflo.methods.masked_svd import SVDPart
 from vflo.methods.masks import OrthogonalMask
 from vflo.methods.registry import get_method
+from vflo.party.node import parties_payload
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo
 
@@ -48,11 +50,11 @@ def test_the_fedsvd_exfiltration_by_a_malicious_server_is_refused_and_the_run_co
     pas = data.train["pas"]
     attacks = [
         ("control.setup", {"method": "fedsvd", "config": method.config_json(), "seed": 0, "save": False,
-                           "parties": json.dumps([["server", "active"], ["pas", "passive"]])}),
+                           **parties_payload((PartyInfo("server", "active"), PartyInfo("pas", "passive")))}),
         ("svd.masks", identity_masks(len(pas.ids), pas.n_features)),
         ("svd.right", {"v": np.eye(pas.n_features)}),
         ("svd.project", {"ids": data.serve["pas"].ids}),
-        ("align.plain", {"ids": pas.ids, "split": "train"}),
+        ("align.plain", {"ids": pas.ids, "purpose": "train"}),
         ("svd.upload", {"selector": np.arange(len(pas.ids), dtype=np.int64)}),
         ("control.ledger", {}),
         ("control.teardown", {}),
@@ -72,7 +74,7 @@ def test_a_passive_party_cannot_set_up_or_drive_another() -> None:
     data, _method, fed, _nodes = federation("splitnn", data_for("vfl_asp"))
     for kind, payload in (("control.setup", {"method": "splitnn", "config": "{}", "seed": 0, "save": False,
                                              "parties": "[]"}),
-                          ("split.activations", {"ids": data.train["p2"].ids, "split": "train"})):
+                          ("split.activations", {"ids": data.train["p2"].ids, "purpose": "train"})):
         reply = send(fed, "p1", "p2", kind, payload)
         assert reply.error is not None and reply.error.type == "RefusedError"
         assert "from 'p1' (role passive)" in reply.error.message
@@ -81,9 +83,9 @@ def test_a_passive_party_cannot_set_up_or_drive_another() -> None:
 def test_a_vfl_asp_first_hop_may_drive_only_what_the_method_delegates_to_it() -> None:
     data, _method, fed, _nodes = federation("vfl_asp")
     p2 = data.train["p2"]
-    allowed = send(fed, "p1", "p2", "align.plain", {"ids": p2.ids[:3], "split": "train"})
+    allowed = send(fed, "p1", "p2", "align.plain", {"ids": p2.ids[:3], "purpose": "train"})
     assert allowed.error is None
-    refused = send(fed, "p1", "p2", "split.activations", {"ids": p2.ids[:3], "split": "train"})
+    refused = send(fed, "p1", "p2", "split.activations", {"ids": p2.ids[:3], "purpose": "train"})
     assert refused.error is not None and refused.error.type == "RefusedError"
 
 
@@ -91,7 +93,7 @@ def test_a_stranger_is_refused_before_any_handler_runs(caplog: pytest.LogCapture
     data, _method, _fed, nodes = federation("splitnn")
     with caplog.at_level(logging.WARNING, logger="vflo.party.node"):
         reply = nodes["pas"].handle(Message(sender="mallory", receiver="pas", kind="align.plain", round=1,
-                                            payload={"ids": data.train["pas"].ids, "split": "train"}))
+                                            payload={"ids": data.train["pas"].ids, "purpose": "train"}))
     assert reply.error is not None and "not a peer" in reply.error.message
     # The party's own log says who asked for what (the issue: "the party logs none of it").
     assert any("refuses 'align.plain' from 'mallory'" in r.getMessage() and r.levelno == logging.WARNING
@@ -102,10 +104,22 @@ def test_roles_come_from_the_partys_own_config_not_from_the_setup() -> None:
     info = PartyInfo("pas", "passive")
     node = party_node(info, peers={"act": "active", "srv": "server"})
     setup = {"method": "local", "config": get_method("local")().config_json(), "seed": 0, "save": False,
-             "parties": json.dumps([["act", "active"], ["pas", "passive"], ["srv", "active"]])}
+             **parties_payload((PartyInfo("act", "active"), PartyInfo("pas", "passive"), PartyInfo("srv", "active")))}
     reply = node.handle(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup,
                                 run="r1"))
     assert reply.error is not None and "knows 'srv' as server" in reply.error.message
+
+
+@pytest.mark.parametrize(("names", "roles"), [(["act", "pas"], ["active"]), (["act", "act"], ["active", "passive"]),
+                                              (["act", "pas"], ["active", "owner"])])
+def test_a_setup_whose_party_list_does_not_add_up_is_refused(names: list[str], roles: list[str]) -> None:
+    node = party_node(PartyInfo("pas", "passive"), peers={"act": "active"})
+    setup = {"method": "local", "config": get_method("local")().config_json(), "seed": 0, "save": False,
+             "parties": np.asarray(names, dtype=np.str_), "roles": np.asarray(roles, dtype=np.str_)}
+    reply = node.handle(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup,
+                                run="r1"))
+    assert reply.error is not None and "each party once, with one of the roles" in reply.error.message
+    assert node.method is None
 
 
 def test_a_method_outside_the_policy_is_refused_naming_party_and_method() -> None:
@@ -144,7 +158,7 @@ def test_a_policy_bound_cannot_be_met_by_switching_the_check_off(value: float) -
     config = json.loads(method.config_json())
     config["max_condition"] = value
     setup = {"method": "rap", "config": json.dumps(config), "seed": 0,
-             "parties": json.dumps([[p.name, p.role] for p in fed.parties]), "save": False}
+             **parties_payload(fed.parties), "save": False}
     reply = fed.transport.request(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup,
                                           run="run-1"))
     if value < 1:
@@ -201,7 +215,7 @@ def test_masks_that_hide_nothing_are_refused_even_from_the_dealer(mask: str) -> 
                **OrthogonalMask(np.zeros((0, 0, 0)), np.zeros((0, 0))).to_payload("q")}
     reply = send(fed, "dealer", "pas", "svd.masks", payload)
     assert reply.error is not None and "refused" in reply.error.message
-    assert "svd.P" not in nodes["pas"].context.state
+    assert nodes["pas"].context.part(SVDPart).P is None
 
 
 def test_masks_and_v_cannot_be_replaced_mid_run() -> None:
@@ -233,7 +247,7 @@ def test_a_party_that_requires_psi_refuses_plain_alignment_and_runs_with_psi() -
         nodes["pas"].policy = Policy(alignment="psi")
         Session(fed).start(method)
         if refused:
-            guessed = {"ids": data.train["pas"].ids[:5], "split": "serve"}
+            guessed = {"ids": data.train["pas"].ids[:5], "purpose": "serve"}
             reply = send(fed, "act", "pas", "align.plain", guessed)
             assert reply.error is not None and "[policy] alignment = 'psi'" in reply.error.message
             assert 'method = "psi"' in reply.error.message
@@ -255,7 +269,7 @@ def test_one_run_at_a_time_other_runs_and_backward_rounds_are_refused() -> None:
     Session(fed).start(method)
     assert len(fed.run_id) == 32
     setup = {"method": "splitnn", "config": quick("splitnn").config_json(), "seed": 9,
-             "parties": json.dumps([["rival", "active"], ["pas", "passive"]]), "save": False}
+             **parties_payload((PartyInfo("rival", "active"), PartyInfo("pas", "passive"))), "save": False}
     hijack = lab.handle(Message(sender="rival", receiver="pas", kind="control.setup", round=0, payload=setup,
                                 run="rival-run"))
     assert hijack.error is not None and "serving a run of 'act'" in hijack.error.message
@@ -328,7 +342,7 @@ def test_a_delegate_must_be_a_data_party_in_the_partys_own_config() -> None:
                                       "first_hop": "server"})
     fed, _nodes = build_federation(data, method, seed=0)
     Session(fed).start(method)
-    asked = send(fed, "server", "p2", "align.plain", {"ids": data.train["p2"].ids[:3], "split": "train"})
+    asked = send(fed, "server", "p2", "align.plain", {"ids": data.train["p2"].ids[:3], "purpose": "train"})
     assert asked.error is not None and asked.error.type == "RefusedError"
 
 
@@ -337,13 +351,13 @@ def test_plain_alignment_of_training_rows_answers_one_set_of_ids_a_run() -> None
     guesses, a party would give away who it holds one guess at a time."""
     data, method, fed, _nodes = federation("splitnn")
     ids = data.train["act"].ids
-    first = send(fed, "act", "pas", "align.plain", {"ids": ids, "split": "train"})
+    first = send(fed, "act", "pas", "align.plain", {"ids": ids, "purpose": "train"})
     assert first.error is None
-    assert send(fed, "act", "pas", "align.plain", {"ids": ids, "split": "train"}).error is None  # the same set
-    probe = send(fed, "act", "pas", "align.plain", {"ids": np.asarray(["someone"]), "split": "train"})
+    assert send(fed, "act", "pas", "align.plain", {"ids": ids, "purpose": "train"}).error is None  # the same set
+    probe = send(fed, "act", "pas", "align.plain", {"ids": np.asarray(["someone"]), "purpose": "train"})
     assert probe.error is not None and "once a run" in probe.error.message
     Session(fed).start(method)  # a new run (the same coordinator starting again): one new set
-    assert send(fed, "act", "pas", "align.plain", {"ids": ids[:5], "split": "train"}).error is None
+    assert send(fed, "act", "pas", "align.plain", {"ids": ids[:5], "purpose": "train"}).error is None
 
 
 def test_sizes_a_peer_chooses_are_bounded_by_the_partys_policy() -> None:
@@ -389,7 +403,7 @@ def test_a_scoring_session_waits_for_the_training_run_it_would_replace() -> None
     _data, method, fed, nodes = federation("splitnn")
     lab = nodes["pas"]
     load = {"method": "splitnn", "config": method.config_json(), "seed": 0, "label": "m", "model_id": "x",
-            "parties": json.dumps([[p.name, p.role] for p in fed.parties])}
+            **parties_payload(fed.parties)}
     during = lab.handle(Message("act", "pas", "control.load", 0, load, run="scoring-1"))
     assert during.error is not None and "it scores after that run ends" in during.error.message
     assert lab._run == fed.run_id  # the training run is untouched

@@ -111,7 +111,7 @@ def test_the_active_party_scores_alone_from_its_own_folder(tmp_path: Path,
     hospital = vflo.PartyData.from_file(examples / "hospital.csv", party="hospital", id_column="pid",
                                         label_column="outcome", categorical=["sex", "ward"])
     lab = vflo.PartyData.from_file(examples / "lab.csv", party="lab", id_column="pid", impute="median")
-    model = vflo.fit("laser_vfl", vflo.split([hospital, lab], seed=0), train={"max_epochs": 3})
+    model = vflo.fit("laser_vfl", vflo.hold_out([hospital, lab], seed=0), train={"max_epochs": 3})
     saved = vflo.load(model.save(tmp_path / "models"))
     own = tmp_path / "host" / "laser_vfl"
     shutil.copytree(saved.folder / "laser_vfl" / "hospital", own / "hospital")

@@ -9,17 +9,25 @@ import pytest
 
 from vflo.comm.ledger import Ledger
 from vflo.comm.local import LocalTransport
-from vflo.comm.message import INT, Message, Payload, floats
+from vflo.comm.message import INT, Message, Payload, Reply, floats
 from vflo.data.partydata import PartyData
 from vflo.errors import PayloadError, ProtocolError, RemoteError
 from vflo.federation.coordinator import Federation
 from vflo.federation.session import Session
 from vflo.federation.simulation import party_node
 from vflo.methods.base import Method, MethodConfig, handles
+from vflo.methods.saved import Part
 from vflo.party.node import Node, NodeContext
 from vflo.roles import PartyInfo
 
 ACTIVE, PASSIVE, RELAY = PartyInfo("a", "active"), PartyInfo("p", "passive"), PartyInfo("r", "server")
+
+
+@dataclass
+class Calls(Part):
+    """How many echo.scale messages a party ran."""
+
+    count: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +46,7 @@ class Echo(Method):
         x = payload["x"]
         assert isinstance(x, np.ndarray)
         x *= 10  # mutating the received copy must not reach the sender
-        ctx.state["calls"] = ctx.state.get("calls", 0) + 1
+        ctx.part(Calls).count += 1
         return {"y": (x / 10 * self.config.scale).astype(np.float32), "rows": ctx.require_data().n_samples}
 
     @handles("echo.relay", served="any time (a test protocol)", senders=("coordinator", "passive"), n=INT)
@@ -170,7 +178,7 @@ def test_payload_checks_run_before_the_handler(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(RemoteError) as caught:
         fed.request("p", "echo.scale", {"x": np.ones((2, 2), np.float32)})
     assert caught.value.error_type == PayloadError.__name__ and caught.value.exit_code == PayloadError.exit_code
-    assert nodes["p"].context is not None and "calls" not in nodes["p"].context.state
+    assert nodes["p"].context is not None and nodes["p"].context.part(Calls).count == 0
 
 
 def test_posted_messages_go_out_in_order_with_the_next_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,10 +191,10 @@ def test_posted_messages_go_out_in_order_with_the_next_request(monkeypatch: pyte
     data = [(e.kind, e.direction, e.round) for e in ledger.entries if not e.is_control]
     # each posted message is still a message with its own reply and round, delivered before the request
     assert data == [("echo.scale", d, r) for r in (1, 2, 3) for d in ("request", "reply")]
-    assert nodes["p"].context is not None and nodes["p"].context.state["calls"] == 3
+    assert nodes["p"].context is not None and nodes["p"].context.part(Calls).count == 3
     fed.post("echo.scale", {"p": {"x": np.ones(1, np.float32)}})
     fed.flush()
-    assert nodes["p"].context.state["calls"] == 4 and ledger.summary().rounds == 4
+    assert nodes["p"].context.part(Calls).count == 4 and ledger.summary().rounds == 4
 
 
 def test_a_posted_message_that_fails_is_raised_where_it_is_delivered(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,7 +202,7 @@ def test_a_posted_message_that_fails_is_raised_where_it_is_delivered(monkeypatch
     fed.post("echo.fail", {"p": {}})
     with pytest.raises(RemoteError, match="party 'p' failed on 'echo.fail': ValueError: boom"):
         fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})
-    assert "calls" not in nodes["p"].context.state  # type: ignore[union-attr]  # the request after it was not run
+    assert nodes["p"].context.part(Calls).count == 0  # type: ignore[union-attr]  # the request after it was not run
     fed.post("echo.fail", {"p": {}})
     with pytest.raises(RemoteError, match="echo.fail"):
         fed.flush()
@@ -206,7 +214,7 @@ def test_a_new_run_drops_what_a_failed_run_posted(monkeypatch: pytest.MonkeyPatc
     fed.post("echo.scale", {"p": {"x": np.ones(1, np.float32)}})
     Session(fed).start(Echo(scale=3.0))  # the next run on the same transport
     fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})
-    assert nodes["p"].context is not None and nodes["p"].context.state["calls"] == 1
+    assert nodes["p"].context is not None and nodes["p"].context.part(Calls).count == 1
 
 
 def test_an_exchange_started_early_is_an_exchange(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,7 +229,7 @@ def test_an_exchange_started_early_is_an_exchange(monkeypatch: pytest.MonkeyPatc
     assert data == [("echo.scale", d, r) for r in (1, 2) for d in ("request", "reply")]
     fed.exchange_async("echo.scale", {"p": {"x": np.ones(1, np.float32)}})
     fed.request("p", "echo.scale", {"x": np.ones(1, np.float32)})  # waits for the one in flight first
-    assert nodes["p"].context is not None and nodes["p"].context.state["calls"] == 4
+    assert nodes["p"].context is not None and nodes["p"].context.part(Calls).count == 4
     assert ledger.summary().rounds == 4
 
 
@@ -270,3 +278,15 @@ def test_a_deployed_ledger_puts_every_partys_training_first_and_keeps_replies_on
             request = ordered.entries[e.reply_to]
             assert (request.kind, request.direction, request.sender) == (e.kind, "request", e.receiver)
     assert ordered.summary().bytes == ledger.summary().bytes
+
+
+def test_a_reply_is_read_with_types_and_a_wrong_one_names_the_party() -> None:
+    payload: Payload = {"width": "3", "ids": np.arange(3), "names": np.asarray(["x"])}
+    reply = Message("p", "a", "splitnn.init", 1, payload).unwrap()
+    assert isinstance(reply, Reply) and reply.array("ids").tolist() == [0, 1, 2] and reply.names("names") == ["x"]
+    with pytest.raises(ProtocolError, match=r"answered splitnn.init with 'width' of type str, not an integer"):
+        reply.integer("width")
+    with pytest.raises(ProtocolError, match=r"party 'p' answered splitnn.init without 'count'"):
+        reply.integer("count")
+    with pytest.raises(ProtocolError, match=r"'ids' that is not a list of names"):
+        reply.names("ids")

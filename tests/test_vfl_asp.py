@@ -9,11 +9,13 @@ import pytest
 
 from vflo.comm.message import Message
 from vflo.data.datasets import load_dataset
-from vflo.data.scenario import BlockSpec, FederatedData, PartySpec, SamplesSpec, ScenarioSpec
+from vflo.data.layout import FederatedData
+from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, MethodError, RemoteError
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
+from vflo.methods.vfl_asp import ASPPart
 from vflo.metrics import compute_metrics
 from vflo.party.policy import Policy
 
@@ -48,7 +50,8 @@ def test_embeddings_equal_the_svd_of_the_joined_shared_rows() -> None:
         node.policy = Policy(min_mask_block=40)
     Session(fed).start(method)
     method.fit(fed)
-    shared, E = nodes["p1"].context.state["asp.embeddings"]
+    part = nodes["p1"].context.part(ASPPart)
+    shared, E = part.shared, part.embeddings
     joined = np.hstack([data.train["p1"].subset(shared).X, data.train["p2"].subset(shared).X]).astype(np.float64)
     U, S, _ = np.linalg.svd(joined, full_matrices=False)
     signs = np.sign(np.sum(E * (U * S), axis=0))

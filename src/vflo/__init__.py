@@ -14,23 +14,25 @@ from vflo.version import __version__
 if TYPE_CHECKING:
     from vflo.api import FittedModel, SavedModel, evaluate, fit, load, run_experiment, split
     from vflo.data.datasets import Dataset, load_dataset
+    from vflo.data.layout import FederatedData, Layout
     from vflo.data.partydata import PartyData
-    from vflo.data.scenario import FederatedData, Layout, PartySpec, SamplesSpec, ScenarioSpec
+    from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
     from vflo.errors import VfloError
     from vflo.methods.registry import method_names
 
 _EXPORTS = {
     "Dataset": "vflo.data.datasets", "load_dataset": "vflo.data.datasets", "PartyData": "vflo.data.partydata",
-    "FederatedData": "vflo.data.scenario", "Layout": "vflo.data.scenario", "PartySpec": "vflo.data.scenario",
+    "FederatedData": "vflo.data.layout", "Layout": "vflo.data.layout", "PartySpec": "vflo.data.scenario",
     "SamplesSpec": "vflo.data.scenario", "ScenarioSpec": "vflo.data.scenario", "VfloError": "vflo.errors",
     "FittedModel": "vflo.api", "evaluate": "vflo.api", "fit": "vflo.api", "run_experiment": "vflo.api",
-    "split": "vflo.api", "method_names": "vflo.methods.registry", "load": "vflo.api", "SavedModel": "vflo.api",
+    "hold_out": "vflo.api", "split": "vflo.api", "method_names": "vflo.methods.registry", "load": "vflo.api",
+    "SavedModel": "vflo.api",
 }
 
 __all__ = [
     "Dataset", "FederatedData", "FittedModel", "Layout", "PartyData", "PartySpec", "SamplesSpec", "SavedModel",
-    "ScenarioSpec", "VfloError", "__version__", "evaluate", "fit", "load", "load_dataset", "method_names",
-    "run_experiment", "split",
+    "ScenarioSpec", "VfloError", "__version__", "evaluate", "fit", "hold_out", "load", "load_dataset",
+    "method_names", "run_experiment", "split",
 ]
 
 

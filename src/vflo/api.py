@@ -1,22 +1,23 @@
-"""The Python API a data scientist would guess: split the parties' tables, fit a method, score, evaluate.
+"""The Python API a data scientist would guess: hold test rows out of the parties' tables, fit, score, evaluate.
 
     import vflo
 
     hospital = vflo.PartyData.from_file("hospital.csv", party="hospital", id_column="pid", label_column="outcome")
     lab = vflo.PartyData.from_file("lab.csv", party="lab", id_column="pid")
-    split = vflo.split([hospital, lab], test=0.25, seed=0)
+    split = vflo.hold_out([hospital, lab], test=0.25, seed=0)
     model = vflo.fit("apc_vfl", split, train={"max_epochs": 40})
     print(vflo.evaluate(model, split))
 
 Everything runs in this process, every party a separate node behind the in-process transport, so the
 messages, the bytes in the ledger and the party boundary are those of a deployment. Seeds are derived
 exactly as an experiment derives them (``derive_seed(seed, "layout" | "method", ...)``), so
-``split(..., seed=s)`` and ``fit(..., seed=s)`` give the numbers of the first run of an experiment with
+``hold_out(..., seed=s)`` and ``fit(..., seed=s)`` give the numbers of the first run of an experiment with
 ``seed = s`` and the same test settings.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from vflo.comm.ledger import Ledger, LedgerSummary
+from vflo.data.layout import Count, FederatedData, Layout
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import Count, FederatedData, Layout
 from vflo.errors import ConfigError
 from vflo.experiments.config import ExperimentConfig, load_config, parse_config
 from vflo.experiments.protocols import Holdout, TestFrom
@@ -41,10 +42,10 @@ from vflo.party.node import Node
 from vflo.scoring import SavedModel
 from vflo.seeding import derive_seed, numpy_rng
 
-__all__ = ["FittedModel", "SavedModel", "evaluate", "fit", "load", "run_experiment", "split"]
+__all__ = ["FittedModel", "SavedModel", "evaluate", "fit", "hold_out", "load", "run_experiment", "split"]
 
 
-def split(
+def hold_out(
     parties: Sequence[PartyData], *, test: Count = 0.2, test_from: TestFrom = "aligned", seed: int = 0,
     standardize: bool = True, aligned: Count | None = None, stratify: bool = True,
 ) -> FederatedData:
@@ -59,8 +60,16 @@ def split(
     layout = Layout.from_parties(list(parties), seed=derive_seed(seed, "layout", 0), standardize=standardize,
                                  aligned=aligned)
     cut = Holdout(test_fraction=test, test_from=test_from, stratify=stratify)
-    test_ids = cut.splits(layout, numpy_rng(seed, "split", 0))[0].test_ids
+    test_ids = cut.splits(layout, numpy_rng(seed, "split", 0))[0].test_ids  # the stream's name keeps old seeds' rows
     return layout.materialize(test_ids=test_ids)
+
+
+def split(parties: Sequence[PartyData], **kwargs: Any) -> FederatedData:
+    """The former name of :func:`hold_out` ("split" also named how columns are dealt and which rows a party
+    reads); the same function, with the same numbers for the same seeds."""
+    warnings.warn("vflo.split is now vflo.hold_out (the same function and arguments); the old name goes in "
+                  "vflo 0.3", DeprecationWarning, stacklevel=2)
+    return hold_out(parties, **kwargs)
 
 
 @dataclass(eq=False)

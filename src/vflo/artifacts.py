@@ -39,7 +39,9 @@ from vflo.data.preprocessing import Standardizer
 from vflo.errors import ConfigError, DataError, ProtocolError, VfloError
 from vflo.version import __version__
 
-FORMAT = 1
+# 2: what a part keeps is each method's ``saves`` declaration (party names as string arrays, widths as names
+# and sizes), read by one codec; a format-1 part is refused, with the fix (save the model again).
+FORMAT = 2
 STATE_FILE, MANIFEST, CARD = "state.vflo", "manifest.json", "model.json"
 MAX_STATE_BYTES = 1 << 34
 
@@ -178,7 +180,9 @@ def read_part(folder: Path, *, party: str, model_id: str | None = None, label: s
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"{manifest_path} is not valid JSON ({exc}): the file was altered or truncated") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArtifactError(f"{manifest_path} is not a vflo model manifest of format {FORMAT}")
+        raise ArtifactError(f"{manifest_path} is not a vflo model manifest of format {FORMAT} (it says "
+                            f"{manifest.get('format') if isinstance(manifest, dict) else None}): fit and save the "
+                            "model again with this vflo")
     if not _compatible(str(manifest.get("vflo", ""))):
         raise ArtifactError(f"{folder} was saved by vflo {manifest.get('vflo')}; this is vflo {__version__}, which "
                             "reads models saved by the same major and minor version: load it with that version, or "
@@ -243,7 +247,8 @@ class ModelCard:
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
             if raw.get("format") != FORMAT:
-                raise ArtifactError(f"{path} is not a vflo model card of format {FORMAT}")
+                raise ArtifactError(f"{path} is not a vflo model card of format {FORMAT} (it says "
+                                    f"{raw.get('format')}): fit and save the model again with this vflo")
             if not _compatible(str(raw.get("vflo", ""))):
                 raise ArtifactError(f"{folder} was saved by vflo {raw.get('vflo')}; this is vflo {__version__}: load "
                                     "it with that version, or train and save it again")

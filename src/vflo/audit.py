@@ -1,5 +1,6 @@
 """What every message kind carries, and who may send it: the declarations the message audit holds each
-message to, as ``vflo methods --messages`` prints them and docs/security.md shows them."""
+message to, as ``vflo methods --messages`` prints them and docs/security.md shows them; and the generated tables
+of what each party decides (docs/security.md) and keeps (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 from vflo.align.protocol import ALIGNMENT
 from vflo.methods.registry import get_method, method_names
+from vflo.methods.saved import Saved
 from vflo.party.handlers import HandlerInfo
 from vflo.party.node import CONTROL_INFO
 
@@ -79,3 +81,22 @@ def settings_markdown() -> str:
 
     return settings_table([get_method(name) for name in method_names()])
 
+
+
+def _kept(declared: tuple[Saved, ...]) -> str:
+    return ", ".join(f"`{s.name}`" + (f" ({s.about})" if s.about else "") for s in declared) or "nothing"
+
+
+def models_markdown() -> str:
+    """What each party keeps of every deployable method's fitted model (docs/models.md): each method's ``saves``."""
+    rows = ["| method | scores | active party keeps | each passive party keeps | server and dealer keep |",
+            "|---|---|---|---|---|"]
+    for name in deployable():
+        cls = get_method(name)
+        scores = ("active only" if cls.inference == "active_only" else
+                  "whoever holds the person" if cls.any_subset else "together")
+        helpers = cls().extra_parties(())
+        helper = _kept(tuple(s for h in helpers for s in cls.saves.of(h.role))) if helpers else "—"
+        rows.append(f"| `{name}` | {scores} | {_kept(cls.saves.model + cls.saves.of('active'))} | "
+                    f"{_kept(cls.saves.of('passive'))} | {helper} |")
+    return "\n".join(rows)

@@ -193,11 +193,13 @@ def _parser() -> argparse.ArgumentParser:
                                          "(APC-VFL Appendix F)", parents=[_output_flags()])
     probe.set_defaults(func=_probe)
 
-    cut = sub.add_parser("split", help="cut the parties' own files into train, serve and test files for a deployment",
+    cut = sub.add_parser("holdout", aliases=["split"],
+                         help="hold test rows out: cut the parties' own files into train, serve and test files for a "
+                              "deployment ('split' is its former name)",
                          epilog="The first file is the active party's (it holds the labels). Test rows are held out "
                                 "of every party's training file.\n\n" + _exit_code_text(),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    cut.set_defaults(func=_split)
+    cut.set_defaults(func=_holdout)
     cut.add_argument("files", nargs="+", type=Path, help="each party's file (CSV, .csv.gz, TSV or Parquet)")
     cut.add_argument("--parties", required=True, help="their names, in the same order, e.g. hospital,lab")
     cut.add_argument("--id-column", required=True,
@@ -653,9 +655,11 @@ def _export(args: argparse.Namespace, config: Any, dataset: Any, seed: int) -> i
     return 0
 
 
-def _split(args: argparse.Namespace) -> int:
+def _holdout(args: argparse.Namespace) -> int:
     from vflo.experiments.cut import PartyFileSpec, cut_files
 
+    if args.command == "split":
+        logger.warning("vflo split is now vflo holdout (the same command and flags); the old name goes in vflo 0.3")
     names = [n.strip() for n in args.parties.split(",") if n.strip()]
     if len(names) != len(args.files):
         raise ConfigError(f"{len(args.files)} files but {len(names)} party names in --parties; give one name per file")

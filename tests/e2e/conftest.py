@@ -14,8 +14,8 @@ import numpy as np
 
 from tests.conftest import PARTY_SEEDS
 from vflo.comm.tls import init_certs
+from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData
 from vflo.deploy import (
     DataConfig,
     DeployConfig,

@@ -22,6 +22,8 @@ from vflo.deploy import Deployment
 from vflo.errors import RemoteError
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
+from vflo.party.node import parties_payload
+from vflo.roles import PartyInfo
 
 pytestmark = pytest.mark.slow
 QUICK = {"max_epochs": 2, "patience": 0, "batch_size": 64}
@@ -46,17 +48,17 @@ def attacks(federation: Federation) -> list[tuple[str, str, dict[str, object]]]:
     """The issue's exfiltration by a malicious server, and what any peer could ask before: (sender, kind, payload)."""
     pas = federation.local.train["pas"]
     setup = {"method": "fedsvd", "config": get_method("fedsvd")().config_json(), "seed": 0, "save": False,
-             "parties": json.dumps([["server", "active"], ["pas", "passive"]])}
+             **parties_payload((PartyInfo("server", "active"), PartyInfo("pas", "passive")))}
     return [
         ("server", "control.setup", setup),
         ("server", "svd.masks", identity_masks(len(pas.ids), pas.n_features)),
         ("server", "svd.right", {"v": np.eye(pas.n_features)}),
         ("server", "svd.project", {"ids": federation.local.serve["pas"].ids}),
-        ("server", "align.plain", {"ids": pas.ids, "split": "train"}),
+        ("server", "align.plain", {"ids": pas.ids, "purpose": "train"}),
         ("server", "svd.upload", {"selector": np.arange(len(pas.ids), dtype=np.int64)}),
         ("dealer", "control.ledger", {}),
         ("dealer", "control.teardown", {}),
-        ("server", "split.activations", {"ids": pas.ids, "split": "train"}),
+        ("server", "split.activations", {"ids": pas.ids, "purpose": "train"}),
     ]
 
 
@@ -111,7 +113,7 @@ def test_a_passive_party_cannot_set_up_another(tmp_path: Path) -> None:
     try:
         p1 = impostor(federation, "p1")
         setup = {"method": "splitnn", "config": get_method("splitnn")().config_json(), "seed": 0, "save": False,
-                 "parties": json.dumps([["p1", "active"], ["p2", "passive"]])}
+                 **parties_payload((PartyInfo("p1", "active"), PartyInfo("p2", "passive")))}
         reply = p1.request(Message(sender="p1", receiver="p2", kind="control.setup", round=0, payload=setup))
         p1.close()
         assert reply.error is not None and reply.error.type == "RefusedError"
@@ -159,7 +161,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
 
 
 def _setup(config: str, method: str, parties: list[list[str]]) -> dict[str, object]:
-    return {"method": method, "config": config, "seed": 0, "save": False, "parties": json.dumps(parties)}
+    return {"method": method, "config": config, "seed": 0, "save": False,
+            **parties_payload(tuple(PartyInfo(n, r) for n, r in parties))}  # type: ignore[arg-type]
 
 
 def test_a_malicious_coordinator_cannot_choose_the_lab_s_computation(lab: Federation) -> None:

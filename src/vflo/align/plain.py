@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,11 +28,20 @@ if TYPE_CHECKING:
     from vflo.party.node import NodeContext
 
 KIND = "align.plain"
-STATE_KEY = "align.held"
-ASKED_KEY = "align.asked"
-REQUEST: dict[str, FieldSpec] = {"ids": IDS, "split": STR}
+REQUEST: dict[str, FieldSpec] = {"ids": IDS, "purpose": STR}
 REPLY: dict[str, FieldSpec] = {"held": ArraySpec(("bool",), (None,)), "n_features": INT}
 SELECTOR = ArraySpec(("bool",), (None,))
+
+
+@dataclass
+class Aligned:
+    """What a party knows of its alignment: the IDs it holds of the last set it was asked about (``held``, in the
+    asker's order), the order of its own IDs in its last PSI reply (``psi_order``), and the digest of the one set
+    each asker named for its training rows (``asked``)."""
+
+    held: np.ndarray | None = None
+    psi_order: np.ndarray | None = None
+    asked: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,8 @@ class Alignment:
 
 
 def handle(ctx: NodeContext, payload: Fields) -> Payload:
-    """Party side: which requested IDs this party holds in ``split``; remember them in order."""
+    """Party side: which requested IDs this party holds among its rows for ``purpose`` (``"train"`` or
+    ``"serve"``); remember them in order."""
     if ctx.policy.alignment == "psi":
         raise RefusedError(
             f"party {ctx.party!r} aligns only by private set intersection ([policy] alignment = 'psi' in its "
@@ -64,12 +74,12 @@ def handle(ctx: NodeContext, payload: Fields) -> Payload:
             "[alignment] method = \"psi\" in the experiment config (for `vflo predict --deploy`, the model's own "
             "alignment is used)")
     ids = payload.array("ids")
-    split = payload.text("split")
-    if split == "train":
+    purpose = payload.text("purpose")
+    if purpose == "train":
         _once(ctx, ids)
-    rows = ctx.rows(split)
+    rows = ctx.rows(purpose)
     held = rows.contains(ids)
-    ctx.state[STATE_KEY] = ids[held]
+    ctx.part(Aligned).held = ids[held]
     return {"held": held, "n_features": rows.n_features}
 
 
@@ -78,7 +88,7 @@ def _once(ctx: NodeContext, ids: np.ndarray) -> None:
     named this party holds, so a second, different set would let it probe people one guess at a time. The same
     set asked again tells nothing new and is answered (a method may align its rows more than once)."""
     digest = hashlib.sha256("\x00".join(sorted(map(str, ids.tolist()))).encode()).hexdigest()
-    asked = ctx.state.setdefault(ASKED_KEY, {})
+    asked = ctx.part(Aligned).asked
     first = asked.setdefault(ctx.sender, digest)
     if first != digest:
         raise RefusedError(f"party {ctx.party!r} answers plain alignment of its training rows once a run; "
@@ -88,7 +98,7 @@ def _once(ctx: NodeContext, ids: np.ndarray) -> None:
 
 def selected_ids(ctx: NodeContext, selector: np.ndarray) -> np.ndarray:
     """Party side: the IDs a coordinator's selector picks from this party's aligned list."""
-    held = ctx.state.get(STATE_KEY)
+    held = ctx.part(Aligned).held
     if held is None:
         raise ProtocolError(
             f"party {ctx.party!r} was asked for aligned rows but does not know which rows are aligned: run "
@@ -102,21 +112,20 @@ def selected_ids(ctx: NodeContext, selector: np.ndarray) -> np.ndarray:
     return ids
 
 
-def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, split: str = "train") -> Alignment:
+def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train") -> Alignment:
     """The subset of ``ids`` (order kept) that every party in ``parties`` holds; one alignment round."""
     if not parties:
         return Alignment(ids=ids, asked=ids, held={}, widths={})
-    replies = fed.exchange(KIND, {p: {"ids": ids, "split": split} for p in parties})
+    replies = fed.exchange(KIND, {p: {"ids": ids, "purpose": purpose} for p in parties})
     keep = np.ones(len(ids), dtype=bool)
     held: dict[str, np.ndarray] = {}
     widths: dict[str, int] = {}
     for party, reply in replies.items():
         check_payload(KIND, reply, REPLY)
-        mask = reply["held"]
-        assert isinstance(mask, np.ndarray)
+        mask = reply.array("held")
         if mask.shape != (len(ids),):
             raise ProtocolError(f"party {party!r} answered {KIND} with {mask.shape[0]} flags for {len(ids)} IDs")
         keep &= mask
         held[party] = mask
-        widths[party] = int(reply["n_features"])
+        widths[party] = reply.integer("n_features")
     return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from vflo.align.plain import STATE_KEY, Alignment
+from vflo.align.plain import Aligned, Alignment
 from vflo.comm.message import INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
 from vflo.errors import DataError, ProtocolError
 from vflo.helpers import SHARED_USE, HelperPool, shared_pool
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 Mode = Literal["both", "active"]
 KIND, RESULT_KIND = "align.psi", "align.psi_result"
 POINTS = ArraySpec(("uint8",), (None, 32))
-REQUEST: dict[str, FieldSpec] = {"salt": ArraySpec(("uint8",), (32,)), "points": POINTS, "split": STR, "mode": STR}
+REQUEST: dict[str, FieldSpec] = {"salt": ArraySpec(("uint8",), (32,)), "points": POINTS, "purpose": STR, "mode": STR}
 REPLY: dict[str, FieldSpec] = {"double": POINTS, "points": POINTS, "n_features": INT}
 RESULT: dict[str, FieldSpec] = {"matched": ArraySpec(("bool",), (None,))}
 # Below this many points the blinding runs in this process; above, in a pool of worker processes.
@@ -157,28 +157,29 @@ def new_key() -> bytes:
 def handle(ctx: NodeContext, payload: Fields) -> Payload:
     """Party B: blind A's points again, and send its own points (shuffled)."""
     salt, points = payload.array("salt"), payload.array("points")
-    rows = ctx.rows(payload.text("split"))
+    rows = ctx.rows(payload.text("purpose"))
     order = np.array(secrets.SystemRandom().sample(range(rows.n_samples), rows.n_samples), dtype=np.int64)
     with Blinder(new_key(), size=len(points) + rows.n_samples) as blinder:
         own = blinder.ids(rows.ids[order], salt.tobytes())   # both jobs run in one pool, side by side
         double = blinder.points(points)
         reply: Payload = {"double": double(), "points": own(), "n_features": rows.n_features}
-    ctx.state["psi.order"] = rows.ids[order]
-    ctx.state.pop(STATE_KEY, None)
+    known = ctx.part(Aligned)
+    known.psi_order, known.held = rows.ids[order], None
     return reply
 
 
 def handle_result(ctx: NodeContext, payload: Fields) -> Payload:
     """Party B (mode 'both'): learn which of its IDs are shared, in the active party's (sorted) order."""
     matched = payload.array("matched")
-    order = ctx.state.get("psi.order")
+    known = ctx.part(Aligned)
+    order = known.psi_order
     if order is None or matched.shape != (len(order),):
         raise ProtocolError(f"{RESULT_KIND} does not match this party's last {KIND}")
-    ctx.state[STATE_KEY] = np.sort(order[matched])
+    known.held = np.sort(order[matched])
     return {"count": int(matched.sum())}
 
 
-def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, split: str = "train",
+def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train",
               mode: Mode = "both") -> Alignment:
     """The subset of ``ids`` that every party holds, found by PSI with each (one round, plus one in 'both')."""
     if not parties:
@@ -191,7 +192,7 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, split
     with Blinder(key, size=len(ids)) as blinder:
         mine = blinder.ids(ids, salt)()
     payload: Payload = {
-        "salt": np.frombuffer(salt, dtype=np.uint8).copy(), "points": mine, "split": split, "mode": mode,
+        "salt": np.frombuffer(salt, dtype=np.uint8).copy(), "points": mine, "purpose": purpose, "mode": mode,
     }
     replies = fed.exchange(KIND, dict.fromkeys(parties, payload))
     held: dict[str, np.ndarray] = {}
@@ -199,13 +200,12 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, split
     results: dict[str, Payload] = {}
     for party, reply in replies.items():
         check_payload(KIND, reply, REPLY)
-        double, theirs = reply["double"], reply["points"]
-        assert isinstance(double, np.ndarray) and isinstance(theirs, np.ndarray)
+        double, theirs = reply.array("double"), reply.array("points")
         if double.shape != mine.shape:
             raise ProtocolError(f"party {party!r} returned {len(double)} points for {len(mine)}")
         theirs_double = blind(theirs, key)
         held[party] = matches(double, theirs_double)
-        widths[party] = int(reply["n_features"])
+        widths[party] = reply.integer("n_features")
         if mode == "both":
             results[party] = {"matched": matches(theirs_double, double)}
     if mode == "both":

@@ -59,11 +59,11 @@ class Message:
             error=MessageError(type=type(exc).__name__, message=str(exc)), run=self.run,
         )
 
-    def unwrap(self) -> Payload:
-        """The payload, or a :class:`RemoteError` naming the party and message kind that failed."""
+    def unwrap(self) -> Reply:
+        """The payload as a typed view, or a :class:`RemoteError` naming the party and message kind that failed."""
         if self.error is not None:
             raise RemoteError(self.sender, self.kind, self.error.type, self.error.message)
-        return self.payload
+        return Reply(self.kind, self.sender, self.payload)
 
 
 # --- payload specifications ---------------------------------------------------------------------
@@ -169,6 +169,31 @@ class Fields(Mapping[str, Value]):
 
     def flag(self, name: str) -> bool:
         return bool(self._get(name, (bool,), "a flag"))
+
+
+class Reply(Fields):
+    """A reply's payload, read with the type its reader expects. A field that is missing or of another type is the
+    replying party's doing, not a bug here: a :class:`ProtocolError` that names the party, the kind and the field.
+    """
+
+    def __init__(self, kind: str, sender: str, payload: Payload) -> None:
+        super().__init__(kind, payload)
+        self.sender = sender
+
+    def _get(self, name: str, types: tuple[type, ...], what: str) -> Any:
+        if name not in self._payload:
+            raise ProtocolError(f"party {self.sender!r} answered {self.kind} without {name!r}")
+        value = self._payload[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise ProtocolError(f"party {self.sender!r} answered {self.kind} with {name!r} of type "
+                                f"{type(value).__name__}, not {what}")
+        return value
+
+    def names(self, name: str) -> list[str]:
+        value = self.array(name)
+        if value.dtype.kind != "U":
+            raise ProtocolError(f"party {self.sender!r} answered {self.kind} with {name!r} that is not a list of names")
+        return [str(v) for v in value.tolist()]
 
 
 def check_payload(kind: str, payload: Payload, spec: Mapping[str, FieldSpec]) -> None:

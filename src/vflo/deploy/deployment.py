@@ -43,7 +43,7 @@ def _refuse_leaks(party: str, leaked: np.ndarray, where: str) -> None:
         raise DataError(
             f"{len(leaked)} test IDs are also in party {party!r}'s {where} (e.g. {leaked[:5].tolist()}): a test row "
             "must be held out of every party's training data, or the scores measure rows it trained on; remove them "
-            "from the training files (vflo split cuts train, test and serve files that never overlap)")
+            "from the training files (vflo holdout cuts train, test and serve files that never overlap)")
 
 
 def _task_of(train: PartyData, test: PartyData | None, deploy: DeployConfig) -> tuple[str, int | None]:
@@ -144,7 +144,7 @@ class Deployment:
                 if not len(test_ids):
                     continue
                 try:
-                    held = fed.align(test_ids, [name], split="serve").held[name]
+                    held = fed.align(test_ids, [name], purpose="serve").held[name]
                 except RemoteError as exc:
                     raise AlignmentError(
                         f"{method.name} scores together with {name!r}, which has no rows to score "
@@ -257,7 +257,7 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
 def held_rows(fed: Federation, ids: np.ndarray, party: str, method: str) -> np.ndarray:
     """Which of ``ids`` (in their order) ``party`` holds among its rows to score: one alignment exchange."""
     try:
-        alignment = fed.align(ids, [party], split="serve")
+        alignment = fed.align(ids, [party], purpose="serve")
     except RemoteError as exc:
         raise AlignmentError(f"{method} scores together with {party!r}, which has no rows to score "
                              f"({exc.remote_message}); give it a serve_file with the people to score") from exc

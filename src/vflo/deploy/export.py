@@ -70,7 +70,7 @@ def export_federation(
     party's host). Data is written already standardised, so parties do not rescale it.
     """
     from vflo.comm.tls import init_certs
-    from vflo.data.scenario import FederatedData
+    from vflo.data.layout import FederatedData
 
     assert isinstance(data, FederatedData)
     directory.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,8 @@ from typing import Any
 from vflo import schema
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.data.datasets import Dataset, Task, get_spec, load_dataset
-from vflo.data.scenario import Layout, ScenarioSpec
+from vflo.data.layout import Layout
+from vflo.data.scenario import ScenarioSpec
 from vflo.errors import ConfigError, did_you_mean
 from vflo.experiments.protocols import Protocol, parse_protocol
 from vflo.federation.coordinator import AlignmentConfig

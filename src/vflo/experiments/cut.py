@@ -1,4 +1,4 @@
-"""``vflo split``: cut the parties' own files into training, scoring and test files for a deployment.
+"""``vflo holdout``: cut the parties' own files into training, scoring and test files for a deployment.
 
 Test rows are held out of *every* party's training file, so a deployed run cannot score rows it trained
 on. For each party NAME it writes ``NAME_train.csv`` (its rows minus the test rows) and ``NAME_serve.csv``
@@ -25,7 +25,7 @@ from vflo.seeding import numpy_rng
 
 @dataclass(frozen=True)
 class PartyFileSpec:
-    """One party's file for ``vflo split``: its name, where the file is, its ID column."""
+    """One party's file for ``vflo holdout``: its name, where the file is, its ID column."""
 
     name: str
     file: Path
@@ -34,7 +34,7 @@ class PartyFileSpec:
 
 @dataclass(frozen=True)
 class CutFile:
-    """One file ``vflo split`` wrote: its rows, and the missing values of each column that has any."""
+    """One file ``vflo holdout`` wrote: its rows, and the missing values of each column that has any."""
 
     path: Path
     rows: int
@@ -43,7 +43,7 @@ class CutFile:
 
 @dataclass(frozen=True)
 class Cut:
-    """What ``vflo split`` wrote, by party; ``pool``: the people the test rows were drawn from (``pool_what``)."""
+    """What ``vflo holdout`` wrote, by party; ``pool``: the people the test rows were drawn from (``pool_what``)."""
 
     files: dict[str, list[CutFile]]
     test_rows: int

@@ -29,7 +29,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from vflo import schema
-from vflo.data.scenario import Count, Layout, can_stratify
+from vflo.data.layout import Count, Layout
+from vflo.data.scenario import can_stratify
 from vflo.errors import ConfigError, ScenarioError, unknown_name
 
 TestFrom = Literal["active", "aligned", "active_only"]

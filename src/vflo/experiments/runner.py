@@ -22,7 +22,7 @@ import numpy as np
 
 from vflo.comm.ledger import Ledger
 from vflo.data.datasets import Dataset
-from vflo.data.scenario import FederatedData, Layout
+from vflo.data.layout import FederatedData, Layout
 from vflo.errors import AlignmentError, ConfigError, VfloError
 from vflo.experiments.config import ExperimentConfig, MethodEntry, Variant
 from vflo.experiments.protocols import ActiveCV, pool

@@ -18,7 +18,7 @@ import numpy as np
 
 from vflo.align import plain, psi
 from vflo.align.plain import Alignment
-from vflo.comm.message import Message, Payload
+from vflo.comm.message import Message, Payload, Reply
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from vflo.data.datasets import Task
-    from vflo.data.scenario import Oracle
+    from vflo.data.layout import Oracle
     from vflo.methods.base import Method
     from vflo.nn.train import CheckpointPlan
 
@@ -163,16 +163,16 @@ class Federation:
 
     # -- alignment ---------------------------------------------------------------------------------
 
-    def align(self, ids: np.ndarray, parties: Sequence[str], *, split: str = "train") -> Alignment:
+    def align(self, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train") -> Alignment:
         """The subset of ``ids`` (sorted) that every party in ``parties`` holds, by the configured protocol."""
         ids = np.sort(ids)
         if self.alignment.method == "psi":
-            return psi.intersect(self, ids, parties, split=split, mode=self.alignment.mode)
-        return plain.intersect(self, ids, parties, split=split)
+            return psi.intersect(self, ids, parties, purpose=purpose, mode=self.alignment.mode)
+        return plain.intersect(self, ids, parties, purpose=purpose)
 
     # -- exchanges ---------------------------------------------------------------------------------
 
-    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Payload]:
+    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Reply]:
         """One communication round: send each party its payload, return each reply's payload."""
         self._round += 1
         return self._send_all(kind, payloads, round_no=self._round)
@@ -215,7 +215,7 @@ class Federation:
 
     def exchange_tolerant(
         self, kind: str, payloads: Mapping[str, Payload]
-    ) -> tuple[dict[str, Payload], dict[str, TransportError]]:
+    ) -> tuple[dict[str, Reply], dict[str, TransportError]]:
         """One round in which a party may fail to answer: (replies, failures by party).
 
         Errors a party reports (a :class:`RemoteError`) still raise: only undelivered or
@@ -224,7 +224,7 @@ class Federation:
         messages = self._messages(kind, payloads, round_no=self._round + 1)
         self._settle()
         self._round += 1
-        replies: dict[str, Payload] = {}
+        replies: dict[str, Reply] = {}
         failures: dict[str, TransportError] = {}
         for m, r in zip(messages, self.transport.request_each(messages), strict=True):
             if isinstance(r, TransportError):
@@ -233,14 +233,14 @@ class Federation:
                 replies[m.receiver] = r.unwrap()
         return replies, failures
 
-    def request(self, receiver: str, kind: str, payload: Payload) -> Payload:
+    def request(self, receiver: str, kind: str, payload: Payload) -> Reply:
         return self.exchange(kind, {receiver: payload})[receiver]
 
-    def broadcast(self, kind: str, payload: Payload, to: Sequence[str]) -> dict[str, Payload]:
+    def broadcast(self, kind: str, payload: Payload, to: Sequence[str]) -> dict[str, Reply]:
         return self.exchange(kind, {name: payload for name in to})
 
     def score_together(self, kind: str, ids: np.ndarray, parties: Sequence[str], *,
-                       extra: Payload | None = None) -> dict[str, Payload]:
+                       extra: Payload | None = None) -> dict[str, Reply]:
         """Ask every party in ``parties`` for its share of scoring ``ids`` (collaborative inference);
         ``extra`` fields ride along with the IDs.
 
@@ -266,7 +266,7 @@ class Federation:
             for name, payload in payloads.items()
         ]
 
-    def _send_all(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> dict[str, Payload]:
+    def _send_all(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> dict[str, Reply]:
         messages = self._messages(kind, payloads, round_no=round_no)
         self._settle()
         replies = self.transport.request_many(messages)
@@ -279,10 +279,10 @@ class PendingExchange:
     def __init__(self, messages: Sequence[Message], future: Future[list[Message]]) -> None:
         self._messages = list(messages)
         self._future = future
-        self._replies: dict[str, Payload] | None = None
+        self._replies: dict[str, Reply] | None = None
         self.read = False  # whether its sender asked for the replies (and so saw any error)
 
-    def result(self) -> dict[str, Payload]:
+    def result(self) -> dict[str, Reply]:
         """Each party's reply payload; raises what :meth:`Federation.exchange` would have raised."""
         self.read = True
         if self._replies is None:

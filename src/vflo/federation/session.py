@@ -28,7 +28,7 @@ from vflo.errors import ProtocolError, RemoteError, TransportError
 from vflo.federation.coordinator import Federation
 from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
-from vflo.party.node import LEDGER, LOAD, SAVE, SETUP, TEARDOWN, take_release_key, with_release_key
+from vflo.party.node import LEDGER, LOAD, SAVE, SETUP, TEARDOWN, parties_payload, take_release_key, with_release_key
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Session:
         replies = fed._send_all(SETUP, {n: payload for n in others}, round_no=0)
         for name, reply in replies.items():
             try:
-                own = json.loads(str(reply.get("own", "{}")))
+                own = json.loads(reply.text("own"))
             except json.JSONDecodeError as exc:
                 raise ProtocolError(f"party {name!r} answered the setup with malformed settings: {exc}") from exc
             if not isinstance(own, dict):
@@ -111,10 +111,10 @@ class Session:
         fed.run_id = secrets.token_hex(16)
         fed._node.install(method, seed=fed.seed, parties=fed.parties, run=fed.run_id)
 
-    def _method_payload(self, method: Method) -> dict[str, str | int]:
+    def _method_payload(self, method: Method) -> Payload:
         fed = self.fed
         return {"method": method.name, "config": method.config_json(), "seed": fed.seed,
-                "parties": json.dumps([[p.name, p.role] for p in fed.parties])}
+                **parties_payload(fed.parties)}
 
     def train(self, fit: Callable[[Federation], Any]) -> Any:
         """Run the coordinator's side of training (``method.fit``, or a representation step), deliver what it
@@ -136,7 +136,7 @@ class Session:
             return {}
         request: Payload = {"label": label, "model_id": model_id}
         replies = fed._send_all(SAVE, {name: request for name in others}, round_no=fed._round)
-        return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
+        return {name: reply.text("manifest") for name, reply in replies.items()}
 
     def own_part(self, method: Method) -> dict[str, Value]:
         """What the coordinating party saves of the fitted ``method``: its state, and the key of its noised
@@ -160,7 +160,7 @@ class Session:
         payload: Payload = {**self._method_payload(method), "label": label, "model_id": model_id}
         if not fed.whoever_answers:
             replies = fed._send_all(LOAD, {name: payload for name in others}, round_no=0)
-            return {name: str(reply.get("manifest", "")) for name, reply in replies.items()}
+            return {name: reply.text("manifest") for name, reply in replies.items()}
         # A partner that left after training (not running, or its part gone) is absent for the whole session.
         messages = fed._messages(LOAD, {name: payload for name in others}, round_no=0)
         manifests: dict[str, str] = {}
@@ -168,7 +168,7 @@ class Session:
             try:
                 if isinstance(r, TransportError):
                     raise r
-                manifests[m.receiver] = str(r.unwrap().get("manifest", ""))
+                manifests[m.receiver] = r.unwrap().text("manifest")
             except (TransportError, RemoteError) as exc:
                 fed.mark_absent(m.receiver, exc, session=True)
         return manifests
@@ -188,7 +188,7 @@ class Session:
         start = len(fed.transport.ledger)
         for name, reply in replies.items():
             try:
-                records = json.loads(str(reply.get("records", "[]")))
+                records = json.loads(reply.text("records"))
                 fed.transport.ledger.extend(LedgerEntry(**r) for r in records)
             except (json.JSONDecodeError, TypeError) as exc:
                 raise ProtocolError(f"party {name!r} sent a malformed ledger: {exc}") from exc

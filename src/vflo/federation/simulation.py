@@ -14,8 +14,8 @@ from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing,
 from vflo.comm.faults import FaultPlan
 from vflo.comm.ledger import Ledger
 from vflo.comm.local import LocalTransport, Observer
+from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData
 from vflo.dp import PrivacyBudget
 from vflo.errors import MethodError
 from vflo.federation.coordinator import AlignmentConfig, Federation

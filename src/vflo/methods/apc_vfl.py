@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,11 +10,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.align.plain import SELECTOR, Alignment, selected_ids
-from vflo.comm.message import IDS, Fields, Payload, Value, expect_rows
+from vflo.comm.message import IDS, Fields, Payload, expect_rows
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError
-from vflo.methods.base import Claim, Inference, MethodConfig, State, handles, need
-from vflo.methods.representation import RepresentationMethod
+from vflo.methods.base import Claim, Inference, MethodConfig, handles
+from vflo.methods.representation import CLASSIFIER, RepresentationMethod
+from vflo.methods.saved import PARTY_NAMES, At, Part, Saved, Saves, autoencoder
 from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
@@ -72,6 +72,17 @@ class APCVFLConfig(MethodConfig):
             raise ConfigError(f"distill must be 'mse' or 'mae', got {self.distill!r}")
 
 
+@dataclass
+class APCPart(Part):
+    """A passive party's own encoder g1, trained on every row it holds."""
+
+    g1: FittedAutoencoder | None = None
+
+
+def _activation(at: At) -> str:
+    return str(at.method.config.activation)
+
+
 class _Stopwatch:
     """Wall time per stage, for the per-stage benchmark."""
 
@@ -124,6 +135,9 @@ class APCVFL(RepresentationMethod):
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("noise", "payload_dtype")}
     # Scoring is the active party's alone: a passive party running APC-VFL answers the one upload, nothing else.
     serves: ClassVar[frozenset[str] | None] = frozenset({"apc.encode_aligned"})
+    saves: ClassVar[Saves] = Saves(model=(
+        Saved("g3", autoencoder(lambda at: at.method.config.student_encoder, _activation),
+              "the encoder distilled onto its own columns", attr="student_"), CLASSIFIER))
 
     config: APCVFLConfig
 
@@ -134,7 +148,8 @@ class APCVFL(RepresentationMethod):
     # -- passive party ----------------------------------------------------------------------------
 
     def _local_encoder(self, ctx: NodeContext) -> FittedAutoencoder:
-        encoder = ctx.state.get("apc.g1")
+        part = ctx.part(APCPart)
+        encoder = part.g1
         if encoder is None:
             data = ctx.require_data()
             _check_overcomplete(f"party {ctx.party!r}", data.n_features, self.config.passive_encoder[-1],
@@ -143,8 +158,7 @@ class APCVFL(RepresentationMethod):
                 data.X, self.config.passive_encoder, activation=self.config.activation, train=self.config.train,
                 generator=ctx.torch_generator("apc-g1"), rng=ctx.rng("apc-g1"), reduction=self.config.reduction,
             )
-            ctx.state["apc.g1"] = encoder
-        assert isinstance(encoder, FittedAutoencoder)
+            part.g1 = encoder
         return encoder
 
     @handles("apc.encode_aligned",
@@ -275,13 +289,6 @@ class APCVFL(RepresentationMethod):
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.student_.encode(fed.serving.subset(ids).X)
 
-    def representation_state(self, fed: Federation) -> State:
-        return self.student_.state("g3.")
-
-    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        self.student_ = FittedAutoencoder.from_state(state, "g3.", self.config.student_encoder,
-                                                     activation=self.config.activation)
-
     def summary_stats(self) -> dict[str, float]:
         """Epochs of each autoencoder the active party trained (g1, g2 the teacher, g3 the student), and the ε of
         a passive party's person whose latent was uploaded once (with the config's noise)."""
@@ -317,29 +324,21 @@ class APCVFLAligned(APCVFL):
     summary = "APC-VFL's fully aligned variant: classifier on the joint latent (collaborative inference)"
     inference = "collaborative"
     serves: ClassVar[frozenset[str] | None] = frozenset({"apc.encode_aligned", "apc.encode_serve"})
+    # A passive party keeps its g1: it encodes the rows to score.
+    saves: ClassVar[Saves] = Saves(
+        model=(Saved("g1", autoencoder(lambda at: at.method.config.active_encoder, _activation), "its own encoder",
+                     attr="g1_active_"),
+               Saved("g2", autoencoder(lambda at: at.method.config.joint_encoder, _activation), "the joint encoder",
+                     attr="teacher_"),
+               Saved("passives", PARTY_NAMES, "who encodes"), CLASSIFIER),
+        part=APCPart, parts={"passive": (Saved("g1", autoencoder(lambda at: at.method.config.passive_encoder,
+                                                                 _activation), "its own encoder"),)})
 
     def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
         clock = _Stopwatch()
         result = self._teacher_steps(fed, clock)
         self.timings_ = clock.laps
         return result
-
-    def representation_state(self, fed: Federation) -> State:
-        return {**self.g1_active_.state("g1."), **self.teacher_.state("g2."), "passives": json.dumps(self.passives_)}
-
-    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        cfg = self.config
-        self.g1_active_ = FittedAutoencoder.from_state(state, "g1.", cfg.active_encoder, activation=cfg.activation)
-        self.teacher_ = FittedAutoencoder.from_state(state, "g2.", cfg.joint_encoder, activation=cfg.activation)
-        self.passives_ = [str(p) for p in json.loads(str(need(state, "passives")))]
-
-    def party_state(self, ctx: NodeContext) -> State:
-        """A passive party keeps its g1: it encodes the rows to score."""
-        return self._local_encoder(ctx).state("g1.")
-
-    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
-        ctx.state["apc.g1"] = FittedAutoencoder.from_state(state, "g1.", self.config.passive_encoder,
-                                                           activation=self.config.activation)
 
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         replies = fed.score_together("apc.encode_serve", ids, self.passives_)

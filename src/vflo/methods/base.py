@@ -11,14 +11,15 @@ A method subclass declares
   whether that needs the other parties (``collaborative``) or not (``active_only``).
 
 Coordinator-side learned state lives on the instance with a trailing underscore,
-as in scikit-learn; party-side state lives in each party's ``ctx.state``.
+as in scikit-learn; party-side state lives in each party's typed part (``ctx.part(Cls)``).
+What a fitted model keeps of either is declared in ``saves`` (:mod:`vflo.methods.saved`).
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -28,6 +29,7 @@ from vflo import schema
 from vflo.comm.message import Value
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError, MethodError
+from vflo.methods import saved
 from vflo.party.handlers import HandlerInfo, HandlerSet, handles
 from vflo.roles import PartyInfo
 
@@ -117,6 +119,9 @@ class Method(HandlerSet, ABC):
     variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     #: The claims of its paper a comparison's report tests. Not inherited.
     claims: ClassVar[tuple[Claim, ...]] = ()
+    #: What the fitted method keeps, at each party (saved and restored by :mod:`vflo.methods.saved`, listed in
+    #: docs/models.md).
+    saves: ClassVar[saved.Saves] = saved.Saves()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -231,22 +236,42 @@ class Method(HandlerSet, ABC):
         """The results columns that go with ``stats`` (its summary stats): where they report an ε, what it covers."""
         return {"epsilon_scope": self.epsilon_scope()} if any(k.startswith("epsilon") for k in stats) else {}
 
-    # -- saving and loading a fitted model ---------------------------------------------------------------
+    # -- saving and loading a fitted model: what ``saves`` declares, through one codec ------------------------
 
     def coordinator_state(self, fed: Federation) -> State:
         """What the active party keeps of the fitted model: enough, with the other parties' parts, to score."""
         if self.simulation_only:
             raise MethodError(f"{self.name} is an oracle baseline that pools every party's raw features: it exists "
                               "only in simulation, so there is no deployable model to save")
-        raise MethodError(f"{self.name} does not save its models yet")  # pragma: no cover - every method overrides
+        return {**saved.encode(self.saves.model, lambda _: self, model=True),
+                **saved.encode(self.saves.of("active"), self._part_of(fed.ctx), model=False)}
 
     def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
         """Restore what :meth:`coordinator_state` returned, on a federation of the same parties."""
-        raise MethodError(f"{self.name} does not load saved models")  # pragma: no cover
+        self._refuse_unclaimed(self.saves.model + self.saves.of("active"), state)
+        saved.decode(self.saves.model, state, lambda _: self, method=self, where=fed, model=True)
+        saved.decode(self.saves.of("active"), state, self._part_of(fed.ctx), method=self, where=fed.ctx,
+                     model=False)
 
     def party_state(self, ctx: NodeContext) -> State:
-        """What another party keeps of the fitted model (its own part only): nothing, by default."""
-        return {}
+        """What another party keeps of the fitted model: its own part only."""
+        return saved.encode(self.saves.of(ctx.info.role), self._part_of(ctx), model=False)
 
     def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
         """Restore what :meth:`party_state` returned, at that party."""
+        declared = self.saves.of(ctx.info.role)
+        self._refuse_unclaimed(declared, state)
+        saved.decode(declared, state, self._part_of(ctx), method=self, where=ctx, model=False)
+
+    def _part_of(self, ctx: NodeContext) -> Callable[[saved.Saved], Any]:
+        def part(declared: saved.Saved) -> Any:
+            kind = declared.part or self.saves.part
+            assert kind is not None  # Saves checks that every part value has its class
+            return ctx.part(kind)
+        return part
+
+    def _refuse_unclaimed(self, declared: tuple[saved.Saved, ...], state: Mapping[str, Value]) -> None:
+        extra = saved.unclaimed(declared, state)
+        if extra:
+            raise MethodError(f"a saved {self.name} part holds {extra[:4]}, which {self.name} does not keep: it was "
+                              "saved by another method or version")

@@ -12,11 +12,19 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.align import psi
-from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Fields, Payload, Value, expect_rows
+from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Fields, Payload, Reply, expect_rows
 from vflo.data.datasets import Task
 from vflo.errors import MethodError, ProtocolError, RefusedError, TransportError
-from vflo.methods.base import Claim, Method, MethodConfig, State, handles, need
-from vflo.methods.split_learning import RemoteBottomsTrainer, SplitParty, bottom_of, remote_activations
+from vflo.methods.base import Claim, Method, MethodConfig, handles
+from vflo.methods.saved import INTEGER, PARTY_NAMES, WIDTHS, Part, Saved, Saves, network
+from vflo.methods.split_learning import (
+    BOTTOM,
+    RemoteBottomsTrainer,
+    SplitPart,
+    SplitParty,
+    bottom_of,
+    remote_activations,
+)
 from vflo.nn.train import (
     History,
     TrainConfig,
@@ -93,6 +101,45 @@ class EntityAugmentationConfig(MethodConfig):
         validate(self.host_bottom, "entity_augmentation host_bottom")
 
 
+class Walk:
+    """A walk over entities of one's own (a guest's, or the host's over its own): their IDs and rows, and a fresh
+    shuffle from one's own generator each time it runs out."""
+
+    def __init__(self, ids: np.ndarray, x: torch.Tensor | None, rng: np.random.Generator) -> None:
+        self.ids, self.x, self.rng = ids, x, rng
+        self.order = np.empty(0, dtype=np.int64)
+        self.cursor = 0
+
+    def next(self, n: int) -> np.ndarray:
+        picked: list[np.ndarray] = []
+        while n > 0:
+            if self.cursor >= len(self.order):
+                self.order, self.cursor = self.rng.permutation(len(self.ids)), 0
+            take = self.order[self.cursor:self.cursor + n]
+            self.cursor += len(take)
+            picked.append(take)
+            n -= len(take)
+        return np.concatenate(picked)
+
+    def state(self, prefix: str) -> dict[str, Any]:
+        """Where the walk stands, for a checkpoint."""
+        return {prefix + "rng": json.dumps(self.rng.bit_generator.state), prefix + "order": self.order,
+                prefix + "cursor": self.cursor}
+
+    def restore(self, state: Mapping[str, Any], prefix: str) -> None:
+        self.rng.bit_generator.state = json.loads(str(state[prefix + "rng"]))
+        self.order = np.asarray(state[prefix + "order"], dtype=np.int64)
+        self.cursor = int(state[prefix + "cursor"])
+
+
+@dataclass
+class GuestPart(Part):
+    """A guest's side beside its bottom network: whether it built that network this run, and its walk."""
+
+    initialised: bool = False
+    walk: Walk | None = None
+
+
 class EntityAugmentation(SplitParty, Method):
     """Entity Augmentation: Amalanshu et al., "Entity Augmentation for Efficient Classification of
     Vertically Partitioned Data with Limited Overlap" (Algorithm 1).
@@ -130,6 +177,14 @@ class EntityAugmentation(SplitParty, Method):
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "passive": ("guest", "guest_layers", "train.lr", "train.weight_decay")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("ids", "payload_dtype")}
+    saves: ClassVar[Saves] = Saves(
+        model=(Saved("guests", PARTY_NAMES, "who sends activations"), Saved("widths", WIDTHS, "of what width"),
+               Saved("n_out", INTEGER, "the head's outputs"), Saved("host_in", INTEGER, "its own width"),
+               Saved("host_width", INTEGER, "its own bottom's width"),
+               Saved("host_bottom", network(lambda at: at.method._host_bottom(at.where, at.method.host_in_)[0]),
+                     "its own bottom, when it holds columns", optional=True),
+               Saved("host", network(lambda at: at.method._host_net(at.where)), "the head")),
+        part=SplitPart, parts={"passive": (BOTTOM,)})
 
     config: EntityAugmentationConfig
 
@@ -148,9 +203,10 @@ class EntityAugmentation(SplitParty, Method):
     @handles("ea.init", served="after setup; once", replies={"ids": "ids", "width": "control"})
     def _init(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Build this guest's network; tell the host its width and (IDs in the clear) the entities it holds."""
-        if ctx.state.get("ea.initialised"):  # a second init would only rebuild the network mid-run
+        part = ctx.part(GuestPart)
+        if part.initialised:  # a second init would only rebuild the network mid-run
             raise RefusedError(f"guest {ctx.party!r} builds its network once a run; refused")
-        ctx.state["ea.initialised"] = True
+        part.initialised = True
         data = ctx.require_data()
         if data.n_features == 0:
             raise MethodError(f"guest {ctx.party!r} holds no features; every guest needs at least one column")
@@ -185,8 +241,7 @@ class EntityAugmentation(SplitParty, Method):
         if mask.shape != (data.n_samples,):
             raise ProtocolError(f"ea.entities: mask of {mask.shape[0]} flags for {data.n_samples} entities")
         ids = np.sort(data.ids[mask]) if payload.flag("shared") else data.ids[mask]
-        ctx.state.update(ids=ids, x=as_tensor(data.subset(ids).X), order=np.empty(0, dtype=np.int64), cursor=0,
-                         rng=ctx.rng("ea-walk"))
+        ctx.part(GuestPart).walk = Walk(ids, as_tensor(data.subset(ids).X), ctx.rng("ea-walk"))
         return {"count": int(mask.sum())}
 
 
@@ -195,29 +250,25 @@ class EntityAugmentation(SplitParty, Method):
              carries={"positions": "membership"}, replies={"acts": "outputs", "ids": "ids"}, n=INT,
              positions=POSITIONS)
     def _forward(self, ctx: NodeContext, payload: Fields) -> Payload:
-        st = _guest_state(ctx)
+        walk = _walk(ctx)
         positions = payload.array("positions")
         if len(positions) == 0:
             n = payload.integer("n")
             if not 0 < n <= ctx.policy.max_rows:
                 raise ProtocolError(f"ea.forward: a batch of {n} entities; this guest walks between 1 and "
                                     f"{ctx.policy.max_rows} ([policy] max_rows) a step")
-            positions = next_positions(st, n)
-        elif positions.min(initial=0) < 0 or positions.max(initial=-1) >= len(st["ids"]):
+            positions = walk.next(n)
+        elif positions.min(initial=0) < 0 or positions.max(initial=-1) >= len(walk.ids):
             raise ProtocolError("ea.forward: a position beyond this guest's entities")
-        acts = bottom_of(ctx).forward(st["x"][torch.as_tensor(positions)], st["ids"][positions])
-        return {"acts": acts, "ids": st["ids"][positions]}
+        assert walk.x is not None
+        acts = bottom_of(ctx).forward(walk.x[torch.as_tensor(positions)], walk.ids[positions])
+        return {"acts": acts, "ids": walk.ids[positions]}
 
     def checkpoint_extras(self, ctx: NodeContext) -> dict[str, Any]:
-        st = _guest_state(ctx)
-        return {"walk.rng": json.dumps(st["rng"].bit_generator.state), "walk.order": st["order"],
-                "walk.cursor": int(st["cursor"])}
+        return _walk(ctx).state("walk.")
 
     def restore_extras(self, ctx: NodeContext, state: Mapping[str, Any]) -> None:
-        st = _guest_state(ctx)
-        st["rng"].bit_generator.state = json.loads(str(state["walk.rng"]))
-        st["order"] = np.asarray(state["walk.order"], dtype=np.int64)
-        st["cursor"] = int(state["walk.cursor"])
+        _walk(ctx).restore(state, "walk.")
 
     @handles("ea.validate", served="after ea.entities", carries={"ids": "ids"}, replies={"acts": "outputs"},
              ids=ArraySpec(("int64", "str"), (None,)), keep_previous=BOOL)
@@ -241,9 +292,8 @@ class EntityAugmentation(SplitParty, Method):
         inits = fed.broadcast("ea.init", {}, guests)
         widths, guest_ids, masks = {}, {}, {}
         for g in guests:
-            ids, width = inits[g].get("ids"), inits[g].get("width")
-            if not isinstance(width, int) or (cfg.ids == "clear" and not isinstance(ids, np.ndarray)):
-                raise ProtocolError(f"guest {g!r} answered ea.init without its IDs and width")
+            width = inits[g].integer("width")
+            ids = inits[g].array("ids") if cfg.ids == "clear" else None
             if width < 1:
                 raise MethodError(f"guest {g!r} produces activations of width {width}; every guest needs width >= 1")
             widths[g] = width
@@ -281,19 +331,14 @@ class EntityAugmentation(SplitParty, Method):
             g: {"mask": np.zeros(0, dtype=bool), "ids": guest_ids[g][masks[g]], "shared": shared}
             if cfg.ids == "blinded" else {"mask": masks[g], "ids": none, "shared": shared} for g in guests}
         for g, reply in fed.exchange("ea.entities", requests).items():
-            count = reply.get("count")
-            if not isinstance(count, int):
-                raise ProtocolError(f"guest {g!r} answered ea.entities without a count")
-            counts[g] = count
+            counts[g] = reply.integer("count")
         self.guests_, self.widths_ = guests, widths
         self.entities_used_ = counts
         self.n_out_ = 1 if fed.task == "binary" else int(fed.n_classes or 2)
-        from vflo.nn.layers import build
 
         self.host_in_ = host.n_features if cfg.host_features == "use" else 0
         self.host_bottom_, self.host_width_ = self._host_bottom(fed, self.host_in_)
-        self.host_ = build(self.host_width_ + sum(widths.values()), (*cfg.host, f"linear {self.n_out_}"),
-                           generator=fed.torch_generator("ea-host"))
+        self.host_ = self._host_net(fed)
         self.reuses_ = dict.fromkeys(guests, 0)
         self.skipped_steps_ = 0
         if self.host_bottom_ is not None:
@@ -323,15 +368,15 @@ class EntityAugmentation(SplitParty, Method):
         return onehot
 
     def _assemble(
-        self, guests: list[str], replies: dict[str, Payload], failures: dict[str, TransportError],
+        self, guests: list[str], replies: Mapping[str, Reply], failures: dict[str, TransportError],
         last: dict[str, tuple[np.ndarray, np.ndarray]],
     ) -> tuple[list[torch.Tensor], list[np.ndarray], set[str]] | None:
         """Activations and IDs for this step, from replies or (policy permitting) each guest's queue."""
         acts, ids = [], []
         for g in guests:
             if g in replies:
-                i = replies[g].get("ids")
-                if not isinstance(i, np.ndarray) or i.ndim != 1:
+                i = replies[g].array("ids")
+                if i.ndim != 1:
                     raise ProtocolError(f"guest {g!r} sent no entity IDs with its activations")
                 a = expect_rows(replies[g], "acts", party=g, rows=len(i), width=self.widths_[g], what="activations")
                 last[g] = (a, i)
@@ -345,6 +390,12 @@ class EntityAugmentation(SplitParty, Method):
             acts.append(torch.as_tensor(a))
             ids.append(i)
         return acts, ids, set(replies)
+
+    def _host_net(self, fed: Federation) -> nn.Module:
+        from vflo.nn.layers import build
+
+        return build(self.host_width_ + sum(self.widths_.values()), (*self.config.host, f"linear {self.n_out_}"),
+                     generator=fed.torch_generator("ea-host"))
 
     def _host_bottom(self, fed: Federation, in_dim: int) -> tuple[nn.Module | None, int]:
         """The host's own bottom over its columns (None for a label-only host) and its width."""
@@ -371,7 +422,7 @@ class EntityAugmentation(SplitParty, Method):
                 "lacks with an active-only fallback (--missing active_only --fallback apc_vfl)")
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
-        replies = fed.score_together("split.activations", ids, self.guests_, extra={"split": "serve"})
+        replies = fed.score_together("split.activations", ids, self.guests_, extra={"purpose": "serve"})
         acts = [*self.host_activations(fed, ids), *remote_activations(replies, self.guests_, len(ids), self.widths_)]
         with torch.no_grad():
             probs = torch.sigmoid(self.host_(torch.cat(acts, dim=1))).double().numpy()
@@ -379,27 +430,6 @@ class EntityAugmentation(SplitParty, Method):
             return np.hstack([1.0 - probs, probs])
         result: np.ndarray = probs / np.clip(probs.sum(axis=1, keepdims=True), 1e-12, None)
         return result
-
-    def coordinator_state(self, fed: Federation) -> State:
-        own = {} if self.host_bottom_ is None else module_state(self.host_bottom_, "host_bottom.")
-        return {**module_state(self.host_, "host."), **own, "host_in": self.host_in_,
-                "guests": json.dumps(self.guests_), "widths": json.dumps(self.widths_), "n_out": self.n_out_}
-
-    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        from vflo.nn.layers import build
-
-        self.guests_ = [str(g) for g in json.loads(str(need(state, "guests")))]
-        self.widths_ = {str(k): int(v) for k, v in json.loads(str(need(state, "widths"))).items()}
-        self.n_out_ = int(need(state, "n_out"))
-        self.host_in_ = int(state.get("host_in", 0))  # models saved before the host could hold features: 0
-        self.host_bottom_, self.host_width_ = self._host_bottom(fed, self.host_in_)
-        if self.host_bottom_ is not None:
-            load_module_state(self.host_bottom_, state, "host_bottom.")
-            self.host_bottom_.eval()
-        self.host_ = build(self.host_width_ + sum(self.widths_.values()), (*self.config.host, f"linear {self.n_out_}"),
-                           generator=fed.torch_generator("ea-host"))
-        load_module_state(self.host_, state, "host.")
-        self.host_.eval()
 
     def summary_stats(self) -> dict[str, float]:
         return {
@@ -432,8 +462,7 @@ class _HostTrainer(RemoteBottomsTrainer):
             [method.widths_[g] for g in method.guests_]
         self.weights = np.array(widths, dtype=np.float32)
         # The host as its own guest: its entities, their rows, and its own walk (never sent, so from its secret).
-        self.own: dict[str, Any] = {"ids": own, "x": as_tensor(host.subset(own).X) if len(own) else None,
-                    "order": np.empty(0, dtype=np.int64), "cursor": 0, "rng": fed.rng("ea-host-walk")}
+        self.own = Walk(own, as_tensor(host.subset(own).X) if len(own) else None, fed.rng("ea-host-walk"))
         self.val_ids = val_ids
         self.val_target = torch.as_tensor(method.targets(host.subset(val_ids).require_labels())) if len(val_ids) \
             else None
@@ -465,11 +494,12 @@ class _HostTrainer(RemoteBottomsTrainer):
         inputs = [a[:rows].requires_grad_(True) for a in acts]
         own: list[torch.Tensor] = []
         if m.host_bottom_ is not None:
-            positions = batch if self.shared else next_positions(self.own, len(batch))
+            positions = batch if self.shared else self.own.next(len(batch))
             positions = positions[:rows]
             m.host_bottom_.train()
-            own = [m.host_bottom_(self.own["x"][torch.as_tensor(positions)])]
-            ids_by_guest = [self.own["ids"][positions], *ids_by_guest]
+            assert self.own.x is not None
+            own = [m.host_bottom_(self.own.x[torch.as_tensor(positions)])]
+            ids_by_guest = [self.own.ids[positions], *ids_by_guest]
         label_rows = np.stack([[self.label_of[v] for v in ids[:rows].tolist()] for ids in ids_by_guest])
         target = torch.as_tensor(interpolated_labels(self.onehot[label_rows], self.weights))
         m.host_.train()
@@ -510,9 +540,7 @@ class _HostTrainer(RemoteBottomsTrainer):
         state: dict[str, Any] = {**module_state(self.m.host_, "host."), **optimizer_state(self.optimizer, "opt."),
                                  "counters": json.dumps({"reuses": self.m.reuses_, "skipped": self.m.skipped_steps_})}
         if self.m.host_bottom_ is not None:
-            state |= {**module_state(self.m.host_bottom_, "host_bottom."),
-                      "own.rng": json.dumps(self.own["rng"].bit_generator.state), "own.order": self.own["order"],
-                      "own.cursor": int(self.own["cursor"])}
+            state |= {**module_state(self.m.host_bottom_, "host_bottom."), **self.own.state("own.")}
         # The queue of each guest's last activations: a resumed run reuses what the interrupted one would have.
         for g, (acts, ids) in self.last.items():
             state[f"last.{g}.acts"], state[f"last.{g}.ids"] = acts, ids
@@ -522,9 +550,7 @@ class _HostTrainer(RemoteBottomsTrainer):
         load_module_state(self.m.host_, state, "host.")
         if self.m.host_bottom_ is not None:
             load_module_state(self.m.host_bottom_, state, "host_bottom.")
-            self.own["rng"].bit_generator.state = json.loads(str(state["own.rng"]))
-            self.own["order"] = np.asarray(state["own.order"], dtype=np.int64)
-            self.own["cursor"] = int(state["own.cursor"])
+            self.own.restore(state, "own.")
         load_optimizer_state(self.optimizer, state, "opt.")
         counters = json.loads(str(state["counters"]))
         self.m.reuses_ = {str(g): int(n) for g, n in counters["reuses"].items()}
@@ -546,21 +572,8 @@ def interpolated_labels(labels: np.ndarray, widths: np.ndarray) -> np.ndarray:
     return out.astype(np.float32)
 
 
-def next_positions(st: dict[str, Any], n: int) -> np.ndarray:
-    """A walk of its own (a guest's, or the host's over its own entities): a fresh shuffle each time it runs out."""
-    picked: list[np.ndarray] = []
-    while n > 0:
-        if st["cursor"] >= len(st["order"]):
-            st["order"] = st["rng"].permutation(len(st["ids"]))
-            st["cursor"] = 0
-        take = st["order"][st["cursor"] : st["cursor"] + n]
-        st["cursor"] += len(take)
-        picked.append(take)
-        n -= len(take)
-    return np.concatenate(picked)
-
-
-def _guest_state(ctx: NodeContext) -> dict[str, Any]:
-    if "ids" not in ctx.state:
+def _walk(ctx: NodeContext) -> Walk:
+    walk = ctx.part(GuestPart).walk
+    if walk is None:
         raise ProtocolError(f"guest {ctx.party!r} got a step before ea.init and ea.entities")
-    return ctx.state
+    return walk

@@ -7,24 +7,21 @@ side, every party's right factor for scoring, and the classifier on U Σ.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from vflo.align.plain import Alignment
-from vflo.comm.message import Value
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import MethodConfig, State, need
-from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD, SVDResult
-from vflo.methods.representation import RepresentationMethod
+from vflo.methods.base import MethodConfig
+from vflo.methods.masked_svd import V_BLOCK, FedSVDSettings, MaskedSVD, SVDPart, SVDResult
+from vflo.methods.representation import CLASSIFIER, RepresentationMethod
+from vflo.methods.saved import ARRAY, INTEGER, PARTY_NAMES, Saved, Saves
 from vflo.nn.estimators import EstimatorConfig
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
 
 __all__ = ["FedSVD", "FedSVDConfig", "FedSVDProtocol", "FedSVDSettings"]
 
@@ -72,6 +69,12 @@ class FedSVD(FedSVDProtocol):
     summary = "classifier on federated SVD components of the aligned rows (collaborative inference)"
     paper = "Chai et al. 2022, FedSVD"
     inference = "collaborative"
+    # Every party keeps its block of V: it projects the rows to score.
+    saves: ClassVar[Saves] = Saves(
+        model=(Saved("rank", INTEGER, "singular vectors kept"), Saved("passives", PARTY_NAMES, "who projects"),
+               CLASSIFIER),
+        part=SVDPart, parts={"active": (Saved("V", ARRAY, "its block of the right singular vectors"),),
+                             "passive": (V_BLOCK,)})
 
     config: FedSVDConfig
 
@@ -85,29 +88,13 @@ class FedSVD(FedSVDProtocol):
         self.rank_ = len(result.S)
         return alignment.ids, result.U * result.S
 
-    def representation_state(self, fed: Federation) -> State:
-        return {"V": fed.ctx.state["svd.V"], "passives": json.dumps(self.passives_), "rank": self.rank_}
-
-    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        fed.ctx.state["svd.V"] = need(state, "V")
-        self.passives_ = [str(p) for p in json.loads(str(need(state, "passives")))]
-        self.rank_ = int(need(state, "rank"))
-
-    def party_state(self, ctx: NodeContext) -> State:
-        """Each party keeps its rows of V: it projects the rows to score."""
-        V = ctx.state.get("svd.V")
-        return {} if V is None else {"V": V}
-
-    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
-        if "V" in state:
-            ctx.state["svd.V"] = state["V"]
-
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
-        V = fed.ctx.state["svd.V"]
+        V = fed.ctx.part(SVDPart).V
+        assert V is not None
         total: np.ndarray = fed.serving.subset(ids).X.astype(np.float64) @ V
         for p, reply in fed.score_together("svd.project", ids, self.passives_).items():
-            part = reply.get("p")
-            if not isinstance(part, np.ndarray) or part.shape != total.shape:
+            part = reply.array("p")
+            if part.shape != total.shape:
                 raise ProtocolError(f"party {p!r} sent a projection of the wrong shape")
             total = total + part
         return total

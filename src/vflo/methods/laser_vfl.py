@@ -11,23 +11,23 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from vflo.comm.message import Payload, Value
+from vflo.comm.message import Payload
 from vflo.errors import ConfigError, ProtocolError
-from vflo.methods.base import Claim, Inference, Layout, State, need
-from vflo.methods.split_learning import HeldRowsTrainer, holders_activations
+from vflo.methods.base import Claim, Inference, Layout
+from vflo.methods.saved import Saved, Saves, network
+from vflo.methods.split_learning import BOTTOM, HeldRowsTrainer, SplitPart, holders_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
 from vflo.nn.train import (
     History,
     TrainConfig,
     adam,
     as_tensor,
-    load_module_state,
-    module_state,
     split_validation,
 )
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
     from torch.nn import functional as F
 
     from vflo.federation.coordinator import Federation
@@ -93,6 +93,11 @@ class LaserVFL(SplitNN):
         "train": {"max_epochs": 2, "patience": 0, "batch_size": 64, "validation_fraction": 0.2}}
     inference: ClassVar[Inference] = "collaborative"
     any_subset: ClassVar[bool] = True
+    saves: ClassVar[Saves] = Saves(
+        model=(*(s for s in SplitNN.saves.model if s.name not in ("bottom", "top")),
+               Saved("bottom", network(lambda at: at.method._bottom_net(at.where)), "its own bottom network"),
+               Saved("heads", network(lambda at: at.method._heads_net(at.where)), "one head per party")),
+        part=SplitPart, parts={"passive": (BOTTOM,)})
 
     config: LaserVFLConfig
 
@@ -124,13 +129,13 @@ class LaserVFL(SplitNN):
             requests: dict[str, Payload] = {p: {"train_ids": ids[train_pos][held[p][train_pos]],
                                                 "val_ids": ids[val_pos][held[p][val_pos]]} for p in passives}
             for name, reply in fed.exchange("splitnn.init", requests).items():
-                width = reply.get("width")
+                width = reply.integer("width")
                 if width != cfg.active_bottom[-1]:
                     raise ProtocolError(f"party {name!r} answered splitnn.init with width {width!r}; laser_vfl "
                                         f"averages representations of width {cfg.active_bottom[-1]}")
-                widths[name] = int(width)
-        self.passives_, self.widths_ = passives, widths
-        self._build(fed, data.n_features)
+                widths[name] = width
+        self.passives_, self.widths_, self.in_dim_ = passives, widths, data.n_features
+        self.bottom_, self.heads_ = self._bottom_net(fed), self._heads_net(fed)
         y = data.require_labels()
         self.y_mean_, self.y_scale_ = 0.0, 1.0
         if fed.task == "regression":
@@ -142,18 +147,21 @@ class LaserVFL(SplitNN):
         self.n_train_ = len(train_pos)
         self.observed_ = {"+".join(k): v for k, v in trainer.patterns.items()}
 
-    def _build(self, fed: Federation, in_dim: int) -> None:
+    def _bottom_net(self, fed: Federation) -> nn.Module:
         from vflo.nn.models import mlp
 
         cfg = self.config
-        self.in_dim_ = in_dim
+        return mlp(self.in_dim_, cfg.active_bottom, None, activation=cfg.activation,
+                   generator=fed.torch_generator("laser-bottom"))
+
+    def _heads_net(self, fed: Federation) -> nn.ModuleList:
+        from vflo.nn.models import mlp
+
+        cfg = self.config
         self.n_out_ = fed.n_outputs
-        self.bottom_ = mlp(in_dim, cfg.active_bottom, None, activation=cfg.activation,
-                           generator=fed.torch_generator("laser-bottom"))
         generator = fed.torch_generator("laser-heads")
-        self.heads_ = torch.nn.ModuleList([mlp(cfg.active_bottom[-1], cfg.top, fed.n_outputs,
-                                               activation=cfg.activation, generator=generator)
-                                           for _ in range(1 + len(self.passives_))])
+        return torch.nn.ModuleList([mlp(cfg.active_bottom[-1], cfg.top, fed.n_outputs, activation=cfg.activation,
+                                        generator=generator) for _ in range(1 + len(self.passives_))])
 
     def combine(self, z: list[torch.Tensor], mask: np.ndarray, *, regression: bool) -> torch.Tensor:
         """Each row's prediction from the blocks it holds (``mask``: rows x blocks, block 0 the active party's):
@@ -189,21 +197,6 @@ class LaserVFL(SplitNN):
     def summary_stats(self) -> dict[str, float]:
         """Epochs, and how many training people each set of holders had (``observed_active+p1``: ...)."""
         return {**self.history_.summary(), **{f"observed_{k}": float(v) for k, v in self.observed_.items()}}
-
-    def coordinator_state(self, fed: Federation) -> State:
-        return {**module_state(self.bottom_, "bottom."), **module_state(self.heads_, "heads."),
-                "in_dim": self.in_dim_, "passives": json.dumps(self.passives_), "widths": json.dumps(self.widths_),
-                "y_mean": self.y_mean_, "y_scale": self.y_scale_}
-
-    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        self.passives_ = [str(p) for p in json.loads(str(need(state, "passives")))]
-        self.widths_ = {str(k): int(v) for k, v in json.loads(str(need(state, "widths"))).items()}
-        self.y_mean_, self.y_scale_ = float(need(state, "y_mean")), float(need(state, "y_scale"))
-        self._build(fed, int(need(state, "in_dim")))
-        load_module_state(self.bottom_, state, "bottom.")
-        load_module_state(self.heads_, state, "heads.")
-        self.bottom_.eval()
-        self.heads_.eval()
 
 
 def holder_groups(mask: np.ndarray) -> list[tuple[list[int], np.ndarray]]:

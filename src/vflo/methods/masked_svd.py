@@ -26,16 +26,17 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
 from vflo.align.plain import SELECTOR, selected_ids
-from vflo.comm.message import BOOL, COUNTS, IDS, INT, NAMES, ArraySpec, Fields, Payload
+from vflo.comm.message import BOOL, COUNTS, IDS, INT, NAMES, ArraySpec, Fields, Payload, Reply
 from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, ProtocolError
 from vflo.methods.masks import OrthogonalMask, block_layout
+from vflo.methods.saved import ARRAY, Part, Saved
 from vflo.party.handlers import HandlerSet, handles
 from vflo.party.policy import PolicyError
 from vflo.roles import PartyInfo
@@ -79,7 +80,7 @@ class SVDResult:
 class Sender(Protocol):
     """Who drives the exchange: the coordinator's federation, or a party's context inside a handler."""
 
-    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Payload]: ...
+    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Reply]: ...
 
 
 def check_deal(ctx: NodeContext, m: int, block: int | None, widths: Mapping[str, int]) -> None:
@@ -106,6 +107,23 @@ def mask_numbers(m: int, block: int | None) -> int:
 
 def _no_mask(dtype: str) -> OrthogonalMask:
     return OrthogonalMask(np.zeros((0, 0, 0), dtype=dtype), np.zeros((0, 0), dtype=dtype))
+
+
+@dataclass
+class SVDPart(Part):
+    """A party's side of the masked SVD: its masks (``P`` rows, ``Q`` its columns, none: identity), its block of
+    the right singular vectors (``V``, kept for scoring), whether it awaits that block, and at the server the
+    masked blocks received so far."""
+
+    P: OrthogonalMask | None = None
+    Q: OrthogonalMask | None = None
+    V: np.ndarray | None = None
+    awaiting_right: bool = False
+    blocks: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+#: What a party keeps of the SVD for scoring: its block of V.
+V_BLOCK = Saved("V", ARRAY, "its block of the right singular vectors", optional=True)
 
 
 class MaskedSVD(HandlerSet):
@@ -155,7 +173,7 @@ class MaskedSVD(HandlerSet):
              senders=("dealer",), carries=dict.fromkeys(MASKS, "masks"),
              p_blocks=BLOCKS, p_tail=MATRIX, q_blocks=BLOCKS, q_tail=MATRIX)
     def _masks(self, ctx: NodeContext, payload: Fields) -> Payload:
-        if "svd.P" in ctx.state:  # one deal per run: later masks could only replace the ones in use
+        if ctx.part(SVDPart).P is not None:  # one deal per run: later masks could only replace the ones in use
             raise ProtocolError(f"party {ctx.party!r} already holds its masks for this run; refused")
         keep_masks(ctx, payload)
         return {}
@@ -166,7 +184,7 @@ class MaskedSVD(HandlerSet):
 
     def masked_block(self, ctx: NodeContext, ids: np.ndarray, *, upload: bool = False) -> np.ndarray:
         """P X_i Q_i of this party's training rows ``ids`` (an ``upload``: noised first, if the method asks)."""
-        P, Q = ctx.state.get("svd.P"), ctx.state.get("svd.Q")
+        P, Q = ctx.part(SVDPart).P, ctx.part(SVDPart).Q
         if not isinstance(P, OrthogonalMask):
             raise ProtocolError(f"party {ctx.party!r} was asked for its masked block before it got its masks")
         X = ctx.require_data().subset(ids).X.astype(np.float64)
@@ -185,7 +203,7 @@ class MaskedSVD(HandlerSet):
         """Send P X_i Q_i of the shared rows (picked from this party's aligned list) to the server."""
         selector = payload.array("selector")
         ctx.send(SERVER, "svd.block", {"block": self.masked_block(ctx, selected_ids(ctx, selector), upload=True)})
-        ctx.state["svd.awaiting_right"] = True
+        ctx.part(SVDPart).awaiting_right = True
         return {}
 
     @handles("svd.right",
@@ -193,11 +211,11 @@ class MaskedSVD(HandlerSet):
              senders=("server",), carries={"v": "model"}, v=MATRIX)
     def _right(self, ctx: NodeContext, payload: Fields) -> Payload:
         # Only the answer to this party's own upload: a V sent at any other time could replace the one in use.
-        if not ctx.state.get("svd.awaiting_right", False):
+        if not ctx.part(SVDPart).awaiting_right:
             raise ProtocolError(f"party {ctx.party!r} got svd.right without an upload awaiting it; refused")
         v = payload.array("v")
-        ctx.state["svd.V"] = unmask_right(ctx, v)
-        ctx.state["svd.awaiting_right"] = False
+        part = ctx.part(SVDPart)
+        part.V, part.awaiting_right = unmask_right(ctx, v), False
         return {}
 
     @handles("svd.project",
@@ -206,7 +224,7 @@ class MaskedSVD(HandlerSet):
     def _project(self, ctx: NodeContext, payload: Fields) -> Payload:
         """x_i V_i for rows to score: this party's share of U Σ for a new row."""
         ids = payload.array("ids")
-        V = ctx.state.get("svd.V")
+        V = ctx.part(SVDPart).V
         if not isinstance(V, np.ndarray):
             raise ProtocolError(f"party {ctx.party!r} has no V to project with")
         return {"p": ctx.rows("serve").subset(ids).X.astype(np.float64) @ V}
@@ -217,7 +235,7 @@ class MaskedSVD(HandlerSet):
              served="server: during a run, from a data party",
              senders=("passive",), carries={"block": "masked features"}, block=MATRIX)
     def _block(self, ctx: NodeContext, payload: Fields) -> Payload:
-        ctx.state.setdefault("svd.blocks", {})[ctx.sender] = payload.array("block")
+        ctx.part(SVDPart).blocks[ctx.sender] = payload.array("block")
         return {}
 
     @handles("svd.solve",
@@ -229,7 +247,8 @@ class MaskedSVD(HandlerSet):
         order = payload.names("order")
         if not order or order[0] != ctx.sender:
             raise ProtocolError(f"svd.solve: the requester {ctx.sender!r} must come first in the party order")
-        blocks: dict[str, np.ndarray] = ctx.state.pop("svd.blocks", {})
+        part = ctx.part(SVDPart)
+        blocks, part.blocks = part.blocks, {}
         blocks[ctx.sender] = payload.array("block")
         missing = [p for p in order if p not in blocks]
         if missing:
@@ -251,12 +270,12 @@ class MaskedSVD(HandlerSet):
             start = 0
             for party in order:
                 width = blocks[party].shape[1]
-                part = Vt[:, start : start + width].T.astype(dtype)
+                block = Vt[:, start : start + width].T.astype(dtype)
                 start += width
                 if party == ctx.sender:
-                    own_v = part
+                    own_v = block
                 else:
-                    ctx.send(party, "svd.right", {"v": part})
+                    ctx.send(party, "svd.right", {"v": block})
         return {"u": U.astype(dtype), "s": S.astype(np.float64), "v": own_v}
 
     # -- the requester ----------------------------------------------------------------------------
@@ -282,15 +301,14 @@ class MaskedSVD(HandlerSet):
             via.exchange("svd.upload", {p: {"selector": sel} for p, sel in uploads.items()})
         reply = via.exchange("svd.solve", {SERVER: {"order": np.asarray(parties, dtype=np.str_), "rank": rank,
                                                    "right": right, "block": self.masked_block(ctx, ids)}})[SERVER]
-        u, s, v = reply.get("u"), reply.get("s"), reply.get("v")
-        if not (isinstance(u, np.ndarray) and isinstance(s, np.ndarray) and isinstance(v, np.ndarray)) \
-                or u.ndim != 2 or u.shape[0] != len(ids) or s.shape != (u.shape[1],):
+        u, s, v = reply.array("u"), reply.array("s"), reply.array("v")
+        if u.ndim != 2 or u.shape[0] != len(ids) or s.shape != (u.shape[1],):
             raise ProtocolError("the server's svd.solve reply is malformed")
-        P = ctx.state["svd.P"]
-        assert isinstance(P, OrthogonalMask)
+        P = ctx.part(SVDPart).P
+        assert P is not None
         V = unmask_right(ctx, v) if right else None
         if V is not None:
-            ctx.state["svd.V"] = V
+            ctx.part(SVDPart).V = V
         return SVDResult(U=P.left_t(u.astype(np.float64)), S=s, V=V)
 
 
@@ -307,15 +325,15 @@ def keep_masks(ctx: NodeContext, payload: Payload) -> None:
     P.check_strength(f"party {ctx.party!r}: the row mask from {ctx.sender!r}", min_block=block, min_mixing=mixing)
     Q.check_strength(f"party {ctx.party!r}: the column mask from {ctx.sender!r}", min_block=block,
                      min_mixing=mixing)
-    ctx.state["svd.P"] = P
-    ctx.state["svd.Q"] = Q if Q.size else None
+    part = ctx.part(SVDPart)
+    part.P, part.Q = P, (Q if Q.size else None)
 
 
 def unmask_right(ctx: NodeContext, v: np.ndarray) -> np.ndarray:
     """V_i = Q_i V'_i: this party's rows of the right singular vectors."""
-    Q = ctx.state.get("svd.Q")
+    Q = ctx.part(SVDPart).Q
     v64 = v.astype(np.float64)
-    if not isinstance(Q, OrthogonalMask):
+    if Q is None:
         return v64
     unmasked: np.ndarray = Q.left(v64)
     return unmasked

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from vflo.align.plain import SELECTOR, selected_ids
-from vflo.comm.message import IDS, Fields, Payload, Value, expect_rows
+from vflo.comm.message import IDS, Fields, Payload, expect_rows
 from vflo.errors import ConfigError, MethodError, RefusedError
-from vflo.methods.base import MethodConfig, State, handles, need
-from vflo.methods.representation import RepresentationMethod
+from vflo.methods.base import MethodConfig, handles
+from vflo.methods.representation import CLASSIFIER, RepresentationMethod
+from vflo.methods.saved import ARRAY, PARTY_NAMES, Part, Saved, Saves
 from vflo.nn.estimators import EstimatorConfig
 
 if TYPE_CHECKING:
@@ -26,7 +27,14 @@ if TYPE_CHECKING:
 
 __all__ = ["PCAConfig", "PCAUpload"]
 
-MEAN, COMPONENTS, UPLOADED = "pca.mean", "pca.components", "pca.uploaded"
+
+@dataclass
+class PCAPart(Part):
+    """A partner's PCA (its column means and top directions) and whether it sent its components this run."""
+
+    mean: np.ndarray | None = None
+    components: np.ndarray | None = None
+    uploaded: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,13 +77,20 @@ class PCAUpload(RepresentationMethod):
     # How much of its rows a partner releases is its own decision.
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("components",)}
     quick: ClassVar[Mapping[str, Any]] = {}
+    saves: ClassVar[Saves] = Saves(
+        model=(CLASSIFIER, Saved("passives", PARTY_NAMES, "who sends components"),
+               Saved("widths", ARRAY, "how many components each sends")),
+        part=PCAPart, parts={"passive": (Saved("mean", ARRAY, "its column means", optional=True),
+                                         Saved("components", ARRAY, "its PCA, fitted on every row it holds",
+                                               optional=True))})
 
     config: PCAConfig
 
     # -- a passive party --------------------------------------------------------------------------------------
 
     def _fitted(self, ctx: NodeContext) -> tuple[np.ndarray, np.ndarray]:
-        if COMPONENTS not in ctx.state:
+        part = ctx.part(PCAPart)
+        if part.components is None or part.mean is None:
             X = ctx.require_data().X.astype(np.float64)
             k = self.config.components
             if k >= X.shape[1]:
@@ -85,8 +100,8 @@ class PCAUpload(RepresentationMethod):
                     "or fewer in its own config" + (" (a one-column party cannot take part)" if X.shape[1] < 2 else ""))
             mean = X.mean(axis=0)
             _, _, vt = np.linalg.svd(X - mean, full_matrices=False)
-            ctx.state[MEAN], ctx.state[COMPONENTS] = mean, vt[:k].T.copy()
-        return ctx.state[MEAN], ctx.state[COMPONENTS]
+            part.mean, part.components = mean, vt[:k].T.copy()
+        return part.mean, part.components
 
     def _project(self, ctx: NodeContext, X: np.ndarray) -> np.ndarray:
         mean, W = self._fitted(ctx)
@@ -96,26 +111,19 @@ class PCAUpload(RepresentationMethod):
     @handles("pca.upload", served="after alignment; once a run: the components of the aligned rows",
              carries={"selector": "membership"}, replies={"z": "outputs"}, selector=SELECTOR)
     def _upload(self, ctx: NodeContext, payload: Fields) -> Payload:
-        if ctx.state.get(UPLOADED):
+        if ctx.part(PCAPart).uploaded:
             raise RefusedError(f"party {ctx.party!r} sent its components for this run already; refused")
         ids = selected_ids(ctx, payload.array("selector"))
         z = self._project(ctx, ctx.require_data().subset(ids).X)
-        ctx.state[UPLOADED] = True
+        ctx.part(PCAPart).uploaded = True
         return {"z": z}
 
     @handles("pca.project", served="after pca.upload, or from a saved part: rows to score",
              carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
     def _project_serve(self, ctx: NodeContext, payload: Fields) -> Payload:
-        if COMPONENTS not in ctx.state:
+        if ctx.part(PCAPart).components is None:
             raise RefusedError(f"party {ctx.party!r} has no fitted components (pca.upload comes first); refused")
         return {"z": self._project(ctx, ctx.rows("serve").subset(payload.array("ids")).X)}
-
-    def party_state(self, ctx: NodeContext) -> State:
-        return {"mean": ctx.state[MEAN], "components": ctx.state[COMPONENTS]} if COMPONENTS in ctx.state else {}
-
-    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
-        if "components" in state:
-            ctx.state[MEAN], ctx.state[COMPONENTS] = state["mean"], state["components"]
 
     # -- the active party -------------------------------------------------------------------------------------
 
@@ -138,10 +146,3 @@ class PCAUpload(RepresentationMethod):
         parts = [expect_rows(replies[p], "z", party=p, rows=len(ids), width=int(w), what="components")
                  for p, w in zip(self.passives_, self.widths_, strict=True)]
         return np.hstack([fed.serving.subset(ids).X, *parts])
-
-    def representation_state(self, fed: Federation) -> State:
-        return {"passives": np.asarray(self.passives_, dtype=np.str_), "widths": self.widths_}
-
-    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        self.passives_ = [str(p) for p in np.asarray(need(state, "passives")).tolist()]
-        self.widths_ = np.asarray(need(state, "widths"), dtype=np.int64)

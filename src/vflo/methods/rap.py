@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, RowNoise, laplace_epsilon
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RefusedError, RemoteError
 from vflo.methods.base import Claim, Method, MethodConfig, State, handles, need, prefixed, unprefixed
+from vflo.methods.saved import INTEGER, PARTY_NAMES, TEXT, At, Built, Part, Saved, Saves
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import TrainConfig
 from vflo.roles import PartyInfo
@@ -181,7 +181,8 @@ class ClientTransform:
         """The client's secret transform, for its own model part (never sent anywhere)."""
         out: dict[str, Any] = {prefix + "A": self.A, prefix + "numeric": np.asarray(self.numeric, dtype=np.int64),
                                prefix + "categorical": np.asarray(self.categorical, dtype=np.int64),
-                               prefix + "other": self.other, prefix + "columns": json.dumps(list(self.columns))}
+                               prefix + "other": self.other,
+                               prefix + "columns": np.asarray(list(self.columns), dtype=np.str_)}
         for i, seen in enumerate(self.categories):
             out[f"{prefix}categories.{i}"] = np.asarray(seen, dtype=np.float64)
         if self.pseudo is not None:
@@ -197,7 +198,7 @@ class ClientTransform:
                    other=bool(need(state, prefix + "other")),
                    pseudo=None if pseudo is None else (float(pseudo[0]), float(pseudo[1])),
                    A=np.asarray(need(state, prefix + "A"), dtype=np.float32),
-                   columns=tuple(json.loads(str(need(state, prefix + "columns")))))
+                   columns=tuple(str(c) for c in np.asarray(need(state, prefix + "columns")).tolist()))
 
     @property
     def one_hot_width(self) -> int:
@@ -276,23 +277,23 @@ class LabelTransform:
         assert n_classes is not None
         return cls(kind="classes", mapping=rng.permutation(2 * n_classes).reshape(n_classes, 2))
 
-    def state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"labels.kind": self.kind}
+    def state(self, prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {prefix + "kind": self.kind}
         for name in ("mapping", "A"):
             value = getattr(self, name)
             if value is not None:
-                out[f"labels.{name}"] = value
+                out[prefix + name] = value
         if self.pseudo is not None:
-            out["labels.pseudo"] = np.asarray(self.pseudo, dtype=np.float64)
+            out[prefix + "pseudo"] = np.asarray(self.pseudo, dtype=np.float64)
         return out
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> LabelTransform:
-        kind = str(need(state, "labels.kind"))
+    def from_state(cls, state: Mapping[str, Any], prefix: str = "") -> LabelTransform:
+        kind = str(need(state, prefix + "kind"))
         if kind not in ("classes", "projection", "plain"):
             raise MethodError(f"a saved RAP label transform has kind {kind!r}")
-        pseudo = state.get("labels.pseudo")
-        return cls(kind=kind, mapping=state.get("labels.mapping"), A=state.get("labels.A"),  # type: ignore[arg-type]
+        pseudo = state.get(prefix + "pseudo")
+        return cls(kind=kind, mapping=state.get(prefix + "mapping"), A=state.get(prefix + "A"),  # type: ignore[arg-type]
                    pseudo=None if pseudo is None else (float(pseudo[0]), float(pseudo[1])))
 
     @property
@@ -327,6 +328,50 @@ class LabelTransform:
         return values
 
 
+@dataclass
+class RAPPart(Part):
+    """A client's secret transform and the state of its exchanges (projected its training rows this run; the
+    rows a scoring session opened); at the server, its models on the projected rows, their task and classes,
+    and the whitening it applied."""
+
+    transform: ClientTransform | None = None
+    projected: bool = False
+    scoring: np.ndarray | None = None
+    models: list[Estimator] = field(default_factory=list)
+    task: str = ""
+    n_classes: int | None = None
+    whitening: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _save_models(models: list[Estimator]) -> State:
+    out: State = {"count": len(models)}
+    for i, model in enumerate(models):
+        out |= prefixed(f"{i}.", model.get_state())
+    return out
+
+
+def _load_models(sub: Mapping[str, Value], at: At) -> list[Estimator]:
+    count, part = sub.get("count"), at.target
+    if not isinstance(count, int):
+        raise MethodError("the server's saved models lack their count")
+    kind = "regression" if part.task == "regression" else "multiclass"
+    seed = derive_seed(at.where.seed, "rap-server")
+    return [make_estimator(at.method.config.estimator, task=kind, n_classes=part.n_classes, seed=seed)  # type: ignore[arg-type]
+            .set_state(unprefixed(f"{i}.", sub)) for i in range(count)]
+
+
+def _load_whitening(sub: Mapping[str, Value], at: At) -> tuple[np.ndarray, np.ndarray]:
+    mean, W = sub.get("mean"), sub.get("W")
+    if not isinstance(mean, np.ndarray) or not isinstance(W, np.ndarray):
+        raise MethodError("the server's saved whitening lacks its mean or matrix")
+    return mean, W
+
+
+#: A client's secret projection, its own part (never sent anywhere).
+TRANSFORM = Saved("transform", Built(lambda t: t.state(""), lambda sub, at: ClientTransform.from_state(sub, "")),
+                  "its projection", optional=True)
+
+
 class RAP(Method):
     """RAP: Zhang et al., "RAP: Random Projection is What You Need for Vertical Federated Learning".
 
@@ -354,6 +399,20 @@ class RAP(Method):
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "passive": ("unseen", "one_feature_pseudo", "max_condition")}
 
+    # The label owner keeps its label transform, each client its projection, the server its model.
+    saves: ClassVar[Saves] = Saves(
+        model=(Saved("labels", Built(lambda t: t.state(""), lambda sub, at: LabelTransform.from_state(sub, "")),
+                     "the label transform"),
+               Saved("clients", PARTY_NAMES, "who projects"),
+               Saved("server_features", INTEGER, "the server's input width")),
+        part=RAPPart,
+        parts={"active": (TRANSFORM,), "passive": (TRANSFORM,),
+               "server": (Saved("task", TEXT, "the task"),
+                          Saved("n_classes", INTEGER, "how many classes", optional=True),
+                          Saved("models", Built(_save_models, _load_models), "its estimators on projected rows"),
+                          Saved("whitening", Built(lambda w: {"mean": w[0], "W": w[1]}, _load_whitening),
+                                "the whitening it applied, if any", optional=True))})
+
     config: RAPConfig
 
     def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
@@ -362,14 +421,13 @@ class RAP(Method):
     # -- clients ----------------------------------------------------------------------------------
 
     def _transform(self, ctx: NodeContext) -> ClientTransform:
-        transform = ctx.state.get("rap.transform")
-        if transform is None:
-            transform = ClientTransform.fit(ctx.require_data(), ctx.rng("rap-projection"),
-                                            other=self.config.unseen == "other", pseudo=self.config.one_feature_pseudo,
-                                            max_condition=self.config.max_condition)
-            ctx.state["rap.transform"] = transform
-        assert isinstance(transform, ClientTransform)
-        return transform
+        part = ctx.part(RAPPart)
+        if part.transform is None:
+            part.transform = ClientTransform.fit(ctx.require_data(), ctx.rng("rap-projection"),
+                                                 other=self.config.unseen == "other",
+                                                 pseudo=self.config.one_feature_pseudo,
+                                                 max_condition=self.config.max_condition)
+        return part.transform
 
     def _client_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
         transform = self._transform(ctx)
@@ -388,9 +446,10 @@ class RAP(Method):
         """The one exchange of a client: its projected aligned training rows, to the server, once a run (a server
         asking again could only be fishing: the rows it trains on do not change)."""
         selector = payload.array("selector")
-        if ctx.state.get("rap.projected"):
+        part = ctx.part(RAPPart)
+        if part.projected:
             raise RefusedError(f"party {ctx.party!r} sends its projected training rows once a run; refused")
-        ctx.state["rap.projected"] = True
+        part.projected = True
         return {"x": self._client_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector))),
                 "one_hot": self._transform(ctx).one_hot_width}
 
@@ -402,11 +461,12 @@ class RAP(Method):
         """Projected rows to score, for the server: only rows of a scoring session the coordinator opened here, each
         once. A refusal never says which of the IDs this party holds."""
         ids = payload.array("ids")
-        opened = ctx.state.get("rap.scoring")
-        if not isinstance(opened, np.ndarray) or not np.isin(ids, opened).all():
+        part = ctx.part(RAPPart)
+        opened = part.scoring
+        if opened is None or not np.isin(ids, opened).all():
             raise RefusedError(f"party {ctx.party!r} projects rows to score only for a scoring session its coordinator "
                                "opened (rap.open_scoring), each row once; refused")
-        ctx.state["rap.scoring"] = opened[~np.isin(opened, ids)]
+        part.scoring = opened[~np.isin(opened, ids)]
         rows = ctx.rows("serve")
         if not rows.contains(ids).all():
             raise DataError(f"party {ctx.party!r} holds no sample for some rows of this scoring session")
@@ -416,7 +476,7 @@ class RAP(Method):
     def _open_scoring(self, ctx: NodeContext, payload: Fields) -> Payload:
         """The coordinator names the rows it will score: the only ones the server may then ask this party for."""
         ids = payload.array("ids")
-        ctx.state["rap.scoring"] = ids
+        ctx.part(RAPPart).scoring = ids
         return {}
 
     # -- server -----------------------------------------------------------------------------------
@@ -431,8 +491,8 @@ class RAP(Method):
         for client, request in requests.items():
             reply = ctx.send(client, kind, request)
             x = expect_rows(reply, "x", party=client, rows=own.shape[0], what="projected rows")
-            count = reply.get("one_hot", 0)
-            if not isinstance(count, int) or count < 0:
+            count = reply.integer("one_hot") if "one_hot" in reply else 0  # serving replies leave it out
+            if count < 0:
                 raise ProtocolError(f"client {client!r} sent a one-hot column count of {count!r}")
             blocks.append(x)
             one_hot += count
@@ -455,8 +515,8 @@ class RAP(Method):
                 logger.info("rap server: %d of the encoded columns are one-hot; trained on the projections as "
                             "received, not whitened (whiten_one_hot = true whitens them)", one_hot)
             else:
-                ctx.state["rap.whitening"] = whitening(X)
-                X = whiten(X, ctx.state["rap.whitening"])
+                fitted = ctx.part(RAPPart).whitening = whitening(X)
+                X = whiten(X, fitted)
         elif self.config.whiten:
             logger.info("rap server: %d rows for %d columns, too few to whiten (whiten_min_rows = %d)",
                         len(X), X.shape[1], self.config.whiten_min_rows)
@@ -470,8 +530,9 @@ class RAP(Method):
                       for j in range(labels.shape[1])]
         else:
             models = [self._fit_server(ctx, X, labels[:, 0], "multiclass", int(classes[0]))]
-        ctx.state.update({"rap.models": models, "rap.task": task,
-                          "rap.n_classes": None if task == "regression" else int(classes[0])})
+        part = ctx.part(RAPPart)
+        part.models, part.task = models, task
+        part.n_classes = None if task == "regression" else int(classes[0])
         stats = [training_stats(m) for m in models]
         # How the server's training ended: what a report needs to say whether the stopping rule fired.
         return {"features": int(X.shape[1]), "epochs": int(max((st.get("epochs", 0) for st in stats), default=0)),
@@ -502,10 +563,11 @@ class RAP(Method):
         clients = payload.names("clients")
         requests: dict[str, Payload] = {c: {"ids": ids} for c in clients}
         X, _ = self._gather(ctx, payload, "rap.project_serve", requests)
-        if "rap.whitening" in ctx.state:
-            X = whiten(X, ctx.state["rap.whitening"])
-        models: list[Estimator] = ctx.state["rap.models"]
-        if ctx.state["rap.task"] == "regression":
+        part = ctx.part(RAPPart)
+        if part.whitening is not None:
+            X = whiten(X, part.whitening)
+        models = part.models
+        if part.task == "regression":
             scores = np.column_stack([m.predict_scores(X) for m in models])  # (n, 2) from one model or two
         else:
             scores = models[0].predict_scores(X)
@@ -559,16 +621,17 @@ class RAP(Method):
         self.client_widths_ = {c: int(alignment.widths.get(c, 0)) for c in clients} | \
             ({fed.party: data.n_features} if data.n_features else {})
         self.n_train_ = len(ids)
-        features, epochs, stopped = reply.get("features"), reply.get("epochs"), reply.get("stopped_by_rule")
-        self.server_features_ = features if isinstance(features, int) else 0
-        self.server_stats_ = {"epochs": float(epochs), "stopped_by_rule": float(bool(stopped))} \
-            if isinstance(epochs, int) and epochs > 0 else {}
+        self.server_features_ = reply.integer("features")
+        epochs = reply.integer("epochs")
+        self.server_stats_ = {"epochs": float(epochs), "stopped_by_rule": float(reply.flag("stopped_by_rule"))} \
+            if epochs > 0 else {}
 
     def summary_stats(self) -> dict[str, float]:
         """How the server's model trained, as its reply said; the ε of a client's person whose projected row
         was sent once (with the config's noise)."""
         noise = getattr(self.config, "noise", None)
-        return {**self.server_stats_, **({"epsilon_features": noise.epsilon(releases=1)} if noise else {})}
+        stats = getattr(self, "server_stats_", {})  # a loaded model has none
+        return {**stats, **({"epsilon_features": noise.epsilon(releases=1)} if noise else {})}
 
     def epsilon_scope(self) -> str:
         if getattr(self.config, "noise", None) is None:
@@ -577,48 +640,6 @@ class RAP(Method):
                 "sets, fitted on every row, and sent to no one but folded into the projection); counted once per "
                 "distinct row sent, training and scoring (a row scored again is the same release); the one-hot "
                 "column count goes to the server without noise")
-
-    # -- saving: the label owner keeps its label transform, each client its projection, the server its model --
-
-    def coordinator_state(self, fed: Federation) -> State:
-        own = fed.ctx.state.get("rap.transform")
-        return {**self.labels_.state(), "clients": json.dumps(self.clients_), "server_features": self.server_features_,
-                **(own.state("transform.") if isinstance(own, ClientTransform) else {})}
-
-    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        self.labels_ = LabelTransform.from_state(state)
-        self.clients_ = [str(c) for c in json.loads(str(need(state, "clients")))]
-        self.server_features_ = int(need(state, "server_features"))
-        self.server_stats_ = {}
-        if "transform.A" in state:
-            fed.ctx.state["rap.transform"] = ClientTransform.from_state(state, "transform.")
-
-    def party_state(self, ctx: NodeContext) -> State:
-        if ctx.info.role == "server":
-            models: list[Estimator] = ctx.state.get("rap.models", [])
-            out: State = {"task": str(ctx.state.get("rap.task", "")), "models": len(models),
-                          "n_classes": int(ctx.state.get("rap.n_classes") or 0)}
-            for i, model in enumerate(models):
-                out.update(prefixed(f"model.{i}.", model.get_state()))
-            if "rap.whitening" in ctx.state:
-                out["whitening.mean"], out["whitening.W"] = ctx.state["rap.whitening"]
-            return out
-        transform = ctx.state.get("rap.transform")
-        return transform.state("transform.") if isinstance(transform, ClientTransform) else {}
-
-    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
-        if ctx.info.role == "server":
-            task = str(need(state, "task"))
-            n_classes = int(need(state, "n_classes")) or None
-            kind = "regression" if task == "regression" else "multiclass"
-            seed = derive_seed(ctx.seed, "rap-server")
-            models = [make_estimator(self.config.estimator, task=kind, n_classes=n_classes, seed=seed)  # type: ignore[arg-type]
-                      .set_state(unprefixed(f"model.{i}.", state)) for i in range(int(need(state, "models")))]
-            ctx.state.update({"rap.models": models, "rap.task": task, "rap.n_classes": n_classes})
-            if "whitening.mean" in state:
-                ctx.state["rap.whitening"] = (need(state, "whitening.mean"), need(state, "whitening.W"))
-        elif "transform.A" in state:
-            ctx.state["rap.transform"] = ClientTransform.from_state(state, "transform.")
 
     def subset_refusal(self) -> str:
         return ("the server's one model reads every client's projected block of a person and was trained only on "
@@ -636,8 +657,8 @@ class RAP(Method):
                 raise
             raise MethodError(f"rap serves collaboratively, so every client must hold the rows to score: {exc}. "
                               "Score aligned rows only (test_from = 'aligned')") from exc
-        scores = reply.get("scores")
-        if not isinstance(scores, np.ndarray) or len(scores) != len(ids):
+        scores = reply.array("scores")
+        if len(scores) != len(ids):
             raise ProtocolError("the server's rap.predict reply is malformed")
         return self.labels_.decode(scores.astype(np.float64))
 

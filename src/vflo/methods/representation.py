@@ -11,13 +11,12 @@ their results (the *transductive* protocol, see ``active_cv`` with
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from vflo.comm.message import Value
-from vflo.methods.base import Method, State, prefixed, unprefixed
+from vflo.methods.base import Method
+from vflo.methods.saved import Saved, Saves, estimator
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.seeding import own_seed
 
@@ -25,8 +24,15 @@ if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
 
 
+#: The classifier the active party fits on the representation.
+CLASSIFIER = Saved("classifier", estimator(lambda at: at.method.new_estimator(at.where)),
+                   "its classifier on the representation", attr="estimator_")
+
+
 class RepresentationMethod(Method):
     """A representation step, then ``classifier`` (an :class:`EstimatorConfig`) on its output."""
+
+    saves: ClassVar[Saves] = Saves(model=(CLASSIFIER,))
 
     def estimator_config(self) -> EstimatorConfig:
         config = getattr(self.config, "classifier", None)
@@ -58,21 +64,3 @@ class RepresentationMethod(Method):
     def summary_stats(self) -> dict[str, float]:
         """How the classifier trained (``classifier_epochs``, where it trains by epochs)."""
         return training_stats(self.estimator_, "classifier_") if hasattr(self, "estimator_") else {}
-
-    # -- saving: the classifier here, the representation in each subclass ------------------------------------
-
-    def representation_state(self, fed: Federation) -> State:
-        """The fitted representation (encoders, factors) at the active party; nothing for raw features."""
-        return {}
-
-    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        """Restore what :meth:`representation_state` returned."""
-
-    def coordinator_state(self, fed: Federation) -> State:
-        if self.simulation_only:
-            return super().coordinator_state(fed)
-        return {**prefixed("classifier.", self.estimator_.get_state()), **self.representation_state(fed)}
-
-    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        self.estimator_ = self.new_estimator(fed).set_state(unprefixed("classifier.", state))
-        self.load_representation_state(fed, state)

@@ -11,7 +11,8 @@ import numpy as np
 
 from vflo.comm.message import IDS, INT, STR, ArraySpec, Fields, Payload, Value
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles, need
+from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles
+from vflo.methods.saved import ARRAY, INTEGER, NUMBER, PARTY_NAMES, TEXT, At, Built, Part, Saved, Saves
 from vflo.methods.split_learning import ask_holders
 from vflo.trees.bins import MAX_BINS
 from vflo.trees.crypto import BLOB_ROW, HESettings, KeyPair, PublicSide, from_wire, new_keys, plain_side, to_wire
@@ -27,8 +28,6 @@ BLOB = ArraySpec(("uint8",), (None, BLOB_ROW))
 INTS = ArraySpec(("int64",), (None,))
 FLAGS = ArraySpec(("bool",), (None,))
 FLAG_MATRIX = ArraySpec(("bool",), (None, None))
-PARTY = "sb.party"  # a passive party's ColumnsParty while training
-TABLE = "sb.table"  # its lookup table, kept for scoring
 TREE_FIELDS = ("owner", "record", "default_left", "left", "right", "value")
 
 
@@ -77,6 +76,44 @@ class SecureBoostConfig(MethodConfig):
                            min_child_weight=self.min_child_weight, min_node_rows=self.min_node_rows)
 
 
+@dataclass
+class BoostPart(Part):
+    """A passive party's side: its columns, binned, while trees grow; then its lookup table, kept to score."""
+
+    training: ColumnsParty | None = None
+    table: LookupTable | None = None
+
+
+def _save_table(table: LookupTable) -> State:
+    return dict(table.arrays())
+
+
+def _load_table(sub: Mapping[str, Value], at: At) -> LookupTable:
+    arrays = [sub.get(k) for k in ("column", "threshold", "default_left")]
+    if not all(isinstance(a, np.ndarray) for a in arrays):
+        raise MethodError("a saved lookup table lacks its columns, thresholds or default branches")
+    return LookupTable.from_arrays(*arrays)  # type: ignore[arg-type]
+
+
+def _save_trees(trees: list[Tree]) -> State:
+    arrays = [tree.arrays() for tree in trees]
+    return {"sizes": np.asarray([len(t) for t in trees], dtype=np.int64),
+            **{k: np.concatenate([a[k] for a in arrays]) for k in TREE_FIELDS}}
+
+
+def _load_trees(sub: Mapping[str, Value], at: At) -> list[Tree]:
+    sizes, *columns = (sub.get(k) for k in ("sizes", *TREE_FIELDS))
+    if not isinstance(sizes, np.ndarray) or not all(isinstance(c, np.ndarray) for c in columns):
+        raise MethodError("saved trees lack their sizes or a node field")
+    ends = np.cumsum(sizes.astype(np.int64))
+    by_field = dict(zip(TREE_FIELDS, columns, strict=True))
+    return [Tree.from_arrays({k: np.asarray(v)[end - size:end] for k, v in by_field.items()})
+            for size, end in zip(np.diff(ends, prepend=0).tolist(), ends.tolist(), strict=True)]
+
+
+TABLE = Built(_save_table, _load_table)
+
+
 class SecureBoost(Method):
     """SecureBoost: Cheng et al., "SecureBoost: A Lossless Federated Learning Framework" (IEEE Intelligent
     Systems 2021; arXiv 1901.08755), with SecureBoost+'s packing and histogram subtraction (arXiv 2110.10927).
@@ -106,6 +143,19 @@ class SecureBoost(Method):
     inference: ClassVar[Inference] = "collaborative"
     any_subset: ClassVar[bool] = True
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("n_bins", "workers")}
+    saves: ClassVar[Saves] = Saves(
+        model=(Saved("passives", PARTY_NAMES, "who decides"), Saved("task", TEXT, "the task"),
+               Saved("classes", INTEGER, "how many classes", attr="n_classes_"),
+               Saved("y_mean", NUMBER, "the regression target's mean"), Saved("y_scale", NUMBER, "and scale"),
+               Saved("base", ARRAY, "the starting score"),
+               Saved("trees", Built(_save_trees, _load_trees),
+                     "each node's owner, record number, default branch, children, leaf value"),
+               Saved("own", TABLE, "its lookup table: column, threshold, default branch per record",
+                     attr="own_table_")),
+        part=BoostPart,
+        parts={"passive": (Saved("table", TABLE, "its lookup table: column, threshold, default branch per record",
+                                 optional=True),)})
+    n_train_ = 0  # a loaded model says nothing of the rows it trained on
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("min_node_rows",)}
 
     config: SecureBoostConfig
@@ -130,8 +180,8 @@ class SecureBoost(Method):
         _close(ctx)
         party = ColumnsParty(data.subset(train_ids).X, self.config.n_bins, ops,
                              min_node_rows=self.config.min_node_rows)
-        ctx.state[PARTY] = party
-        ctx.state.pop(TABLE, None)  # no scoring while trees grow: a new table is served once training ends
+        # No scoring while trees grow: a new table is served once training ends.
+        ctx.part(BoostPart).training, ctx.part(BoostPart).table = party, None
         return {"columns": party.n_columns, "bins": party.n_bins}
 
     @handles("sb.gradients",
@@ -185,34 +235,22 @@ class SecureBoost(Method):
     @handles("sb.finish", served="after sb.init: ends training (the binned columns dropped, the lookup table kept)")
     def _finish(self, ctx: NodeContext, payload: Fields) -> Payload:
         party = _party(ctx, gradients=False)
-        ctx.state[TABLE] = party.table  # kept for scoring; the binned columns and the sums are dropped
+        ctx.part(BoostPart).table = party.table  # kept for scoring; the binned columns and the sums are dropped
         _close(ctx)
         return {}
 
     @handles("sb.decide",
              served="after sb.finish, or from a saved part: rows to score, never training rows",
-             carries={"ids": "ids"}, replies={"left": "decisions"}, ids=IDS, split=STR)
+             carries={"ids": "ids"}, replies={"left": "decisions"}, ids=IDS, purpose=STR)
     def _decide(self, ctx: NodeContext, payload: Fields) -> Payload:
-        table = ctx.state.get(TABLE)
-        if not isinstance(table, LookupTable):
+        table = ctx.part(BoostPart).table
+        if table is None:
             raise ProtocolError("sb.decide before training ended (sb.finish) or a saved part was loaded")
-        if payload.text("split") != "serve":
-            raise ProtocolError(f"sb.decide scores people to serve, not the {payload['split']!r} rows")
+        if payload.text("purpose") != "serve":
+            raise ProtocolError(f"sb.decide scores people to serve, not the {payload['purpose']!r} rows")
         ids = payload.array("ids")
         rows = ctx.rows("serve").subset(ids)
         return {"left": table.decide(np.asarray(rows.X, dtype=np.float64))}
-
-    def party_state(self, ctx: NodeContext) -> State:
-        table = ctx.state.get(TABLE)
-        if not isinstance(table, LookupTable):
-            return {}
-        return {f"table.{k}": v for k, v in table.arrays().items()}
-
-    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
-        if "table.column" not in state:
-            return
-        ctx.state[TABLE] = LookupTable.from_arrays(*(np.asarray(state[f"table.{k}"])
-                                                     for k in ("column", "threshold", "default_left")))
 
     # -- the label holder ------------------------------------------------------------------------------------
 
@@ -240,9 +278,8 @@ class SecureBoost(Method):
                                                 "public_key": np.frombuffer(keys.public_key, dtype=np.uint8)}
                                             for p in passives}
             for p, reply in fed.exchange("sb.init", requests).items():
-                columns, bins = reply.get("columns"), reply.get("bins")
-                if not (isinstance(columns, int) and isinstance(bins, int) and columns >= 0
-                        and 2 <= bins <= MAX_BINS):
+                columns, bins = reply.integer("columns"), reply.integer("bins")
+                if not (columns >= 0 and 2 <= bins <= MAX_BINS):
                     raise ProtocolError(f"party {p!r} answered sb.init with columns {columns!r}, bins {bins!r}")
                 shapes[p] = (columns, bins)
         y = data.subset(ids).require_labels()
@@ -309,31 +346,6 @@ class SecureBoost(Method):
         return {"trees": float(len(self.trees_)), "rows_trained": float(self.n_train_),
                 **{k: float(v) for k, v in getattr(self, "traffic_", {}).items()}}
 
-    def coordinator_state(self, fed: Federation) -> State:
-        arrays = [tree.arrays() for tree in self.trees_]
-        state: State = {"passives": ",".join(self.passives_), "task": self.task_, "classes": self.n_classes_,
-                        "y_mean": self.y_mean_, "y_scale": self.y_scale_, "base": np.asarray(self.base_),
-                        "trees.sizes": np.asarray([len(t) for t in self.trees_], dtype=np.int64)}
-        for k in TREE_FIELDS:
-            state[f"trees.{k}"] = np.concatenate([a[k] for a in arrays])
-        state.update({f"own.{k}": v for k, v in self.own_table_.arrays().items()})
-        return state
-
-    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        passives = str(need(state, "passives"))
-        self.passives_ = passives.split(",") if passives else []
-        self.task_ = str(need(state, "task"))
-        self.n_classes_ = int(need(state, "classes"))
-        self.y_mean_, self.y_scale_ = float(need(state, "y_mean")), float(need(state, "y_scale"))
-        self.base_ = np.asarray(need(state, "base"), dtype=np.float64)
-        ends = np.cumsum(np.asarray(need(state, "trees.sizes"), dtype=np.int64))
-        columns = {k: np.asarray(need(state, f"trees.{k}")) for k in TREE_FIELDS}
-        self.trees_ = [Tree.from_arrays({k: v[end - size:end] for k, v in columns.items()})
-                       for size, end in zip(np.diff(ends, prepend=0).tolist(), ends.tolist(), strict=True)]
-        self.own_table_ = LookupTable.from_arrays(*(np.asarray(need(state, f"own.{k}"))
-                                                    for k in ("column", "threshold", "default_left")))
-        self.n_train_ = 0
-
 
 def _unwire(array: np.ndarray) -> bytes:
     try:
@@ -344,14 +356,15 @@ def _unwire(array: np.ndarray) -> bytes:
 
 def _close(ctx: NodeContext) -> None:
     """Ends a training under way at this party, and its helper processes."""
-    party = ctx.state.pop(PARTY, None)
-    if isinstance(party, ColumnsParty):
-        party.ops.close()
+    part = ctx.part(BoostPart)
+    if part.training is not None:
+        part.training.ops.close()
+        part.training = None
 
 
 def _party(ctx: NodeContext, *, gradients: bool = True) -> ColumnsParty:
-    party = ctx.state.get(PARTY)
-    if not isinstance(party, ColumnsParty):
+    party = ctx.part(BoostPart).training
+    if party is None:
         raise ProtocolError("secureboost: this party has no training under way (sb.init first)")
     if gradients and party.gh is None:
         raise ProtocolError("secureboost: no gradients for a tree yet (sb.gradients first)")
@@ -428,7 +441,7 @@ class _Federated:
         for p, reply in (self.fed.exchange("sb.histograms", requests) if requests else {}).items():
             k = self.passives.index(p) + 1
             nodes = [a.node for a in asks[k] if a.rows is not None]  # the others the grower subtracts
-            framed = _unwire(np.asarray(reply.get("sums")))
+            framed = _unwire(reply.array("sums"))
             head = 8 * len(nodes)
             sizes = np.frombuffer(framed[:head], dtype=np.int64) if len(framed) >= head else np.zeros(0)
             if len(sizes) != len(nodes) or int(sizes.sum()) != len(framed) - head or np.any(sizes < 0):
@@ -462,8 +475,8 @@ class _Federated:
                     "default_left": np.asarray([a.candidate.default_left for a in v], dtype=bool)}
         for p, reply in (self.fed.exchange("sb.splits", requests) if requests else {}).items():
             k = self.passives.index(p) + 1
-            records, sizes = np.asarray(reply.get("records")), np.asarray(reply.get("sizes"))
-            left = np.asarray(reply.get("left"), dtype=bool)
+            records, sizes = reply.array("records"), reply.array("sizes")
+            left = reply.array("left").astype(bool)
             if records.shape != (len(asks[k]),) or sizes.shape != records.shape or int(sizes.sum()) != len(left):
                 raise ProtocolError(f"party {p!r} answered sb.splits with {records.shape} records and "
                                     f"{len(left)} decisions for {len(asks[k])} nodes")
@@ -484,7 +497,7 @@ def _partner_decisions(fed: Federation, ids: np.ndarray,
     decisions = {}
     for p in parties:
         reply = replies.get(p)
-        left = np.asarray(reply.get("left"), dtype=bool) if reply is not None else np.zeros((0, 0), dtype=bool)
+        left = reply.array("left").astype(bool) if reply is not None else np.zeros((0, 0), dtype=bool)
         if reply is not None and (left.ndim != 2 or len(left) != int(held[p].sum())):
             raise ProtocolError(f"party {p!r} answered sb.decide with {left.shape} decisions for "
                                 f"{int(held[p].sum())} people")

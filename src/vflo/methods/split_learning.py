@@ -14,15 +14,17 @@ pass was the best so far (:class:`RemoteBottomsTrainer`), so every party ends at
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, INT, STR, Fields, Payload, Value, expect_rows, floats
+from vflo.comm.message import BOOL, IDS, INT, STR, Fields, Payload, Reply, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, PrivacyAccount, RowNoise
-from vflo.errors import ProtocolError, RemoteError, TransportError
+from vflo.errors import MethodError, ProtocolError, RemoteError, TransportError
 from vflo.methods.base import State, prefixed, unprefixed
+from vflo.methods.saved import At, Built, Part, Saved
 from vflo.nn.train import (
     History,
     TrainConfig,
@@ -45,7 +47,6 @@ if TYPE_CHECKING:
 else:
     from vflo.lazy import torch
 
-BOTTOM = "split.bottom"
 
 
 class Bottom:
@@ -153,9 +154,37 @@ class Bottom:
         return out
 
 
+@dataclass
+class SplitPart(Part):
+    """A party's side of split learning: its bottom network, and while training the inputs it feeds it (per
+    subset, ``"train"`` and ``"val"``) with the IDs of their rows."""
+
+    bottom: Bottom | None = None
+    x: dict[str, torch.Tensor] = field(default_factory=dict)
+    x_ids: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _save_bottom(bottom: Bottom) -> State:
+    return {**module_state(bottom.net), "in_dim": bottom.in_dim}
+
+
+def _load_bottom(sub: Mapping[str, Value], at: At) -> Bottom:
+    in_dim = sub.get("in_dim")
+    if not isinstance(in_dim, int):
+        raise MethodError("the saved bottom network lacks its input width")
+    bottom: Bottom = at.method.new_bottom(at.where, in_dim)
+    load_module_state(bottom.net, {k: v for k, v in sub.items() if k != "in_dim"})
+    bottom.finish(False)
+    return bottom
+
+
+#: A party keeps its bottom network: it computes its share of every score.
+BOTTOM = Saved("bottom", Built(_save_bottom, _load_bottom), "its bottom network", optional=True, part=None)
+
+
 def bottom_of(ctx: NodeContext) -> Bottom:
-    bottom = ctx.state.get(BOTTOM)
-    if not isinstance(bottom, Bottom):
+    bottom = ctx.part(SplitPart).bottom
+    if bottom is None:
         raise ProtocolError(f"party {ctx.party!r} got a split-learning message before its bottom network was built")
     return bottom
 
@@ -185,22 +214,8 @@ class SplitParty(HandlerSet):
                         rng=ctx.rng("split-activation-noise"), keyed=ctx.row_noise("split-activations"),
                         account=ctx.privacy)
         bottom.in_dim = in_dim
-        ctx.state[BOTTOM] = bottom
+        ctx.part(SplitPart).bottom = bottom
         return bottom
-
-    def party_state(self, ctx: NodeContext) -> State:
-        """A party keeps its bottom network: it computes its share of every score."""
-        bottom = ctx.state.get(BOTTOM)
-        if not isinstance(bottom, Bottom):
-            return {}
-        return {**module_state(bottom.net, "bottom."), "bottom.in_dim": bottom.in_dim}
-
-    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
-        if "bottom.in_dim" not in state:
-            return
-        bottom = self.new_bottom(ctx, int(state["bottom.in_dim"]))
-        load_module_state(bottom.net, {k: v for k, v in state.items() if k != "bottom.in_dim"}, "bottom.")
-        bottom.finish(False)
 
     @handles("split.backward",
              served="after this party's forward pass of the same batch",
@@ -242,21 +257,21 @@ class SplitParty(HandlerSet):
     def _split_finish(self, ctx: NodeContext, payload: Fields) -> Payload:
         bottom_of(ctx).finish(payload.flag("keep_previous"))
         # Training rows are no longer needed; serving rows are read on demand.
-        ctx.state.pop("x", None)
-        ctx.state.pop("x.ids", None)
+        part = ctx.part(SplitPart)
+        part.x, part.x_ids = {}, {}
         return {}
 
     @handles("split.activations",
              served="after training (bottom network built): rows to score or the student's rows",
-             carries={"ids": "ids"}, replies={"acts": "outputs"}, ids=IDS, split=STR)
+             carries={"ids": "ids"}, replies={"acts": "outputs"}, ids=IDS, purpose=STR)
     def _split_activations(self, ctx: NodeContext, payload: Fields) -> Payload:
         """Evaluation-mode activations of rows ``ids`` of this party's training or serving rows."""
         ids = payload.array("ids")
-        rows = ctx.rows(payload.text("split")).subset(ids)
+        rows = ctx.rows(payload.text("purpose")).subset(ids)
         return {"acts": bottom_of(ctx).infer(as_tensor(self.bottom_input(ctx, rows)), rows.ids)}
 
 
-def remote_activations(replies: dict[str, Payload], parties: list[str], rows: int,
+def remote_activations(replies: Mapping[str, Payload], parties: list[str], rows: int,
                        widths: dict[str, int]) -> list[torch.Tensor]:
     """Each party's activations from its reply, checked, as float32 tensors in ``parties`` order."""
     return [torch.as_tensor(expect_rows(replies[p], "acts", party=p, rows=rows, width=widths[p], what="activations"))
@@ -295,28 +310,28 @@ def _held_by_whoever_answers(fed: Federation, ids: np.ndarray, parties: list[str
     held = {p: np.zeros(len(ids), dtype=bool) for p in parties}
     for p in fed.present(parties):
         try:
-            held[p] = fed.align(ids, [p], split="serve").holding(p, ids)
+            held[p] = fed.align(ids, [p], purpose="serve").holding(p, ids)
         except (TransportError, RemoteError) as exc:
             fed.mark_absent(p, exc)
     return held
 
 
 def ask_holders(fed: Federation, kind: str, ids: np.ndarray,
-                parties: list[str]) -> tuple[dict[str, Payload], dict[str, np.ndarray]]:
+                parties: list[str]) -> tuple[dict[str, Reply], dict[str, np.ndarray]]:
     """Ask each partner ``kind`` about the people among ``ids`` it holds (one alignment of the serving rows, one
     exchange): the replies, and which people each partner holds. With ``fed.whoever_answers`` (``missing =
     "subset"``) a partner that does not answer is absent, holding none of them, and has no reply."""
     if fed.whoever_answers:
         held = _held_by_whoever_answers(fed, ids, parties)
-        asked = {p: {"ids": ids[h], "split": "serve"} for p, h in held.items() if h.any()}
+        asked = {p: {"ids": ids[h], "purpose": "serve"} for p, h in held.items() if h.any()}
         replies, lost = fed.exchange_tolerant(kind, asked)
         for p, exc in lost.items():
             fed.mark_absent(p, exc)
             held[p] = np.zeros(len(ids), dtype=bool)
         return replies, held
-    alignment = fed.align(ids, parties, split="serve")
+    alignment = fed.align(ids, parties, purpose="serve")
     held = {p: alignment.holding(p, ids) for p in parties}
-    return fed.exchange(kind, {p: {"ids": ids[held[p]], "split": "serve"} for p in parties}), held
+    return fed.exchange(kind, {p: {"ids": ids[held[p]], "purpose": "serve"} for p in parties}), held
 
 
 def state_copy(module: nn.Module) -> dict[str, Any]:
@@ -376,8 +391,7 @@ class RemoteBottomsTrainer(Trainer):
         common = set(store.epochs(self.checkpoint.run)) if store is not None else set()
         if self.parties:
             for reply in self.fed.broadcast("split.checkpoints", {"run": self.checkpoint.run}, self.parties).values():
-                epochs = reply.get("epochs")
-                common &= set(np.asarray(epochs).tolist()) if isinstance(epochs, np.ndarray) else set()
+                common &= set(reply.array("epochs").tolist())
         return sorted(common)
 
     def read_checkpoint(self, epoch: int) -> dict[str, Any]:
@@ -434,7 +448,7 @@ class HeldRowsTrainer(RemoteBottomsTrainer):
                            "keep_previous": keep}
         return requests
 
-    def activations(self, replies: dict[str, Payload], rows: np.ndarray, subset: str) -> dict[str, torch.Tensor]:
+    def activations(self, replies: Mapping[str, Payload], rows: np.ndarray, subset: str) -> dict[str, torch.Tensor]:
         """Each answering partner's activations, checked: one row per person of ``rows`` it holds."""
         return {p: torch.as_tensor(expect_rows(reply, "acts", party=p, rows=int(self.held[subset][p][rows].sum()),
                                                width=self.widths[p], what="activations"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,12 +9,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Fields, Payload, Value
+from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Fields, Payload
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, State, handles, need
+from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, handles
+from vflo.methods.saved import INTEGER, NUMBER, PARTY_NAMES, WIDTHS, Saved, Saves, network
 from vflo.methods.split_learning import (
+    BOTTOM,
     HeldRowsTrainer,
+    SplitPart,
     SplitParty,
     bottom_of,
     holders_activations,
@@ -26,8 +28,6 @@ from vflo.nn.train import (
     TrainConfig,
     adam,
     as_tensor,
-    load_module_state,
-    module_state,
     split_validation,
 )
 
@@ -125,6 +125,15 @@ class SplitNN(SplitParty, Method):
         "passive": ("passive_bottom", "activation", "train.lr", "train.weight_decay")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("activation_noise", "payload_dtype")}
 
+    saves: ClassVar[Saves] = Saves(
+        model=(Saved("passives", PARTY_NAMES, "who sends activations"),
+               Saved("widths", WIDTHS, "what width each sends"),
+               Saved("in_dim", INTEGER, "its own width"),
+               Saved("y_mean", NUMBER, "the regression target's mean"), Saved("y_scale", NUMBER, "and scale"),
+               Saved("bottom", network(lambda at: at.method._bottom_net(at.where)), "its own bottom network"),
+               Saved("top", network(lambda at: at.method._top_net(at.where)), "the top network")),
+        part=SplitPart, parts={"passive": (BOTTOM,)})
+
     config: SplitNNConfig
 
     @classmethod
@@ -134,6 +143,20 @@ class SplitNN(SplitParty, Method):
             return {"fallback": "local"}
         # Beside a second hop, split learning trains with the first hop alone (VFL-ASP's VFL-STD baseline).
         return {} if layout == "star" else {"partners": [first_hop]}
+
+    # -- the active party's networks: from the config, its own width and the partners' widths -----------------
+
+    def _bottom_net(self, fed: Federation) -> nn.Module:
+        from vflo.nn.models import mlp
+        cfg = self.config
+        return mlp(self.in_dim_, cfg.active_bottom, None, activation=cfg.activation,
+                   generator=fed.torch_generator("splitnn-bottom"))
+
+    def _top_net(self, fed: Federation) -> nn.Module:
+        from vflo.nn.models import mlp
+        cfg = self.config
+        return mlp(cfg.active_bottom[-1] + sum(self.widths_.values()), cfg.top, fed.n_outputs,
+                   activation=cfg.activation, generator=fed.torch_generator("splitnn-top"))
 
     # -- hooks for methods built on split learning (VFL-ASP's teacher) ---------------------------------
 
@@ -174,8 +197,9 @@ class SplitNN(SplitParty, Method):
         x_train = self.bottom_input(ctx, data.subset(train_ids))
         x_val = self.bottom_input(ctx, data.subset(val_ids))
         self.new_bottom(ctx, int(x_train.shape[1]))
-        ctx.state["x"] = {"train": as_tensor(x_train), "val": as_tensor(x_val)}
-        ctx.state["x.ids"] = {"train": np.asarray(train_ids), "val": np.asarray(val_ids)}
+        part = ctx.part(SplitPart)
+        part.x = {"train": as_tensor(x_train), "val": as_tensor(x_val)}
+        part.x_ids = {"train": np.asarray(train_ids), "val": np.asarray(val_ids)}
         return {"width": self.config.passive_bottom[-1]}
 
     @handles("splitnn.forward",
@@ -185,11 +209,12 @@ class SplitNN(SplitParty, Method):
     def _forward(self, ctx: NodeContext, payload: Fields) -> Payload:
         bottom = bottom_of(ctx)
         subset = payload.text("subset")
-        if subset not in ctx.state.get("x", {}):
+        part = ctx.part(SplitPart)
+        if subset not in part.x:
             raise ProtocolError(f"splitnn.forward: unknown subset {subset!r}")
         rows = payload.array("rows")
-        x = ctx.state["x"][subset][torch.as_tensor(rows)]
-        ids = ctx.state["x.ids"][subset][rows]
+        x = part.x[subset][torch.as_tensor(rows)]
+        ids = part.x_ids[subset][rows]
         if payload.flag("training"):
             return {"acts": bottom.forward(x, ids)}
         bottom.validation_pass(payload.flag("keep_previous"))
@@ -226,18 +251,12 @@ class SplitNN(SplitParty, Method):
             requests: dict[str, Payload] = {p: {"train_ids": train_ids[held[p][train_pos]],
                                                 "val_ids": val_ids[held[p][val_pos]]} for p in passives}
             for name, reply in fed.exchange("splitnn.init", requests).items():
-                width = reply.get("width")
-                if not isinstance(width, int) or width < 1:
+                width = reply.integer("width")
+                if width < 1:
                     raise ProtocolError(f"party {name!r} answered splitnn.init with width {width!r}")
                 widths[name] = width
-        self.passives_ = passives
-        self.widths_ = widths
-        from vflo.nn.models import mlp
-
-        self.bottom_ = mlp(data.n_features, cfg.active_bottom, None, activation=cfg.activation,
-                           generator=fed.torch_generator("splitnn-bottom"))
-        self.top_ = mlp(cfg.active_bottom[-1] + sum(widths.values()), cfg.top, fed.n_outputs,
-                        activation=cfg.activation, generator=fed.torch_generator("splitnn-top"))
+        self.passives_, self.widths_, self.in_dim_ = passives, widths, data.n_features
+        self.bottom_, self.top_ = self._bottom_net(fed), self._top_net(fed)
         y_train = data.subset(train_ids).require_labels()
         y_val = data.subset(val_ids).require_labels()
         # Regression targets are standardised on the training rows, as the MLP estimator does: Adam's steps
@@ -263,7 +282,7 @@ class SplitNN(SplitParty, Method):
             # Trained to do without any partner: zeros where one lacks a person, as a dropped one's were.
             remote, held = holders_activations(fed, ids, self.passives_, self.widths_)
         else:
-            replies = fed.score_together("split.activations", ids, self.passives_, extra={"split": "serve"})
+            replies = fed.score_together("split.activations", ids, self.passives_, extra={"purpose": "serve"})
             remote = remote_activations(replies, self.passives_, len(ids), self.widths_)
             held = {p: np.ones(len(ids), dtype=bool) for p in self.passives_}
         with torch.no_grad():
@@ -304,27 +323,6 @@ class SplitNN(SplitParty, Method):
                          "passive party; the top model was trained on every label without privacy, and the "
                          "early-stopping decision and the validation rows' choice are not noised")
         return "; ".join(parts)
-
-    def coordinator_state(self, fed: Federation) -> State:
-        return {**module_state(self.bottom_, "bottom."), **module_state(self.top_, "top."),
-                "in_dim": fed.data.n_features, "passives": json.dumps(self.passives_),
-                "widths": json.dumps(self.widths_), "y_mean": self.y_mean_, "y_scale": self.y_scale_}
-
-    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        from vflo.nn.models import mlp
-
-        cfg = self.config
-        self.passives_ = [str(p) for p in json.loads(str(need(state, "passives")))]
-        self.widths_ = {str(k): int(v) for k, v in json.loads(str(need(state, "widths"))).items()}
-        self.y_mean_, self.y_scale_ = float(need(state, "y_mean")), float(need(state, "y_scale"))
-        self.bottom_ = mlp(int(need(state, "in_dim")), cfg.active_bottom, None, activation=cfg.activation,
-                           generator=fed.torch_generator("splitnn-bottom"))
-        self.top_ = mlp(cfg.active_bottom[-1] + sum(self.widths_.values()), cfg.top, fed.n_outputs,
-                        activation=cfg.activation, generator=fed.torch_generator("splitnn-top"))
-        load_module_state(self.bottom_, state, "bottom.")
-        load_module_state(self.top_, state, "top.")
-        self.bottom_.eval()
-        self.top_.eval()
 
 
 class _SplitTrainer(HeldRowsTrainer):

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.comm.message import Value
 from vflo.errors import ConfigError, MethodError
-from vflo.methods.base import MethodConfig, State, need
+from vflo.methods.base import MethodConfig
 from vflo.methods.fedsvd import FedSVDProtocol, FedSVDSettings
-from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
+from vflo.methods.representation import CLASSIFIER
+from vflo.methods.saved import INTEGER, Saved, Saves, autoencoder
+from vflo.nn.distill import DistillLoss, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
 
@@ -64,6 +65,11 @@ class VFedTrans(FedSVDProtocol):
     paper = "Huang et al. 2023, VFedTrans"
     quick: ClassVar[Mapping[str, Any]] = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 64}}
     inference = "active_only"
+    saves: ClassVar[Saves] = Saves(model=(
+        Saved("latent", INTEGER, "its width", attr="latent_width_"),
+        Saved("ae", autoencoder(lambda at: (*at.method.config.hidden, at.method.latent_width_),
+                                lambda at: at.method.config.activation), "its autoencoder", attr="autoencoder_"),
+        CLASSIFIER))
     # It scores from the active party alone and keeps no right factors: the SVD's exchange, without its scoring.
     serves: ClassVar[frozenset[str] | None] = frozenset(FedSVDProtocol.handler_table()) - {"svd.right", "svd.project"}
 
@@ -99,11 +105,3 @@ class VFedTrans(FedSVDProtocol):
 
     def summary_stats(self) -> dict[str, float]:
         return {**super().summary_stats(), **self.autoencoder_.history.summary()}
-
-    def representation_state(self, fed: Federation) -> State:
-        return {**self.autoencoder_.state("ae."), "latent": self.latent_width_}
-
-    def load_representation_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        self.latent_width_ = int(need(state, "latent"))
-        self.autoencoder_ = FittedAutoencoder.from_state(state, "ae.", (*self.config.hidden, self.latent_width_),
-                                                         activation=self.config.activation)

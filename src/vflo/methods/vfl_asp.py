@@ -17,12 +17,13 @@ from vflo.data.datasets import Task
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError
-from vflo.methods.base import Claim, Inference, Layout, Method, State, handles, need
+from vflo.methods.base import Claim, Inference, Layout, Method, State, handles
 from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
-from vflo.methods.split_learning import remote_activations
+from vflo.methods.saved import INTEGER, At, Built, Part, Saved, Saves, network
+from vflo.methods.split_learning import BOTTOM, SplitPart, remote_activations
 from vflo.methods.splitnn import SplitNN, SplitNNConfig
 from vflo.nn.distill import FittedAutoencoder, fit_autoencoder
-from vflo.nn.train import TrainConfig, as_tensor, fit_module, load_module_state, module_state
+from vflo.nn.train import TrainConfig, as_tensor, fit_module
 
 if TYPE_CHECKING:
     import torch
@@ -82,6 +83,31 @@ class VFLASPConfig(SplitNNConfig):
             raise ConfigError("first_hop and second_hop must name two different parties")
 
 
+@dataclass
+class ASPPart(Part):
+    """The first hop's side: whether it extracted this run, the people it shares with the second hop and their
+    embedding, its encoder approximating that embedding from its own columns, and how long each step took."""
+
+    extracting: bool = False
+    shared: np.ndarray | None = None
+    embeddings: np.ndarray | None = None
+    encoder: FittedAutoencoder | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _save_encoder(encoder: FittedAutoencoder) -> State:
+    return {**encoder.state(""), "components": encoder.width}
+
+
+def _load_encoder(sub: Mapping[str, Value], at: At) -> FittedAutoencoder:
+    components = sub.get("components")
+    if not isinstance(components, int):
+        raise MethodError("the saved embedding encoder lacks its width")
+    cfg = at.method.config
+    return FittedAutoencoder.from_state({k: v for k, v in sub.items() if k != "components"}, "",
+                                        (*cfg.embedding_encoder, components), activation=cfg.embedding_activation)
+
+
 class VFLASP(MaskedSVD, SplitNN):
     """VFL-ASP: "Vertical Federated Learning Across Second-hop Parties" (four modules).
 
@@ -108,6 +134,13 @@ class VFLASP(MaskedSVD, SplitNN):
         t: {"max_epochs": 2, "patience": 0, "batch_size": 64} for t in ("train", "student_train", "embedding_train")}
     inference: ClassVar[Inference] = "collaborative"
     student: ClassVar[bool] = False
+    # The teacher as SplitNN's parts, with the first hop's embedding encoder beside its bottom.
+    saves: ClassVar[Saves] = Saves(
+        model=(*SplitNN.saves.model, Saved("shared", INTEGER, "the SVD embedding's rows"),
+               Saved("components", INTEGER, "and width")),
+        part=SplitPart, parts={"passive": (BOTTOM, Saved("encoder", Built(_save_encoder, _load_encoder),
+                                                         "first hop: its embedding encoder", optional=True,
+                                                         part=ASPPart))})
 
     # P1's embedding autoencoder runs at P1 alone; the second hop's noise is shared (the reported ε is its).
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": (
@@ -148,16 +181,17 @@ class VFLASP(MaskedSVD, SplitNN):
              replies={"shared": "control", "components": "control"}, second_hop=STR)
     def _extract(self, ctx: NodeContext, payload: Fields) -> Payload:
         """P1 drives steps 1 and 2: align with P2, get the mask, have both blocks masked, solve, approximate."""
-        if ctx.state.get("asp.extracting"):
+        part = ctx.part(ASPPart)
+        if part.extracting:
             raise RefusedError(f"first hop {ctx.party!r} extracts embeddings once a run; refused")
-        ctx.state["asp.extracting"] = True
+        part.extracting = True
         data = ctx.require_data()
         t0 = time.perf_counter()
         second = payload.text("second_hop")
         ids = np.sort(data.ids)
-        reply = ctx.send(second, plain.KIND, {"ids": ids, "split": "train"})
-        held = reply.get("held")
-        if not isinstance(held, np.ndarray) or held.shape != (len(ids),):
+        reply = ctx.send(second, plain.KIND, {"ids": ids, "purpose": "train"})
+        held = reply.array("held")
+        if held.shape != (len(ids),) or held.dtype != bool:
             raise ProtocolError(f"party {second!r} answered alignment with a malformed mask")
         shared = ids[held]
         if len(shared) == 0:
@@ -167,24 +201,24 @@ class VFLASP(MaskedSVD, SplitNN):
         svd = self.masked_svd(ctx, ctx, shared, {second: np.ones(len(shared), dtype=bool)}, widths=None,
                               rank=self.config.components)
         E = svd.U * svd.S
-        ctx.state["asp.embeddings"] = (shared, E)
+        part.shared, part.embeddings = shared, E
         svd_seconds = time.perf_counter() - t0
         targets = np.zeros((data.n_samples, E.shape[1]), dtype=np.float32)
         targets[data.positions(shared)] = E
         cfg = self.config
-        ctx.state["asp.encoder"] = fit_autoencoder(
+        part.encoder = fit_autoencoder(
             data.X, (*cfg.embedding_encoder, E.shape[1]), activation=cfg.embedding_activation,
             train=cfg.embedding_train, generator=ctx.torch_generator("asp-ae"), rng=ctx.rng("asp-ae"),
             target=targets, target_mask=np.isin(data.ids, shared), weight=cfg.embedding_weight,
             distill="mse", reduction="mean", target_rec_weight=1.0 - cfg.embedding_weight)
-        ctx.state["asp.seconds"] = {"svd": svd_seconds, "autoencoder": time.perf_counter() - t0 - svd_seconds}
+        part.seconds = {"svd": svd_seconds, "autoencoder": time.perf_counter() - t0 - svd_seconds}
         logger.info("%s: embeddings of %d shared rows in %.2fs (federated SVD), encoder in %.2fs", ctx.party,
-                    len(shared), svd_seconds, ctx.state["asp.seconds"]["autoencoder"])
+                    len(shared), svd_seconds, part.seconds["autoencoder"])
         return {"shared": len(shared), "components": int(E.shape[1])}
 
     def bottom_input(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
-        encoder = ctx.state.get("asp.encoder")
-        if not isinstance(encoder, FittedAutoencoder):
+        encoder = ctx.part(ASPPart).encoder
+        if encoder is None:
             raise ProtocolError(f"party {ctx.party!r} has no embedding encoder: it is not VFL-ASP's first hop")
         return encoder.encode(rows.X)
 
@@ -208,8 +242,8 @@ class VFLASP(MaskedSVD, SplitNN):
                     raise MethodError(text + "; fix the split or set on_overlap = 'warn'")
                 logger.warning("%s", text)
         extracted = fed.request(cfg.first_hop, "asp.extract", {"second_hop": cfg.second_hop})
-        self.shared_ = int(extracted.get("shared", 0))
-        self.components_ = int(extracted.get("components", 0))
+        self.shared_ = extracted.integer("shared")
+        self.components_ = extracted.integer("components")
         if len(fed.align(fed.data.ids, [cfg.first_hop]).ids) == 0:
             raise MethodError(f"the active party shares no sample with the first-hop party {cfg.first_hop!r}; "
                               "the teacher needs their overlap")
@@ -221,15 +255,12 @@ class VFLASP(MaskedSVD, SplitNN):
         cfg = self.config
         data = fed.data
         ids = fed.align(data.ids, [cfg.first_hop]).ids
-        reply = fed.request(cfg.first_hop, "split.activations", {"ids": ids, "split": "train"})
+        reply = fed.request(cfg.first_hop, "split.activations", {"ids": ids, "purpose": "train"})
         remote = remote_activations({cfg.first_hop: reply}, [cfg.first_hop], len(ids), self.widths_)
         own = as_tensor(data.subset(ids).X)
         with torch.no_grad():
             soft = torch.softmax(self.top_(torch.cat([self.bottom_(own), *remote], dim=1)), dim=1)
-        from vflo.nn.models import mlp
-
-        student = mlp(data.n_features, cfg.student_hidden, fed.n_outputs, activation=cfg.activation,
-                      generator=fed.torch_generator("asp-student"))
+        student = self._student_net(fed)
 
         def kl(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
             loss: torch.Tensor = F.kl_div(F.log_softmax(model(batch["x"]), dim=1), batch["soft"],
@@ -239,6 +270,12 @@ class VFLASP(MaskedSVD, SplitNN):
         fit_module(student, kl, {"x": own, "soft": soft}, config=cfg.student_train, rng=fed.rng("asp-student"))
         self.student_ = student
         self.student_rows_ = len(ids)
+
+    def _student_net(self, fed: Federation) -> torch.nn.Module:
+        from vflo.nn.models import mlp
+
+        return mlp(self.in_dim_, self.config.student_hidden, fed.n_outputs, activation=self.config.activation,
+                   generator=fed.torch_generator("asp-student"))
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.predict_by(fed, ids)[0]
@@ -267,43 +304,6 @@ class VFLASP(MaskedSVD, SplitNN):
                                             "masking; the first hop's activations and embedding carry no noise"]))
         return scope
 
-    # -- saving: the teacher as SplitNN's parts, P1's embedding encoder with P1's bottom; the student alone ----
-
-    def coordinator_state(self, fed: Federation) -> State:
-        if self.student:
-            return {**module_state(self.student_, "student."), "in_dim": fed.data.n_features}
-        return {**super().coordinator_state(fed), "shared": self.shared_, "components": self.components_}
-
-    def load_coordinator_state(self, fed: Federation, state: Mapping[str, Value]) -> None:
-        if not self.student:
-            super().load_coordinator_state(fed, state)
-            self.shared_, self.components_ = int(need(state, "shared")), int(need(state, "components"))
-            return
-        from vflo.nn.models import mlp
-
-        self.student_ = mlp(int(need(state, "in_dim")), self.config.student_hidden, fed.n_outputs,
-                            activation=self.config.activation, generator=fed.torch_generator("asp-student"))
-        load_module_state(self.student_, state, "student.")
-        self.student_.eval()
-        self.shared_ = self.components_ = 0
-
-    def party_state(self, ctx: NodeContext) -> State:
-        encoder = ctx.state.get("asp.encoder")
-        if self.student or not isinstance(encoder, FittedAutoencoder):
-            return {}
-        return {**super().party_state(ctx), **encoder.state("encoder."),
-                "encoder.components": int(ctx.state["asp.embeddings"][1].shape[1])}
-
-    def load_party_state(self, ctx: NodeContext, state: Mapping[str, Value]) -> None:
-        if "encoder.components" not in state:
-            return
-        cfg = self.config
-        hidden = (*cfg.embedding_encoder, int(state["encoder.components"]))
-        ctx.state["asp.encoder"] = FittedAutoencoder.from_state(
-            {k: v for k, v in state.items() if k != "encoder.components"}, "encoder.", hidden,
-            activation=cfg.embedding_activation)
-        super().load_party_state(ctx, state)
-
 
 class VFLASPStudent(VFLASP):
     """VFL-ASP's student (its Table 3): all four modules, then the active party's student scores new rows
@@ -319,3 +319,8 @@ class VFLASPStudent(VFLASP):
     student: ClassVar[bool] = True
     # The student learns the teacher's class probabilities (KL); a regression teacher has none to give.
     tasks: ClassVar[frozenset[Task]] = frozenset({"binary", "multiclass"})
+    # The student alone, at the active party: the others keep nothing.
+    saves: ClassVar[Saves] = Saves(model=(
+        Saved("in_dim", INTEGER, "its own width"),
+        Saved("student", network(lambda at: at.method._student_net(at.where)), "the network on its own columns")))
+    shared_ = components_ = 0  # a loaded student knows nothing of the teacher's embedding

@@ -43,6 +43,12 @@ class FittedAutoencoder:
     model: Autoencoder
     history: History
 
+    @property
+    def width(self) -> int:
+        """The latent's width (the encoder's last layer)."""
+        last = [m for m in self.model.encoder.modules() if isinstance(m, torch.nn.Linear)][-1]
+        return int(last.out_features)
+
     def state(self, prefix: str) -> dict[str, Any]:
         """Its weights and input width, for a model artifact."""
         first = next(m for m in self.model.encoder.modules() if isinstance(m, torch.nn.Linear))

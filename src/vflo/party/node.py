@@ -16,18 +16,18 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import numpy as np
 
-from vflo.comm.message import BOOL, INT, STR, Fields, FieldSpec, Message, Payload, check_payload
+from vflo.comm.message import BOOL, INT, NAMES, STR, Fields, FieldSpec, Message, Payload, Reply, check_payload
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, PrivacyBudget, RowNoise
 from vflo.errors import PartyBoundaryError, ProtocolError, RefusedError, VfloError
 from vflo.party.handlers import HandlerInfo, HandlerSet
 from vflo.party.policy import Policy
-from vflo.roles import PartyInfo, Role
+from vflo.roles import ROLES, PartyInfo, Role
 from vflo.seeding import PartySecret, numpy_rng
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
+P = TypeVar("P")
 
 SETUP = "control.setup"
 TEARDOWN = "control.teardown"
@@ -61,10 +62,12 @@ def take_release_key(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, An
     if isinstance(key, np.ndarray):
         ctx.release_key = key.astype(np.uint8).tobytes()
     return rest
-SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "save": BOOL}
+SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": NAMES, "roles": NAMES,
+                                    "save": BOOL}
 SAVE_SPEC: dict[str, FieldSpec] = {"label": STR, "model_id": STR}
 READY_SPEC: dict[str, FieldSpec] = {"save": BOOL, "checkpoints": BOOL}
-LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": STR, "label": STR,
+LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": NAMES, "roles": NAMES,
+                                   "label": STR,
                                    "model_id": STR}
 #: What control messages carry and who may send them (the node checks senders itself; this is for the audit).
 CONTROL_INFO: dict[str, HandlerInfo] = {
@@ -142,8 +145,8 @@ def require_checkpoints(party: str, store: CheckpointStoreLike | None) -> Checkp
 class NodeContext:
     """What a handler may touch: its own party's data and state, and an outbox."""
 
-    __slots__ = ("_current_round", "_secret", "_transport", "checkpoints", "data", "info", "parties", "policy",
-                 "privacy", "release_key", "run", "seed", "sender", "serving", "state")
+    __slots__ = ("_current_round", "_parts", "_secret", "_transport", "checkpoints", "data", "info", "parties",
+                 "policy", "privacy", "release_key", "run", "seed", "sender", "serving")
 
     def __init__(
         self, *, info: PartyInfo, data: PartyData | None, serving: PartyData | None,
@@ -167,13 +170,21 @@ class NodeContext:
         self.privacy = privacy if privacy is not None else PrivacyAccount(info.name)
         # What this party agreed to (its own config): bounds handlers check, such as the masks it accepts.
         self.policy = policy if policy is not None else Policy()
-        self.state: dict[str, Any] = {}
+        # This party's own state, one typed object per kind (a method's part, its alignment): see part().
+        self._parts: dict[type, Any] = {}
         # Who sent the message being handled (set by the node for each message).
         self.sender = ""
         self._transport = transport
         self._current_round = 0
         # This party's own checkpoint folder (from its own config), where training can pause and resume.
         self.checkpoints = checkpoints
+
+    def part(self, kind: type[P]) -> P:
+        """This party's own state of ``kind`` (a class whose attributes hold it), made empty on first use."""
+        found = self._parts.get(kind)
+        if found is None:
+            found = self._parts[kind] = kind()
+        return cast(P, found)
 
     def require_checkpoints(self) -> CheckpointStoreLike:
         return require_checkpoints(self.party, self.checkpoints)
@@ -187,15 +198,15 @@ class NodeContext:
             raise PartyBoundaryError(f"party {self.party!r} ({self.info.role}) holds no data for this step")
         return self.data
 
-    def rows(self, split: str) -> PartyData:
+    def rows(self, purpose: str) -> PartyData:
         """This party's training rows (``"train"``) or the rows it holds for scoring (``"serve"``)."""
-        if split == "train":
+        if purpose == "train":
             return self.require_data()
-        if split == "serve":
+        if purpose == "serve":
             if self.serving is None:
                 raise PartyBoundaryError(f"party {self.party!r} holds no rows to score")
             return self.serving
-        raise ProtocolError(f"unknown row split {split!r}; expected 'train' or 'serve'")
+        raise ProtocolError(f"unknown purpose of rows {purpose!r}; expected 'train' or 'serve'")
 
     def rng(self, *purpose: int | str) -> np.random.Generator:
         """A numpy generator for this party and purpose from the party's own secret (salted by the run seed):
@@ -218,7 +229,7 @@ class NodeContext:
         name = "\x1f".join(str(p) for p in purpose).encode("utf-8")
         return RowNoise(hashlib.blake2b(name, key=self.release_key, digest_size=32).digest())
 
-    def send(self, receiver: str, kind: str, payload: Payload) -> Payload:
+    def send(self, receiver: str, kind: str, payload: Payload) -> Reply:
         """Send an onward request in the current round and return the reply's payload."""
         if self._transport is None:
             raise ProtocolError(f"party {self.party!r} has no transport to reach {receiver!r}")
@@ -226,7 +237,7 @@ class NodeContext:
                           run=self.run)
         return self._transport.request(message).unwrap()
 
-    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Payload]:
+    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Reply]:
         """Onward requests of one kind to several parties, in the current round; each reply's payload."""
         return {receiver: self.send(receiver, kind, payload) for receiver, payload in payloads.items()}
 
@@ -551,7 +562,7 @@ class Node:
                     self.policy.describe())
         return {"own": json.dumps(differs, sort_keys=True)}
 
-    def _checked_parties(self, payload: Payload) -> tuple[PartyInfo, ...]:
+    def _checked_parties(self, payload: Fields) -> tuple[PartyInfo, ...]:
         """The coordinator's list of parties, where it agrees with what this party's own config says of them."""
         parties = _parties(payload)
         for p in parties:
@@ -562,9 +573,15 @@ class Node:
         return parties
 
 
-def _parties(payload: Payload) -> tuple[PartyInfo, ...]:
-    try:
-        raw = json.loads(str(payload["parties"]))
-        return tuple(PartyInfo(str(n), r) for n, r in raw)
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise ProtocolError(f"a control message has a malformed party list: {exc}") from exc
+def parties_payload(parties: Sequence[PartyInfo]) -> Payload:
+    """The run's parties as a control message carries them: their names and their roles, in order."""
+    return {"parties": np.asarray([p.name for p in parties], dtype=np.str_),
+            "roles": np.asarray([p.role for p in parties], dtype=np.str_)}
+
+
+def _parties(payload: Fields) -> tuple[PartyInfo, ...]:
+    names, roles = payload.names("parties"), payload.names("roles")
+    if len(names) != len(roles) or len(set(names)) != len(names) or not set(roles) <= set(ROLES):
+        raise ProtocolError(f"a control message lists parties {names} with roles {roles}: each party once, with one "
+                            f"of the roles {list(ROLES)}; refused")
+    return tuple(PartyInfo(n, cast(Role, r)) for n, r in zip(names, roles, strict=True))

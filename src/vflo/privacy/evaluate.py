@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from vflo.comm.message import Message
+from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import FederatedData
 from vflo.errors import ConfigError, VfloError
 from vflo.federation.coordinator import Federation
 from vflo.federation.session import Session
