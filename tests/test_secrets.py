@@ -150,14 +150,14 @@ def test_one_row_releases_carry_independent_noise_and_a_row_asked_twice_is_the_s
     assert ctx is not None and client is not None
     rows = ctx.require_data()
     c = method.config.clip  # type: ignore[attr-defined]
-    singles = np.vstack([client._client_rows(ctx, rows.subset(rows.ids[i : i + 1])) for i in range(50)])  # type: ignore[attr-defined]
+    singles = np.vstack([client.released_rows(ctx, rows.subset(rows.ids[i : i + 1])) for i in range(50)])  # type: ignore[attr-defined]
     noise = singles - np.clip(rows.X[:50], -c, c)
     # No two people share a noise vector (the old release gave all 50 the same one).
     assert len({tuple(np.round(v, 5)) for v in noise}) == 50
     assert abs(np.corrcoef(noise[:-1].ravel(), noise[1:].ravel())[0, 1]) < 0.2
-    again = np.vstack([client._client_rows(ctx, rows.subset(rows.ids[i : i + 1])) for i in range(50)])  # type: ignore[attr-defined]
+    again = np.vstack([client.released_rows(ctx, rows.subset(rows.ids[i : i + 1])) for i in range(50)])  # type: ignore[attr-defined]
     assert np.array_equal(singles, again)  # asking twice gains nothing
-    assert np.array_equal(client._client_rows(ctx, rows.subset(rows.ids[:50])), singles)  # type: ignore[attr-defined]
+    assert np.array_equal(client.released_rows(ctx, rows.subset(rows.ids[:50])), singles)  # type: ignore[attr-defined]
     Session(fed).teardown()
 
 

@@ -325,8 +325,8 @@ def test_steps_out_of_order_are_refused() -> None:
                                              ("vfl_asp", ["svd.right", "svd.project"])])
 def test_a_variant_answers_only_the_steps_it_uses(name: str, kinds: list[str]) -> None:
     """Ablation sends nothing, yet a party running it answered APC-VFL's upload (it inherited the handlers):
-    a coordinator could install the harmless-looking method and pull latents. A variant serves only its own
-    steps; VFedTrans and VFL-ASP score without the SVD's right factors and answer neither of those kinds."""
+    a coordinator could install the harmless-looking method and pull latents. A variant has only its own steps'
+    handlers; VFedTrans and VFL-ASP score without the SVD's right factors and answer neither of those kinds."""
     _data, method, fed, _nodes = federation(name)
     method.fit(fed)
     for kind in kinds:

@@ -133,8 +133,6 @@ class APCVFL(RepresentationMethod):
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "passive": ("passive_encoder", "activation", "train", "reduction", "overcomplete")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("noise", "payload_dtype")}
-    # Scoring is the active party's alone: a passive party running APC-VFL answers the one upload, nothing else.
-    serves: ClassVar[frozenset[str] | None] = frozenset({"apc.encode_aligned"})
     saves: ClassVar[Saves] = Saves(model=(
         Saved("g3", autoencoder(lambda at: at.method.config.student_encoder, _activation),
               "the encoder distilled onto its own columns", attr="student_"), CLASSIFIER))
@@ -179,15 +177,6 @@ class APCVFL(RepresentationMethod):
         if noise is not None:
             z = noise.release_rows(z, ids, ctx.row_noise("apc-upload"), ctx.privacy, what="latents")
         return z.astype(self.config.payload_dtype)
-
-    @handles("apc.encode_serve",
-             served="apc_vfl_aligned only (APC-VFL and Ablation score without it): rows to score",
-             carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
-    def _encode_serve(self, ctx: NodeContext, payload: Fields) -> Payload:
-        """Collaborative inference (the fully aligned variant only, the one that serves it): g1 of rows to score."""
-        ids = payload.array("ids")
-        z = self._local_encoder(ctx).encode(ctx.rows("serve").subset(ids).X)
-        return {"z": self._released(ctx, z, ids)}
 
     # -- active party -----------------------------------------------------------------------------
 
@@ -276,12 +265,7 @@ class APCVFL(RepresentationMethod):
         targets = np.zeros((data.n_samples, self.config.joint_encoder[-1]), dtype=np.float32)
         aligned_mask = np.isin(data.ids, aligned_ids)
         targets[data.positions(aligned_ids)] = teacher
-        self.student_ = fit_autoencoder(
-            data.X, self.config.student_encoder, activation=self.config.activation, train=self.config.train,
-            generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"), target=targets,
-            target_mask=aligned_mask, weight=self.config.distill_weight, distill=self.config.distill,
-            reduction=self.config.reduction,
-        )
+        self.student_ = fit_student(fed, self.config, targets=targets, mask=aligned_mask)
         clock.lap("g3_student")
         self.timings_ = clock.laps
         return data.ids, self.student_.encode(data.X)
@@ -323,7 +307,6 @@ class APCVFLAligned(APCVFL):
     name = "apc_vfl_aligned"
     summary = "APC-VFL's fully aligned variant: classifier on the joint latent (collaborative inference)"
     inference = "collaborative"
-    serves: ClassVar[frozenset[str] | None] = frozenset({"apc.encode_aligned", "apc.encode_serve"})
     # A passive party keeps its g1: it encodes the rows to score.
     saves: ClassVar[Saves] = Saves(
         model=(Saved("g1", autoencoder(lambda at: at.method.config.active_encoder, _activation), "its own encoder",
@@ -340,30 +323,64 @@ class APCVFLAligned(APCVFL):
         self.timings_ = clock.laps
         return result
 
+    # -- a passive party: its share of scoring -----------------------------------------------------------
+
+    @handles("apc.encode_serve",
+             served="after training: rows to score",
+             carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
+    def _encode_serve(self, ctx: NodeContext, payload: Fields) -> Payload:
+        """Collaborative inference: g1 of rows to score."""
+        ids = payload.array("ids")
+        z = self._local_encoder(ctx).encode(ctx.rows("serve").subset(ids).X)
+        return {"z": self._released(ctx, z, ids)}
+
+    # -- the active party ----------------------------------------------------------------------------------
+
     def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         replies = fed.score_together("apc.encode_serve", ids, self.passives_)
         remote = [self._latent(p, replies[p], len(ids)) for p in self.passives_]
         return self.teacher_.encode(self._joint_input(self.g1_active_, fed.serving.subset(ids).X, remote))
 
 
-class Ablation(APCVFL):
+class Ablation(RepresentationMethod):
     """APC-VFL's Ablation (Irureta et al., Section 6.1): the student g3 without distillation.
 
     The active party trains g3 on its own rows alone, L(x_i) = ||x_i - f3(g3(x_i))||², and fits the
-    classifier on g3(X_A): no message is sent. It isolates what the nonlinear encoding alone adds.
+    classifier on g3(X_A): no message is sent. It isolates what the nonlinear encoding alone adds. It takes
+    APC-VFL's settings (the same student and classifier) and no part of its protocol: it has no handler.
     """
 
     name = "ablation"
+    Config = APCVFLConfig
     summary = "APC-VFL's student encoder trained on local data only, without distillation (no messages)"
-    inference = "active_only"
-    serves: ClassVar[frozenset[str] | None] = frozenset()  # it sends nothing, so a party running it answers nothing
+    paper = APCVFL.paper
+    quick: ClassVar[Mapping[str, Any]] = APCVFL.quick
+    inference: ClassVar[Inference] = "active_only"
+    saves: ClassVar[Saves] = APCVFL.saves
+
+    config: APCVFLConfig
 
     def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
         data = fed.data
         if data.n_features == 0:
             raise MethodError("ablation needs features at the active party; it has none")
-        self.student_ = fit_autoencoder(
-            data.X, self.config.student_encoder, activation=self.config.activation, train=self.config.train,
-            generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"), reduction=self.config.reduction,
-        )
+        self.student_ = fit_student(fed, self.config)
         return data.ids, self.student_.encode(data.X)
+
+    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+        return self.student_.encode(fed.serving.subset(ids).X)
+
+    def summary_stats(self) -> dict[str, float]:
+        """Epochs of the student g3."""
+        return super().summary_stats() | self.student_.history.summary("g3_")
+
+
+def fit_student(fed: Federation, config: APCVFLConfig, *, targets: np.ndarray | None = None,
+                mask: np.ndarray | None = None) -> FittedAutoencoder:
+    """Step 4, the student g3 on every row of the active party: distilled towards ``targets`` on the ``mask``
+    rows (APC-VFL), or reconstruction alone (no targets: the Ablation)."""
+    distill = {} if targets is None else {"target": targets, "target_mask": mask, "weight": config.distill_weight,
+                                          "distill": config.distill}
+    return fit_autoencoder(fed.data.X, config.student_encoder, activation=config.activation, train=config.train,
+                           generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"),
+                           reduction=config.reduction, **distill)  # type: ignore[arg-type]

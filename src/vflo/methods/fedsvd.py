@@ -15,7 +15,7 @@ import numpy as np
 from vflo.align.plain import Alignment
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import MethodConfig
-from vflo.methods.masked_svd import V_BLOCK, FedSVDSettings, MaskedSVD, SVDPart, SVDResult
+from vflo.methods.masked_svd import V_BLOCK, FedSVDSettings, MaskedSVD, RightFactors, SVDPart, SVDResult
 from vflo.methods.representation import CLASSIFIER, RepresentationMethod
 from vflo.methods.saved import ARRAY, INTEGER, PARTY_NAMES, Saved, Saves
 from vflo.nn.estimators import EstimatorConfig
@@ -55,7 +55,7 @@ class FedSVDConfig(MethodConfig):
             raise ConfigError(f"rank must be 0 (all) or positive, got {self.rank}")
 
 
-class FedSVD(FedSVDProtocol):
+class FedSVD(RightFactors, FedSVDProtocol):
     """FedSVD (Chai et al. 2022, "Practical Lossless Federated Singular Vector Decomposition over
     Billion-Scale Data") as a baseline: a classifier on the federated principal components.
 

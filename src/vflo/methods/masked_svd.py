@@ -206,29 +206,6 @@ class MaskedSVD(HandlerSet):
         ctx.part(SVDPart).awaiting_right = True
         return {}
 
-    @handles("svd.right",
-             served="only as the answer to this party's own upload",
-             senders=("server",), carries={"v": "model"}, v=MATRIX)
-    def _right(self, ctx: NodeContext, payload: Fields) -> Payload:
-        # Only the answer to this party's own upload: a V sent at any other time could replace the one in use.
-        if not ctx.part(SVDPart).awaiting_right:
-            raise ProtocolError(f"party {ctx.party!r} got svd.right without an upload awaiting it; refused")
-        v = payload.array("v")
-        part = ctx.part(SVDPart)
-        part.V, part.awaiting_right = unmask_right(ctx, v), False
-        return {}
-
-    @handles("svd.project",
-             served="after svd.right: rows to score",
-             carries={"ids": "ids"}, replies={"p": "outputs"}, ids=IDS)
-    def _project(self, ctx: NodeContext, payload: Fields) -> Payload:
-        """x_i V_i for rows to score: this party's share of U Σ for a new row."""
-        ids = payload.array("ids")
-        V = ctx.part(SVDPart).V
-        if not isinstance(V, np.ndarray):
-            raise ProtocolError(f"party {ctx.party!r} has no V to project with")
-        return {"p": ctx.rows("serve").subset(ids).X.astype(np.float64) @ V}
-
     # -- server -----------------------------------------------------------------------------------
 
     @handles("svd.block",
@@ -311,6 +288,34 @@ class MaskedSVD(HandlerSet):
             ctx.part(SVDPart).V = V
         return SVDResult(U=P.left_t(u.astype(np.float64)), S=s, V=V)
 
+
+class RightFactors(HandlerSet):
+    """A party that keeps its block of the right singular vectors (FedSVD, which scores with them): it takes its
+    block as the answer to its own upload, and projects rows to score on it. The other users of the masked SVD
+    (VFedTrans, VFL-ASP) keep no right factors and so have neither handler."""
+
+    @handles("svd.right",
+             served="only as the answer to this party's own upload",
+             senders=("server",), carries={"v": "model"}, v=MATRIX)
+    def _right(self, ctx: NodeContext, payload: Fields) -> Payload:
+        # Only the answer to this party's own upload: a V sent at any other time could replace the one in use.
+        if not ctx.part(SVDPart).awaiting_right:
+            raise ProtocolError(f"party {ctx.party!r} got svd.right without an upload awaiting it; refused")
+        v = payload.array("v")
+        part = ctx.part(SVDPart)
+        part.V, part.awaiting_right = unmask_right(ctx, v), False
+        return {}
+
+    @handles("svd.project",
+             served="after svd.right: rows to score",
+             carries={"ids": "ids"}, replies={"p": "outputs"}, ids=IDS)
+    def _project(self, ctx: NodeContext, payload: Fields) -> Payload:
+        """x_i V_i for rows to score: this party's share of U Σ for a new row."""
+        ids = payload.array("ids")
+        V = ctx.part(SVDPart).V
+        if not isinstance(V, np.ndarray):
+            raise ProtocolError(f"party {ctx.party!r} has no V to project with")
+        return {"p": ctx.rows("serve").subset(ids).X.astype(np.float64) @ V}
 
 def keep_masks(ctx: NodeContext, payload: Payload) -> None:
     """Store the row mask P and, where one was dealt, the column mask Q (absent: Q = I)."""

@@ -429,7 +429,11 @@ class RAP(Method):
                                                  max_condition=self.config.max_condition)
         return part.transform
 
-    def _client_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+    # -- RAP's two variation points: what a client releases of its rows, how the label owner hides its labels. A
+    # -- variant (LDP) replaces these, and takes the protocol as it is.
+
+    def released_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+        """What a client sends of ``rows``: their projection by its secret transform (noised if the config asks)."""
         transform = self._transform(ctx)
         projected = transform.project(rows, ctx.row_noise("rap-pseudo"))
         noise = getattr(self.config, "noise", None)
@@ -450,7 +454,7 @@ class RAP(Method):
         if part.projected:
             raise RefusedError(f"party {ctx.party!r} sends its projected training rows once a run; refused")
         part.projected = True
-        return {"x": self._client_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector))),
+        return {"x": self.released_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector))),
                 "one_hot": self._transform(ctx).one_hot_width}
 
     @handles("rap.project_serve",
@@ -470,7 +474,7 @@ class RAP(Method):
         rows = ctx.rows("serve")
         if not rows.contains(ids).all():
             raise DataError(f"party {ctx.party!r} holds no sample for some rows of this scoring session")
-        return {"x": self._client_rows(ctx, rows.subset(ids))}
+        return {"x": self.released_rows(ctx, rows.subset(ids))}
 
     @handles("rap.open_scoring", served="client: after training, from the label owner", carries={"ids": "ids"}, ids=IDS)
     def _open_scoring(self, ctx: NodeContext, payload: Fields) -> Payload:
@@ -575,7 +579,8 @@ class RAP(Method):
 
     # -- label owner (coordinator) ---------------------------------------------------------------------
 
-    def _label_transform(self, y: np.ndarray, fed: Federation) -> LabelTransform:
+    def label_transform(self, y: np.ndarray, fed: Federation) -> LabelTransform:
+        """How the label owner hides the labels it sends the server (see :meth:`released_rows`)."""
         labels = LabelTransform.fit(y, fed.task, fed.n_classes, fed.rng("rap-labels"),
                                     max_condition=self.config.label_max_condition,
                                     pseudo_scale=self.config.pseudo_label_scale)
@@ -586,7 +591,7 @@ class RAP(Method):
     def _own_block(self, fed: Federation, rows: PartyData) -> np.ndarray:
         if rows.n_features == 0:
             return np.zeros((rows.n_samples, 0), dtype=np.float32)
-        return self._client_rows(fed.ctx, rows)
+        return self.released_rows(fed.ctx, rows)
 
     def fit(self, fed: Federation) -> None:
         data = fed.data
@@ -604,7 +609,7 @@ class RAP(Method):
         if len(ids) == 0:
             raise MethodError("rap needs rows that every client holds; none are shared")
         y = data.subset(ids).require_labels()
-        self.labels_ = self._label_transform(y, fed)
+        self.labels_ = self.label_transform(y, fed)
         encoded = self.labels_.encode(y, fed.rng("rap-label-noise"))
         selectors = [alignment.selector(c) for c in clients]
         payload: Payload = {
@@ -691,7 +696,7 @@ class LocalDP(RAP):
 
     config: LDPConfig
 
-    def _client_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
+    def released_rows(self, ctx: NodeContext, rows: PartyData) -> np.ndarray:
         if ctx.data is not None and ctx.data.columns != rows.columns:
             raise DataError(f"client {ctx.party!r}: rows to send have a different column set from its training rows")
         c = self.config.clip
@@ -703,7 +708,7 @@ class LocalDP(RAP):
                            what="Laplace-noised features")
         return (clipped + 2 * c / self.config.epsilon * standard).astype(np.float32)
 
-    def _label_transform(self, y: np.ndarray, fed: Federation) -> LabelTransform:
+    def label_transform(self, y: np.ndarray, fed: Federation) -> LabelTransform:
         return LabelTransform(kind="plain")
 
     def summary_stats(self) -> dict[str, float]:

@@ -71,7 +71,6 @@ class VFedTrans(FedSVDProtocol):
                                 lambda at: at.method.config.activation), "its autoencoder", attr="autoencoder_"),
         CLASSIFIER))
     # It scores from the active party alone and keeps no right factors: the SVD's exchange, without its scoring.
-    serves: ClassVar[frozenset[str] | None] = frozenset(FedSVDProtocol.handler_table()) - {"svd.right", "svd.project"}
 
     config: VFedTransConfig
 

@@ -148,11 +148,6 @@ class VFLASP(MaskedSVD, SplitNN):
         "embedding_train")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": (
         *SplitNN.shared_settings["passive"], "noise")}
-    # The one-mask SVD keeps no right factors and scores nothing: its exchange, split learning and the extract.
-    serves: ClassVar[frozenset[str] | None] = (
-        frozenset(MaskedSVD.handler_table()) - {"svd.right", "svd.project"} | frozenset(SplitNN.handler_table())
-        | {"asp.extract"})
-
     config: VFLASPConfig
 
     @classmethod

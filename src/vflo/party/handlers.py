@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from vflo.comm.message import FieldSpec, Payload
 
@@ -98,11 +98,9 @@ def handles(kind: str, *, served: str, senders: tuple[Sender, ...] = ("coordinat
 class HandlerSet:
     """A class whose marked functions serve message kinds; subclasses inherit and may override them.
 
-    ``serves``: the kinds this class answers, of those it defines or inherits (``None``: all of them). A variant
-    that reuses another method's code but not all of its protocol names what it uses, so a party running it
-    refuses the rest (Ablation, which sends nothing, answers nothing of APC-VFL's upload)."""
-
-    serves: ClassVar[frozenset[str] | None] = None
+    A party answers every kind its method's class has a handler for, so a method inherits only the handlers of
+    steps it runs: a variant that reuses another method's code without its protocol shares functions, not a base
+    class (Ablation and APC-VFL share the student's training; only FedSVD has the SVD's right-factor handlers)."""
 
     def delegates(self) -> frozenset[str]:
         """Parties that may send this set's ``"delegate"`` kinds: none unless a method names some."""
@@ -117,8 +115,4 @@ class HandlerSet:
                 info = getattr(value, "_vflo_handler", None)
                 if isinstance(info, HandlerInfo):
                     table[info.kind] = (info, attr)
-        if cls.serves is None:
-            return table
-        if unknown := sorted(cls.serves - set(table)):
-            raise TypeError(f"{cls.__name__}.serves names kinds it has no handler for: {unknown}")
-        return {kind: entry for kind, entry in table.items() if kind in cls.serves}
+        return table

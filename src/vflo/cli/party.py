@@ -1,0 +1,76 @@
+"""``vflo party``: serve one party from its own config, and sum its record of what left it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vflo.cli.common import insecure_tls, new_console
+from vflo.errors import ConfigError
+
+
+def add(sub: Any) -> None:
+    """Its parser, under ``sub`` (the ``vflo`` command's subcommands)."""
+    party = sub.add_parser("party", help="run a party's server")
+    party.set_defaults(func=_party)
+    party_sub = party.add_subparsers(dest="party_command", required=True, metavar="ACTION")
+    audit = party_sub.add_parser("audit", help="sum a party's record of what left it (its audit_log file): per peer "
+                                               "and kind, messages, bytes, rows and refusals")
+    audit.add_argument("file", type=Path)
+    audit.add_argument("--run", help="one run only (its ID, as the file gives it; 'last': the newest run)")
+    serve = party_sub.add_parser("serve", help="serve one party (PARTY.toml) until interrupted")
+    serve.add_argument("config", type=Path)
+    serve.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
+    serve.add_argument("--save", type=Path, metavar="DIR",
+                       help="this party's model folder: where it writes its parts of trained models and reads them "
+                            "to score (overrides models = ... in PARTY.toml)")
+    serve.add_argument("--checkpoints", type=Path, metavar="DIR",
+                       help="this party's checkpoint folder, for runs started with --checkpoints (overrides "
+                            "checkpoints = ... in PARTY.toml)")
+
+
+def _party(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from vflo.deploy import load_party_config, serve_forever
+
+    if args.party_command == "audit":
+        return _party_audit(args.file, args.run)
+    config = load_party_config(args.config)
+    if args.insecure:
+        config = insecure_tls(config)
+    if args.save is not None:
+        config = replace(config, models=str(args.save))
+    if args.checkpoints is not None:
+        config = replace(config, checkpoints=str(args.checkpoints))
+    return serve_forever(config)
+
+
+def _party_audit(path: Path, run: str | None) -> int:
+    from rich.table import Table
+
+    from vflo.comm.departures import read_departures, summarize
+
+    records = read_departures(path)
+    runs = list(dict.fromkeys(r.run for r in records if r.run))
+    if run == "last":
+        if not runs:
+            raise ConfigError(f"{path} records no run yet")
+        run = runs[-1]
+    if run is not None:
+        if run not in runs:
+            raise ConfigError(f"{path} has no run {run!r}; its runs: {runs[-5:]}")
+        records = [r for r in records if r.run == run]
+    party = records[0].party if records else "?"
+    scope = f"run {run}" if run else f"{len(runs)} runs and what came outside any"
+    table = Table(title=f"what left party {party} ({scope}; {path})")
+    for col in ("to", "kind", "messages", "bytes", "rows", "refused", "errors"):
+        table.add_column(col, justify="right" if col not in ("to", "kind") else "left")
+    rows = summarize(records)
+    for r in rows:
+        table.add_row(r["peer"], r["kind"], *(f"{r[k]:,}" for k in ("messages", "bytes", "rows", "refused", "errors")))
+    table.add_row("all", "", *(f"{sum(r[k] for r in rows):,}" for k in ("messages", "bytes", "rows", "refused",
+                                                                         "errors")))
+    new_console().print(table)
+    return 0

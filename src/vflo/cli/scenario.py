@@ -1,0 +1,66 @@
+"""``vflo scenario``: what each party of a config would hold; ``--export``: its files and configs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vflo.errors import ConfigError
+
+
+def add(sub: Any) -> None:
+    """Its parser, under ``sub`` (the ``vflo`` command's subcommands)."""
+    scen = sub.add_parser("scenario", help="print each party's columns, sample counts and the overlap matrix")
+    scen.set_defaults(func=_scenario)
+    scen.add_argument("config", type=Path, help="experiment TOML file")
+    scen.add_argument("--data-dir", type=Path)
+    scen.add_argument("--seed", type=int, help="scenario seed (default: the config's)")
+    scen.add_argument("--export", type=Path, metavar="DIR",
+                      help="write each party's files and configs for a real deployment (first variant, first split)")
+    scen.add_argument("--base-port", type=int, default=50051, help="with --export: first port to listen on")
+    scen.add_argument("--extra-parties", default="", help="with --export: data-less parties, e.g. server,dealer")
+    scen.add_argument("--insecure", action="store_true", help="with --export: no certificates, TLS off")
+
+
+def _scenario(args: argparse.Namespace) -> int:
+    from vflo.experiments.config import load_config
+    from vflo.seeding import derive_seed
+
+    config = load_config(args.config)
+    dataset = config.load_dataset(args.data_dir)
+    seed = derive_seed(config.seed, "layout", 0) if args.seed is None else args.seed
+    if args.export is not None:
+        return _export(args, config, dataset, seed)
+    for variant in config.variants:
+        layout = config.layout(variant, seed, dataset)
+        print(f"== variant: {variant.label}")
+        print(layout.describe())
+        print()
+    return 0
+
+
+def _export(args: argparse.Namespace, config: Any, dataset: Any, seed: int) -> int:
+    from vflo.deploy import export_federation
+    from vflo.seeding import numpy_rng
+
+    layout = config.layout(config.variants[0], seed, dataset)
+    split = config.protocol.splits(layout, numpy_rng(config.seed, "split", 0))[0]
+    data = layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+    extra = {name.strip(): name.strip() for name in args.extra_parties.split(",") if name.strip()}
+    for name in extra:
+        if name not in ("server", "dealer"):
+            raise ConfigError(f"--extra-parties takes 'server' and 'dealer', not {name!r}")
+    deployable = [e for e in config.methods if not e.method_cls.simulation_only]
+    written = export_federation(data, args.export, base_port=args.base_port, extra_roles=extra,
+                                tls=not args.insecure, methods=[e.method_cls.name for e in deployable],
+                                proposals=[e.instantiate() for e in deployable])
+    active = data.active
+    print(f"wrote each party's data and config to {args.export}/ (variant {config.variants[0].label}).")
+    print("start every party but the active one, each in its own terminal:")
+    for name, path in written.items():
+        if name != active:
+            print(f"  cd {args.export} && vflo party serve {path.name}")
+    print(f"then, for the active party {active!r}:")
+    print(f"  cd {args.export} && vflo run EXPERIMENT.toml --deploy deploy.toml")
+    return 0
