@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import PARTY_SEEDS, assert_same_run, chain_data, make_dataset, two_party_spec, vertical_split
 from tests.e2e.conftest import Federation, restart, start_federation, stopped, write_deploy
 from tests.test_methods import needs_second_hop
+from vflo.align import spu
 from vflo.cli import main
 from vflo.comm.codec import decode
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
@@ -113,6 +114,25 @@ def test_psi_alignment_over_grpc(vertical: Federation) -> None:
     local = run_method(get_method("apc_vfl")(train=QUICK), vertical.local, seed=2, alignment=psi,
                        party_seeds=PARTY_SEEDS)
     assert_same_run(over_grpc, local)
+
+
+@pytest.mark.skipif(bool(spu.missing()), reason=spu.missing() or "installed")
+def test_the_psi_librarys_rr22_over_its_own_mutual_tls_link(vertical: Federation) -> None:
+    """Each party its own process: the intersection by RR22 over the library's link, TLS with the parties' own
+    certificates, gives the run vflo's own ECDH gives in one process; its link's bytes are in the ledger."""
+    deployment = Deployment(vertical.deploy)
+    try:
+        over_grpc = deployment.run(get_method("apc_vfl")(train=QUICK), seed=2,
+                                   alignment=AlignmentConfig(method="psi", engine="rr22"))
+    finally:
+        deployment.close()
+    local = run_method(get_method("apc_vfl")(train=QUICK), vertical.local, seed=2,
+                       alignment=AlignmentConfig(method="psi"), party_seeds=PARTY_SEEDS)
+    assert np.array_equal(over_grpc.scores, local.scores)
+    assert (over_grpc.psi_engine, local.psi_engine) == ("rr22", "vflo")
+    linked = [e for e in over_grpc.ledger.entries if e.kind == "align.engine.rr22"]
+    passives = [p for p in vertical.local.parties if p.role == "passive"]
+    assert len(linked) == 2 * len(passives) and all(e.nbytes > 0 for e in linked)
 
 
 @pytest.mark.parametrize("name", [m for m in method_names() if get_method(m).simulation_only])

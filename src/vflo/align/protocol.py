@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vflo.align import plain, psi
+from vflo.align import linked, plain, psi
 from vflo.comm.message import Fields, Payload
 from vflo.party.handlers import HandlerSet, handles
 
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 class AlignmentHandlers(HandlerSet):
-    """Plain alignment (the coordinator's IDs in the clear) and ECDH private set intersection."""
+    """Plain alignment (the coordinator's IDs in the clear), vflo's ECDH private set intersection, and the PSI
+    library's protocols (set up and closed by messages, run over its own link)."""
 
     @handles(plain.KIND,
              served=("before or during a run; training rows: one set of IDs per asker a run; refused with [policy] "
@@ -41,6 +42,20 @@ class AlignmentHandlers(HandlerSet):
              **psi.RESULT)
     def _psi_result(self, ctx: NodeContext, payload: Fields) -> Payload:
         return psi.handle_result(ctx, payload)
+
+    @handles(linked.OPEN_KIND,
+             served="before or during a run, with [policy] psi_protocols naming the protocol: starts this party's "
+                    "side of one intersection over the PSI library's own link",
+             senders=("coordinator",), carries={}, replies={"port": "control", "n_features": "control"},
+             **linked.OPEN)
+    def _engine_open(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return linked.handle_open(ctx, payload)
+
+    @handles(linked.RESULT_KIND,
+             served="after this party's own align.engine_open: ends its side",
+             senders=("coordinator",), carries={}, replies={"count": "control"}, **linked.RESULT)
+    def _engine_result(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return linked.handle_result(ctx, payload)
 
 
 ALIGNMENT = AlignmentHandlers()

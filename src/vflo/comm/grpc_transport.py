@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -265,6 +266,16 @@ class GrpcTransport(Transport):
     @property
     def shared_ledger(self) -> bool:
         return False
+
+    def peer_host(self, party: str) -> str:
+        address = self.peers.get(party, "")
+        return address.rpartition(":")[0] or "127.0.0.1"
+
+    def link_files(self) -> tuple[str, str, str] | None:
+        if self.credentials is None or not self.credentials.folder:
+            return None
+        folder = Path(self.credentials.folder)
+        return (str(folder / f"{self.party}.pem"), str(folder / f"{self.party}.key"), str(folder / "ca.pem"))
 
     def _check_server(self, receiver: str) -> None:
         """Until it has seen it once, read the certificate of the party at ``receiver``'s address and refuse one

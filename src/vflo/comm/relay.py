@@ -64,6 +64,8 @@ def parse_outcome(body: bytes, *, max_bytes: int) -> tuple[bytes, str, list[byte
 class RelayTransport(Transport):
     """A party's onward requests, handed to the hub through the delivery in progress."""
 
+    direct_links = False  # every message goes through the hub: no party dials another
+
     def __init__(self, party: str, *, hub: str, keyring: Keyring | None = None, ledger: Ledger | None = None,
                  max_message_bytes: int = DEFAULT_MAX_BYTES, deadline: float = DEFAULT_RELAY_DEADLINE) -> None:
         super().__init__(ledger=ledger, max_message_bytes=max_message_bytes)

@@ -84,6 +84,18 @@ class Transport(ABC):
         Delivery may stop after a reply that carries an error; the replies so far are returned.
         """
 
+    #: Whether the parties can dial each other (a library's own link, such as the PSI library's, needs it); not
+    #: where every message goes through a hub (Flower's SuperLink).
+    direct_links: bool = True
+
+    def peer_host(self, party: str) -> str:
+        """The host ``party`` is reached at (a library's own link dials it): loopback unless addresses say."""
+        return "127.0.0.1"
+
+    def link_files(self) -> tuple[str, str, str] | None:
+        """This party's certificate, key and CA as files, for a link a library opens itself; None without TLS."""
+        return None
+
     @property
     def shared_ledger(self) -> bool:
         """True when every party records into this one ledger (in-process); False when each has its own."""

@@ -43,6 +43,8 @@ def ok_row(label: str, method: Method, out: RunOutput, metrics: Mapping[str, flo
                            **traffic_columns(out.ledger, out.fit_entries), "fit_seconds": out.fit_seconds,
                            "predict_seconds": out.predict_seconds, "wall_seconds": wall, **out.stats,
                            **method.epsilon_columns(out.stats)}
+    if out.psi_engine:  # which private set intersection found the shared people
+        row["psi_engine"] = out.psi_engine
     if out.party_settings:  # where a party ran its own side other than the experiment proposed, by party
         row["party_settings"] = json.dumps(out.party_settings, sort_keys=True)
     mark_resumed(row)

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from vflo.align import plain, psi
+from vflo.align import linked, plain, psi, spu
 from vflo.align.plain import Alignment
 from vflo.comm.message import Message, Payload, Reply
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
-from vflo.errors import MethodError, PartyBoundaryError, RemoteError, TransportError
+from vflo.errors import ConfigError, MethodError, PartyBoundaryError, RemoteError, TransportError
 from vflo.party.node import Node, NodeContext
 from vflo.roles import PartyInfo, active_party
 
@@ -43,10 +43,18 @@ logger = logging.getLogger(__name__)
 class AlignmentConfig:
     """How shared IDs are found: ``plain`` (the coordinator's IDs are revealed to the other parties) or
     ``psi`` (private set intersection; ``mode = 'both'``: each party learns the intersection, ``'active'``:
-    only the active party does)."""
+    only the active party does). ``engine``, for PSI: ``'vflo'`` (vflo's own ECDH over its messages),
+    ``'rr22'``, ``'kkrt'`` or ``'ecdh'`` (SecretFlow's PSI library over its own link: :mod:`vflo.align.spu`),
+    or ``'auto'``: RR22 where the library is installed at both ends and the partner's policy takes it, vflo's
+    ECDH otherwise (the same intersection either way; the run's log and ledger say which ran)."""
 
     method: Literal["plain", "psi"] = "plain"
     mode: Literal["both", "active"] = "both"
+    engine: Literal["vflo", "auto", "rr22", "kkrt", "ecdh"] = "vflo"
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("vflo", "auto", "rr22", "kkrt", "ecdh"):
+            raise ConfigError(f"alignment.engine = {self.engine!r}: choose 'vflo', 'auto', 'rr22', 'kkrt' or 'ecdh'")
 
 
 class Federation:
@@ -61,6 +69,8 @@ class Federation:
             raise MethodError(f"a {task} task needs n_classes >= 2, got {n_classes}")
         self._node = node
         self.alignment = alignment or AlignmentConfig()
+        # Which PSI ran last ("vflo", or the library's protocol): for the results and the log.
+        self.alignment_engine = ""
         self.task: Task = task
         self.n_classes = n_classes
         self.transport = transport
@@ -167,6 +177,26 @@ class Federation:
         """The subset of ``ids`` (sorted) that every party in ``parties`` holds, by the configured protocol."""
         ids = np.sort(ids)
         if self.alignment.method == "psi":
+            engine = self.alignment.engine
+            if engine != "vflo" and parties:
+                protocol = "rr22" if engine == "auto" else engine
+                missing = spu.missing() or ("" if self.transport.direct_links else
+                                            "the parties reach each other only through a hub (Flower), and the PSI "
+                                            "library's link dials the other party directly; use engine = 'vflo'")
+                if not missing:
+                    try:
+                        found = linked.intersect(self, ids, parties, protocol=protocol, purpose=purpose,
+                                                 mode=self.alignment.mode)
+                        self.alignment_engine = protocol
+                        return found
+                    except RemoteError as exc:
+                        if engine != "auto" or exc.error_type != "RefusedError":
+                            raise
+                        missing = str(exc)
+                elif engine != "auto":
+                    raise ConfigError(missing)
+                logger.info("PSI by vflo's own ECDH: %s", missing)
+            self.alignment_engine = "vflo"
             return psi.intersect(self, ids, parties, purpose=purpose, mode=self.alignment.mode)
         return plain.intersect(self, ids, parties, purpose=purpose)
 

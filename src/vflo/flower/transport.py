@@ -155,6 +155,8 @@ def discover(grid: Grid | FlowerGrid, parties: Collection[str], *, keyring: Keyr
 class FlowerTransport(Transport):
     """The coordinator's requests over Flower; onward requests of parties relayed through here."""
 
+    direct_links = False  # every message goes through the hub: no party dials another
+
     def __init__(self, grid: Grid | FlowerGrid, *, party: str, nodes: Mapping[str, int], local: Endpoint,
                  allowed: Collection[str], ledger: Ledger | None = None,
                  max_message_bytes: int = DEFAULT_MAX_BYTES, deadline: float = DEFAULT_DEADLINE) -> None:

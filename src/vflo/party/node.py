@@ -208,6 +208,14 @@ class NodeContext:
             return self.serving
         raise ProtocolError(f"unknown purpose of rows {purpose!r}; expected 'train' or 'serve'")
 
+    def peer_host(self, party: str) -> str:
+        """The host this party's own config gives for ``party`` (loopback in one process)."""
+        return self._transport.peer_host(party) if self._transport is not None else "127.0.0.1"
+
+    def link_tls(self) -> tuple[str, str, str] | None:
+        """This party's certificate, key and CA as files, for a link it opens itself (None without TLS)."""
+        return self._transport.link_files() if self._transport is not None else None
+
     def rng(self, *purpose: int | str) -> np.random.Generator:
         """A numpy generator for this party and purpose from the party's own secret (salted by the run seed):
         no other party can recompute it, whatever it was sent."""

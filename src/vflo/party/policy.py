@@ -39,7 +39,10 @@ class Policy:
     (``METHOD.FIELD.SUBFIELD``) and the value it must have, or a table with ``min`` and/or ``max``;
     ``min_mask_block`` and ``min_mask_mixing``: what masks from a dealer must reach to be taken
     (``OrthogonalMask.check_strength``); ``alignment``: ``"psi"`` refuses plain alignment (which shows this party
-    the coordinator's IDs and tells the coordinator which of them it holds), training and scoring alike."""
+    the coordinator's IDs and tells the coordinator which of them it holds), training and scoring alike;
+    ``psi_protocols``: the PSI library's protocols it runs (``[alignment] engine``; vflo's own ECDH always);
+    ``psi_link``: ``HOST:PORT`` where its side of such a PSI listens (port 0: any free one; loopback by default,
+    ``0.0.0.0:PORT`` with that port open to the other parties in a deployment)."""
 
     methods: tuple[str, ...] = ()
     require: dict[str, Any] = field(default_factory=dict)
@@ -51,8 +54,15 @@ class Policy:
     # a block) and the masks one deal draws (a block mask of m rows in blocks of b costs m x b x 8 bytes).
     max_rows: int = 1_000_000
     max_mask_bytes: int = 1 << 30
+    psi_protocols: tuple[str, ...] = ("rr22", "kkrt", "ecdh")
+    psi_link: str = "127.0.0.1:0"
 
     def __post_init__(self) -> None:
+        if unknown := sorted(set(self.psi_protocols) - {"rr22", "kkrt", "ecdh"}):
+            raise ConfigError(f"policy.psi_protocols names {unknown}: give some of 'rr22', 'kkrt', 'ecdh'")
+        host, _, port = str(self.psi_link).rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"policy.psi_link = {self.psi_link!r} is not HOST:PORT (PORT 0: any free port)")
         block, mixing = self.min_mask_block, self.min_mask_mixing
         if not isinstance(block, int) or isinstance(block, bool) or block < 2:
             raise ConfigError(f"policy.min_mask_block must be an integer of at least 2 (a block of one row passes it "

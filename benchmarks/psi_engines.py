@@ -1,0 +1,166 @@
+"""Private set intersection of two parties' IDs: vflo's alignment with each engine against SecretFlow's PSI
+library run on its own, on this machine in the same run (benchmark, not a test).
+
+    python -m benchmarks.psi_engines [--rows 1000000] [--engines rr22,kkrt,ecdh,vflo] [--out runs/bench/psi.json]
+    python -m benchmarks.psi_engines --docs runs/bench/psi.json   # the table in docs/deploy.md
+
+Each party holds ``--rows`` text IDs, half of them shared. ``library P``: the library's ``psi_execute`` with
+protocol P, both sides in threads of this process, over its link on loopback, IDs from CSV files it reads
+(what a peer's user runs). ``vflo P``: ``Federation.align`` with ``[alignment] method = 'psi'`` and engine P,
+the active party and its partner each a node of an in-process federation: vflo's messages set the intersection
+up, its link's bytes are counted by vflo's relay, and the result is vflo's alignment (which people, in which
+order, at both parties). ``vflo vflo``: vflo's own ECDH over its messages. Every run's intersection is checked
+against the true one. Results are written after each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vflo.align import spu
+from vflo.data.partydata import PartyData
+from vflo.federation.coordinator import AlignmentConfig
+from vflo.federation.session import Session
+from vflo.federation.simulation import build_federation
+from vflo.methods.registry import get_method
+
+MARK_BEGIN, MARK_END = "<!-- psi-engines:begin -->", "<!-- psi-engines:end -->"
+
+
+def people(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    active = np.asarray([f"person-{i:09d}" for i in range(rows)])
+    passive = np.asarray([f"person-{i:09d}" for i in range(rows // 2, rows + rows // 2)])
+    return active, passive
+
+
+def library_alone(ids: tuple[np.ndarray, np.ndarray], protocol: str) -> tuple[float, int]:
+    """Both sides of the library's PSI, as its own user runs it (CSV files in, CSV out)."""
+    libspu, libpsi = spu._libraries()
+    ports = [spu.free_port("127.0.0.1") for _ in range(2)]
+    counts: dict[int, int] = {}
+    with tempfile.TemporaryDirectory() as work:
+        for rank, side in enumerate(ids):
+            Path(work, f"in{rank}.csv").write_text("id\n" + "\n".join(side.tolist()) + "\n")
+
+        def run(rank: int) -> None:
+            desc = libspu.link.Desc()
+            desc.id = "bench"
+            for i, port in enumerate(ports):
+                desc.add_party(f"r{i}", f"127.0.0.1:{port}")
+            desc.connect_retry_times, desc.connect_retry_interval_ms, desc.recv_timeout_ms = 300, 200, 600_000
+            context = libspu.link.create_brpc(desc, rank)
+            config = libpsi.PsiExecuteConfig()
+            config.protocol_conf.protocol = getattr(libpsi.PsiProtocol, spu.PROTOCOLS[protocol])
+            config.protocol_conf.receiver_rank = 0
+            config.protocol_conf.broadcast_result = True
+            config.protocol_conf.ecdh_params.curve = libpsi.EllipticCurveType.CURVE_25519
+            config.input_params.type = config.output_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
+            config.input_params.path = str(Path(work, f"in{rank}.csv"))
+            config.input_params.selected_keys = ["id"]
+            config.output_params.path = str(Path(work, f"out{rank}.csv"))
+            config.output_params.disable_alignment = True
+            report = libpsi.psi_execute(config, context)
+            context.stop_link()
+            counts[rank] = report.intersection_count
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=run, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - started, counts[0]
+
+
+def through_vflo(ids: tuple[np.ndarray, np.ndarray], engine: str) -> tuple[float, int, int]:
+    """``Federation.align`` with ``engine``: seconds, people found, bytes the ledger counted for the intersection."""
+    active = PartyData(ids=ids[0], X=np.zeros((len(ids[0]), 1), np.float32), y=np.zeros(len(ids[0]), np.int64),
+                       party="active", columns=("x",))
+    passive = PartyData(ids=ids[1], X=np.zeros((len(ids[1]), 1), np.float32), party="passive", columns=("z",))
+    from vflo.data.layout import Layout
+
+    data = Layout.from_parties([active, passive], standardize=False).materialize()
+    local = get_method("local")()
+    fed, _ = build_federation(data, local, seed=0, max_message_bytes=1 << 31,
+                              alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
+    Session(fed).start(local)
+    before = len(fed.transport.ledger)
+    started = time.perf_counter()
+    found = fed.align(data.train["active"].ids, ["passive"])
+    seconds = time.perf_counter() - started
+    nbytes = sum(e.nbytes for e in fed.transport.ledger.entries[before:])
+    return seconds, len(found.ids), nbytes
+
+
+def measure(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"rows": args.rows, "shared": args.rows - args.rows // 2, "cores": os.cpu_count(),
+                               "runs": []}
+    ids = people(args.rows)
+    for engine in args.engines.split(","):
+        kinds = ["library", "vflo"] if engine in spu.PROTOCOLS else ["vflo"]
+        for kind in kinds:
+            if kind == "library":
+                seconds, found = library_alone(ids, engine)
+                nbytes = None
+            else:
+                seconds, found, nbytes = through_vflo(ids, engine)
+            assert found == results["shared"], f"{kind} {engine} found {found} of {results['shared']}"
+            results["runs"].append({"by": kind, "protocol": engine, "seconds": seconds, "bytes": nbytes})
+            print(f"{kind} {engine}: {seconds:.2f} s" + (f", {nbytes / 1e6:.1f} MB counted" if nbytes else ""),
+                  flush=True)
+            out.write_text(json.dumps(results, indent=1))
+
+
+def docs(path: Path, page: Path) -> None:
+    results = json.loads(path.read_text())
+    runs = {(r["by"], r["protocol"]): r for r in results["runs"]}
+    lines = [f"Measured by `python -m benchmarks.psi_engines --rows {results['rows']}` on this project's machine "
+             f"({results['cores']} cores), both parties on it: {results['rows']:,} text IDs each, "
+             f"{results['shared']:,} shared.", "",
+             "| protocol | the library alone (s) | through vflo's alignment (s) | vflo / library "
+             "| bytes vflo counted |",
+             "|---|---|---|---|---|"]
+    for protocol in ("rr22", "kkrt", "ecdh"):
+        alone, ours = runs.get(("library", protocol)), runs.get(("vflo", protocol))
+        if alone and ours:
+            lines.append(f"| {protocol} | {alone['seconds']:.1f} | {ours['seconds']:.1f} | "
+                         f"{ours['seconds'] / alone['seconds']:.2f} | {ours['bytes'] / 1e6:.1f} MB |")
+    own = runs.get(("vflo", "vflo"))
+    if own:
+        lines.append(f"| vflo's own ECDH (X25519) | — | {own['seconds']:.1f} | — | {own['bytes'] / 1e6:.1f} MB |")
+    text = page.read_text()
+    a, b = text.index(MARK_BEGIN) + len(MARK_BEGIN), text.index(MARK_END)
+    page.write_text(text[:a] + "\n" + "\n".join(lines) + "\n" + text[b:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--engines", default="rr22,kkrt,ecdh,vflo")
+    parser.add_argument("--out", default="runs/bench/psi.json")
+    parser.add_argument("--docs", type=Path, help="write the table of this results file into docs/deploy.md")
+    args = parser.parse_args(argv)
+    if args.docs is not None:
+        docs(args.docs, Path(__file__).resolve().parents[1] / "docs" / "deploy.md")
+        return 0
+    if problem := spu.missing():
+        print(problem, file=sys.stderr)
+        return 2
+    measure(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""PSI by SecretFlow's library (RR22, KKRT, ECDH) over its own link: the same intersection and the same party state
+as vflo's own ECDH, its bytes measured where they cross, the partner's policy obeyed, and the fallback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tests.conftest import make_dataset
+from vflo.align import spu
+from vflo.align.plain import Aligned
+from vflo.comm.message import Message
+from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
+from vflo.errors import ConfigError, RemoteError
+from vflo.federation.coordinator import AlignmentConfig
+from vflo.federation.session import Session
+from vflo.federation.simulation import build_federation, run_method
+from vflo.methods.registry import get_method
+from vflo.party.policy import Policy
+
+needs_library = pytest.mark.skipif(bool(spu.missing()), reason=spu.missing() or "installed")
+
+
+def _layout(n_passive: int = 2, seed: int = 4, *, ids: str = "int"):  # type: ignore[no-untyped-def]
+    ds = make_dataset(n=400, n_features=6)
+    if ids == "text":
+        ds = replace(ds, ids=np.asarray([f"person-{v:04d}" for v in ds.ids]))
+    parties = (PartySpec(name="a", role="active", n_columns=2),
+               *(PartySpec(name=f"p{i}", n_columns=4 // n_passive) for i in range(n_passive)))
+    return ScenarioSpec(parties=parties, samples=SamplesSpec(active=300, aligned=120, passive_only=30),
+                        unused_columns="drop").build(ds, seed=seed)
+
+
+@needs_library
+@pytest.mark.parametrize("protocol", ["rr22", "kkrt", "ecdh"])
+@pytest.mark.parametrize("mode", ["both", "active"])
+def test_the_library_finds_what_vflos_own_psi_finds(protocol: str, mode: str) -> None:
+    layout = _layout()
+    data = layout.materialize()
+    passives = ["p0", "p1"]
+    found = {}
+    for engine in ("vflo", protocol):
+        method = get_method("local")()
+        seen: list[Message] = []
+        fed, nodes = build_federation(data, method, seed=0, observers=(seen.append,),
+                                      alignment=AlignmentConfig(method="psi", mode=mode, engine=engine))  # type: ignore[arg-type]
+        Session(fed).start(method)
+        alignment = fed.align(data.train["a"].ids, passives)
+        assert fed.alignment_engine == engine
+        held = {p: nodes[p].context.part(Aligned).held for p in passives}  # type: ignore[union-attr]
+        found[engine] = (alignment, held, fed.transport.ledger.entries)
+        assert all("ids" not in m.payload for m in seen if m.kind.startswith("align."))
+    (mine, mine_held, _), (theirs, theirs_held, entries) = found["vflo"], found[protocol]
+    assert np.array_equal(theirs.ids, np.sort(layout.aligned_ids())) and np.array_equal(theirs.ids, mine.ids)
+    assert theirs.widths == mine.widths
+    for p in passives:
+        assert np.array_equal(theirs.held[p], mine.held[p])
+        if mode == "both":
+            assert np.array_equal(theirs_held[p], mine_held[p])
+        else:
+            assert theirs_held[p] is None  # the partner learns nothing with mode = 'active'
+    # What crossed the library's link is in the ledger, counted where it crossed, one entry per direction.
+    linked = [e for e in entries if e.kind == f"align.engine.{protocol}"]
+    assert [e.direction for e in linked] == ["request", "reply"] * len(passives)
+    assert all(e.nbytes > 0 for e in linked)
+
+
+@needs_library
+def test_text_ids_and_the_partners_held_list_match_vflos_own() -> None:
+    layout = _layout(1, ids="text")
+    data = layout.materialize()
+    for engine in ("vflo", "rr22"):
+        method = get_method("local")()
+        fed, nodes = build_federation(data, method, seed=0, alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
+        Session(fed).start(method)
+        alignment = fed.align(data.train["a"].ids, ["p0"])
+        assert alignment.ids.dtype.kind == "U" and np.array_equal(alignment.ids, np.sort(layout.aligned_ids()))
+        assert np.array_equal(nodes["p0"].context.part(Aligned).held, alignment.ids)  # type: ignore[union-attr]
+
+
+@needs_library
+def test_a_method_trains_the_same_on_either_psi() -> None:
+    data = _layout(1).materialize()
+    runs = [run_method(get_method("splitnn")(train={"max_epochs": 2}), data, seed=0,
+                       alignment=AlignmentConfig(method="psi", engine=engine)) for engine in ("vflo", "rr22")]  # type: ignore[arg-type]
+    assert np.array_equal(runs[0].scores, runs[1].scores)
+    assert runs[0].psi_engine == "vflo" and runs[1].psi_engine == "rr22"
+
+
+@needs_library
+def test_a_partner_runs_only_the_protocols_its_policy_names_and_auto_falls_back() -> None:
+    data = _layout(1).materialize()
+    for engine, expect in (("rr22", "refused"), ("auto", "vflo")):
+        method = get_method("local")()
+        fed, nodes = build_federation(data, method, seed=0, alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
+        nodes["p0"].policy = Policy(psi_protocols=("kkrt",))
+        Session(fed).start(method)
+        if expect == "refused":
+            with pytest.raises(RemoteError, match=r"runs PSI by \['kkrt'\] only"):
+                fed.align(data.train["a"].ids, ["p0"])
+        else:
+            alignment = fed.align(data.train["a"].ids, ["p0"])
+            assert fed.alignment_engine == "vflo" and len(alignment.ids) == 120
+
+
+def test_without_the_library_a_named_protocol_is_refused_and_auto_uses_vflos_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spu, "missing", lambda: f"the PSI library is not installed here: {spu.INSTALL}")
+    data = _layout(1).materialize()
+    for engine in ("rr22", "auto"):
+        method = get_method("local")()
+        fed, _ = build_federation(data, method, seed=0, alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
+        Session(fed).start(method)
+        if engine == "rr22":
+            with pytest.raises(ConfigError, match="pip install --no-deps spu"):
+                fed.align(data.train["a"].ids, ["p0"])
+        else:
+            assert len(fed.align(data.train["a"].ids, ["p0"]).ids) == 120 and fed.alignment_engine == "vflo"
+
+
+def test_bad_engine_settings_are_refused_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match="choose 'vflo', 'auto', 'rr22'"):
+        AlignmentConfig(method="psi", engine="rr23")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="psi_protocols names \\['rr23'\\]"):
+        Policy(psi_protocols=("rr23",))
+    with pytest.raises(ConfigError, match="is not HOST:PORT"):
+        Policy(psi_link="7000")
+
+
+def test_the_relay_counts_both_ways_and_holds_a_connection_until_its_target_listens() -> None:
+    port = spu.free_port("127.0.0.1")
+    relay = spu.CountingRelay(("127.0.0.1", port))
+    echoed: list[bytes] = []
+
+    def serve_later() -> None:
+        time.sleep(0.3)  # the target starts after the relay took the connection
+        with socket.create_server(("127.0.0.1", port)) as server:
+            conn, _ = server.accept()
+            with conn:
+                data = conn.recv(100)
+                conn.sendall(data * 2)
+
+    thread = threading.Thread(target=serve_later)
+    thread.start()
+    with socket.create_connection(("127.0.0.1", relay.port), timeout=10) as client:
+        client.sendall(b"hello")
+        while sum(map(len, echoed)) < 10:
+            echoed.append(client.recv(100))
+    thread.join()
+    relay.close()
+    assert b"".join(echoed) == b"hellohello" and (relay.out_bytes, relay.in_bytes) == (5, 10)
