@@ -7,16 +7,19 @@ import socket
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.conftest import make_dataset
 from vflo.align import spu
+from vflo.align.ids import check_unique, tagged
 from vflo.align.plain import Aligned
 from vflo.comm.message import Message
+from vflo.comm.pki import create_ca, make_request, sign_request
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
-from vflo.errors import ConfigError, RemoteError
+from vflo.errors import ConfigError, DataError, ProtocolError, RemoteError
 from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
@@ -154,3 +157,78 @@ def test_the_relay_counts_both_ways_and_holds_a_connection_until_its_target_list
     thread.join()
     relay.close()
     assert b"".join(echoed) == b"hellohello" and (relay.out_bytes, relay.in_bytes) == (5, 10)
+
+
+def test_repeated_ids_are_a_data_error_before_the_partner_starts_on_either_engine() -> None:
+    data = _layout(1).materialize()
+    ids = data.train["a"].ids
+    for engine in ("vflo", "rr22") if not spu.missing() else ("vflo",):
+        method = get_method("local")()
+        seen: list[Message] = []
+        fed, _ = build_federation(data, method, seed=0, observers=(seen.append,),
+                                  alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
+        Session(fed).start(method)
+        with pytest.raises(DataError, match="list repeats some: deduplicate"):
+            fed.align(np.concatenate([ids, ids[:1]]), ["p0"])
+        assert not [m for m in seen if m.kind.startswith("align.")]
+
+
+def test_ids_are_tagged_by_type_the_same_for_both_engines() -> None:
+    assert tagged(np.array([7, 8])) == tagged(np.array([7, 8], dtype=object)) == ["i:7", "i:8"]
+    assert tagged(np.array(["7"])) == tagged(np.array(["7"], dtype=object)) == ["s:7"]
+    with pytest.raises(DataError, match="repeats some"):
+        check_unique(tagged(np.array(["a", "b", "a"])))
+    check_unique(tagged(np.array([7, "7"], dtype=object)))  # the int 7 and the text "7" are two people
+
+
+@needs_library
+def test_a_side_that_fails_says_why_with_the_end_of_the_librarys_log(tmp_path: Path) -> None:
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    bad = str(tmp_path / "bad.pem")
+    side = spu.Side(rank=0, own=f"127.0.0.1:{spu.free_port('127.0.0.1')}",
+                    peer=f"127.0.0.1:{spu.free_port('127.0.0.1')}", protocol="rr22", broadcast=True,
+                    tls=spu.LinkTLS(bad, bad, bad), timeout_s=20)
+    with pytest.raises(ProtocolError, match=r"(?s)ended with exit status 1 before its result.*SSL"):
+        side.run(np.arange(10))
+
+
+def test_a_side_whose_library_aborts_after_writing_its_result_keeps_the_result(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def aborts_after_the_result(prepared: spu.Prepared, timeout_s: float) -> int:
+        prepared.result.write_text("id\ni:2\ni:5\n")
+        prepared.done.write_text("2")
+        return -6  # SIGABRT in the link's teardown, after the result
+
+    monkeypatch.setattr(spu, "missing", lambda: "")
+    monkeypatch.setattr(spu, "_run_child", aborts_after_the_result)
+    side = spu.Side(rank=0, own="127.0.0.1:1", peer="127.0.0.1:2", protocol="rr22", broadcast=True)
+    with caplog.at_level("WARNING", logger="vflo.align.spu"):
+        assert side.run(np.arange(7)).tolist() == [False, False, True, False, False, True, False]
+    assert "exited with status -6 after writing its result" in caplog.text
+
+
+@needs_library
+def test_both_sides_meet_over_mutual_tls_through_the_counting_relays_whichever_starts_first(tmp_path: Path) -> None:
+    """The partner starts first and dials through the relay before the active side listens (as in a deployment).
+    With the relay's sockets behind Nagle's algorithm, the link's messages stalled for 9.6 s or until the timeout
+    in 5 runs of 6; without it a run takes about half a second, so a 6 s wait fails only a stall."""
+    create_ca(tmp_path / "ca")
+    tls = {}
+    for rank, party in enumerate(("act", "pas")):
+        key, csr = make_request(tmp_path / party, party, hosts=["127.0.0.1"])
+        sign_request(tmp_path / "ca", csr)
+        tls[rank] = spu.LinkTLS(str(tmp_path / party / f"{party}.pem"), str(key), str(tmp_path / "ca" / "ca.pem"))
+    for _ in range(3):
+        ports = [spu.free_port("127.0.0.1") for _ in range(2)]
+        with spu.CountingRelay(("127.0.0.1", ports[0])) as inbound:
+            partner = spu.Side(rank=1, own=f"127.0.0.1:{ports[1]}", peer=f"127.0.0.1:{inbound.port}",
+                               protocol="rr22", broadcast=True, tls=tls[1], timeout_s=6)
+            running = spu.Running(lambda side=partner: side.run(np.arange(0, 300)))  # type: ignore[misc]
+            time.sleep(0.3)
+            with spu.CountingRelay(("127.0.0.1", ports[1])) as outbound:
+                active = spu.Side(rank=0, own=f"127.0.0.1:{ports[0]}", peer=f"127.0.0.1:{outbound.port}",
+                                  protocol="rr22", broadcast=True, tls=tls[0], timeout_s=6)
+                mine = active.run(np.arange(100, 400))
+            theirs = running.join(60)
+        assert mine.sum() == theirs.sum() == 200 and mine[:200].all() and theirs[100:].all()
+        assert min(inbound.out_bytes, inbound.in_bytes, outbound.out_bytes, outbound.in_bytes) > 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from vflo.align import spu
 from vflo.align.plain import Aligned, Alignment
 from vflo.comm.message import INT, STR, Fields, FieldSpec, Payload
-from vflo.errors import ConfigError, ProtocolError, RefusedError
+from vflo.errors import ProtocolError, RefusedError
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -30,13 +31,6 @@ OPEN: dict[str, FieldSpec] = {"protocol": STR, "purpose": STR, "mode": STR, "por
 RESULT: dict[str, FieldSpec] = {}
 #: How long a party waits for the other side of one intersection.
 TIMEOUT_S = 900.0
-
-
-class Linked:
-    """A partner's side in progress: the thread running it and the IDs it runs on."""
-
-    def __init__(self, running: spu.Running, ids: np.ndarray, mode: str) -> None:
-        self.running, self.ids, self.mode = running, ids, mode
 
 
 def _tls(files: tuple[str, str, str] | None) -> spu.LinkTLS | None:
@@ -60,31 +54,37 @@ def handle_open(ctx: NodeContext, payload: Fields) -> Payload:
     if problem := spu.missing():
         raise RefusedError(f"party {ctx.party!r} cannot run {protocol}: {problem}")
     rows = ctx.rows(payload.text("purpose"))
+    prepared = spu.prepare(rows.ids)  # a repeated ID is refused here, before anything starts
     host, port = _own_address(ctx)
     side = spu.Side(rank=1, own=f"{host}:{port}", peer=f"{ctx.peer_host(ctx.sender)}:{payload.integer('port')}",
                     protocol=protocol, broadcast=mode == "both", tls=_tls(ctx.link_tls()), timeout_s=TIMEOUT_S)
     ctx.part(Aligned).held = None
-    ctx.part(LinkedPart).side = Linked(spu.Running(lambda: side.run(rows.ids)), rows.ids, mode)
+    part = ctx.part(LinkedPart)
+    part.running, part.ids, part.mode = spu.Running(lambda: side.run(rows.ids, prepared)), rows.ids, mode
     return {"port": port, "n_features": rows.n_features}
 
 
 def handle_result(ctx: NodeContext, payload: Fields) -> Payload:
     """A partner: end its side; with ``mode = 'both'`` it now knows which of its people are shared."""
     part = ctx.part(LinkedPart)
-    if part.side is None:
+    if part.running is None or part.ids is None:
         raise ProtocolError(f"{RESULT_KIND} without this party's {OPEN_KIND} before it")
-    side, part.side = part.side, None
-    mask = side.running.join(TIMEOUT_S)
-    if side.mode == "both":
-        ctx.part(Aligned).held = np.sort(side.ids[mask])
+    running, ids, mode = part.running, part.ids, part.mode
+    part.running, part.ids = None, None
+    mask = running.join(TIMEOUT_S)
+    if mode == "both":
+        ctx.part(Aligned).held = np.sort(ids[mask])
     return {"count": int(mask.sum())}
 
 
+@dataclass
 class LinkedPart:
-    """The partner's side of the intersection under way (none between intersections)."""
+    """The partner's side of the intersection under way (none between intersections): its thread, the IDs it runs
+    on, and whether it learns the result."""
 
-    def __init__(self) -> None:
-        self.side: Linked | None = None
+    running: spu.Running | None = None
+    ids: np.ndarray | None = None
+    mode: str = ""
 
 
 def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, protocol: str, purpose: str = "train",
@@ -94,9 +94,6 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, proto
         return Alignment(ids=ids, asked=ids, held={}, widths={})
     if problem := spu.missing():
         raise RefusedError(problem)
-    if len(ids) > 1 and np.any(ids[1:] == ids[:-1]):  # sorted: a repeat is next to itself
-        raise ConfigError("private set intersection needs unique IDs; the active party's list repeats some: "
-                          "deduplicate it")
     held: dict[str, np.ndarray] = {}
     widths: dict[str, int] = {}
     host, _ = spu.split_address(fed.ctx.policy.psi_link)
@@ -105,22 +102,17 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, proto
         own_port = spu.free_port(host)
         # The partner dials the inbound relay, which hands its bytes to this party's side; this side dials the
         # outbound relay, which hands them to the partner: every byte of the link is counted here.
-        inbound = spu.CountingRelay((host, own_port), host=host)
         started = time.perf_counter()
-        try:
+        # A repeated ID is refused before the partner starts.
+        with (spu.prepare(ids, "the active party's") as prepared,
+              spu.CountingRelay((host, own_port), host=host) as inbound):
             reply = fed.exchange(OPEN_KIND, {party: {"protocol": protocol, "purpose": purpose, "mode": mode,
                                                      "port": inbound.port}})[party]
-            prepared = spu.prepare(ids)  # while the partner writes its own
-            outbound = spu.CountingRelay((fed.transport.peer_host(party), reply.integer("port")))
-            try:
+            with spu.CountingRelay((fed.transport.peer_host(party), reply.integer("port"))) as outbound:
                 side = spu.Side(rank=0, own=f"{host}:{own_port}", peer=f"127.0.0.1:{outbound.port}",
                                 protocol=protocol, broadcast=mode == "both", tls=tls, timeout_s=TIMEOUT_S)
                 held[party] = side.run(ids, prepared)
                 count = fed.exchange(RESULT_KIND, {party: {}})[party].integer("count")
-            finally:
-                outbound.close()
-        finally:
-            inbound.close()
         widths[party] = reply.integer("n_features")
         sent, received = outbound.out_bytes + inbound.in_bytes, outbound.in_bytes + inbound.out_bytes
         kind = f"align.engine.{protocol}"

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
+from vflo.align.ids import check_unique, tagged
 from vflo.align.plain import Aligned, Alignment
 from vflo.comm.message import INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
-from vflo.errors import DataError, ProtocolError
+from vflo.errors import ProtocolError
 from vflo.helpers import SHARED_USE, HelperPool, shared_pool
 
 if TYPE_CHECKING:
@@ -45,26 +46,19 @@ RESULT: dict[str, FieldSpec] = {"matched": ArraySpec(("bool",), (None,))}
 PARALLEL_FROM = 40_000
 
 
-def _id_bytes(value: object) -> bytes:
-    # Type-tagged so the int 7 and the string "7" never collide.
-    if isinstance(value, int | np.integer):
-        return b"i:" + str(int(value)).encode()
-    return b"s:" + str(value).encode("utf-8")
-
-
-def _check_unique(ids: np.ndarray) -> None:
-    if len(np.unique(ids)) != len(ids):
-        raise DataError("private set intersection needs unique IDs; this party's list repeats some: deduplicate it")
+def _names(ids: np.ndarray) -> list[str]:
+    names = tagged(ids)
+    check_unique(names)
+    return names
 
 
 def hash_ids(ids: np.ndarray, salt: bytes) -> np.ndarray:
     """One 32-byte curve point (an X25519 u-coordinate) per ID."""
-    _check_unique(ids)
-    return np.frombuffer(_hash_chunk(salt, ids.tolist()), dtype=np.uint8).reshape(len(ids), 32).copy()
+    return np.frombuffer(_hash_chunk(salt, _names(ids)), dtype=np.uint8).reshape(len(ids), 32).copy()
 
 
-def _hash_chunk(salt: bytes, ids: list[object]) -> bytes:
-    return b"".join(hashlib.sha256(salt + _id_bytes(v)).digest() for v in ids)
+def _hash_chunk(salt: bytes, names: list[str]) -> bytes:
+    return b"".join(hashlib.sha256(salt + n.encode("utf-8")).digest() for n in names)
 
 
 def _blind_chunk(key: bytes, points: bytes) -> bytes:
@@ -73,9 +67,9 @@ def _blind_chunk(key: bytes, points: bytes) -> bytes:
                     for i in range(0, len(points), 32))
 
 
-def _hash_blind_chunk(key: bytes, salt: bytes, ids: list[object]) -> bytes:
+def _hash_blind_chunk(key: bytes, salt: bytes, names: list[str]) -> bytes:
     """Hash to the curve and blind in one pass, in the worker (the parent only splits and joins)."""
-    return _blind_chunk(key, _hash_chunk(salt, ids))
+    return _blind_chunk(key, _hash_chunk(salt, names))
 
 
 class Blinder:
@@ -131,8 +125,7 @@ class Blinder:
 
     def ids(self, ids: np.ndarray, salt: bytes) -> Callable[[], np.ndarray]:
         """Start hashing ``ids`` to the curve with ``salt`` and blinding them; call the result for the points."""
-        _check_unique(ids)
-        values, step = ids.tolist(), self._chunks(len(ids))
+        values, step = _names(ids), self._chunks(len(ids))
         chunks = [values[i : i + step] for i in range(0, len(values), step)]
         return self._start(_hash_blind_chunk, "psi.hash_blind", (self.key, salt), chunks, len(ids))
 

@@ -15,6 +15,9 @@ party's own certificate and key and accepts only certificates of the federation'
 The bytes of the link are measured where they cross: the active party's side runs through a counting relay
 (:class:`CountingRelay`), and the ledger gets one entry per direction (kind ``align.engine.PROTOCOL``).
 
+Each side's library runs in a child process of its party, its logs in a file beside its IDs: a crash of the
+library's link costs the child, not the party, and its logs do not fill the party's output.
+
 The wheel pins ``numpy<2`` and pulls JAX for SPU's compiler, neither of which its PSI uses; vflo loads the two
 native modules it needs (``libspu`` for the link, ``libpsi``) without importing the rest, so it is installed with
 ``pip install --no-deps spu==0.9.5``.
@@ -25,21 +28,25 @@ from __future__ import annotations
 import contextlib
 import csv
 import importlib.util
+import json
 import logging
+import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vflo.align.ids import check_unique, tagged
 from vflo.errors import ConfigError, ProtocolError
 
 logger = logging.getLogger(__name__)
@@ -94,14 +101,6 @@ class LinkTLS:
     ca: str
 
 
-def tagged(ids: np.ndarray) -> list[str]:
-    """The IDs as both sides write them: type-tagged, so the int 7 and the text "7" are different people (as in
-    vflo's own PSI)."""
-    if ids.dtype.kind in "iu":
-        return [f"i:{v}" for v in ids.tolist()]
-    return [f"s:{v}" for v in ids.tolist()]
-
-
 def free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
@@ -118,7 +117,13 @@ def split_address(address: str) -> tuple[str, int]:
 
 class CountingRelay:
     """A TCP relay that forwards every connection made to it to ``target`` and counts the bytes each way: what
-    really crossed the link, measured at the party's own end."""
+    really crossed the link, measured at the party's own end.
+
+    It accepts at once and holds a connection until the target listens: the side that starts first then finds
+    its peer at the first try, instead of being refused and waiting for the link's health check to revive the
+    connection (3 s). Its sockets send small messages at once (``TCP_NODELAY``), as the link's own do: behind
+    Nagle's algorithm the link's messages under TLS stalled, for 9.6 s or until the two sides' timeout, in 5
+    runs of 6."""
 
     def __init__(self, target: tuple[str, int], *, host: str = "127.0.0.1", wait_s: float = 120.0) -> None:
         self.target = target
@@ -141,8 +146,6 @@ class CountingRelay:
             threading.Thread(target=self._connect, args=(client,), daemon=True).start()
 
     def _connect(self, client: socket.socket) -> None:
-        # The other side may not listen yet (each side starts its own): keep the accepted connection waiting until
-        # it does, rather than dropping it, which the link would see as a closed connection mid-handshake.
         deadline = time.monotonic() + self.wait_s
         while True:
             try:
@@ -154,6 +157,8 @@ class CountingRelay:
                     return
                 time.sleep(0.02)
         upstream.settimeout(None)
+        for end in (client, upstream):
+            end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for src, dst, outward in ((client, upstream, True), (upstream, client, False)):
             thread = threading.Thread(target=self._pump, args=(src, dst, outward), daemon=True)
             thread.start()
@@ -181,11 +186,22 @@ class CountingRelay:
         for thread in self._threads:
             thread.join(timeout=5)
 
+    def __enter__(self) -> CountingRelay:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
 
 @dataclass
 class Side:
     """One party's side of one intersection: its link's two entries (its own listening address first, by rank),
-    the protocol, who receives the result, and whether the other learns it too."""
+    the protocol, who receives the result, and whether the other learns it too.
+
+    The library runs in a child process of the party (:func:`child`). Its link (brpc) can abort the whole process
+    when it tears down, after the result is written; in a child, that costs the child only, and the party keeps
+    serving. The child's logs go to a file beside its IDs, not to the party's output; the end of it is in the
+    error when a side fails."""
 
     rank: int
     own: str
@@ -198,59 +214,101 @@ class Side:
     def run(self, ids: np.ndarray, prepared: Prepared | None = None) -> np.ndarray:
         """Which of ``ids`` are in the intersection (a mask), where this side learns it; all False otherwise.
         ``prepared``: its IDs already written (:func:`prepare`), while the other side started."""
-        libspu, libpsi = _libraries()
         if self.protocol not in PROTOCOLS:
             raise ConfigError(f"PSI protocol {self.protocol!r}: choose one of {sorted(PROTOCOLS)}")
+        if problem := missing():
+            raise ConfigError(problem)
         prepared = prepared if prepared is not None else prepare(ids)
         with prepared:
-            link = libspu.link
-            desc = link.Desc()
-            desc.id = "vflo-psi"
-            entries = [(f"r{i}", address) for i, address in enumerate(
-                (self.own, self.peer) if self.rank == 0 else (self.peer, self.own))]
-            for name, address in entries:
-                desc.add_party(name, address)
-            desc.recv_timeout_ms = int(self.timeout_s * 1000)
-            desc.connect_retry_times = max(1, int(self.timeout_s / 0.05))
-            desc.connect_retry_interval_ms = 50
-            if self.tls is not None:
-                desc.enable_ssl = True
-                for opts in (desc.client_ssl_opts, desc.server_ssl_opts):
-                    opts.cert.certificate_path = self.tls.certificate
-                    opts.cert.private_key_path = self.tls.key
-                    opts.verify.ca_file_path = self.tls.ca
-                    opts.verify.verify_depth = 1
-            context = link.create_brpc(desc, self.rank)
-            try:
-                config = libpsi.PsiExecuteConfig()
-                config.protocol_conf.protocol = getattr(libpsi.PsiProtocol, PROTOCOLS[self.protocol])
-                config.protocol_conf.receiver_rank = 0
-                config.protocol_conf.broadcast_result = self.broadcast
-                config.protocol_conf.ecdh_params.curve = libpsi.EllipticCurveType.CURVE_25519  # ECDH's, as vflo's
-                config.input_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
-                config.input_params.path = str(prepared.source)
-                config.input_params.selected_keys = ["id"]
-                config.input_params.keys_unique = True
-                config.output_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
-                config.output_params.path = str(prepared.result)
-                config.output_params.disable_alignment = True
-                libpsi.psi_execute(config, context)
-            finally:
-                context.stop_link()
+            prepared.order.write_text(json.dumps({**asdict(self), "source": str(prepared.source),
+                                                  "result": str(prepared.result), "done": str(prepared.done)}))
+            code = _run_child(prepared, self.timeout_s)
+            if not prepared.done.is_file():
+                raise ProtocolError(f"the PSI library's side (rank {self.rank}, {self.protocol}) ended with exit "
+                                    f"status {code} before its result; the end of its log:\n{prepared.log_tail()}")
+            if code != 0:
+                logger.warning("the PSI library's side exited with status %s after writing its result (its link's "
+                               "teardown); the result stands", code)
             if not (self.rank == 0 or self.broadcast):
                 return np.zeros(len(ids), dtype=bool)
             return prepared.shared()
 
 
+def _run_child(prepared: Prepared, timeout_s: float) -> int:
+    """Run :func:`child` on ``prepared``'s order; its exit status (killed if it outlives ``timeout_s``)."""
+    env = dict(os.environ)
+    # The child finds vflo where this process found it, however it was put on the path.
+    source_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH", "")) if p)
+    with prepared.log.open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-c", "import sys; from vflo.align.spu import child; "
+                                    "child(sys.argv[1])", str(prepared.order)],
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   cwd=prepared.folder, env=env)
+    try:
+        return process.wait(timeout=timeout_s + 30)
+    except subprocess.TimeoutExpired:
+        raise ProtocolError(f"the PSI library's side did not end within {timeout_s + 30:.0f} s; the end of its "
+                            f"log:\n{prepared.log_tail()}") from None
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def child(order_path: str) -> None:
+    """The library's side, in the child process :class:`Side` starts: read the order, run, mark it done."""
+    order = json.loads(Path(order_path).read_text())
+    libspu, libpsi = _libraries()
+    link = libspu.link
+    desc = link.Desc()
+    desc.id = "vflo-psi"
+    own, peer, rank = order["own"], order["peer"], order["rank"]
+    for i, address in enumerate((own, peer) if rank == 0 else (peer, own)):
+        desc.add_party(f"r{i}", address)
+    desc.recv_timeout_ms = int(order["timeout_s"] * 1000)
+    desc.connect_retry_times = max(1, int(order["timeout_s"] / 0.05))
+    desc.connect_retry_interval_ms = 50
+    if order["tls"] is not None:
+        tls = LinkTLS(**order["tls"])
+        desc.enable_ssl = True
+        for opts in (desc.client_ssl_opts, desc.server_ssl_opts):
+            opts.cert.certificate_path = tls.certificate
+            opts.cert.private_key_path = tls.key
+            opts.verify.ca_file_path = tls.ca
+            opts.verify.verify_depth = 1
+    context = link.create_brpc(desc, rank)
+    config = libpsi.PsiExecuteConfig()
+    config.protocol_conf.protocol = getattr(libpsi.PsiProtocol, PROTOCOLS[order["protocol"]])
+    config.protocol_conf.receiver_rank = 0
+    config.protocol_conf.broadcast_result = order["broadcast"]
+    config.protocol_conf.ecdh_params.curve = libpsi.EllipticCurveType.CURVE_25519  # ECDH's, as vflo's
+    config.input_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
+    config.input_params.path = order["source"]
+    config.input_params.selected_keys = ["id"]
+    config.input_params.keys_unique = True
+    config.output_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
+    config.output_params.path = order["result"]
+    config.output_params.disable_alignment = True
+    report = libpsi.psi_execute(config, context)
+    Path(order["done"]).write_text(str(report.intersection_count))
+    context.stop_link()
+    sys.stdout.flush()
+    # Past this point nothing is left to do; leaving without the interpreter's teardown keeps the link's threads
+    # from running into freed objects.
+    os._exit(0)
+
+
 class Prepared:
     """A side's IDs written where the library reads them, and where it writes the intersection (a temporary
-    folder, removed when the side ends)."""
+    folder, removed when the side ends), with the order for the child, its log and its done mark."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = names
         self._folder = tempfile.TemporaryDirectory(prefix="vflo-psi-")
-        self.source = Path(self._folder.name) / "ids.csv"
-        self.result = Path(self._folder.name) / "shared.csv"
+        self.folder = Path(self._folder.name)
+        self.source, self.result = self.folder / "ids.csv", self.folder / "shared.csv"
+        self.order, self.log, self.done = self.folder / "order.json", self.folder / "library.log", self.folder / "done"
         # Most IDs need no quoting; those that hold a comma, a quote or a line break are written by the csv module.
         self.quoted = any(("," in n or '"' in n or "\n" in n or "\r" in n) for n in names)
         if self.quoted:
@@ -260,6 +318,12 @@ class Prepared:
                 writer.writerows([n] for n in names)
         else:
             self.source.write_text("id\n" + "\n".join(names) + "\n")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
 
     def shared(self) -> np.ndarray:
         """Which of the names the library wrote as shared."""
@@ -281,11 +345,10 @@ class Prepared:
         self._folder.cleanup()
 
 
-def prepare(ids: np.ndarray) -> Prepared:
+def prepare(ids: np.ndarray, whose: str = "this party's") -> Prepared:
     """``ids`` tagged, checked unique and written for the library."""
     names = tagged(ids)
-    if len(set(names)) != len(names):
-        raise ConfigError("private set intersection needs unique IDs; this party's list repeats some: deduplicate it")
+    check_unique(names, whose)
     return Prepared(names)
 
 
@@ -296,7 +359,6 @@ class Running:
     def __init__(self, work: Callable[[], np.ndarray]) -> None:
         self._result: np.ndarray | None = None
         self._error: BaseException | None = None
-        self.started = time.perf_counter()
         self._thread = threading.Thread(target=self._run, args=(work,), daemon=True, name="vflo-psi-side")
         self._thread.start()
 

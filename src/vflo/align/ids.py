@@ -1,0 +1,23 @@
+"""People's IDs as both PSI engines see them: type-tagged text, checked unique."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vflo.errors import DataError
+
+
+def tagged(ids: np.ndarray) -> list[str]:
+    """Each ID as text tagged with its type, so the int 7 and the text "7" are different people, whichever engine
+    intersects them (vflo's own ECDH hashes these; the library reads them from a file)."""
+    if ids.dtype.kind in "iu":
+        return [f"i:{v}" for v in ids.tolist()]
+    if ids.dtype.kind == "U":
+        return [f"s:{v}" for v in ids.tolist()]
+    return [f"i:{int(v)}" if isinstance(v, int | np.integer) else f"s:{v}" for v in ids.tolist()]
+
+
+def check_unique(names: list[str], whose: str = "this party's") -> None:
+    """Refuse a list that names someone twice: an intersection of sets cannot say which row is theirs."""
+    if len(set(names)) != len(names):
+        raise DataError(f"private set intersection needs unique IDs; {whose} list repeats some: deduplicate it")
