@@ -74,9 +74,10 @@ def test_the_library_finds_what_vflos_own_psi_finds(protocol: str, mode: str) ->
 
 
 @needs_library
-def test_text_ids_and_the_partners_held_list_match_vflos_own() -> None:
+def test_text_ids_and_the_partners_held_list_match_vflos_own(capfd: pytest.CaptureFixture[str]) -> None:
     layout = _layout(1, ids="text")
     data = layout.materialize()
+    traces = set(Path("/tmp").glob("psi_*.trace"))
     for engine in ("vflo", "rr22"):
         method = get_method("local")()
         fed, nodes = build_federation(data, method, seed=0, alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
@@ -84,6 +85,9 @@ def test_text_ids_and_the_partners_held_list_match_vflos_own() -> None:
         alignment = fed.align(data.train["a"].ids, ["p0"])
         assert alignment.ids.dtype.kind == "U" and np.array_equal(alignment.ids, np.sort(layout.aligned_ids()))
         assert np.array_equal(nodes["p0"].context.part(Aligned).held, alignment.ids)  # type: ignore[union-attr]
+    # The library's log stays out of the party's output, and its trace files out of the host's /tmp.
+    out, err = capfd.readouterr()
+    assert "[info]" not in out + err and not set(Path("/tmp").glob("psi_*.trace")) - traces
 
 
 @needs_library
@@ -135,22 +139,36 @@ def test_bad_engine_settings_are_refused_with_the_choices() -> None:
         Policy(psi_link="7000")
 
 
-def test_the_relay_counts_both_ways_and_holds_a_connection_until_its_target_listens() -> None:
+def test_the_relay_counts_both_ways_and_refuses_connections_until_its_target_listens() -> None:
     port = spu.free_port("127.0.0.1")
     relay = spu.CountingRelay(("127.0.0.1", port))
+    with pytest.raises(ConnectionRefusedError):  # as the target itself would: the link dials again
+        socket.create_connection(("127.0.0.1", relay.port), timeout=10)
     echoed: list[bytes] = []
+    listening = threading.Event()
 
-    def serve_later() -> None:
-        time.sleep(0.3)  # the target starts after the relay took the connection
+    def serve() -> None:
         with socket.create_server(("127.0.0.1", port)) as server:
-            conn, _ = server.accept()
-            with conn:
-                data = conn.recv(100)
-                conn.sendall(data * 2)
+            listening.set()
+            while True:  # the relay's probe connects first, and closes
+                conn, _ = server.accept()
+                with conn:
+                    if data := conn.recv(100):
+                        conn.sendall(data * 2)
+                        return
 
-    thread = threading.Thread(target=serve_later)
+    thread = threading.Thread(target=serve)
     thread.start()
-    with socket.create_connection(("127.0.0.1", relay.port), timeout=10) as client:
+    assert listening.wait(10)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client = socket.create_connection(("127.0.0.1", relay.port), timeout=10)
+            break
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    with client:
         client.sendall(b"hello")
         while sum(map(len, echoed)) < 10:
             echoed.append(client.recv(100))
@@ -210,24 +228,25 @@ def test_a_side_whose_library_aborts_after_writing_its_result_keeps_the_result(
 @needs_library
 def test_both_sides_meet_over_mutual_tls_through_the_counting_relays_whichever_starts_first(tmp_path: Path) -> None:
     """The partner starts first and dials through the relay before the active side listens (as in a deployment).
-    With the relay's sockets behind Nagle's algorithm, the link's messages stalled for 9.6 s or until the timeout
-    in 5 runs of 6; without it a run takes about half a second, so a 6 s wait fails only a stall."""
+    With the relay's sockets behind Nagle's algorithm, the link's messages stalled until the timeout; a run takes
+    about 4 s here (the early side is refused until the other listens, and its link dials again after 3 s), so
+    the link's 10 s wait for a message fails only a stall."""
     create_ca(tmp_path / "ca")
     tls = {}
     for rank, party in enumerate(("act", "pas")):
         key, csr = make_request(tmp_path / party, party, hosts=["127.0.0.1"])
         sign_request(tmp_path / "ca", csr)
         tls[rank] = spu.LinkTLS(str(tmp_path / party / f"{party}.pem"), str(key), str(tmp_path / "ca" / "ca.pem"))
-    for _ in range(3):
+    for _ in range(2):
         ports = [spu.free_port("127.0.0.1") for _ in range(2)]
         with spu.CountingRelay(("127.0.0.1", ports[0])) as inbound:
             partner = spu.Side(rank=1, own=f"127.0.0.1:{ports[1]}", peer=f"127.0.0.1:{inbound.port}",
-                               protocol="rr22", broadcast=True, tls=tls[1], timeout_s=6)
+                               protocol="rr22", broadcast=True, tls=tls[1], timeout_s=10)
             running = spu.Running(lambda side=partner: side.run(np.arange(0, 300)))  # type: ignore[misc]
             time.sleep(0.3)
             with spu.CountingRelay(("127.0.0.1", ports[1])) as outbound:
                 active = spu.Side(rank=0, own=f"127.0.0.1:{ports[0]}", peer=f"127.0.0.1:{outbound.port}",
-                                  protocol="rr22", broadcast=True, tls=tls[0], timeout_s=6)
+                                  protocol="rr22", broadcast=True, tls=tls[0], timeout_s=10)
                 mine = active.run(np.arange(100, 400))
             theirs = running.join(60)
         assert mine.sum() == theirs.sum() == 200 and mine[:200].all() and theirs[100:].all()

@@ -31,6 +31,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -54,6 +55,7 @@ logger = logging.getLogger(__name__)
 #: The protocols vflo runs through the library, by the name a config gives.
 PROTOCOLS = {"rr22": "PROTOCOL_RR22", "kkrt": "PROTOCOL_KKRT", "ecdh": "PROTOCOL_ECDH"}
 INSTALL = "pip install --no-deps spu==0.9.5"
+TRACE = re.compile(r"Trace has been written to (/tmp/psi_[A-Za-z0-9_-]+\.trace)")
 
 
 def missing() -> str:
@@ -119,11 +121,12 @@ class CountingRelay:
     """A TCP relay that forwards every connection made to it to ``target`` and counts the bytes each way: what
     really crossed the link, measured at the party's own end.
 
-    It accepts at once and holds a connection until the target listens: the side that starts first then finds
-    its peer at the first try, instead of being refused and waiting for the link's health check to revive the
-    connection (3 s). Its sockets send small messages at once (``TCP_NODELAY``), as the link's own do: behind
-    Nagle's algorithm the link's messages under TLS stalled, for 9.6 s or until the two sides' timeout, in 5
-    runs of 6."""
+    Its port is reserved at once but listens only once the target does: until then a connection to it is refused,
+    as one to the target itself would be, and the link dials again (its health check, every 3 s). A relay that
+    accepted at once and held the connection until the target listened let the link's first requests wait in it
+    and arrive late; now and then both sides then waited for each other until their timeout (seen without TLS
+    too). Its sockets send small messages at once (``TCP_NODELAY``), as the link's own do: behind Nagle's
+    algorithm the link's messages under TLS stalled, for 9.6 s or until the timeout, in 5 runs of 6."""
 
     def __init__(self, target: tuple[str, int], *, host: str = "127.0.0.1", wait_s: float = 120.0) -> None:
         self.target = target
@@ -131,13 +134,30 @@ class CountingRelay:
         self.out_bytes = 0  # towards the target
         self.in_bytes = 0  # back from it
         self._lock = threading.Lock()
-        self._server = socket.create_server((host, 0))
+        self._server = socket.socket()
+        self._server.bind((host, 0))
         self.port: int = self._server.getsockname()[1]
         self._closed = False
         self._threads: list[threading.Thread] = []
         threading.Thread(target=self._accept, daemon=True, name="vflo-psi-relay").start()
 
+    def _target_listens(self) -> bool:
+        deadline = time.monotonic() + self.wait_s
+        while not self._closed and time.monotonic() < deadline:
+            try:
+                socket.create_connection(self.target, timeout=5).close()
+                return True
+            except OSError:
+                time.sleep(0.02)
+        return False
+
     def _accept(self) -> None:
+        if not self._target_listens():
+            return
+        try:
+            self._server.listen()
+        except OSError:
+            return
         while not self._closed:
             try:
                 client, _ = self._server.accept()
@@ -146,18 +166,13 @@ class CountingRelay:
             threading.Thread(target=self._connect, args=(client,), daemon=True).start()
 
     def _connect(self, client: socket.socket) -> None:
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-                break
-            except OSError:
-                if self._closed or time.monotonic() > deadline:
-                    client.close()
-                    return
-                time.sleep(0.02)
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
         upstream.settimeout(None)
-        for end in (client, upstream):
+        for end in (client, upstream):  # as the link's own sockets: a small message goes out at once
             end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for src, dst, outward in ((client, upstream, True), (upstream, client, False)):
             thread = threading.Thread(target=self._pump, args=(src, dst, outward), daemon=True)
@@ -240,13 +255,17 @@ def _run_child(prepared: Prepared, timeout_s: float) -> int:
     # The child finds vflo where this process found it, however it was put on the path.
     source_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH", "")) if p)
+    # The library's own temporary files (sorted inputs, buckets) go into the side's folder, removed with it.
+    env["TMPDIR"] = str(prepared.folder)
     with prepared.log.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-c", "import sys; from vflo.align.spu import child; "
                                     "child(sys.argv[1])", str(prepared.order)],
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    cwd=prepared.folder, env=env)
     try:
-        return process.wait(timeout=timeout_s + 30)
+        code = process.wait(timeout=timeout_s + 30)
+        prepared.remove_trace()
+        return code
     except subprocess.TimeoutExpired:
         raise ProtocolError(f"the PSI library's side did not end within {timeout_s + 30:.0f} s; the end of its "
                             f"log:\n{prepared.log_tail()}") from None
@@ -318,6 +337,17 @@ class Prepared:
                 writer.writerows([n] for n in names)
         else:
             self.source.write_text("id\n" + "\n".join(names) + "\n")
+
+    def remove_trace(self) -> None:
+        """Remove the trace the library writes at a fixed place (``/tmp/psi_ID.trace``, whatever ``TMPDIR`` says)
+        for each run: the one its log names, nothing else."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return
+        for name in TRACE.findall(text):
+            with contextlib.suppress(OSError):
+                Path(name).unlink()
 
     def log_tail(self, lines: int = 20) -> str:
         try:
