@@ -186,52 +186,65 @@ def full_proba(proba: np.ndarray, seen: np.ndarray, n_classes: int) -> np.ndarra
     return out
 
 
+def logistic_proba(X: np.ndarray, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+    """Class probabilities of a fitted logistic regression, by scikit-learn's own arithmetic (its
+    ``predict_proba`` for lbfgs: the logistic function for two classes, softmax for more), so a saved model
+    scores without importing scikit-learn and gives the same numbers to the last bit."""
+    from scipy.special import expit
+
+    scores: np.ndarray = np.asarray(X @ coef.T + intercept)
+    if scores.shape[1] == 1:
+        positive: np.ndarray = expit(scores.reshape(-1))
+        return np.stack([1 - positive, positive], axis=1)
+    scores -= scores.max(axis=1).reshape((-1, 1))
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=1).reshape((-1, 1))
+    return scores
+
+
 class LogisticEstimator:
-    """Multinomial logistic regression (scikit-learn, lbfgs)."""
+    """Multinomial logistic regression (scikit-learn, lbfgs), fitted by scikit-learn and applied from its
+    coefficients."""
 
     def __init__(self, *, C: float, n_classes: int, seed: int, params: Mapping[str, Any] | None = None) -> None:
         self.C = C
         self.n_classes = n_classes
         self.seed = seed
         self.params = dict(params or {})
+        self.coef_: np.ndarray | None = None
+        self.intercept_: np.ndarray | None = None
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> LogisticEstimator:
         from sklearn.linear_model import LogisticRegression
 
         self.classes_ = np.unique(y)
         if len(self.classes_) < 2:
-            self.model_ = None
+            self.coef_ = self.intercept_ = None
             return self
         kwargs = {"C": self.C, "max_iter": 5000, "random_state": self.seed % (2**32), **self.params}
-        self.model_ = LogisticRegression(**kwargs)
-        self.model_.fit(np.asarray(X, dtype=np.float64), y)
+        model = LogisticRegression(**kwargs).fit(np.asarray(X, dtype=np.float64), y)
+        self.coef_, self.intercept_ = model.coef_, model.intercept_
         return self
 
     def predict_scores(self, X: np.ndarray) -> np.ndarray:
-        if self.model_ is None:
+        if self.coef_ is None or self.intercept_ is None:
             out = np.zeros((X.shape[0], self.n_classes))
             out[:, int(self.classes_[0])] = 1.0
             return out
-        proba = self.model_.predict_proba(np.asarray(X, dtype=np.float64))
-        return full_proba(proba, self.model_.classes_, self.n_classes)
+        proba = logistic_proba(np.asarray(X, dtype=np.float64), self.coef_, self.intercept_)
+        return full_proba(proba, self.classes_, self.n_classes)
 
     def get_state(self) -> dict[str, Any]:
-        if self.model_ is None:
+        if self.coef_ is None:
             return {"classes": self.classes_}
-        return {"classes": self.classes_, "coef": self.model_.coef_, "intercept": self.model_.intercept_}
+        return {"classes": self.classes_, "coef": self.coef_, "intercept": self.intercept_}
 
     def set_state(self, state: Mapping[str, Any]) -> LogisticEstimator:
-        from sklearn.linear_model import LogisticRegression
-
         self.classes_ = _array(state, "classes")
         if "coef" not in state:
-            self.model_ = None
+            self.coef_ = self.intercept_ = None
             return self
-        model = LogisticRegression(C=self.C, max_iter=5000, random_state=self.seed % (2**32), **self.params)
-        model.coef_, model.intercept_ = _array(state, "coef"), _array(state, "intercept")
-        model.classes_ = self.classes_
-        model.n_features_in_ = model.coef_.shape[1]
-        self.model_ = model
+        self.coef_, self.intercept_ = _array(state, "coef"), _array(state, "intercept")
         return self
 
 
