@@ -75,6 +75,8 @@ def library_alone(ids: tuple[np.ndarray, np.ndarray], protocol: str) -> tuple[fl
             counts[rank] = report.intersection_count
 
         traces = set(Path("/tmp").glob("psi_*.trace"))
+        tmpdir = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = work  # the library's working folders, which it leaves behind
         started = time.perf_counter()
         threads = [threading.Thread(target=run, args=(r,)) for r in (0, 1)]
         for t in threads:
@@ -82,6 +84,10 @@ def library_alone(ids: tuple[np.ndarray, np.ndarray], protocol: str) -> tuple[fl
         for t in threads:
             t.join()
         seconds = time.perf_counter() - started
+        if tmpdir is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = tmpdir
         for trace in set(Path("/tmp").glob("psi_*.trace")) - traces:  # the library's, written at a fixed place
             trace.unlink(missing_ok=True)
         return seconds, counts[0]

@@ -4,6 +4,7 @@ as vflo's own ECDH, its bytes measured where they cross, the partner's policy ob
 from __future__ import annotations
 
 import socket
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -77,7 +78,7 @@ def test_the_library_finds_what_vflos_own_psi_finds(protocol: str, mode: str) ->
 def test_text_ids_and_the_partners_held_list_match_vflos_own(capfd: pytest.CaptureFixture[str]) -> None:
     layout = _layout(1, ids="text")
     data = layout.materialize()
-    traces = set(Path("/tmp").glob("psi_*.trace"))
+    traces, worked = set(Path("/tmp").glob("psi_*.trace")), _library_work()
     for engine in ("vflo", "rr22"):
         method = get_method("local")()
         fed, nodes = build_federation(data, method, seed=0, alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
@@ -85,9 +86,16 @@ def test_text_ids_and_the_partners_held_list_match_vflos_own(capfd: pytest.Captu
         alignment = fed.align(data.train["a"].ids, ["p0"])
         assert alignment.ids.dtype.kind == "U" and np.array_equal(alignment.ids, np.sort(layout.aligned_ids()))
         assert np.array_equal(nodes["p0"].context.part(Aligned).held, alignment.ids)  # type: ignore[union-attr]
-    # The library's log stays out of the party's output, and its trace files out of the host's /tmp.
+    # The library's log stays out of the party's output; its trace files, and its working folders (which hold the
+    # party's sorted IDs), do not stay in the host's /tmp.
     out, err = capfd.readouterr()
     assert "[info]" not in out + err and not set(Path("/tmp").glob("psi_*.trace")) - traces
+    assert not _library_work() - worked
+
+
+def _library_work() -> set[Path]:
+    """Folders in /tmp where the library sorted a party's IDs."""
+    return {p.parent for p in Path(tempfile.gettempdir()).glob("*/*join_sorted_input*")}
 
 
 @needs_library

@@ -255,7 +255,8 @@ def _run_child(prepared: Prepared, timeout_s: float) -> int:
     # The child finds vflo where this process found it, however it was put on the path.
     source_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH", "")) if p)
-    # The library's own temporary files (sorted inputs, buckets) go into the side's folder, removed with it.
+    # The library's working folders (the party's IDs sorted, its buckets) go into the side's folder, removed with
+    # it: the library leaves them behind, in /tmp otherwise.
     env["TMPDIR"] = str(prepared.folder)
     with prepared.log.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-c", "import sys; from vflo.align.spu import child; "
