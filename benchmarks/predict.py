@@ -101,8 +101,11 @@ def active_only(work: Path, rows: int) -> dict[str, Any]:
     new = people(rng, np.arange(10**8, 10**8 + rows), rng.normal(size=(rows, 4)), 24, "a", 0)
     new.to_parquet(work / "new.parquet")
     vflo_bin = str(Path(sys.executable).parent / "vflo")
-    command = timed_command([vflo_bin, "predict", "models", "--method", "apc_vfl", "--data", "new.parquet", "--out",
-                             "scores.csv"], work)
+    # Three times: on this machine one run of the same command took anywhere from 10 to 16 s.
+    runs = [timed_command([vflo_bin, "predict", "models", "--method", "apc_vfl", "--data", "new.parquet", "--out",
+                           "scores.csv", "--overwrite"], work) for _ in range(3)]
+    command = {"seconds": float(np.median([r["seconds"] for r in runs])), "runs": [r["seconds"] for r in runs],
+               "peak_gb": max(r["peak_gb"] for r in runs)}
     assert len((work / "scores.csv").read_text().splitlines()) == rows + 1
     saved = vflo.load(work / "models", "apc_vfl")
     started = time.perf_counter()
@@ -275,8 +278,9 @@ def docs(path: Path, page: Path) -> None:
     lines = [f"Measured by `python benchmarks/predict.py --only active_only --rows {run['rows']}` on this "
              f"project's machine ({results['machine']}): APC-VFL trained on 20,000 people, then `vflo predict` "
              f"on {run['rows']:,} new people (24 columns, Parquet in, CSV out).", "",
-             f"- The command: {run['command']['seconds']:.1f} s, peak memory {run['command']['peak_gb']:.2f} GB "
-             "(the goal is under 5 s).",
+             f"- The command: {run['command']['seconds']:.1f} s, the median of "
+             f"{', '.join(f'{x:.1f}' for x in run['command']['runs'])} s; peak memory "
+             f"{run['command']['peak_gb']:.2f} GB (the goal is under 5 s).",
              f"- `vflo.load(...).score(file)` in a process that has imported everything already: "
              f"{run['in_process_seconds']:.1f} s.", "",
              "Where the command's time goes, its steps one by one in a fresh process:", "",
