@@ -21,6 +21,7 @@ from vflo.comm.message import Message
 from vflo.comm.pki import create_ca, make_request, sign_request
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, DataError, ProtocolError, RemoteError
+from vflo.federation import coordinator
 from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
@@ -110,11 +111,15 @@ def test_a_method_trains_the_same_on_either_psi() -> None:
 
 
 @needs_library
-def test_a_partner_runs_only_the_protocols_its_policy_names_and_auto_falls_back() -> None:
+def test_a_partner_runs_only_the_protocols_its_policy_names_and_auto_falls_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(coordinator, "AUTO_LIBRARY_FROM", 0)  # auto asks for the library however few the IDs
     data = _layout(1).materialize()
     for engine, expect in (("rr22", "refused"), ("auto", "vflo")):
         method = get_method("local")()
-        fed, nodes = build_federation(data, method, seed=0, alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
+        seen: list[Message] = []
+        fed, nodes = build_federation(data, method, seed=0, observers=(seen.append,),
+                                      alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
         nodes["p0"].policy = Policy(psi_protocols=("kkrt",))
         Session(fed).start(method)
         if expect == "refused":
@@ -123,6 +128,22 @@ def test_a_partner_runs_only_the_protocols_its_policy_names_and_auto_falls_back(
         else:
             alignment = fed.align(data.train["a"].ids, ["p0"])
             assert fed.alignment_engine == "vflo" and len(alignment.ids) == 120
+        assert any(m.kind == "align.engine_open" for m in seen)  # asked, and refused
+
+
+@needs_library
+def test_auto_runs_the_library_from_a_size_and_vflos_own_below_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _layout(1).materialize()
+    ids = data.train["a"].ids
+    for threshold, expect in ((len(ids) + 1, "vflo"), (len(ids), "rr22")):
+        monkeypatch.setattr(coordinator, "AUTO_LIBRARY_FROM", threshold)
+        method = get_method("local")()
+        seen: list[Message] = []
+        fed, _ = build_federation(data, method, seed=0, observers=(seen.append,),
+                                  alignment=AlignmentConfig(method="psi", engine="auto"))
+        Session(fed).start(method)
+        assert len(fed.align(ids, ["p0"]).ids) == 120 and fed.alignment_engine == expect
+        assert any(m.kind == "align.engine_open" for m in seen) == (expect == "rr22")
 
 
 def test_without_the_library_a_named_protocol_is_refused_and_auto_uses_vflos_own(

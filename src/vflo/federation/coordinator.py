@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from vflo.nn.train import CheckpointPlan
 
 logger = logging.getLogger(__name__)
+#: With ``engine = "auto"``, the PSI library runs from this many IDs at the active party: below it, its fixed cost
+#: (a process per side, its link's redial when one side starts first: benchmarks.psi_engines's 300-ID
+#: intersection) is more than vflo's own ECDH spends on all the IDs (about 0.1 ms each in the same benchmark).
+AUTO_LIBRARY_FROM = 20_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +49,9 @@ class AlignmentConfig:
     ``psi`` (private set intersection; ``mode = 'both'``: each party learns the intersection, ``'active'``:
     only the active party does). ``engine``, for PSI: ``'vflo'`` (vflo's own ECDH over its messages),
     ``'rr22'``, ``'kkrt'`` or ``'ecdh'`` (SecretFlow's PSI library over its own link: :mod:`vflo.align.spu`),
-    or ``'auto'``: RR22 where the library is installed at both ends and the partner's policy takes it, vflo's
-    ECDH otherwise (the same intersection either way; the run's log and ledger say which ran)."""
+    or ``'auto'``: RR22 where the library is installed at both ends, the partner's policy takes it and the active
+    party holds at least :data:`AUTO_LIBRARY_FROM` IDs, vflo's ECDH otherwise (the same intersection either way;
+    the run's log and ledger say which ran)."""
 
     method: Literal["plain", "psi"] = "plain"
     mode: Literal["both", "active"] = "both"
@@ -183,6 +188,9 @@ class Federation:
                 missing = spu.missing() or ("" if self.transport.direct_links else
                                             "the parties reach each other only through a hub (Flower), and the PSI "
                                             "library's link dials the other party directly; use engine = 'vflo'")
+                if engine == "auto" and not missing and len(ids) < AUTO_LIBRARY_FROM:
+                    missing = (f"{len(ids)} IDs, fewer than {AUTO_LIBRARY_FROM:,}: the library's fixed cost "
+                               "(two processes, its link's redial) outweighs vflo's own ECDH")
                 if not missing:
                     try:
                         found = linked.intersect(self, ids, parties, protocol=protocol, purpose=purpose,
