@@ -137,10 +137,10 @@ def steps(ids: tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
     with spu.CountingRelay(("127.0.0.1", ports[0])) as inbound:
         partner = spu.Side(rank=1, own=f"127.0.0.1:{ports[1]}", peer=f"127.0.0.1:{inbound.port}", protocol="rr22",
                            broadcast=True, timeout_s=60)
-        running = spu.Running(lambda: partner.run(np.arange(300)))
+        running = spu.Running(lambda: partner.run(spu.prepare(np.arange(300))))
         with spu.CountingRelay(("127.0.0.1", ports[1])) as outbound:
             spu.Side(rank=0, own=f"127.0.0.1:{ports[0]}", peer=f"127.0.0.1:{outbound.port}", protocol="rr22",
-                     broadcast=True, timeout_s=60).run(np.arange(100, 400))
+                     broadcast=True, timeout_s=60).run(spu.prepare(np.arange(100, 400)))
         running.join(60)
     out["small_intersection"] = time.perf_counter() - started
     return out

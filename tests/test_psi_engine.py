@@ -238,7 +238,7 @@ def test_a_side_that_fails_says_why_with_the_end_of_the_librarys_log(tmp_path: P
                     peer=f"127.0.0.1:{spu.free_port('127.0.0.1')}", protocol="rr22", broadcast=True,
                     tls=spu.LinkTLS(bad, bad, bad), timeout_s=20)
     with pytest.raises(ProtocolError, match=r"(?s)ended with exit status 1 before its result.*SSL"):
-        side.run(np.arange(10))
+        side.run(spu.prepare(np.arange(10)))
 
 
 def test_a_side_whose_library_aborts_after_writing_its_result_keeps_the_result(
@@ -252,7 +252,7 @@ def test_a_side_whose_library_aborts_after_writing_its_result_keeps_the_result(
     monkeypatch.setattr(spu, "_run_child", aborts_after_the_result)
     side = spu.Side(rank=0, own="127.0.0.1:1", peer="127.0.0.1:2", protocol="rr22", broadcast=True)
     with caplog.at_level("WARNING", logger="vflo.align.spu"):
-        assert side.run(np.arange(7)).tolist() == [False, False, True, False, False, True, False]
+        assert side.run(spu.prepare(np.arange(7))).tolist() == [False, False, True, False, False, True, False]
     assert "exited with status -6 after writing its result" in caplog.text
 
 
@@ -273,12 +273,12 @@ def test_both_sides_meet_over_mutual_tls_through_the_counting_relays_whichever_s
         with spu.CountingRelay(("127.0.0.1", ports[0])) as inbound:
             partner = spu.Side(rank=1, own=f"127.0.0.1:{ports[1]}", peer=f"127.0.0.1:{inbound.port}",
                                protocol="rr22", broadcast=True, tls=tls[1], timeout_s=10)
-            running = spu.Running(lambda side=partner: side.run(np.arange(0, 300)))  # type: ignore[misc]
+            running = spu.Running(lambda side=partner: side.run(spu.prepare(np.arange(0, 300))))  # type: ignore[misc]
             time.sleep(0.3)
             with spu.CountingRelay(("127.0.0.1", ports[1])) as outbound:
                 active = spu.Side(rank=0, own=f"127.0.0.1:{ports[0]}", peer=f"127.0.0.1:{outbound.port}",
                                   protocol="rr22", broadcast=True, tls=tls[0], timeout_s=10)
-                mine = active.run(np.arange(100, 400))
+                mine = active.run(spu.prepare(np.arange(100, 400)))
             theirs = running.join(60)
         assert mine.sum() == theirs.sum() == 200 and mine[:200].all() and theirs[100:].all()
         assert min(inbound.out_bytes, inbound.in_bytes, outbound.out_bytes, outbound.in_bytes) > 0

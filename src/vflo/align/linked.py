@@ -38,7 +38,7 @@ def _tls(files: tuple[str, str, str] | None) -> spu.LinkTLS | None:
 
 
 def _own_address(ctx: NodeContext) -> tuple[str, int]:
-    host, port = spu.split_address(ctx.policy.psi_link)
+    host, port = ctx.policy.psi_link_address()
     return host, port or spu.free_port(host)
 
 
@@ -60,7 +60,7 @@ def handle_open(ctx: NodeContext, payload: Fields) -> Payload:
                     protocol=protocol, broadcast=mode == "both", tls=_tls(ctx.link_tls()), timeout_s=TIMEOUT_S)
     ctx.part(Aligned).held = None
     part = ctx.part(LinkedPart)
-    part.running, part.ids, part.mode = spu.Running(lambda: side.run(rows.ids, prepared)), rows.ids, mode
+    part.running, part.ids, part.mode = spu.Running(lambda: side.run(prepared)), rows.ids, mode
     return {"port": port, "n_features": rows.n_features}
 
 
@@ -92,11 +92,9 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, proto
     """The subset of ``ids`` every party in ``parties`` holds: one intersection with each, by ``protocol``."""
     if not parties:
         return Alignment(ids=ids, asked=ids, held={}, widths={})
-    if problem := spu.missing():
-        raise RefusedError(problem)
     held: dict[str, np.ndarray] = {}
     widths: dict[str, int] = {}
-    host, _ = spu.split_address(fed.ctx.policy.psi_link)
+    host, _ = fed.ctx.policy.psi_link_address()
     tls = _tls(fed.ctx.link_tls())
     for party in parties:
         own_port = spu.free_port(host)
@@ -111,7 +109,7 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, proto
             with spu.CountingRelay((fed.transport.peer_host(party), reply.integer("port"))) as outbound:
                 side = spu.Side(rank=0, own=f"{host}:{own_port}", peer=f"127.0.0.1:{outbound.port}",
                                 protocol=protocol, broadcast=mode == "both", tls=tls, timeout_s=TIMEOUT_S)
-                held[party] = side.run(ids, prepared)
+                held[party] = side.run(prepared)
                 count = fed.exchange(RESULT_KIND, {party: {}})[party].integer("count")
         widths[party] = reply.integer("n_features")
         sent, received = outbound.out_bytes + inbound.in_bytes, outbound.in_bytes + inbound.out_bytes

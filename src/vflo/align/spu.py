@@ -49,11 +49,12 @@ import numpy as np
 
 from vflo.align.ids import check_unique, tagged
 from vflo.errors import ConfigError, ProtocolError
+from vflo.party.policy import PSI_PROTOCOLS
 
 logger = logging.getLogger(__name__)
 
-#: The protocols vflo runs through the library, by the name a config gives.
-PROTOCOLS = {"rr22": "PROTOCOL_RR22", "kkrt": "PROTOCOL_KKRT", "ecdh": "PROTOCOL_ECDH"}
+#: The protocols vflo runs through the library: the name a config gives, and the library's.
+PROTOCOLS = {name: f"PROTOCOL_{name.upper()}" for name in PSI_PROTOCOLS}
 INSTALL = "pip install --no-deps spu==0.9.5"
 TRACE = re.compile(r"Trace has been written to (/tmp/psi_[A-Za-z0-9_-]+\.trace)")
 
@@ -108,13 +109,6 @@ def free_port(host: str) -> int:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
     return port
-
-
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"psi_link = {address!r} is not HOST:PORT (PORT 0: any free port)")
-    return host, int(port)
 
 
 class CountingRelay:
@@ -226,14 +220,13 @@ class Side:
     tls: LinkTLS | None = None
     timeout_s: float = 600.0
 
-    def run(self, ids: np.ndarray, prepared: Prepared | None = None) -> np.ndarray:
-        """Which of ``ids`` are in the intersection (a mask), where this side learns it; all False otherwise.
-        ``prepared``: its IDs already written (:func:`prepare`), while the other side started."""
+    def run(self, prepared: Prepared) -> np.ndarray:
+        """Which of the IDs ``prepared`` holds (:func:`prepare`) are in the intersection (a mask), where this side
+        learns it; all False otherwise. Their folder is removed when the side ends."""
         if self.protocol not in PROTOCOLS:
             raise ConfigError(f"PSI protocol {self.protocol!r}: choose one of {sorted(PROTOCOLS)}")
         if problem := missing():
             raise ConfigError(problem)
-        prepared = prepared if prepared is not None else prepare(ids)
         with prepared:
             prepared.order.write_text(json.dumps({**asdict(self), "source": str(prepared.source),
                                                   "result": str(prepared.result), "done": str(prepared.done)}))
@@ -245,7 +238,7 @@ class Side:
                 logger.warning("the PSI library's side exited with status %s after writing its result (its link's "
                                "teardown); the result stands", code)
             if not (self.rank == 0 or self.broadcast):
-                return np.zeros(len(ids), dtype=bool)
+                return np.zeros(len(prepared.names), dtype=bool)
             return prepared.shared()
 
 

@@ -24,6 +24,7 @@ from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
 from vflo.errors import ConfigError, MethodError, PartyBoundaryError, RemoteError, TransportError
 from vflo.party.node import Node, NodeContext
+from vflo.party.policy import PSI_PROTOCOLS
 from vflo.roles import PartyInfo, active_party
 
 if TYPE_CHECKING:
@@ -58,8 +59,10 @@ class AlignmentConfig:
     engine: Literal["vflo", "auto", "rr22", "kkrt", "ecdh"] = "vflo"
 
     def __post_init__(self) -> None:
-        if self.engine not in ("vflo", "auto", "rr22", "kkrt", "ecdh"):
-            raise ConfigError(f"alignment.engine = {self.engine!r}: choose 'vflo', 'auto', 'rr22', 'kkrt' or 'ecdh'")
+        choices = ("vflo", "auto", *PSI_PROTOCOLS)
+        if self.engine not in choices:
+            raise ConfigError(f"alignment.engine = {self.engine!r}: choose {', '.join(map(repr, choices[:-1]))} or "
+                              f"{choices[-1]!r}")
 
 
 class Federation:

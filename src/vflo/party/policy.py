@@ -28,6 +28,10 @@ from typing import Any, Literal
 
 from vflo.errors import ConfigError, ProtocolError
 
+#: The PSI library's protocols vflo runs, by the name a config gives (``[policy] psi_protocols``,
+#: ``[alignment] engine``).
+PSI_PROTOCOLS = ("rr22", "kkrt", "ecdh")
+
 
 class PolicyError(ProtocolError):
     """A coordinator asked a party to run what its policy does not allow."""
@@ -54,15 +58,21 @@ class Policy:
     # a block) and the masks one deal draws (a block mask of m rows in blocks of b costs m x b x 8 bytes).
     max_rows: int = 1_000_000
     max_mask_bytes: int = 1 << 30
-    psi_protocols: tuple[str, ...] = ("rr22", "kkrt", "ecdh")
+    psi_protocols: tuple[str, ...] = PSI_PROTOCOLS
     psi_link: str = "127.0.0.1:0"
 
-    def __post_init__(self) -> None:
-        if unknown := sorted(set(self.psi_protocols) - {"rr22", "kkrt", "ecdh"}):
-            raise ConfigError(f"policy.psi_protocols names {unknown}: give some of 'rr22', 'kkrt', 'ecdh'")
+    def psi_link_address(self) -> tuple[str, int]:
+        """``psi_link`` as host and port (0: any free port)."""
         host, _, port = str(self.psi_link).rpartition(":")
         if not host or not port.isdigit():
             raise ConfigError(f"policy.psi_link = {self.psi_link!r} is not HOST:PORT (PORT 0: any free port)")
+        return host, int(port)
+
+    def __post_init__(self) -> None:
+        if unknown := sorted(set(self.psi_protocols) - set(PSI_PROTOCOLS)):
+            raise ConfigError(f"policy.psi_protocols names {unknown}: give some of "
+                              f"{', '.join(map(repr, PSI_PROTOCOLS))}")
+        self.psi_link_address()
         block, mixing = self.min_mask_block, self.min_mask_mixing
         if not isinstance(block, int) or isinstance(block, bool) or block < 2:
             raise ConfigError(f"policy.min_mask_block must be an integer of at least 2 (a block of one row passes it "
