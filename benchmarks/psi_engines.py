@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.marked import write_marked
 from vflo.align import spu
 from vflo.data.partydata import PartyData
 from vflo.federation.coordinator import AlignmentConfig
@@ -198,9 +199,7 @@ def docs(path: Path, page: Path) -> None:
                   f"{st['small_intersection']:.1f} s: the side that starts first is refused until the other "
                   "listens, and the library's link dials again only after its own interval (not settable from "
                   "Python). That cost does not grow with the IDs."]
-    text = page.read_text()
-    a, b = text.index(MARK_BEGIN) + len(MARK_BEGIN), text.index(MARK_END)
-    page.write_text(text[:a] + "\n" + "\n".join(lines) + "\n" + text[b:])
+    write_marked(page, MARK_BEGIN, MARK_END, lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from vflo.data.partydata import PartyData
     from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
     from vflo.errors import VfloError
+    from vflo.federation.coordinator import AlignmentConfig
     from vflo.methods.registry import method_names
 
 _EXPORTS = {
@@ -26,12 +27,12 @@ _EXPORTS = {
     "SamplesSpec": "vflo.data.scenario", "ScenarioSpec": "vflo.data.scenario", "VfloError": "vflo.errors",
     "FittedModel": "vflo.api", "evaluate": "vflo.api", "fit": "vflo.api", "run_experiment": "vflo.api",
     "hold_out": "vflo.api", "split": "vflo.api", "method_names": "vflo.methods.registry", "load": "vflo.api",
-    "SavedModel": "vflo.api",
+    "SavedModel": "vflo.api", "AlignmentConfig": "vflo.federation.coordinator",
 }
 
 __all__ = [
-    "Dataset", "FederatedData", "FittedModel", "Layout", "PartyData", "PartySpec", "SamplesSpec", "SavedModel",
-    "ScenarioSpec", "VfloError", "__version__", "evaluate", "fit", "hold_out", "load", "load_dataset",
+    "AlignmentConfig", "Dataset", "FederatedData", "FittedModel", "Layout", "PartyData", "PartySpec", "SamplesSpec",
+    "SavedModel", "ScenarioSpec", "VfloError", "__version__", "evaluate", "fit", "hold_out", "load", "load_dataset",
     "method_names", "run_experiment", "split",
 ]
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from vflo.align.kept import AlignmentStore
 from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.data.layout import Count, FederatedData, Layout
 from vflo.data.partydata import PartyData
@@ -98,6 +99,12 @@ class FittedModel:
         return self.ledger.summary(0, self.fit_entries)
 
     @property
+    def psi_engine(self) -> str:
+        """Which private set intersection found the shared people in training ("vflo", the PSI library's protocol,
+        or "reused": a kept one; empty with plain alignment)."""
+        return self.federation.alignment_engine
+
+    @property
     def classes(self) -> tuple[str, ...]:
         """Class names in the order of the score columns (where the labels were text), else empty."""
         return self.data.classes
@@ -121,16 +128,23 @@ class FittedModel:
 
 def fit(
     method: str | Method, data: FederatedData, *, seed: int = 0, alignment: AlignmentConfig | None = None,
-    max_message_bytes: int | None = None, **config: Any,
+    max_message_bytes: int | None = None, alignments: str | Path | None = None, **config: Any,
 ) -> FittedModel:
-    """Fit ``method`` (a registered name with its settings as keyword arguments, or a Method) on ``data``."""
+    """Fit ``method`` (a registered name with its settings as keyword arguments, or a Method) on ``data``.
+
+    ``alignments``: with PSI (``alignment=AlignmentConfig(method="psi")``), a folder where every party keeps its
+    intersections (``alignments/PARTY/``): a later fit on the same people reuses them instead of intersecting
+    again (:mod:`vflo.align.kept`; ``model.psi_engine`` says which)."""
     if isinstance(method, str):
         method = get_method(method)(**config)
     elif config:
         raise ConfigError("settings go either into the Method you pass or as keyword arguments with its name, "
                           "not both")
+    stores = None
+    if alignments is not None:
+        stores = {p.name: AlignmentStore(Path(alignments) / p.name, p.name) for p in data.parties}
     fed, nodes = build_federation(data, method, seed=derive_seed(seed, "method", 0, 0),
-                                  max_message_bytes=max_message_bytes, alignment=alignment)
+                                  max_message_bytes=max_message_bytes, alignment=alignment, alignments=stores)
     session = Session(fed)
     session.start(method)
     session.train(method.fit)

@@ -47,13 +47,14 @@ def test_the_docs_commands_are_parsed() -> None:
     runs = [c for kind, c in steps if kind == "run"]
     assert runs[0] == "source .venv/bin/activate"
     assert sum(c.startswith("vflo party serve") for c in runs) == 5
-    assert sum(c.startswith("vflo run") for c in runs) == 6
+    assert sum(c.startswith("vflo run") for c in runs) == 7
+    assert sum(c.startswith("vflo align") for c in runs) == 1
     assert sum(c.startswith("vflo predict") for c in runs) == 2
     assert sum(c.startswith("vflo certs") for c in runs) == 7  # a CA, and each party's own key, signed
     assert "vflo party audit runs/own/lab_audit.jsonl --run last" in runs
     assert {k for k, _ in steps if k.startswith("file")} == {
         "file runs/own/lab.toml", "file runs/own/deploy.toml", "file runs/own/experiment.toml",
-        "file runs/own/server.toml", "file runs/own/rap.toml"}
+        "file runs/own/server.toml", "file runs/own/rap.toml", "file runs/own/aligned.toml"}
 
 
 def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
@@ -89,9 +90,15 @@ def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    for results in ("runs/demo/results", "runs/own/results", "runs/own/saved", "runs/own/long", "runs/own/rap"):
+    for results in ("runs/demo/results", "runs/own/results", "runs/own/saved", "runs/own/long", "runs/own/rap",
+                    "runs/own/aligned"):
         frame = pd.read_csv(tmp_path / results / "results.csv")
-        assert (frame.status == "ok").all() and len(frame) >= (1 if results.endswith("rap") else 2)
+        assert (frame.status == "ok").all() and len(frame) >= (1 if results.endswith(("rap", "aligned")) else 2)
+    # vflo align kept each intersection at both parties, and the PSI run reused them without intersecting again.
+    assert (pd.read_csv(tmp_path / "runs/own/aligned/results.csv").psi_engine == "reused").all()
+    for party, peer in (("hospital", "lab"), ("lab", "hospital")):
+        folder = tmp_path / "runs/own" / f"{party}_alignments"
+        assert {p.name.split(".")[:2][1] for p in folder.glob(f"{peer}.*.json")} == {"train", "serve"}, party
     # No private key travelled: each lies only in the folder of the party that made it.
     keys = sorted(str(p.relative_to(tmp_path / "runs/own")) for p in (tmp_path / "runs/own").rglob("*.key"))
     assert keys == ["ca/ca.key", "hospital-tls/hospital.key", "lab-tls/lab.key", "server-tls/server.key"]

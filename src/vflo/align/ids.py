@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from vflo.errors import DataError
@@ -21,3 +23,20 @@ def check_unique(names: list[str], whose: str = "this party's") -> None:
     """Refuse a list that names someone twice: an intersection of sets cannot say which row is theirs."""
     if len(set(names)) != len(names):
         raise DataError(f"private set intersection needs unique IDs; {whose} list repeats some: deduplicate it")
+
+
+def canonical(ids: np.ndarray) -> np.ndarray:
+    """``ids`` in the order of their tagged text: one order both parties reach for the same people, whatever
+    array type each reads its IDs as."""
+    names = np.array(tagged(ids), dtype=object)
+    return ids[np.argsort(names, kind="stable")]
+
+
+def digest(ids: np.ndarray) -> str:
+    """SHA-256 of the set of ``ids`` (tagged, in canonical order): what a party compares to know that the people
+    it holds are those a kept alignment was made on."""
+    names = sorted(tagged(ids))
+    h = hashlib.sha256()
+    for start in range(0, len(names), 65_536):
+        h.update(("\n".join(names[start : start + 65_536]) + "\n").encode("utf-8"))
+    return h.hexdigest()

@@ -58,7 +58,8 @@ def handle_open(ctx: NodeContext, payload: Fields) -> Payload:
     host, port = _own_address(ctx)
     side = spu.Side(rank=1, own=f"{host}:{port}", peer=f"{ctx.peer_host(ctx.sender)}:{payload.integer('port')}",
                     protocol=protocol, broadcast=mode == "both", tls=_tls(ctx.link_tls()), timeout_s=TIMEOUT_S)
-    ctx.part(Aligned).held = None
+    known = ctx.part(Aligned)
+    known.held, known.source = None, (ctx.sender, payload.text("purpose"), mode)
     part = ctx.part(LinkedPart)
     part.running, part.ids, part.mode = spu.Running(lambda: side.run(prepared)), rows.ids, mode
     return {"port": port, "n_features": rows.n_features}

@@ -36,12 +36,14 @@ SELECTOR = ArraySpec(("bool",), (None,))
 @dataclass
 class Aligned:
     """What a party knows of its alignment: the IDs it holds of the last set it was asked about (``held``, in the
-    asker's order), the order of its own IDs in its last PSI reply (``psi_order``), and the digest of the one set
-    each asker named for its training rows (``asked``)."""
+    asker's order), the order of its own IDs in its last PSI reply (``psi_order``), the digest of the one set
+    each asker named for its training rows (``asked``), and who its last private set intersection was with, for
+    which rows and in which mode (``source``: what a kept record of it names, :mod:`vflo.align.kept`)."""
 
     held: np.ndarray | None = None
     psi_order: np.ndarray | None = None
     asked: dict[str, str] = field(default_factory=dict)
+    source: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ def handle(ctx: NodeContext, payload: Fields) -> Payload:
         _once(ctx, ids)
     rows = ctx.rows(purpose)
     held = rows.contains(ids)
-    ctx.part(Aligned).held = ids[held]
+    known = ctx.part(Aligned)
+    known.held, known.source = ids[held], None
     return {"held": held, "n_features": rows.n_features}
 
 

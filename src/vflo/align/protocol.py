@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vflo.align import linked, plain, psi
+from vflo.align import kept, linked, plain, psi
 from vflo.comm.message import Fields, Payload
 from vflo.party.handlers import HandlerSet, handles
 
@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 class AlignmentHandlers(HandlerSet):
-    """Plain alignment (the coordinator's IDs in the clear), vflo's ECDH private set intersection, and the PSI
-    library's protocols (set up and closed by messages, run over its own link)."""
+    """Plain alignment (the coordinator's IDs in the clear), vflo's ECDH private set intersection, the PSI
+    library's protocols (set up and closed by messages, run over its own link), and kept intersections (recorded
+    by each party, reused while neither side's people changed)."""
 
     @handles(plain.KIND,
              served=("before or during a run; training rows: one set of IDs per asker a run; refused with [policy] "
@@ -56,6 +57,22 @@ class AlignmentHandlers(HandlerSet):
              senders=("coordinator",), carries={}, replies={"count": "control"}, **linked.RESULT)
     def _engine_result(self, ctx: NodeContext, payload: Fields) -> Payload:
         return linked.handle_result(ctx, payload)
+
+    @handles(kept.KEEP_KIND,
+             served="right after this party's own private set intersection with the sender, for the same rows and "
+                    "mode: records its side in its own folder ([alignments] of its config)",
+             senders=("coordinator",), carries={}, replies={"kept": "control", "why": "control"}, **kept.KEEP)
+    def _keep(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return kept.handle_keep(ctx, payload)
+
+    @handles(kept.REUSE_KIND,
+             served="before or during a run: answered from a record this party kept with the sender, only while the "
+                    "people it holds for those rows are those the record was made on",
+             senders=("coordinator",), carries={"pick": "membership"},
+             replies={"reused": "control", "why": "control", "n_features": "control", "count": "control"},
+             **kept.REUSE)
+    def _reuse(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return kept.handle_reuse(ctx, payload)
 
 
 ALIGNMENT = AlignmentHandlers()

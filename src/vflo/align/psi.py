@@ -158,6 +158,7 @@ def handle(ctx: NodeContext, payload: Fields) -> Payload:
         reply: Payload = {"double": double(), "points": own(), "n_features": rows.n_features}
     known = ctx.part(Aligned)
     known.psi_order, known.held = rows.ids[order], None
+    known.source = (ctx.sender, payload.text("purpose"), payload.text("mode"))
     return reply
 
 

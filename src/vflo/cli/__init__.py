@@ -12,13 +12,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from vflo.cli import catalog, certs, common, compare, flower, holdout, party, predict, probe, run, scenario
+from vflo.cli import align, catalog, certs, common, compare, flower, holdout, party, predict, probe, run, scenario
 from vflo.errors import VfloError
 from vflo.version import __version__
 
 #: Each command's module, in the order ``vflo --help`` lists them: each adds its parser (and its handler, by
 #: ``set_defaults(func=...)``) to the ``vflo`` command.
-COMMANDS = (run, compare, certs, party, flower, predict, scenario, probe, holdout, catalog)
+COMMANDS = (run, compare, align, certs, party, flower, predict, scenario, probe, holdout, catalog)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,7 +28,7 @@ from vflo.deploy.configs import (
     load_deploy_config,
     load_party_config,
 )
-from vflo.deploy.deployment import Deployment, held_rows, score_deployed
+from vflo.deploy.deployment import AlignedWith, Deployment, held_rows, score_deployed
 from vflo.deploy.export import export_federation, own_settings, own_settings_toml, toml_document
 from vflo.deploy.party import (
     DeployedStore,
@@ -44,8 +44,8 @@ from vflo.deploy.party import (
     stop_on_signal,
 )
 
-__all__ = ["DataConfig", "DeployConfig", "DeployedStore", "Deployment", "Link", "PartyConfig", "PartyTables",
-           "PeerConfig", "PeerEntry", "RunningParty", "TLSConfig", "announce", "build_node", "credentials_for",
-           "export_federation", "held_rows", "load_deploy_config", "load_party_config", "load_party_data",
-           "own_settings", "own_settings_toml", "score_deployed", "serve_forever", "start_party", "stop_on_signal",
-           "toml_document"]
+__all__ = ["AlignedWith", "DataConfig", "DeployConfig", "DeployedStore", "Deployment", "Link", "PartyConfig",
+           "PartyTables", "PeerConfig", "PeerEntry", "RunningParty", "TLSConfig", "announce", "build_node",
+           "credentials_for", "export_federation", "held_rows", "load_deploy_config", "load_party_config",
+           "load_party_data", "own_settings", "own_settings_toml", "score_deployed", "serve_forever", "start_party",
+           "stop_on_signal", "toml_document"]

@@ -94,6 +94,10 @@ class PartyConfig:
     # Its own record of every message that left it (JSON lines, appended; `vflo party audit FILE` sums it). A
     # PARTY.toml without the key keeps NAME_audit.jsonl beside the config; "" keeps none.
     audit_log: str | None = None
+    # Where it keeps each private set intersection it takes part in, to reuse while its people and the other
+    # party's are unchanged (vflo.align.kept; `vflo align`). A PARTY.toml without the key keeps NAME_alignments/
+    # beside the config; "" keeps none (every run intersects afresh).
+    alignments: str | None = None
     # Its own side of each method ([methods.NAME]: its bottom network, encoder, learning rate, ...): whatever a
     # coordinator proposes, these (else the method's defaults) run here (vflo.methods.own_settings).
     methods: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -178,7 +182,7 @@ class DeployConfig:
         return PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data, tls=active.tls,
                            peers={**active.peers, **peers}, deadline=active.deadline,
                            max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy,
-                           audit_log=active.audit_log)
+                           audit_log=active.audit_log, alignments=active.alignments)
 
     def check_grpc(self) -> None:
         """What vflo's own gRPC needs (Flower needs neither): the active party's TLS and every party's address."""
@@ -209,16 +213,18 @@ def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
                 if isinstance(section.get(k), str) and not Path(section[k]).is_absolute():
                     section[k] = str(base / section[k])
             out[table] = section
-    for key in ("models", "checkpoints", "audit_log"):
+    for key in ("models", "checkpoints", "audit_log", "alignments"):
         if isinstance(out.get(key), str) and out[key] and not Path(out[key]).is_absolute():
             out[key] = str(base / out[key])
     return out
 
 
 def _audit_default(party: dict[str, Any]) -> dict[str, Any]:
-    """A party table read from a file keeps its audit file beside the config unless it says otherwise."""
+    """A party table read from a file keeps its audit file and its kept alignments beside the config unless it
+    says otherwise."""
     if isinstance(party.get("name"), str):
         party.setdefault("audit_log", f"{party['name']}_audit.jsonl")
+        party.setdefault("alignments", f"{party['name']}_alignments")
     return party
 
 

@@ -4,7 +4,7 @@ its gRPC or Flower link) and scoring sessions with saved models."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +53,21 @@ def _task_of(train: PartyData, test: PartyData | None, deploy: DeployConfig) -> 
         return task, None
     n = deploy.n_classes or int(max(y.max(), test.y.max() if test is not None and test.y is not None else 0)) + 1
     return task, max(n, 2)
+
+
+@dataclass(frozen=True)
+class AlignedWith:
+    """One intersection ``vflo align`` ran or reused: with whom, for which rows, how many IDs asked and shared,
+    the engine that found them, whether a kept one was reused, the token both parties keep it under."""
+
+    party: str
+    purpose: str
+    asked: int
+    shared: int
+    engine: str
+    reused: bool = False
+    token: str = ""
+    note: str = ""
 
 
 class Deployment:
@@ -120,12 +135,10 @@ class Deployment:
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
         if save or checkpoints:
             self._check_folders(methods, save=save, checkpoints=checkpoints)
-        test_ids = np.empty(0, dtype=own.ids.dtype) if self.test is None else self.test.ids
+        test_ids = self._test_ids()
         _refuse_leaks(own.party, test_ids[own.contains(test_ids)], "training file")
-        passives = [p.name for p in self.data_parties if p.role == "passive"]
-        # One question per party about its training rows (a party answers one set of IDs a run): the test rows
-        # and the active party's own, together.
-        asked = np.unique(np.concatenate([test_ids.astype(own.ids.dtype), own.ids]))
+        passives = self._passives()
+        asked = self._asked()
         is_test, is_own = np.isin(asked, test_ids.astype(own.ids.dtype)), np.isin(asked, own.ids)
         shares = False
         for name in passives:
@@ -156,6 +169,53 @@ class Deployment:
                         f"{method.name} scores together with {name!r}, which does not hold {len(missing)} of the "
                         f"{len(test_ids)} rows to score (e.g. {missing[:5].tolist()}); add them to its serve_file, or "
                         f"leave {method.name} out")
+
+    def _test_ids(self) -> np.ndarray:
+        return np.empty(0, dtype=self.train.ids.dtype) if self.test is None else self.test.ids
+
+    def _passives(self) -> list[str]:
+        return [p.name for p in self.data_parties if p.role == "passive"]
+
+    def _asked(self) -> np.ndarray:
+        """The one set of IDs a run asks each partner about its training rows (a party answers one set a run):
+        the test rows and the active party's own, together."""
+        own = self.train.ids
+        return np.unique(np.concatenate([self._test_ids().astype(own.dtype), own]))
+
+    def align_ahead(self, alignment: AlignmentConfig, *, serve: np.ndarray | None = None) -> list[AlignedWith]:
+        """``vflo align``: the private set intersections a run asks of each partner (its training rows against
+        the active party's training and test rows), and a scoring's (``serve``, default the test rows, against
+        its rows to score), run now and kept by every party that keeps alignments; a later run or scoring
+        reuses them while neither side's people changed (:mod:`vflo.align.kept`). One row per intersection."""
+        if alignment.method != "psi" or not alignment.reuse:
+            raise ConfigError("vflo align keeps private set intersections: it needs [alignment] method = 'psi' and "
+                              "reuse = true")
+        if self.party.node.alignments is None:
+            raise ConfigError(f"the active party {self.train.party!r} keeps no alignments: its config sets "
+                              "alignments = ''; name a folder (alignments = 'DIR' under [active]) to keep them")
+        fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
+                         task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+        done: list[AlignedWith] = []
+        to_score = self._test_ids() if serve is None else serve
+        for name in self._passives():
+            for purpose, ids in (("train", self._asked()), ("serve", to_score)):
+                if purpose == "serve" and not len(ids):
+                    continue
+                try:
+                    found = fed.align(ids, [name], purpose=purpose)
+                except RemoteError as exc:
+                    if purpose == "serve" and exc.error_type == "PartyBoundaryError":
+                        done.append(AlignedWith(party=name, purpose=purpose, asked=len(ids), shared=-1,
+                                                engine="", note="no rows to score (no serve_file)"))
+                        continue
+                    raise
+                record, reused = fed.kept.get((name, purpose), (None, False))
+                done.append(AlignedWith(
+                    party=name, purpose=purpose, asked=len(ids), shared=len(found.ids),
+                    engine=record.engine if record is not None else fed.alignment_engine, reused=reused,
+                    token="" if record is None else record.token,
+                    note="" if record is not None else f"not kept: {name} keeps no alignments"))
+        return done
 
     def _check_folders(self, methods: list[Method], *, save: bool, checkpoints: bool) -> None:
         """Every party the methods need (servers and dealers included) has its model folder (``save``) and its

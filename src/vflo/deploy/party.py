@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vflo.align.kept import AlignmentStore
 from vflo.artifacts import CheckpointStore, Part, PartStore, Preprocessing
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer
 from vflo.comm.tls import PartyCredentials
@@ -128,9 +129,10 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
     checkpoints = None
     if config.checkpoints is not None:
         checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
+    alignments = AlignmentStore(Path(config.alignments), config.name) if config.alignments else None
     return party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
                       store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=config.privacy,
-                      settings=config.methods, idle_run_seconds=config.deadline)
+                      settings=config.methods, idle_run_seconds=config.deadline, alignments=alignments)
 
 
 def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from vflo.align import linked, plain, psi, spu
+from vflo.align import kept, linked, plain, psi, spu
 from vflo.align.plain import Alignment
 from vflo.comm.message import Message, Payload, Reply
 from vflo.comm.transport import Transport
@@ -57,6 +57,10 @@ class AlignmentConfig:
     method: Literal["plain", "psi"] = "plain"
     mode: Literal["both", "active"] = "both"
     engine: Literal["vflo", "auto", "rr22", "kkrt", "ecdh"] = "vflo"
+    #: With PSI, where the parties keep their intersections (a deployed party's ``alignments`` folder): reuse a
+    #: kept one that covers the IDs asked about while neither side's people changed (:mod:`vflo.align.kept`), and
+    #: keep each fresh one. False: intersect afresh and keep nothing.
+    reuse: bool = True
 
     def __post_init__(self) -> None:
         choices = ("vflo", "auto", *PSI_PROTOCOLS)
@@ -79,6 +83,9 @@ class Federation:
         self.alignment = alignment or AlignmentConfig()
         # Which PSI ran last ("vflo", or the library's protocol): for the results and the log.
         self.alignment_engine = ""
+        # The kept intersection behind each partner's alignment for each purpose, and whether it was reused (True)
+        # or kept just now: vflo.align.kept.
+        self.kept: dict[tuple[str, str], tuple[kept.Kept, bool]] = {}
         self.task: Task = task
         self.n_classes = n_classes
         self.transport = transport
@@ -182,8 +189,31 @@ class Federation:
     # -- alignment ---------------------------------------------------------------------------------
 
     def align(self, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train") -> Alignment:
-        """The subset of ``ids`` (sorted) that every party in ``parties`` holds, by the configured protocol."""
+        """The subset of ``ids`` (sorted) that every party in ``parties`` holds, by the configured protocol; with
+        PSI, from the intersections this party and each partner kept where they cover ``ids``
+        (:mod:`vflo.align.kept`), and afresh with the others (then kept)."""
         ids = np.sort(ids)
+        store = self._node.alignments if self.alignment.method == "psi" and self.alignment.reuse else None
+        if store is None or not parties:
+            return self._intersect(ids, parties, purpose=purpose)
+        mode = self.alignment.mode
+        held, widths, used = kept.reuse(self, store, ids, parties, purpose=purpose, mode=mode)
+        self.kept.update({(p, purpose): (r, True) for p, r in used.items()})
+        rest = [p for p in parties if p not in held]
+        if not rest:
+            self.alignment_engine = "reused"
+            keep = np.logical_and.reduce([held[p] for p in parties])
+            return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
+        fresh = self._intersect(ids, rest, purpose=purpose)
+        written = kept.keep(self, store, fresh, rest, purpose=purpose, mode=mode, engine=self.alignment_engine)
+        self.kept.update({(p, purpose): (r, False) for p, r in written.items()})
+        if not held:
+            return fresh
+        held, widths = {**held, **fresh.held}, {**widths, **fresh.widths}
+        keep = np.logical_and.reduce([held[p] for p in parties])
+        return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
+
+    def _intersect(self, ids: np.ndarray, parties: Sequence[str], *, purpose: str) -> Alignment:
         if self.alignment.method == "psi":
             engine = self.alignment.engine
             if engine != "vflo" and parties:

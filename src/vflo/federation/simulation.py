@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from vflo.align.kept import AlignmentStore
 from vflo.align.protocol import ALIGNMENT
 from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing, new_model_id
 from vflo.comm.faults import FaultPlan
@@ -34,16 +35,18 @@ def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyDat
                peers: Mapping[str, Role] | Sequence[PartyInfo], policy: Policy | None = None,
                store: PartStore | None = None, checkpoints: CheckpointStore | None = None,
                secret: PartySecret | None = None, budget: PrivacyBudget | None = None,
-               settings: Mapping[str, Mapping[str, Any]] | None = None, idle_run_seconds: float = 600.0) -> Node:
+               settings: Mapping[str, Mapping[str, Any]] | None = None, idle_run_seconds: float = 600.0,
+               alignments: AlignmentStore | None = None) -> Node:
     """A node that serves every registered method and alignment: what each party runs. ``peers``: the other
     parties and their roles as this party knows them (a mapping, or every party of the federation); ``secret``:
     its own randomness (the OS's unless given); ``budget``: its privacy budget; ``settings``: its own side of each
-    method, by method name (its config's ``[methods.NAME]``)."""
+    method, by method name (its config's ``[methods.NAME]``); ``alignments``: where it keeps its private set
+    intersections to reuse them (none in simulation unless given)."""
     if not isinstance(peers, Mapping):
         peers = {p.name: p.role for p in peers if p.name != info.name}
     return Node(info, data, serving, peers=peers, policy=policy, methods=method_for_party, protocols=(ALIGNMENT,),
                 store=store, checkpoints=checkpoints, secret=secret, budget=budget, settings=settings,
-                idle_run_seconds=idle_run_seconds)
+                idle_run_seconds=idle_run_seconds, alignments=alignments)
 
 
 def own_sections(method: Method, role: str) -> dict[str, dict[str, Any]]:
@@ -112,12 +115,13 @@ def build_federation(
     max_message_bytes: int | None = None, observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
     alignment: AlignmentConfig | None = None, checkpoints: Path | None = None,
     party_seeds: Mapping[str, int] | None = None, party_config: Method | None = None,
+    alignments: Mapping[str, AlignmentStore] | None = None,
 ) -> tuple[Federation, dict[str, Node]]:
     """One node per party built from that party's data only, joined by a :class:`LocalTransport`; with
     ``checkpoints``, each party keeps its own checkpoints in its own subfolder of that folder. Each node draws
     its secrets from its own seed (``party_seeds``, else derived from ``seed`` and its name) and sets its own side
     of the method as ``method`` does (or as ``party_config`` does: parties whose configs say other than what the
-    coordinator proposes)."""
+    coordinator proposes). ``alignments``: the parties that keep their private set intersections, and where."""
     def stores(p: PartyInfo) -> CheckpointStore | None:
         return None if checkpoints is None else CheckpointStore(checkpoints, party=p.name, role=p.role)
 
@@ -125,7 +129,8 @@ def build_federation(
     parties = (*data.parties, *extras)
     nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name), peers=parties,
                                 checkpoints=stores(p), secret=party_secret(seed, p.name, party_seeds),
-                                settings=own_sections(party_config or method, p.role))
+                                settings=own_sections(party_config or method, p.role),
+                                alignments=(alignments or {}).get(p.name))
              for p in data.parties}
     for info in extras:
         if info.name in nodes:
@@ -148,6 +153,7 @@ def run_method(
     faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None, save: tuple[Path, str] | None = None,
     checkpoint: tuple[Path, CheckpointPlan] | None = None, party_seeds: Mapping[str, int] | None = None,
     party_config: Method | None = None, fallback: np.ndarray | None = None,
+    alignments: Mapping[str, AlignmentStore] | None = None,
 ) -> RunOutput:
     """Fit ``method`` and score the test IDs, all over a fresh in-process federation; with ``save`` (a folder
     and a label) every party also writes its part of the fitted model there; with ``checkpoint`` (a folder and
@@ -156,7 +162,7 @@ def run_method(
     fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
                                   faults=faults, alignment=alignment,
                                   checkpoints=None if checkpoint is None else checkpoint[0], party_seeds=party_seeds,
-                                  party_config=party_config)
+                                  party_config=party_config, alignments=alignments)
 
     def scored(fed: Federation) -> tuple[np.ndarray, dict[str, float]]:
         assert fallback is not None

@@ -33,6 +33,8 @@ from vflo.seeding import PartySecret, numpy_rng
 if TYPE_CHECKING:
     import torch
 
+    from vflo.align.kept import AlignmentStore
+
 
 logger = logging.getLogger(__name__)
 P = TypeVar("P")
@@ -145,16 +147,19 @@ def require_checkpoints(party: str, store: CheckpointStoreLike | None) -> Checkp
 class NodeContext:
     """What a handler may touch: its own party's data and state, and an outbox."""
 
-    __slots__ = ("_current_round", "_parts", "_secret", "_transport", "checkpoints", "data", "info", "parties",
-                 "policy", "privacy", "release_key", "run", "seed", "sender", "serving")
+    __slots__ = ("_current_round", "_parts", "_secret", "_transport", "alignments", "checkpoints", "data", "info",
+                 "parties", "policy", "privacy", "release_key", "run", "seed", "sender", "serving")
 
     def __init__(
         self, *, info: PartyInfo, data: PartyData | None, serving: PartyData | None,
         parties: tuple[PartyInfo, ...], seed: int, transport: Transport | None,
         checkpoints: CheckpointStoreLike | None = None, secret: PartySecret | None = None,
         privacy: PrivacyAccount | None = None, policy: Policy | None = None, run: str = "",
+        alignments: AlignmentStore | None = None,
     ) -> None:
         self.info = info
+        # Where this party keeps its private set intersections (its own folder), to reuse them: vflo.align.kept.
+        self.alignments = alignments
         # The run this context serves (the coordinator's ID for it); onward messages carry it.
         self.run = run
         self.data = data
@@ -264,7 +269,7 @@ class Node:
         methods: MethodFactory = _no_methods, protocols: Sequence[HandlerSet] = (), store: PartStoreLike | None = None,
         checkpoints: CheckpointStoreLike | None = None, secret: PartySecret | None = None,
         budget: PrivacyBudget | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None,
-        idle_run_seconds: float = 600.0,
+        idle_run_seconds: float = 600.0, alignments: AlignmentStore | None = None,
     ) -> None:
         if data is not None and data.party != info.name:
             raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
@@ -286,6 +291,7 @@ class Node:
         # Where this party saves and loads its model parts and checkpoints: its own folders, never one a peer names.
         self.store = store
         self.checkpoints = checkpoints
+        self.alignments = alignments
         # Who its peers are and what they may ask: from this party's own config, never from a message.
         self.peers: dict[str, Role] = dict(peers or {})
         if self.name in self.peers:
@@ -333,7 +339,7 @@ class Node:
         """A fresh context over this party's own data, secret, privacy account and policy."""
         return NodeContext(info=self.info, data=self._data, serving=self._serving, parties=parties, seed=seed,
                            transport=self._transport, checkpoints=self.checkpoints, secret=self.secret,
-                           privacy=self.privacy, policy=self.policy, run=run)
+                           privacy=self.privacy, policy=self.policy, run=run, alignments=self.alignments)
 
     def handle(self, message: Message) -> Message:
         """Run the handler for ``message`` and return the reply; failures become error replies."""

@@ -1,0 +1,269 @@
+"""Kept alignments: each private set intersection a party took part in, written to its own folder, so that a
+later run, comparison or scoring with the same people skips the intersection.
+
+A record is two files in the party's folder, named ``PEER.PURPOSE.TOKEN``:
+
+- ``.parquet``: this party's own IDs the intersection ran on, sorted, each flagged ``shared`` or not (the rows
+  outside the intersection are kept, flagged; a partner with ``mode = 'active'`` learned nothing and writes no
+  table);
+- ``.json``: the token both parties hold, who the peer was, the purpose of the rows (``train``, ``serve``), the
+  mode, the engine that ran, when, how many IDs and how many shared, and the SHA-256 of this party's IDs.
+
+Neither file holds another party's IDs beyond the intersection. Reuse is asked, never assumed: the asker
+(the active party) takes the newest record with the partner for the purpose and mode whose IDs include every
+ID it asks about now, and sends its token with a selector over the shared people (``align.reuse``); the partner
+answers from its own record only if the people it holds now are those the record was made on (its digest), else
+it says why and a fresh intersection runs. A reuse teaches neither side anything the kept intersection had not:
+the selector only narrows the shared people to those asked about again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from vflo.align.ids import canonical, digest
+from vflo.align.plain import Aligned, Alignment
+from vflo.comm.message import BOOL, INT, STR, ArraySpec, Fields, FieldSpec, Payload
+from vflo.errors import DataError, ProtocolError
+
+if TYPE_CHECKING:
+    from vflo.federation.coordinator import Federation
+    from vflo.party.node import NodeContext
+
+logger = logging.getLogger(__name__)
+
+KEEP_KIND, REUSE_KIND = "align.keep", "align.reuse"
+KEEP: dict[str, FieldSpec] = {"token": STR, "purpose": STR, "mode": STR, "engine": STR}
+KEPT: dict[str, FieldSpec] = {"kept": BOOL, "why": STR}
+REUSE: dict[str, FieldSpec] = {"token": STR, "purpose": STR, "mode": STR, "pick": ArraySpec(("bool",), (None,))}
+REUSED: dict[str, FieldSpec] = {"reused": BOOL, "why": STR, "n_features": INT, "count": INT}
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One kept intersection, as this party recorded it."""
+
+    token: str
+    party: str
+    peer: str
+    side: str  # "asker" (the active party) or "partner"
+    purpose: str
+    mode: str
+    engine: str
+    created: str
+    digest: str  # of this party's IDs the intersection ran on
+    n_ids: int
+    shared: int  # -1: a partner with mode 'active' (it did not learn the intersection)
+
+    @property
+    def stem(self) -> str:
+        return f"{self.peer}.{self.purpose}.{self.token}"
+
+
+class AlignmentStore:
+    """A party's kept alignments: a folder of its own (its config's ``alignments``), written once per
+    intersection and never rewritten; the newest matching record is reused."""
+
+    def __init__(self, folder: Path, party: str) -> None:
+        self.folder = Path(folder)
+        self.party = party
+
+    def save(self, record: Kept, ids: np.ndarray | None, shared: np.ndarray | None) -> Path:
+        """Write ``record`` (and, unless ``ids`` is None, its table): each file under a temporary name first,
+        the manifest last, so a record is whole or absent."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        written: list[Path] = []
+        try:
+            if ids is not None and shared is not None:
+                table = self.folder / f"{record.stem}.parquet"
+                _atomic(table, lambda tmp: pd.DataFrame({"id": ids, "shared": shared}).to_parquet(tmp, index=False))
+                written.append(table)
+            manifest = self.folder / f"{record.stem}.json"
+            _atomic(manifest, lambda tmp: tmp.write_text(json.dumps(asdict(record), indent=1), encoding="utf-8"))
+        except BaseException:
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
+        return manifest
+
+    def records(self) -> list[Kept]:
+        """Every whole record here, newest first (a manifest that does not read is skipped, with a warning)."""
+        found: list[Kept] = []
+        if not self.folder.is_dir():
+            return found
+        for path in self.folder.glob("*.json"):
+            try:
+                found.append(Kept(**json.loads(path.read_text(encoding="utf-8"))))
+            except (OSError, ValueError, TypeError) as exc:
+                logger.warning("kept alignment %s does not read (%s): skipped", path, exc)
+        return sorted(found, key=lambda r: r.created, reverse=True)
+
+    def by_token(self, token: str) -> Kept | None:
+        return next((r for r in self.records() if r.token == token and r.party == self.party), None)
+
+    def table(self, record: Kept) -> tuple[np.ndarray, np.ndarray]:
+        """The record's IDs (sorted) and their ``shared`` flags."""
+        path = self.folder / f"{record.stem}.parquet"
+        try:
+            frame = pd.read_parquet(path)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"kept alignment {path} does not read ({exc}): remove {record.stem}.* from "
+                            f"{self.folder} and align again") from exc
+        return frame["id"].to_numpy(), frame["shared"].to_numpy(dtype=bool)
+
+    def matching(self, peer: str, purpose: str, mode: str) -> Iterator[Kept]:
+        return (r for r in self.records() if r.party == self.party and (r.peer, r.purpose, r.mode) == (peer, purpose,
+                                                                                                       mode))
+
+
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        write(tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _covering(store: AlignmentStore, peer: str, purpose: str, mode: str,
+              ids: np.ndarray) -> tuple[Kept, np.ndarray, np.ndarray] | None:
+    """The newest asker's record with ``peer`` whose IDs include all of ``ids`` (sorted): the record, which of
+    ``ids`` the peer holds, and the selector over the peer's shared people (canonical order) that keeps those."""
+    for record in store.matching(peer, purpose, mode):
+        if record.side != "asker":
+            continue
+        stored, shared = store.table(record)
+        if len(stored) < len(ids):
+            continue
+        if stored.dtype.kind != ids.dtype.kind:
+            stored = stored.astype(ids.dtype) if ids.dtype.kind in "iuU" else stored.astype(object)
+        at = np.searchsorted(stored, ids)
+        at[at == len(stored)] = 0
+        if len(ids) and not np.array_equal(stored[at], ids):
+            continue
+        held = shared[at]
+        # With mode 'active' the partner never learned how many people it shares: no selector goes to it.
+        pick = np.isin(canonical(stored[shared]), ids[held]) if mode == "both" else np.zeros(0, dtype=bool)
+        return record, held, pick
+    return None
+
+
+def reuse(fed: Federation, store: AlignmentStore, ids: np.ndarray, parties: Sequence[str], *, purpose: str,
+          mode: str) -> tuple[dict[str, np.ndarray], dict[str, int], dict[str, Kept]]:
+    """Ask each of ``parties`` with a kept intersection covering ``ids`` to reuse it: which of ``ids`` each one
+    that agreed holds, its width and the record reused. A party that declines (its people changed, or it kept
+    nothing) is left for a fresh intersection, and the log says why."""
+    asks: dict[str, tuple[Kept, np.ndarray, np.ndarray]] = {}
+    for party in parties:
+        hit = _covering(store, party, purpose, mode, ids)
+        if hit is not None:
+            asks[party] = hit
+    if not asks:
+        return {}, {}, {}
+    replies = fed.exchange(REUSE_KIND, {p: {"token": r.token, "purpose": purpose, "mode": mode, "pick": pick}
+                                        for p, (r, _, pick) in asks.items()})
+    held: dict[str, np.ndarray] = {}
+    widths: dict[str, int] = {}
+    used: dict[str, Kept] = {}
+    for party, reply in replies.items():
+        record, mask, pick = asks[party]
+        if not reply.flag("reused"):
+            logger.info("kept alignment %s with %s not reused: %s; aligning afresh", record.token, party,
+                        reply.text("why"))
+            continue
+        if mode == "both" and reply.integer("count") != int(pick.sum()):
+            raise ProtocolError(f"party {party!r} reused alignment {record.token} with {reply.integer('count')} "
+                                f"shared people, {int(pick.sum())} here")
+        held[party], widths[party], used[party] = mask, reply.integer("n_features"), record
+        logger.info("alignment with %s reused: kept %s by %s (token %s); %d of %d IDs shared; its people and ours "
+                    "unchanged", party, record.created, record.engine, record.token, int(mask.sum()), len(ids))
+    return held, widths, used
+
+
+def keep(fed: Federation, store: AlignmentStore, found: Alignment, parties: Sequence[str], *, purpose: str,
+         mode: str, engine: str) -> dict[str, Kept]:
+    """After a fresh intersection: each partner that keeps alignments records its side under one new token, and
+    then this party records its own (the records it wrote)."""
+    tokens = {p: secrets.token_hex(16) for p in parties}
+    replies = fed.exchange(KEEP_KIND, {p: {"token": tokens[p], "purpose": purpose, "mode": mode, "engine": engine}
+                                       for p in parties})
+    ids = found.asked
+    written: dict[str, Kept] = {}
+    for party, reply in replies.items():
+        if not reply.flag("kept"):
+            logger.info("alignment with %s not kept: %s", party, reply.text("why"))
+            continue
+        shared = found.held[party]
+        record = Kept(token=tokens[party], party=store.party, peer=party, side="asker", purpose=purpose, mode=mode,
+                      engine=engine, created=_now(), digest=digest(ids), n_ids=len(ids), shared=int(shared.sum()))
+        path = store.save(record, ids, shared)
+        written[party] = record
+        logger.info("alignment with %s kept in %s (token %s)", party, path, record.token)
+    return written
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def handle_keep(ctx: NodeContext, payload: Fields) -> Payload:
+    """A partner: record its side of the intersection it just ran with the sender, if it keeps alignments."""
+    store = ctx.alignments
+    if store is None:
+        return {"kept": False, "why": f"party {ctx.party!r} keeps no alignments (alignments = '' in its config)"}
+    purpose, mode = payload.text("purpose"), payload.text("mode")
+    known = ctx.part(Aligned)
+    if known.source != (ctx.sender, purpose, mode):
+        raise ProtocolError(f"{KEEP_KIND} for a {purpose!r} intersection in mode {mode!r} that this party did not "
+                            f"just run with {ctx.sender!r}")
+    if mode == "both" and known.held is None:
+        raise ProtocolError(f"{KEEP_KIND} before this party learned the intersection's result")
+    ids = np.sort(ctx.rows(purpose).ids)
+    shared = np.isin(ids, known.held) if known.held is not None else None
+    record = Kept(token=payload.text("token"), party=ctx.party, peer=ctx.sender, side="partner", purpose=purpose,
+                  mode=mode, engine=payload.text("engine"), created=_now(), digest=digest(ids), n_ids=len(ids),
+                  shared=-1 if shared is None else int(shared.sum()))
+    path = store.save(record, ids if shared is not None else None, shared)
+    logger.info("party %s kept its alignment with %s in %s", ctx.party, ctx.sender, path)
+    return {"kept": True, "why": ""}
+
+
+def handle_reuse(ctx: NodeContext, payload: Fields) -> Payload:
+    """A partner: reuse a kept intersection with the sender if the people it holds are those it was made on."""
+    store, purpose, mode = ctx.alignments, payload.text("purpose"), payload.text("mode")
+    token, pick = payload.text("token"), payload.array("pick")
+    declined: Payload = {"reused": False, "n_features": 0, "count": 0}
+    if store is None:
+        return {**declined, "why": f"party {ctx.party!r} keeps no alignments"}
+    record = store.by_token(token)
+    if record is None or record.side != "partner" or (record.peer, record.purpose, record.mode) != (
+            ctx.sender, purpose, mode):
+        return {**declined, "why": f"party {ctx.party!r} holds no {purpose!r} alignment {token} in mode {mode!r} "
+                                   f"with {ctx.sender!r}"}
+    rows = ctx.rows(purpose)
+    if digest(rows.ids) != record.digest:
+        return {**declined, "why": f"the people party {ctx.party!r} holds for {purpose!r} changed since "
+                                   f"{record.created}"}
+    known = ctx.part(Aligned)
+    known.held, known.psi_order, known.source = None, None, (ctx.sender, purpose, mode)
+    count = 0
+    if mode == "both":
+        stored, shared = store.table(record)
+        people = canonical(stored[shared])
+        if pick.shape != (len(people),):
+            raise ProtocolError(f"{REUSE_KIND}: {len(pick)} flags for the {len(people)} people alignment {token} "
+                                "shares")
+        known.held = np.sort(people[pick])
+        count = int(pick.sum())
+    logger.info("party %s reused its alignment %s with %s (kept %s)", ctx.party, token, ctx.sender, record.created)
+    return {"reused": True, "why": "", "n_features": rows.n_features, "count": count}

@@ -1,0 +1,70 @@
+"""``vflo align``: run the private set intersections a deployed run and scoring need, once, and keep them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vflo.cli.common import exit_code_text, insecure_tls, new_console
+
+
+def add(sub: Any) -> None:
+    """Its parser, under ``sub`` (the ``vflo`` command's subcommands)."""
+    align = sub.add_parser(
+        "align", epilog=exit_code_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="find the people the active party shares with each deployed party (private set intersection), once: "
+             "every party keeps the result in its own alignments folder, and later runs and scorings reuse it while "
+             "neither side's people changed")
+    align.set_defaults(func=_align)
+    align.add_argument("deploy", type=Path, help="the active party's DEPLOY.toml (every other party serving)")
+    align.add_argument("--serve", type=Path, metavar="FILE",
+                       help="the active party's rows to score later (its own file, as for vflo predict --data): "
+                            "aligned with each party's rows to score (default: the deploy config's test_file)")
+    align.add_argument("--engine", choices=["auto", "vflo", "rr22", "kkrt", "ecdh"], default="auto",
+                       help="which PSI runs (default auto: the PSI library's RR22 where both parties have it)")
+    align.add_argument("--mode", choices=["both", "active"], default="both",
+                       help="both: each party learns who is shared (what training needs); active: only the active "
+                            "party does")
+    align.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
+
+
+def _align(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from vflo.data.files import read_table
+    from vflo.deploy import Deployment, load_deploy_config
+    from vflo.errors import DataError
+    from vflo.federation.coordinator import AlignmentConfig
+
+    deploy = load_deploy_config(args.deploy)
+    if args.insecure:
+        deploy = replace(deploy, active=insecure_tls(deploy.active))
+    serve = None
+    if args.serve is not None:
+        active = deploy.active
+        assert active.data is not None
+        table = read_table(args.serve, party=active.name, id_column=active.data.id_column)
+        if active.data.id_column not in table.columns:
+            raise DataError(f"{args.serve} has no column {active.data.id_column!r} (the active party's id_column): "
+                            "give the file of rows to score, with the same ID column as the training file")
+        serve = table[active.data.id_column].to_numpy()
+    deployment = Deployment(deploy)
+    try:
+        done = deployment.align_ahead(AlignmentConfig(method="psi", engine=args.engine, mode=args.mode),
+                                      serve=serve)
+    finally:
+        deployment.close()
+    console = new_console()
+    for row in done:
+        rows = "training rows" if row.purpose == "train" else "rows to score"
+        if row.shared < 0:
+            console.print(f"{row.party} ({rows}): {row.note}")
+            continue
+        how = (f"reused, found by {row.engine}" if row.reused else f"found by {row.engine}")
+        kept = f"; kept as {row.token}" if row.token else f"; {row.note}"
+        console.print(f"{row.party} ({rows}): {row.shared:,} of {row.asked:,} IDs shared ({how}){kept}")
+    where = deployment.party.node.alignments
+    if where is not None:
+        console.print(f"kept in {where.folder}/ here, and in each party's own alignments folder")
+    return 0
