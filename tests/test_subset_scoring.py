@@ -42,7 +42,10 @@ def test_a_partner_not_there_is_absent_and_the_output_says_who_scored(
     one = saved.score({**rows, "p2": rows["p2"].subset(np.array([x]))}, missing="subset")
     other = (one["id"] != x).to_numpy()
     cols = saved.score_columns
-    assert np.array_equal(one.loc[other, cols].to_numpy(), without.loc[other, cols].to_numpy())
+    # Within float32 rounding: the rows are scored in batches of other sizes (99 and 1 rows against 100), and
+    # PyTorch's kernels may sum in another order for another shape or thread count (seen on a loaded machine).
+    np.testing.assert_allclose(one.loc[other, cols].to_numpy(), without.loc[other, cols].to_numpy(), rtol=0,
+                               atol=1e-6)
     assert "p2" in one.loc[~other, "scored_by"].item() and "p2" not in "".join(without["scored_by"])
     assert not np.allclose(one.loc[~other, cols].to_numpy(), without.loc[~other, cols].to_numpy())
 

@@ -19,6 +19,18 @@ def tagged(ids: np.ndarray) -> list[str]:
     return [f"i:{int(v)}" if isinstance(v, int | np.integer) else f"s:{v}" for v in ids.tolist()]
 
 
+def untagged(names: list[str], like: np.ndarray) -> np.ndarray:
+    """The IDs ``names`` (as :func:`tagged` wrote them) as an array of ``like``'s type."""
+    if like.dtype.kind in "iu":
+        return np.array([int(n[2:]) for n in names], dtype=like.dtype)
+    values = [int(n[2:]) if n.startswith("i:") else n[2:] for n in names]
+    if like.dtype.kind == "U":
+        return np.array(values, dtype=str)
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
 def check_unique(names: list[str], whose: str = "this party's") -> None:
     """Refuse a list that names someone twice: an intersection of sets cannot say which row is theirs."""
     if len(set(names)) != len(names):

@@ -77,6 +77,16 @@ class AlignmentStore:
     def __init__(self, folder: Path, party: str) -> None:
         self.folder = Path(folder)
         self.party = party
+        # The digest of each ID array this party asked about, by the array (held, so its id stays its own): a
+        # party's rows do not change while it serves, and hashing ten million IDs takes seconds.
+        self._digests: dict[int, tuple[np.ndarray, str]] = {}
+
+    def digest_of(self, ids: np.ndarray) -> str:
+        """:func:`vflo.align.ids.digest` of ``ids``, computed once per array."""
+        found = self._digests.get(id(ids))
+        if found is None or found[0] is not ids:
+            found = self._digests[id(ids)] = (ids, digest(ids))
+        return found[1]
 
     def save(self, record: Kept, ids: np.ndarray | None, shared: np.ndarray | None) -> Path:
         """Write ``record`` (and, unless ``ids`` is None, its table): each file under a temporary name first,
@@ -205,14 +215,15 @@ def keep(fed: Federation, store: AlignmentStore, found: Alignment, parties: Sequ
             continue
         shared = found.held[party]
         record = Kept(token=tokens[party], party=store.party, peer=party, side="asker", purpose=purpose, mode=mode,
-                      engine=engine, created=_now(), digest=digest(ids), n_ids=len(ids), shared=int(shared.sum()))
+                      engine=engine, created=now(), digest=digest(ids), n_ids=len(ids), shared=int(shared.sum()))
         path = store.save(record, ids, shared)
         written[party] = record
         logger.info("alignment with %s kept in %s (token %s)", party, path, record.token)
     return written
 
 
-def _now() -> str:
+def now() -> str:
+    """The time a record is made: UTC, ISO 8601 to the microsecond (records sort by it)."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
@@ -228,10 +239,11 @@ def handle_keep(ctx: NodeContext, payload: Fields) -> Payload:
                             f"just run with {ctx.sender!r}")
     if mode == "both" and known.held is None:
         raise ProtocolError(f"{KEEP_KIND} before this party learned the intersection's result")
-    ids = np.sort(ctx.rows(purpose).ids)
+    rows = ctx.rows(purpose).ids
+    ids = np.sort(rows)
     shared = np.isin(ids, known.held) if known.held is not None else None
     record = Kept(token=payload.text("token"), party=ctx.party, peer=ctx.sender, side="partner", purpose=purpose,
-                  mode=mode, engine=payload.text("engine"), created=_now(), digest=digest(ids), n_ids=len(ids),
+                  mode=mode, engine=payload.text("engine"), created=now(), digest=store.digest_of(rows), n_ids=len(ids),
                   shared=-1 if shared is None else int(shared.sum()))
     path = store.save(record, ids if shared is not None else None, shared)
     logger.info("party %s kept its alignment with %s in %s", ctx.party, ctx.sender, path)
@@ -251,7 +263,7 @@ def handle_reuse(ctx: NodeContext, payload: Fields) -> Payload:
         return {**declined, "why": f"party {ctx.party!r} holds no {purpose!r} alignment {token} in mode {mode!r} "
                                    f"with {ctx.sender!r}"}
     rows = ctx.rows(purpose)
-    if digest(rows.ids) != record.digest:
+    if store.digest_of(rows.ids) != record.digest:
         return {**declined, "why": f"the people party {ctx.party!r} holds for {purpose!r} changed since "
                                    f"{record.created}"}
     known = ctx.part(Aligned)

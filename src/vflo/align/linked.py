@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from vflo.align import spu
 from vflo.align.plain import Aligned, Alignment
-from vflo.comm.message import INT, STR, Fields, FieldSpec, Payload
+from vflo.comm.message import INT, STR, Fields, FieldSpec, Payload, Reply
 from vflo.errors import ProtocolError, RefusedError
 
 if TYPE_CHECKING:
@@ -61,30 +61,29 @@ def handle_open(ctx: NodeContext, payload: Fields) -> Payload:
     known = ctx.part(Aligned)
     known.held, known.source = None, (ctx.sender, payload.text("purpose"), mode)
     part = ctx.part(LinkedPart)
-    part.running, part.ids, part.mode = spu.Running(lambda: side.run(prepared)), rows.ids, mode
+    part.running, part.mode = spu.Running(lambda: rows.ids[side.run(prepared)]), mode
     return {"port": port, "n_features": rows.n_features}
 
 
 def handle_result(ctx: NodeContext, payload: Fields) -> Payload:
     """A partner: end its side; with ``mode = 'both'`` it now knows which of its people are shared."""
     part = ctx.part(LinkedPart)
-    if part.running is None or part.ids is None:
-        raise ProtocolError(f"{RESULT_KIND} without this party's {OPEN_KIND} before it")
-    running, ids, mode = part.running, part.ids, part.mode
-    part.running, part.ids = None, None
-    mask = running.join(TIMEOUT_S)
+    if part.running is None:
+        raise ProtocolError(f"{RESULT_KIND} without this party's {OPEN_KIND} (or unbalanced PSI's) before it")
+    running, mode = part.running, part.mode
+    part.running = None
+    shared = running.join(TIMEOUT_S)
     if mode == "both":
-        ctx.part(Aligned).held = np.sort(ids[mask])
-    return {"count": int(mask.sum())}
+        ctx.part(Aligned).held = np.sort(shared)
+    return {"count": len(shared)}
 
 
 @dataclass
 class LinkedPart:
-    """The partner's side of the intersection under way (none between intersections): its thread, the IDs it runs
-    on, and whether it learns the result."""
+    """The partner's side of the intersection under way (none between intersections): its thread, which gives the
+    IDs it learned are shared (none where it learns nothing), and whether it learns the result (``mode``)."""
 
     running: spu.Running | None = None
-    ids: np.ndarray | None = None
     mode: str = ""
 
 
@@ -95,33 +94,49 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, proto
         return Alignment(ids=ids, asked=ids, held={}, widths={})
     held: dict[str, np.ndarray] = {}
     widths: dict[str, int] = {}
-    host, _ = fed.ctx.policy.psi_link_address()
     tls = _tls(fed.ctx.link_tls())
     for party in parties:
-        own_port = spu.free_port(host)
-        # The partner dials the inbound relay, which hands its bytes to this party's side; this side dials the
-        # outbound relay, which hands them to the partner: every byte of the link is counted here.
-        started = time.perf_counter()
         # A repeated ID is refused before the partner starts.
-        with (spu.prepare(ids, "the active party's") as prepared,
-              spu.CountingRelay((host, own_port), host=host) as inbound):
-            reply = fed.exchange(OPEN_KIND, {party: {"protocol": protocol, "purpose": purpose, "mode": mode,
-                                                     "port": inbound.port}})[party]
-            with spu.CountingRelay((fed.transport.peer_host(party), reply.integer("port"))) as outbound:
-                side = spu.Side(rank=0, own=f"{host}:{own_port}", peer=f"127.0.0.1:{outbound.port}",
-                                protocol=protocol, broadcast=mode == "both", tls=tls, timeout_s=TIMEOUT_S)
-                held[party] = side.run(prepared)
-                count = fed.exchange(RESULT_KIND, {party: {}})[party].integer("count")
-        widths[party] = reply.integer("n_features")
-        sent, received = outbound.out_bytes + inbound.in_bytes, outbound.in_bytes + inbound.out_bytes
-        kind = f"align.engine.{protocol}"
-        ledger = fed.transport.ledger
-        request = ledger.record(round=fed.rounds, sender=fed.party, receiver=party, kind=kind,
-                                direction="request", nbytes=sent)
-        ledger.record(round=fed.rounds, sender=party, receiver=fed.party, kind=kind, direction="reply",
-                      nbytes=received, reply_to=request.seq)
-        logger.info("PSI (%s) with %s: %d of %d shared (it counts %d) in %.2f s; link %d bytes out, %d in",
-                    protocol, party, int(held[party].sum()), len(ids), count, time.perf_counter() - started, sent,
-                    received)
+        with spu.prepare(ids, "the active party's") as prepared:
+            def side(own: str, peer: str) -> spu.Side:
+                return spu.Side(rank=0, own=own, peer=peer, protocol=protocol, broadcast=mode == "both", tls=tls,
+                                timeout_s=TIMEOUT_S)
+
+            reply, mask = over_link(fed, party, OPEN_KIND, {"protocol": protocol, "purpose": purpose, "mode": mode},
+                                    side, prepared, label=protocol)
+        assert mask is not None
+        held[party], widths[party] = mask, reply.integer("n_features")
     keep = np.logical_and.reduce([held[p] for p in parties])
     return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
+
+
+def over_link(fed: Federation, party: str, kind: str, request: Payload, side: Callable[[str, str], spu.Side],
+              prepared: spu.Prepared, *, label: str) -> tuple[Reply, np.ndarray | None]:
+    """One intersection with ``party`` over the PSI library's link: ``kind`` asks it to start its side (``request``
+    and this party's inbound port), this party runs ``side(own address, peer address)`` on ``prepared``, and
+    :data:`RESULT_KIND` ends the partner's. The reply to ``kind`` and this side's mask; no mask when the partner
+    answered port 0 (it started nothing: the reply says why).
+
+    The partner dials the inbound relay, which hands its bytes to this party's side; this side dials the outbound
+    relay, which hands them to the partner: every byte of the link is counted here and enters the ledger as
+    ``align.engine.LABEL``, one entry each way."""
+    host, _ = fed.ctx.policy.psi_link_address()
+    own_port = spu.free_port(host)
+    started = time.perf_counter()
+    with spu.CountingRelay((host, own_port), host=host) as inbound:
+        reply = fed.exchange(kind, {party: {**request, "port": inbound.port}})[party]
+        if reply.integer("port") == 0:
+            return reply, None
+        with spu.CountingRelay((fed.transport.peer_host(party), reply.integer("port"))) as outbound:
+            mask = side(f"{host}:{own_port}", f"127.0.0.1:{outbound.port}").run(prepared)
+            count = fed.exchange(RESULT_KIND, {party: {}})[party].integer("count")
+    sent, received = outbound.out_bytes + inbound.in_bytes, outbound.in_bytes + inbound.out_bytes
+    entry = f"align.engine.{label}"
+    ledger = fed.transport.ledger
+    first = ledger.record(round=fed.rounds, sender=fed.party, receiver=party, kind=entry, direction="request",
+                          nbytes=sent)
+    ledger.record(round=fed.rounds, sender=party, receiver=fed.party, kind=entry, direction="reply",
+                  nbytes=received, reply_to=first.seq)
+    logger.info("PSI (%s) with %s: %d of %d shared (it counts %d) in %.2f s; link %d bytes out, %d in", label,
+                party, int(mask.sum()), len(prepared.names), count, time.perf_counter() - started, sent, received)
+    return reply, mask

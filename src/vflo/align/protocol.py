@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vflo.align import kept, linked, plain, psi
+from vflo.align import kept, linked, plain, psi, unbalanced
 from vflo.comm.message import Fields, Payload
 from vflo.party.handlers import HandlerSet, handles
 
@@ -53,10 +53,27 @@ class AlignmentHandlers(HandlerSet):
         return linked.handle_open(ctx, payload)
 
     @handles(linked.RESULT_KIND,
-             served="after this party's own align.engine_open: ends its side",
+             served="after this party's own align.engine_open, align.ub_prepare or align.ub_open: ends its side",
              senders=("coordinator",), carries={}, replies={"count": "control"}, **linked.RESULT)
     def _engine_result(self, ctx: NodeContext, payload: Fields) -> Payload:
         return linked.handle_result(ctx, payload)
+
+    @handles(unbalanced.PREPARE_KIND,
+             served="before or during a run, with [policy] psi_protocols naming 'unbalanced' and an alignments "
+                    "folder: starts this party's offline stage of unbalanced PSI (its IDs evaluated under its own "
+                    "key, sent over the PSI library's link)",
+             senders=("coordinator",), carries={}, replies={"port": "control", "token": "control",
+                                                            "n_features": "control"}, **unbalanced.PREPARE)
+    def _ub_prepare(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return unbalanced.handle_prepare(ctx, payload)
+
+    @handles(unbalanced.ONLINE_KIND,
+             served="before or during a run: one unbalanced intersection against a preparation this party made for "
+                    "the sender, only while the people it holds are those it was made on",
+             senders=("coordinator",), carries={}, replies={"port": "control", "why": "control",
+                                                            "n_features": "control"}, **unbalanced.ONLINE)
+    def _ub_online(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return unbalanced.handle_online(ctx, payload)
 
     @handles(kept.KEEP_KIND,
              served="right after this party's own private set intersection with the sender, for the same rows and "

@@ -49,7 +49,7 @@ import numpy as np
 
 from vflo.align.ids import check_unique, tagged
 from vflo.errors import ConfigError, ProtocolError
-from vflo.party.policy import PSI_PROTOCOLS
+from vflo.party.policy import PSI_PROTOCOLS, UNBALANCED
 
 logger = logging.getLogger(__name__)
 
@@ -219,27 +219,44 @@ class Side:
     broadcast: bool
     tls: LinkTLS | None = None
     timeout_s: float = 600.0
+    #: Unbalanced PSI only (``protocol = 'unbalanced'``): ``"offline"`` (the partner, rank 1, evaluates its IDs
+    #: and sends them to the active party, rank 0, which keeps them) or ``"online"`` (an intersection against
+    #: them); ``cache``: the folder where this side keeps what the offline stage made.
+    stage: str = ""
+    cache: str = ""
 
     def run(self, prepared: Prepared) -> np.ndarray:
         """Which of the IDs ``prepared`` holds (:func:`prepare`) are in the intersection (a mask), where this side
         learns it; all False otherwise. Their folder is removed when the side ends."""
-        if self.protocol not in PROTOCOLS:
-            raise ConfigError(f"PSI protocol {self.protocol!r}: choose one of {sorted(PROTOCOLS)}")
-        if problem := missing():
-            raise ConfigError(problem)
         with prepared:
-            prepared.order.write_text(json.dumps({**asdict(self), "source": str(prepared.source),
-                                                  "result": str(prepared.result), "done": str(prepared.done)}))
-            code = _run_child(prepared, self.timeout_s)
-            if not prepared.done.is_file():
-                raise ProtocolError(f"the PSI library's side (rank {self.rank}, {self.protocol}) ended with exit "
-                                    f"status {code} before its result; the end of its log:\n{prepared.log_tail()}")
-            if code != 0:
-                logger.warning("the PSI library's side exited with status %s after writing its result (its link's "
-                               "teardown); the result stands", code)
-            if not (self.rank == 0 or self.broadcast):
+            self._execute(prepared)
+            if not (self.rank == 0 or self.broadcast) or self.stage == "offline":
                 return np.zeros(len(prepared.names), dtype=bool)
             return prepared.shared()
+
+    def run_found(self, prepared: Prepared) -> list[str]:
+        """The shared IDs as the library wrote them (tagged), where this side learns them: for a side whose IDs
+        the library reads from elsewhere (unbalanced PSI's partner online, from its preparation)."""
+        with prepared:
+            self._execute(prepared)
+            return sorted(prepared.found()) if self.rank == 0 or self.broadcast else []
+
+    def _execute(self, prepared: Prepared) -> None:
+        if self.protocol not in PROTOCOLS and (self.protocol, self.stage) not in (
+                (UNBALANCED, "offline"), (UNBALANCED, "online")):
+            raise ConfigError(f"PSI protocol {self.protocol!r}: choose one of {sorted(PROTOCOLS)} or "
+                              f"{UNBALANCED!r} with a stage")
+        if problem := missing():
+            raise ConfigError(problem)
+        prepared.order.write_text(json.dumps({**asdict(self), "source": str(prepared.source),
+                                              "result": str(prepared.result), "done": str(prepared.done)}))
+        code = _run_child(prepared, self.timeout_s)
+        if not prepared.done.is_file():
+            raise ProtocolError(f"the PSI library's side (rank {self.rank}, {self.protocol}) ended with exit "
+                                f"status {code} before its result; the end of its log:\n{prepared.log_tail()}")
+        if code != 0:
+            logger.warning("the PSI library's side exited with status %s after writing its result (its link's "
+                           "teardown); the result stands", code)
 
 
 def _run_child(prepared: Prepared, timeout_s: float) -> int:
@@ -291,6 +308,19 @@ def child(order_path: str) -> None:
             opts.verify.ca_file_path = tls.ca
             opts.verify.verify_depth = 1
     context = link.create_brpc(desc, rank)
+    if order["protocol"] == UNBALANCED:
+        count = _unbalanced(libpsi, order, context)
+    else:
+        count = _balanced(libpsi, order, context)
+    Path(order["done"]).write_text(str(count))
+    context.stop_link()
+    sys.stdout.flush()
+    # Past this point nothing is left to do; leaving without the interpreter's teardown keeps the link's threads
+    # from running into freed objects.
+    os._exit(0)
+
+
+def _balanced(libpsi: Any, order: dict[str, Any], context: Any) -> int:
     config = libpsi.PsiExecuteConfig()
     config.protocol_conf.protocol = getattr(libpsi.PsiProtocol, PROTOCOLS[order["protocol"]])
     config.protocol_conf.receiver_rank = 0
@@ -303,13 +333,33 @@ def child(order_path: str) -> None:
     config.output_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
     config.output_params.path = order["result"]
     config.output_params.disable_alignment = True
-    report = libpsi.psi_execute(config, context)
-    Path(order["done"]).write_text(str(report.intersection_count))
-    context.stop_link()
-    sys.stdout.flush()
-    # Past this point nothing is left to do; leaving without the interpreter's teardown keeps the link's threads
-    # from running into freed objects.
-    os._exit(0)
+    return int(libpsi.psi_execute(config, context).intersection_count)
+
+
+def _unbalanced(libpsi: Any, order: dict[str, Any], context: Any) -> int:
+    """The library's ECDH-OPRF unbalanced PSI: the active party (rank 0) is its client, the partner its server.
+    Offline, the server evaluates its IDs under its own key (kept in its cache folder) and the client keeps what
+    it receives; online, the client's IDs are evaluated by the server and looked up there."""
+    config = libpsi.UbPsiExecuteConfig()
+    client = order["rank"] == 0
+    config.role = libpsi.UbPsiRole.ROLE_CLIENT if client else libpsi.UbPsiRole.ROLE_SERVER
+    config.cache_path = order["cache"]
+    reads = not client if order["stage"] == "offline" else client
+    if order["stage"] == "offline":
+        config.mode = libpsi.UbPsiMode.MODE_OFFLINE
+    else:
+        config.mode = libpsi.UbPsiMode.MODE_ONLINE
+        config.client_receive_result = True
+        config.server_receive_result = order["broadcast"]
+        config.output_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
+        config.output_params.path = order["result"]
+        config.output_params.disable_alignment = True
+    if reads:
+        config.input_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
+        config.input_params.path = order["source"]
+        config.input_params.selected_keys = ["id"]
+        config.input_params.keys_unique = True
+    return int(libpsi.ub_psi_execute(config, context).intersection_count)
 
 
 class Prepared:
@@ -349,17 +399,21 @@ class Prepared:
         except OSError:
             return "(no log)"
 
-    def shared(self) -> np.ndarray:
-        """Which of the names the library wrote as shared."""
+    def found(self) -> set[str]:
+        """The names the library wrote as shared."""
         text = self.result.read_text()
         if self.quoted or '"' in text[text.find("\n") + 1:]:
             with self.result.open(newline="") as f:
                 reader = csv.reader(f)
                 next(reader, None)
-                found = {row[0] for row in reader if row}
-        else:
-            found = set(text.split("\n")[1:])
-            found.discard("")
+                return {row[0] for row in reader if row}
+        found = set(text.split("\n")[1:])
+        found.discard("")
+        return found
+
+    def shared(self) -> np.ndarray:
+        """Which of the names the library wrote as shared."""
+        found = self.found()
         return np.fromiter((n in found for n in self.names), dtype=bool, count=len(self.names))
 
     def __enter__(self) -> Prepared:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from vflo.align import kept, linked, plain, psi, spu
+from vflo.align import kept, linked, plain, psi, spu, unbalanced
+from vflo.align.kept import AlignmentStore
 from vflo.align.plain import Alignment
 from vflo.comm.message import Message, Payload, Reply
 from vflo.comm.transport import Transport
@@ -24,7 +25,7 @@ from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
 from vflo.errors import ConfigError, MethodError, PartyBoundaryError, RemoteError, TransportError
 from vflo.party.node import Node, NodeContext
-from vflo.party.policy import PSI_PROTOCOLS
+from vflo.party.policy import PSI_ENGINES, UNBALANCED
 from vflo.roles import PartyInfo, active_party
 
 if TYPE_CHECKING:
@@ -56,14 +57,14 @@ class AlignmentConfig:
 
     method: Literal["plain", "psi"] = "plain"
     mode: Literal["both", "active"] = "both"
-    engine: Literal["vflo", "auto", "rr22", "kkrt", "ecdh"] = "vflo"
+    engine: Literal["vflo", "auto", "rr22", "kkrt", "ecdh", "unbalanced"] = "vflo"
     #: With PSI, where the parties keep their intersections (a deployed party's ``alignments`` folder): reuse a
     #: kept one that covers the IDs asked about while neither side's people changed (:mod:`vflo.align.kept`), and
     #: keep each fresh one. False: intersect afresh and keep nothing.
     reuse: bool = True
 
     def __post_init__(self) -> None:
-        choices = ("vflo", "auto", *PSI_PROTOCOLS)
+        choices = ("vflo", "auto", *PSI_ENGINES)
         if self.engine not in choices:
             raise ConfigError(f"alignment.engine = {self.engine!r}: choose {', '.join(map(repr, choices[:-1]))} or "
                               f"{choices[-1]!r}")
@@ -121,6 +122,11 @@ class Federation:
     def names(self, *roles: str) -> list[str]:
         """Names of the parties with any of ``roles`` (all if none given), the coordinator excluded."""
         return [p.name for p in self.parties if p.name != self.party and (not roles or p.role in roles)]
+
+    @property
+    def alignments(self) -> AlignmentStore | None:
+        """Where this party keeps its private set intersections (its own folder), if it keeps them."""
+        return self._node.alignments
 
     @property
     def ctx(self) -> NodeContext:
@@ -193,7 +199,7 @@ class Federation:
         PSI, from the intersections this party and each partner kept where they cover ``ids``
         (:mod:`vflo.align.kept`), and afresh with the others (then kept)."""
         ids = np.sort(ids)
-        store = self._node.alignments if self.alignment.method == "psi" and self.alignment.reuse else None
+        store = self.alignments if self.alignment.method == "psi" and self.alignment.reuse else None
         if store is None or not parties:
             return self._intersect(ids, parties, purpose=purpose)
         mode = self.alignment.mode
@@ -216,6 +222,10 @@ class Federation:
     def _intersect(self, ids: np.ndarray, parties: Sequence[str], *, purpose: str) -> Alignment:
         if self.alignment.method == "psi":
             engine = self.alignment.engine
+            if engine == UNBALANCED and parties:
+                store = unbalanced.check_ready(self)
+                self.alignment_engine = UNBALANCED
+                return unbalanced.intersect(self, store, ids, parties, purpose=purpose, mode=self.alignment.mode)
             if engine != "vflo" and parties:
                 protocol = "rr22" if engine == "auto" else engine
                 missing = spu.missing() or ("" if self.transport.direct_links else

@@ -28,9 +28,14 @@ from typing import Any, Literal
 
 from vflo.errors import ConfigError, ProtocolError
 
-#: The PSI library's protocols vflo runs, by the name a config gives (``[policy] psi_protocols``,
+#: The PSI library's balanced protocols vflo runs, by the name a config gives (``[policy] psi_protocols``,
 #: ``[alignment] engine``).
 PSI_PROTOCOLS = ("rr22", "kkrt", "ecdh")
+#: The library's unbalanced PSI (ECDH-OPRF): the large side's evaluated set prepared once, then each intersection
+#: costs what the small side holds (vflo.align.unbalanced).
+UNBALANCED = "unbalanced"
+#: Everything ``[policy] psi_protocols`` may name.
+PSI_ENGINES = (*PSI_PROTOCOLS, UNBALANCED)
 
 
 class PolicyError(ProtocolError):
@@ -44,7 +49,8 @@ class Policy:
     ``min_mask_block`` and ``min_mask_mixing``: what masks from a dealer must reach to be taken
     (``OrthogonalMask.check_strength``); ``alignment``: ``"psi"`` refuses plain alignment (which shows this party
     the coordinator's IDs and tells the coordinator which of them it holds), training and scoring alike;
-    ``psi_protocols``: the PSI library's protocols it runs (``[alignment] engine``; vflo's own ECDH always);
+    ``psi_protocols``: the PSI library's protocols it runs (``[alignment] engine``, ``"unbalanced"`` included;
+    vflo's own ECDH always);
     ``psi_link``: ``HOST:PORT`` where its side of such a PSI listens (port 0: any free one; loopback by default,
     ``0.0.0.0:PORT`` with that port open to the other parties in a deployment)."""
 
@@ -58,7 +64,7 @@ class Policy:
     # a block) and the masks one deal draws (a block mask of m rows in blocks of b costs m x b x 8 bytes).
     max_rows: int = 1_000_000
     max_mask_bytes: int = 1 << 30
-    psi_protocols: tuple[str, ...] = PSI_PROTOCOLS
+    psi_protocols: tuple[str, ...] = PSI_ENGINES
     psi_link: str = "127.0.0.1:0"
 
     def psi_link_address(self) -> tuple[str, int]:
@@ -69,9 +75,9 @@ class Policy:
         return host, int(port)
 
     def __post_init__(self) -> None:
-        if unknown := sorted(set(self.psi_protocols) - set(PSI_PROTOCOLS)):
+        if unknown := sorted(set(self.psi_protocols) - set(PSI_ENGINES)):
             raise ConfigError(f"policy.psi_protocols names {unknown}: give some of "
-                              f"{', '.join(map(repr, PSI_PROTOCOLS))}")
+                              f"{', '.join(map(repr, PSI_ENGINES))}")
         self.psi_link_address()
         block, mixing = self.min_mask_block, self.min_mask_mixing
         if not isinstance(block, int) or isinstance(block, bool) or block < 2:
