@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -101,6 +102,17 @@ def docs(path: Path, page: Path) -> None:
              f"active party's {results['small']:,} text IDs against the partner's {results['large']:,}, "
              f"{results['small'] // 2:,} shared.", "", "| step | seconds |", "|---|---|"]
     lines += [f"| {s['step']} | {s['seconds']:.1f} |" for s in results["steps"]]
+    steps = {s["step"]: s["seconds"] for s in results["steps"]}
+    balanced = steps.get("balanced RR22")
+    first = steps.get("unbalanced: preparation and the first intersection")
+    online = steps.get("unbalanced: an intersection after the preparation")
+    if balanced and first and online:
+        preparation = first - online
+        lines += ["", f"After the preparation an intersection took {online:.1f} s, {balanced / online:.1f} times "
+                  f"faster than balanced RR22 on the same IDs ({balanced:.1f} s); the preparation (about "
+                  f"{preparation:.0f} s: the first row less one intersection) is repaid by the "
+                  f"{math.ceil(preparation / (balanced - online)) if balanced > online else 'never'}th intersection "
+                  "with the same partner."]
     if "kept_bytes" in results:
         kb = results["kept_bytes"]
         lines += ["", f"What the preparation keeps: the active party {kb['active'] / 1e6:.0f} MB (the partner's "

@@ -241,6 +241,24 @@ def test_a_side_that_fails_says_why_with_the_end_of_the_librarys_log(tmp_path: P
         side.run(spu.prepare(np.arange(10)))
 
 
+def test_a_side_that_never_ends_is_stopped_and_the_error_says_what_to_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spu, "missing", lambda: "")
+    # A child that never ends, as a side whose peer never came (a closed port), stopped past its timeout.
+    monkeypatch.setattr(spu, "CHILD", "import sys, time; print('waiting for the other side', flush=True); "
+                                      "time.sleep(120)")
+    monkeypatch.setattr(spu, "CHILD_GRACE_S", 0.0)
+    side = spu.Side(rank=0, own="127.0.0.1:1", peer="127.0.0.1:2", protocol="rr22", broadcast=True, timeout_s=2)
+    started = time.monotonic()
+    with spu.prepare(np.arange(5)) as prepared:
+        folder = prepared.folder
+        with pytest.raises(ProtocolError, match=r"(?s)did not end within 2 s.*psi_link.*engine = 'vflo'.*"
+                                                r"waiting for the other side"):
+            side.run(prepared)
+    assert time.monotonic() - started < 30
+    assert not folder.exists()  # its folder (its IDs, its log) removed all the same
+
+
 def test_a_side_whose_library_aborts_after_writing_its_result_keeps_the_result(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     def aborts_after_the_result(prepared: spu.Prepared, timeout_s: float) -> int:

@@ -48,7 +48,7 @@ def test_the_docs_commands_are_parsed() -> None:
     assert runs[0] == "source .venv/bin/activate"
     assert sum(c.startswith("vflo party serve") for c in runs) == 5
     assert sum(c.startswith("vflo run") for c in runs) == 7
-    assert sum(c.startswith("vflo align") for c in runs) == 1
+    assert sum(c.startswith("vflo align") for c in runs) == 2
     assert sum(c.startswith("vflo predict") for c in runs) == 2
     assert sum(c.startswith("vflo certs") for c in runs) == 7  # a CA, and each party's own key, signed
     assert "vflo party audit runs/own/lab_audit.jsonl --run last" in runs
@@ -99,6 +99,9 @@ def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
     for party, peer in (("hospital", "lab"), ("lab", "hospital")):
         folder = tmp_path / "runs/own" / f"{party}_alignments"
         assert {p.name.split(".")[:2][1] for p in folder.glob(f"{peer}.*.json")} == {"train", "serve"}, party
+        # and the unbalanced preparations: the lab's key at the lab, what the lab sent at the hospital
+        assert {p.parent.name.split(".")[1] for p in (folder / "unbalanced").glob(f"{peer}.*/prep.json")} == {
+            "train", "serve"}, party
     # No private key travelled: each lies only in the folder of the party that made it.
     keys = sorted(str(p.relative_to(tmp_path / "runs/own")) for p in (tmp_path / "runs/own").rglob("*.key"))
     assert keys == ["ca/ca.key", "hospital-tls/hospital.key", "lab-tls/lab.key", "server-tls/server.key"]

@@ -121,9 +121,11 @@ def test_the_psi_librarys_rr22_over_its_own_mutual_tls_link(vertical: Federation
     """Each party its own process: the intersection by RR22 over the library's link, TLS with the parties' own
     certificates, gives the run vflo's own ECDH gives in one process; its link's bytes are in the ledger."""
     deployment = Deployment(vertical.deploy)
+    rr22 = AlignmentConfig(method="psi", engine="rr22")
     try:
-        over_grpc = deployment.run(get_method("apc_vfl")(train=QUICK), seed=2,
-                                   alignment=AlignmentConfig(method="psi", engine="rr22"))
+        # The checks before anything trains intersect by RR22 too, before any method is set up.
+        deployment.preflight([get_method("apc_vfl")(train=QUICK)], alignment=rr22)
+        over_grpc = deployment.run(get_method("apc_vfl")(train=QUICK), seed=2, alignment=rr22)
     finally:
         deployment.close()
     local = run_method(get_method("apc_vfl")(train=QUICK), vertical.local, seed=2,

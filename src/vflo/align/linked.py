@@ -94,7 +94,7 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, proto
         return Alignment(ids=ids, asked=ids, held={}, widths={})
     held: dict[str, np.ndarray] = {}
     widths: dict[str, int] = {}
-    tls = _tls(fed.ctx.link_tls())
+    tls = _tls(fed.link_tls())
     for party in parties:
         # A repeated ID is refused before the partner starts.
         with spu.prepare(ids, "the active party's") as prepared:
@@ -120,7 +120,7 @@ def over_link(fed: Federation, party: str, kind: str, request: Payload, side: Ca
     The partner dials the inbound relay, which hands its bytes to this party's side; this side dials the outbound
     relay, which hands them to the partner: every byte of the link is counted here and enters the ledger as
     ``align.engine.LABEL``, one entry each way."""
-    host, _ = fed.ctx.policy.psi_link_address()
+    host, _ = fed.policy.psi_link_address()
     own_port = spu.free_port(host)
     started = time.perf_counter()
     with spu.CountingRelay((host, own_port), host=host) as inbound:

@@ -248,8 +248,15 @@ class Side:
                               f"{UNBALANCED!r} with a stage")
         if problem := missing():
             raise ConfigError(problem)
-        prepared.order.write_text(json.dumps({**asdict(self), "source": str(prepared.source),
-                                              "result": str(prepared.result), "done": str(prepared.done)}))
+        order = {**asdict(self), "source": str(prepared.source), "result": str(prepared.result),
+                 "done": str(prepared.done)}
+        # The child runs in the side's own folder: a path relative to where the party runs (a config's
+        # "hospital-tls", its alignments folder) is made absolute here.
+        if self.tls is not None:
+            order["tls"] = {k: str(Path(v).resolve()) for k, v in asdict(self.tls).items()}
+        if self.cache:
+            order["cache"] = str(Path(self.cache).resolve())
+        prepared.order.write_text(json.dumps(order))
         code = _run_child(prepared, self.timeout_s)
         if not prepared.done.is_file():
             raise ProtocolError(f"the PSI library's side (rank {self.rank}, {self.protocol}) ended with exit "
@@ -257,6 +264,12 @@ class Side:
         if code != 0:
             logger.warning("the PSI library's side exited with status %s after writing its result (its link's "
                            "teardown); the result stands", code)
+
+
+#: What a side's child process runs (:func:`child` on its order's path).
+CHILD = "import sys; from vflo.align.spu import child; child(sys.argv[1])"
+#: How long past its own timeout a side's child may run before it is stopped.
+CHILD_GRACE_S = 30.0
 
 
 def _run_child(prepared: Prepared, timeout_s: float) -> int:
@@ -269,17 +282,20 @@ def _run_child(prepared: Prepared, timeout_s: float) -> int:
     # it: the library leaves them behind, in /tmp otherwise.
     env["TMPDIR"] = str(prepared.folder)
     with prepared.log.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-c", "import sys; from vflo.align.spu import child; "
-                                    "child(sys.argv[1])", str(prepared.order)],
+        process = subprocess.Popen([sys.executable, "-c", CHILD, str(prepared.order)],
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    cwd=prepared.folder, env=env)
     try:
-        code = process.wait(timeout=timeout_s + 30)
+        code = process.wait(timeout=timeout_s + CHILD_GRACE_S)
         prepared.remove_trace()
         return code
     except subprocess.TimeoutExpired:
-        raise ProtocolError(f"the PSI library's side did not end within {timeout_s + 30:.0f} s; the end of its "
-                            f"log:\n{prepared.log_tail()}") from None
+        raise ProtocolError(
+            f"the PSI library's side did not end within {timeout_s + CHILD_GRACE_S:.0f} s, so it was stopped: most "
+            "often the two parties' sides never met. Check that each party reaches the other at the port its "
+            "[policy] psi_link gives (open it to the other party's host; port 0 picks any port, which a firewall "
+            "must then allow), or use vflo's own PSI ([alignment] engine = 'vflo'), which needs no other port. The "
+            f"end of its log:\n{prepared.log_tail()}") from None
     finally:
         if process.poll() is None:
             process.kill()

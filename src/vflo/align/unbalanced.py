@@ -186,7 +186,7 @@ def intersect(fed: Federation, store: AlignmentStore, ids: np.ndarray, parties: 
 
 def _with(fed: Federation, store: AlignmentStore, ids: np.ndarray, party: str, *, purpose: str,
           mode: str) -> tuple[np.ndarray, int]:
-    tls = _tls(fed.ctx.link_tls())
+    tls = _tls(fed.link_tls())
     with spu.prepare(ids, "the active party's") as prepared:
         for attempt in range(2):
             kept = _preparations(store, party, purpose)
@@ -212,7 +212,7 @@ def _with(fed: Federation, store: AlignmentStore, ids: np.ndarray, party: str, *
 
 def _prepare(fed: Federation, store: AlignmentStore, party: str, *, purpose: str) -> tuple[Preparation, Path]:
     """The offline stage with ``party``: what it sends, kept in this party's folder under the token it chose."""
-    tls = _tls(fed.ctx.link_tls())
+    tls = _tls(fed.link_tls())
     work = _working(store)
     try:
         def offline(own: str, peer: str) -> spu.Side:

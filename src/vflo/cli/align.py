@@ -21,8 +21,12 @@ def add(sub: Any) -> None:
     align.add_argument("--serve", type=Path, metavar="FILE",
                        help="the active party's rows to score later (its own file, as for vflo predict --data): "
                             "aligned with each party's rows to score (default: the deploy config's test_file)")
-    align.add_argument("--engine", choices=["auto", "vflo", "rr22", "kkrt", "ecdh"], default="auto",
-                       help="which PSI runs (default auto: the PSI library's RR22 where both parties have it)")
+    align.add_argument("--engine", choices=["auto", "vflo", "rr22", "kkrt", "ecdh", "unbalanced"], default="auto",
+                       help="which PSI runs (default auto: the PSI library's RR22 where both parties have it; "
+                            "unbalanced: the library's ECDH-OPRF for a small active party against large partners, "
+                            "their evaluated IDs prepared once and kept here)")
+    align.add_argument("--fresh", action="store_true",
+                       help="intersect afresh even where a kept intersection still holds (and keep the new one)")
     align.add_argument("--mode", choices=["both", "active"], default="both",
                        help="both: each party learns who is shared (what training needs); active: only the active "
                             "party does")
@@ -52,7 +56,7 @@ def _align(args: argparse.Namespace) -> int:
     deployment = Deployment(deploy)
     try:
         done = deployment.align_ahead(AlignmentConfig(method="psi", engine=args.engine, mode=args.mode),
-                                      serve=serve)
+                                      serve=serve, fresh=args.fresh)
     finally:
         deployment.close()
     console = new_console()

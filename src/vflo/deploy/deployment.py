@@ -182,11 +182,13 @@ class Deployment:
         own = self.train.ids
         return np.unique(np.concatenate([self._test_ids().astype(own.dtype), own]))
 
-    def align_ahead(self, alignment: AlignmentConfig, *, serve: np.ndarray | None = None) -> list[AlignedWith]:
+    def align_ahead(self, alignment: AlignmentConfig, *, serve: np.ndarray | None = None,
+                    fresh: bool = False) -> list[AlignedWith]:
         """``vflo align``: the private set intersections a run asks of each partner (its training rows against
         the active party's training and test rows), and a scoring's (``serve``, default the test rows, against
         its rows to score), run now and kept by every party that keeps alignments; a later run or scoring
-        reuses them while neither side's people changed (:mod:`vflo.align.kept`). One row per intersection."""
+        reuses them while neither side's people changed (:mod:`vflo.align.kept`). One row per intersection.
+        ``fresh``: intersect afresh even where a kept intersection still holds."""
         if alignment.method != "psi" or not alignment.reuse:
             raise ConfigError("vflo align keeps private set intersections: it needs [alignment] method = 'psi' and "
                               "reuse = true")
@@ -195,6 +197,7 @@ class Deployment:
                               "alignments = ''; name a folder (alignments = 'DIR' under [active]) to keep them")
         fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+        fed.offer_kept = not fresh
         done: list[AlignedWith] = []
         to_score = self._test_ids() if serve is None else serve
         for name in self._passives():

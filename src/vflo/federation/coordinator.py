@@ -25,7 +25,7 @@ from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
 from vflo.errors import ConfigError, MethodError, PartyBoundaryError, RemoteError, TransportError
 from vflo.party.node import Node, NodeContext
-from vflo.party.policy import PSI_ENGINES, UNBALANCED
+from vflo.party.policy import PSI_ENGINES, UNBALANCED, Policy
 from vflo.roles import PartyInfo, active_party
 
 if TYPE_CHECKING:
@@ -87,6 +87,8 @@ class Federation:
         # The kept intersection behind each partner's alignment for each purpose, and whether it was reused (True)
         # or kept just now: vflo.align.kept.
         self.kept: dict[tuple[str, str], tuple[kept.Kept, bool]] = {}
+        # False: intersect afresh even where a kept intersection covers the IDs (and keep the new one).
+        self.offer_kept = True
         self.task: Task = task
         self.n_classes = n_classes
         self.transport = transport
@@ -122,6 +124,16 @@ class Federation:
     def names(self, *roles: str) -> list[str]:
         """Names of the parties with any of ``roles`` (all if none given), the coordinator excluded."""
         return [p.name for p in self.parties if p.name != self.party and (not roles or p.role in roles)]
+
+    @property
+    def policy(self) -> Policy:
+        """What this party agreed to (its own config): where its side of a PSI library's link listens, say."""
+        return self._node.policy
+
+    def link_tls(self) -> tuple[str, str, str] | None:
+        """This party's certificate, key and CA as files, for a link it opens itself (None without TLS): before
+        a method is set up too (a deployment's checks, ``vflo align``)."""
+        return self.transport.link_files()
 
     @property
     def alignments(self) -> AlignmentStore | None:
@@ -203,7 +215,11 @@ class Federation:
         if store is None or not parties:
             return self._intersect(ids, parties, purpose=purpose)
         mode = self.alignment.mode
-        held, widths, used = kept.reuse(self, store, ids, parties, purpose=purpose, mode=mode)
+        held: dict[str, np.ndarray] = {}
+        widths: dict[str, int] = {}
+        used: dict[str, kept.Kept] = {}
+        if self.offer_kept:
+            held, widths, used = kept.reuse(self, store, ids, parties, purpose=purpose, mode=mode)
         self.kept.update({(p, purpose): (r, True) for p, r in used.items()})
         rest = [p for p in parties if p not in held]
         if not rest:
