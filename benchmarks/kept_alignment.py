@@ -20,22 +20,16 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.marked import write_marked
-from benchmarks.psi_engines import people
+from benchmarks.psi_engines import people, timed_align, two_parties
 from vflo.align import spu
 from vflo.align.kept import AlignmentStore
-from vflo.data.layout import Layout
-from vflo.data.partydata import PartyData
 from vflo.federation.coordinator import AlignmentConfig
-from vflo.federation.session import Session
-from vflo.federation.simulation import build_federation
-from vflo.methods.registry import get_method
 
 MARK_BEGIN, MARK_END = "<!-- kept-alignment:begin -->", "<!-- kept-alignment:end -->"
 
@@ -43,20 +37,9 @@ MARK_BEGIN, MARK_END = "<!-- kept-alignment:begin -->", "<!-- kept-alignment:end
 def align(ids: tuple[np.ndarray, np.ndarray], asked: np.ndarray, engine: str, folder: Path | None,
           *, reuse: bool = True) -> tuple[float, int, str]:
     """One ``Federation.align`` of ``asked`` with the partner: seconds, people found, the engine named."""
-    active = PartyData(ids=ids[0], X=np.zeros((len(ids[0]), 1), np.float32), y=np.zeros(len(ids[0]), np.int64),
-                       party="active", columns=("x",))
-    passive = PartyData(ids=ids[1], X=np.zeros((len(ids[1]), 1), np.float32), party="passive", columns=("z",))
-    data = Layout.from_parties([active, passive], standardize=False).materialize()
-    local = get_method("local")()
     stores = None if folder is None else {p: AlignmentStore(folder / p, p) for p in ("active", "passive")}
-    fed, _ = build_federation(data, local, seed=0, max_message_bytes=1 << 31, alignments=stores,
-                              alignment=AlignmentConfig(method="psi", engine=engine, reuse=reuse))  # type: ignore[arg-type]
-    Session(fed).start(local)
-    started = time.perf_counter()
-    found = fed.align(asked, ["passive"])
-    seconds = time.perf_counter() - started
-    truth = np.intersect1d(asked, ids[1])
-    assert np.array_equal(found.ids, truth), "the alignment is not the true intersection"
+    seconds, found, fed = timed_align(two_parties(ids), AlignmentConfig(method="psi", engine=engine, reuse=reuse),  # type: ignore[arg-type]
+                                      asked=asked, stores=stores)
     return seconds, len(found.ids), fed.alignment_engine
 
 

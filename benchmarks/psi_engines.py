@@ -31,8 +31,11 @@ import numpy as np
 
 from benchmarks.marked import write_marked
 from vflo.align import spu
+from vflo.align.kept import AlignmentStore
+from vflo.align.plain import Alignment
+from vflo.data.layout import FederatedData, Layout
 from vflo.data.partydata import PartyData
-from vflo.federation.coordinator import AlignmentConfig
+from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.registry import get_method
@@ -96,24 +99,37 @@ def library_alone(ids: tuple[np.ndarray, np.ndarray], protocol: str) -> tuple[fl
         return seconds, counts[0]
 
 
-def through_vflo(ids: tuple[np.ndarray, np.ndarray], engine: str) -> tuple[float, int, int]:
-    """``Federation.align`` with ``engine``: seconds, people found, bytes the ledger counted for the intersection."""
+def two_parties(ids: tuple[np.ndarray, np.ndarray], partner: str = "passive") -> FederatedData:
+    """An active party holding ``ids[0]`` and a partner holding ``ids[1]``, one zero feature each: what the PSI
+    benchmarks align."""
     active = PartyData(ids=ids[0], X=np.zeros((len(ids[0]), 1), np.float32), y=np.zeros(len(ids[0]), np.int64),
                        party="active", columns=("x",))
-    passive = PartyData(ids=ids[1], X=np.zeros((len(ids[1]), 1), np.float32), party="passive", columns=("z",))
-    from vflo.data.layout import Layout
+    other = PartyData(ids=ids[1], X=np.zeros((len(ids[1]), 1), np.float32), party=partner, columns=("z",))
+    return Layout.from_parties([active, other], standardize=False).materialize()
 
-    data = Layout.from_parties([active, passive], standardize=False).materialize()
+
+def timed_align(data: FederatedData, alignment: AlignmentConfig, *, asked: np.ndarray | None = None,
+                stores: dict[str, AlignmentStore] | None = None) -> tuple[float, Alignment, Federation]:
+    """One ``Federation.align`` of ``asked`` (default: every ID of the active party) with its partner, over a new
+    in-process federation (``stores``: where the parties keep their alignments): seconds, the alignment, the
+    federation. The alignment is checked against the true intersection."""
+    partner = next(name for name in data.train if name != "active")
     local = get_method("local")()
-    fed, _ = build_federation(data, local, seed=0, max_message_bytes=1 << 31,
-                              alignment=AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
+    fed, _ = build_federation(data, local, seed=0, max_message_bytes=1 << 31, alignment=alignment,
+                              alignments=stores)
     Session(fed).start(local)
-    before = len(fed.transport.ledger)
+    asked = data.train["active"].ids if asked is None else asked
     started = time.perf_counter()
-    found = fed.align(data.train["active"].ids, ["passive"])
+    found = fed.align(asked, [partner])
     seconds = time.perf_counter() - started
-    nbytes = sum(e.nbytes for e in fed.transport.ledger.entries[before:])
-    return seconds, len(found.ids), nbytes
+    assert np.array_equal(found.ids, np.intersect1d(asked, data.train[partner].ids)), "not the true intersection"
+    return seconds, found, fed
+
+
+def through_vflo(ids: tuple[np.ndarray, np.ndarray], engine: str) -> tuple[float, int, int]:
+    """``Federation.align`` with ``engine``: seconds, people found, bytes the ledger counted for the intersection."""
+    seconds, found, fed = timed_align(two_parties(ids), AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
+    return seconds, len(found.ids), sum(e.nbytes for e in fed.transport.ledger.entries if e.kind.startswith("align."))
 
 
 def steps(ids: tuple[np.ndarray, np.ndarray]) -> dict[str, float]:

@@ -30,15 +30,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.marked import write_marked
+from benchmarks.psi_engines import timed_align, two_parties
 from vflo.align import spu
 from vflo.align.ids import digest
 from vflo.align.kept import AlignmentStore
-from vflo.data.layout import FederatedData, Layout
-from vflo.data.partydata import PartyData
+from vflo.data.layout import FederatedData
 from vflo.federation.coordinator import AlignmentConfig
-from vflo.federation.session import Session
-from vflo.federation.simulation import build_federation
-from vflo.methods.registry import get_method
 
 MARK_BEGIN, MARK_END = "<!-- unbalanced-psi:begin -->", "<!-- unbalanced-psi:end -->"
 
@@ -47,22 +44,12 @@ def federation_data(small: int, large: int) -> FederatedData:
     big = np.asarray([f"person-{i:09d}" for i in range(large)])
     mine = np.concatenate([big[:: max(1, large // (small // 2))][: small // 2],
                            np.asarray([f"other-{i:09d}" for i in range(small - small // 2)])])
-    active = PartyData(ids=mine, X=np.zeros((len(mine), 1), np.float32), y=np.zeros(len(mine), np.int64),
-                       party="active", columns=("x",))
-    partner = PartyData(ids=big, X=np.zeros((len(big), 1), np.float32), party="partner", columns=("z",))
-    return Layout.from_parties([active, partner], standardize=False).materialize()
+    return two_parties((mine, big), partner="partner")
 
 
 def align(data: FederatedData, engine: str, stores: dict[str, AlignmentStore] | None) -> tuple[float, int]:
-    local = get_method("local")()
-    fed, _ = build_federation(data, local, seed=0, max_message_bytes=1 << 31, alignments=stores,
-                              alignment=AlignmentConfig(method="psi", engine=engine, reuse=False))  # type: ignore[arg-type]
-    Session(fed).start(local)
-    ids = data.train["active"].ids
-    started = time.perf_counter()
-    found = fed.align(ids, ["partner"])
-    seconds = time.perf_counter() - started
-    assert np.array_equal(found.ids, np.intersect1d(ids, data.train["partner"].ids)), "not the true intersection"
+    seconds, found, _ = timed_align(data, AlignmentConfig(method="psi", engine=engine, reuse=False),  # type: ignore[arg-type]
+                                    stores=stores)
     return seconds, len(found.ids)
 
 

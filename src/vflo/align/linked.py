@@ -42,22 +42,40 @@ def _own_address(ctx: NodeContext) -> tuple[str, int]:
     return host, port or spu.free_port(host)
 
 
+def consent(ctx: NodeContext, protocol: str) -> None:
+    """A partner runs a protocol of the PSI library only if its own policy names it and the library is here."""
+    if protocol not in ctx.policy.psi_protocols:
+        raise RefusedError(f"party {ctx.party!r} runs PSI by {list(ctx.policy.psi_protocols)} only ([policy] "
+                           f"psi_protocols in its config), not {protocol!r}")
+    if problem := spu.missing():
+        raise RefusedError(f"party {ctx.party!r} cannot run {protocol}: {problem}")
+
+
+def check_mode(kind: str, mode: str) -> None:
+    if mode not in ("both", "active"):
+        raise ProtocolError(f"{kind}: mode {mode!r} is neither 'both' nor 'active'")
+
+
+def partner_side(ctx: NodeContext, payload: Fields, *, protocol: str, broadcast: bool, stage: str = "",
+                 cache: str = "") -> tuple[spu.Side, int]:
+    """A partner's side of one intersection: listening where its own policy says, dialing the host its own config
+    gives for the sender at the port the request names; the side and its port."""
+    host, port = _own_address(ctx)
+    side = spu.Side(rank=1, own=f"{host}:{port}", peer=f"{ctx.peer_host(ctx.sender)}:{payload.integer('port')}",
+                    protocol=protocol, broadcast=broadcast, tls=_tls(ctx.link_tls()), timeout_s=TIMEOUT_S,
+                    stage=stage, cache=cache)
+    return side, port
+
+
 def handle_open(ctx: NodeContext, payload: Fields) -> Payload:
     """A partner: start its side of the intersection the coordinator asks for, if its own policy accepts the
     protocol; its link port and width."""
     protocol, mode = payload.text("protocol"), payload.text("mode")
-    if protocol not in ctx.policy.psi_protocols:
-        raise RefusedError(f"party {ctx.party!r} runs PSI by {list(ctx.policy.psi_protocols)} only ([policy] "
-                           f"psi_protocols in its config), not {protocol!r}")
-    if mode not in ("both", "active"):
-        raise ProtocolError(f"{OPEN_KIND}: mode {mode!r} is neither 'both' nor 'active'")
-    if problem := spu.missing():
-        raise RefusedError(f"party {ctx.party!r} cannot run {protocol}: {problem}")
+    consent(ctx, protocol)
+    check_mode(OPEN_KIND, mode)
     rows = ctx.rows(payload.text("purpose"))
     prepared = spu.prepare(rows.ids)  # a repeated ID is refused here, before anything starts
-    host, port = _own_address(ctx)
-    side = spu.Side(rank=1, own=f"{host}:{port}", peer=f"{ctx.peer_host(ctx.sender)}:{payload.integer('port')}",
-                    protocol=protocol, broadcast=mode == "both", tls=_tls(ctx.link_tls()), timeout_s=TIMEOUT_S)
+    side, port = partner_side(ctx, payload, protocol=protocol, broadcast=mode == "both")
     known = ctx.part(Aligned)
     known.held, known.source = None, (ctx.sender, payload.text("purpose"), mode)
     part = ctx.part(LinkedPart)

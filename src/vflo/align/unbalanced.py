@@ -30,7 +30,7 @@ import numpy as np
 from vflo.align import spu
 from vflo.align.ids import untagged
 from vflo.align.kept import now
-from vflo.align.linked import TIMEOUT_S, LinkedPart, _own_address, _tls, over_link
+from vflo.align.linked import TIMEOUT_S, LinkedPart, _tls, check_mode, consent, over_link, partner_side
 from vflo.align.plain import Aligned, Alignment
 from vflo.comm.message import INT, STR, Fields, FieldSpec, Payload
 from vflo.errors import ConfigError, ProtocolError, RefusedError
@@ -99,11 +99,7 @@ def _working(store: AlignmentStore) -> Path:
 
 
 def _require(ctx: NodeContext) -> AlignmentStore:
-    if UNBALANCED not in ctx.policy.psi_protocols:
-        raise RefusedError(f"party {ctx.party!r} runs PSI by {list(ctx.policy.psi_protocols)} only ([policy] "
-                           f"psi_protocols in its config), not {UNBALANCED!r}")
-    if problem := spu.missing():
-        raise RefusedError(f"party {ctx.party!r} cannot run unbalanced PSI: {problem}")
+    consent(ctx, UNBALANCED)
     if ctx.alignments is None:
         raise RefusedError(f"party {ctx.party!r} keeps no alignments (alignments = '' in its config), and unbalanced "
                            "PSI keeps its prepared set there: name a folder, or use another engine")
@@ -118,10 +114,7 @@ def handle_prepare(ctx: NodeContext, payload: Fields) -> Payload:
     prepared = spu.prepare(rows.ids)  # a repeated ID is refused here, before anything starts
     token, sender = secrets.token_hex(16), ctx.sender
     work = _working(store)
-    host, port = _own_address(ctx)
-    side = spu.Side(rank=1, own=f"{host}:{port}", peer=f"{ctx.peer_host(sender)}:{payload.integer('port')}",
-                    protocol=UNBALANCED, broadcast=False, tls=_tls(ctx.link_tls()), timeout_s=TIMEOUT_S,
-                    stage="offline", cache=str(work))
+    side, port = partner_side(ctx, payload, protocol=UNBALANCED, broadcast=False, stage="offline", cache=str(work))
     prep = Preparation(token=token, peer=sender, purpose=purpose, created=now(), digest=store.digest_of(rows.ids),
                        n_ids=len(rows.ids))
 
@@ -142,8 +135,7 @@ def handle_online(ctx: NodeContext, payload: Fields) -> Payload:
     """The partner: one intersection against a preparation it made for the sender, if its people are unchanged."""
     store = _require(ctx)
     purpose, mode, token = payload.text("purpose"), payload.text("mode"), payload.text("token")
-    if mode not in ("both", "active"):
-        raise ProtocolError(f"{ONLINE_KIND}: mode {mode!r} is neither 'both' nor 'active'")
+    check_mode(ONLINE_KIND, mode)
     rows = ctx.rows(purpose)
     found = [(p, f) for p, f in _preparations(store, ctx.sender, purpose) if p.token == token]
     if not found:
@@ -153,10 +145,8 @@ def handle_online(ctx: NodeContext, payload: Fields) -> Payload:
     if store.digest_of(rows.ids) != prep.digest:
         return {"port": 0, "n_features": rows.n_features,
                 "why": f"the people party {ctx.party!r} holds for {purpose!r} changed since {prep.created}"}
-    host, port = _own_address(ctx)
-    side = spu.Side(rank=1, own=f"{host}:{port}", peer=f"{ctx.peer_host(ctx.sender)}:{payload.integer('port')}",
-                    protocol=UNBALANCED, broadcast=mode == "both", tls=_tls(ctx.link_tls()), timeout_s=TIMEOUT_S,
-                    stage="online", cache=str(folder))
+    side, port = partner_side(ctx, payload, protocol=UNBALANCED, broadcast=mode == "both", stage="online",
+                              cache=str(folder))
     known = ctx.part(Aligned)
     known.held, known.source = None, (ctx.sender, purpose, mode)
 

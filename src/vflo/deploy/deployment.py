@@ -199,9 +199,9 @@ class Deployment:
                          task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
         fed.offer_kept = not fresh
         done: list[AlignedWith] = []
-        to_score = self._test_ids() if serve is None else serve
+        asks = (("train", self._asked()), ("serve", self._test_ids() if serve is None else serve))
         for name in self._passives():
-            for purpose, ids in (("train", self._asked()), ("serve", to_score)):
+            for purpose, ids in asks:
                 if purpose == "serve" and not len(ids):
                     continue
                 try:

@@ -222,16 +222,14 @@ class Federation:
             held, widths, used = kept.reuse(self, store, ids, parties, purpose=purpose, mode=mode)
         self.kept.update({(p, purpose): (r, True) for p, r in used.items()})
         rest = [p for p in parties if p not in held]
-        if not rest:
+        if rest:
+            fresh = self._intersect(ids, rest, purpose=purpose)
+            written = kept.keep(self, store, fresh, rest, purpose=purpose, mode=mode, engine=self.alignment_engine)
+            self.kept.update({(p, purpose): (r, False) for p, r in written.items()})
+            held.update(fresh.held)
+            widths.update(fresh.widths)
+        else:
             self.alignment_engine = "reused"
-            keep = np.logical_and.reduce([held[p] for p in parties])
-            return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
-        fresh = self._intersect(ids, rest, purpose=purpose)
-        written = kept.keep(self, store, fresh, rest, purpose=purpose, mode=mode, engine=self.alignment_engine)
-        self.kept.update({(p, purpose): (r, False) for p, r in written.items()})
-        if not held:
-            return fresh
-        held, widths = {**held, **fresh.held}, {**widths, **fresh.widths}
         keep = np.logical_and.reduce([held[p] for p in parties])
         return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
 
