@@ -315,6 +315,12 @@ def child(order_path: str) -> None:
     desc.recv_timeout_ms = int(order["timeout_s"] * 1000)
     desc.connect_retry_times = max(1, int(order["timeout_s"] / 0.05))
     desc.connect_retry_interval_ms = 50
+    # A message the link could not deliver (its peer's relay still refusing, a loaded peer) is sent again after
+    # 1, 3 and 5 s by default: most of a small intersection's time. Every 50 ms, then at most every 200 ms, for as
+    # long as the side may run.
+    retry = desc.retry_opts
+    retry.retry_interval_ms, retry.retry_interval_incr_ms, retry.max_retry_interval_ms = 50, 50, 200
+    retry.max_retry = max(3, int(order["timeout_s"] / 0.2))
     if order["tls"] is not None:
         tls = LinkTLS(**order["tls"])
         desc.enable_ssl = True
@@ -325,11 +331,22 @@ def child(order_path: str) -> None:
             opts.verify.verify_depth = 1
     context = link.create_brpc(desc, rank)
     if order["protocol"] == UNBALANCED:
+        # The library's unbalanced PSI connects the link to its peer a second time (its handshake, under the same
+        # key as create_brpc's). A handshake that arrives while the first one is still unread is dropped, so a side
+        # that raced ahead into the second could leave a slower one (a loaded machine) waiting for it until the
+        # timeout: seen in 2 of 4 runs of its tests beside two busy processes, the stacks showing one side in
+        # the second connect and the other past it. A barrier first lets neither side on before both have read
+        # the first handshake.
+        context.barrier()
         count = _unbalanced(libpsi, order, context)
     else:
         count = _balanced(libpsi, order, context)
     Path(order["done"]).write_text(str(count))
-    context.stop_link()
+    # Stopping the link waits for the peer to acknowledge what this side sent last; a peer that has already gone
+    # would keep it retrying for as long as the retries above allow. The result is written: wait a little, then go.
+    stopping = threading.Thread(target=context.stop_link, daemon=True)
+    stopping.start()
+    stopping.join(timeout=5)
     sys.stdout.flush()
     # Past this point nothing is left to do; leaving without the interpreter's teardown keeps the link's threads
     # from running into freed objects.
