@@ -121,3 +121,36 @@ def test_resnet18_guest_needs_a_gpu_and_says_so() -> None:
         pytest.skip("a GPU is present")
     with pytest.raises(MethodError, match="needs a CUDA GPU"):
         build(784, ["reshape 1 28 28", "resnet18"], generator=torch_generator(0))
+
+
+def test_encoding_in_blocks_over_workers_gives_the_numbers_of_one_single_threaded_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vflo.nn import blocks
+    from vflo.nn.distill import FittedAutoencoder
+    from vflo.nn.estimators import LogisticEstimator
+    from vflo.nn.train import History
+
+    model = autoencoder(6, (32, 16), activation="selu", generator=torch_generator(0, "blocks"))
+    fitted = FittedAutoencoder(model=model, history=History())
+    X = numpy_rng(0, "rows").normal(size=(2 * blocks.BLOCK + 301, 6)).astype(np.float32)
+    with torch.no_grad():
+        torch.set_num_threads(1)
+        plain = model.encoder(torch.from_numpy(X)).numpy()
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # three workers, more than this machine's cores
+    together = fitted.encode(X)
+    assert torch.get_num_threads() == before  # the process's setting is given back
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    alone = fitted.encode(X)
+    # The same bits as one single-threaded pass over all rows, with three workers or one.
+    assert together.dtype == np.float32 and np.array_equal(together, plain) and np.array_equal(alone, plain)
+    assert fitted.encode(X[:0]).shape == (0, 16)
+
+    # The classifier after it: in blocks over two workers, the numbers of one pass over all rows at once.
+    from vflo.nn.estimators import logistic_proba
+
+    est = LogisticEstimator(C=1.0, n_classes=2, seed=0).fit(X, (X[:, 0] > 0).astype(int))
+    assert est.coef_ is not None and est.intercept_ is not None
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    whole = logistic_proba(X.astype(np.float64), est.coef_, est.intercept_)
+    assert np.array_equal(est.predict_scores(X), whole)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vflo.errors import ConfigError
+from vflo.nn.blocks import in_blocks
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
 
 if TYPE_CHECKING:
@@ -70,10 +71,17 @@ class FittedAutoencoder:
         return cls(model=model, history=History())
 
     def encode(self, X: np.ndarray) -> np.ndarray:
+        """The latents of ``X``'s rows, a block at a time (:func:`~vflo.nn.blocks.in_blocks`): a row's latent is the
+        same whatever rows come with it."""
         self.model.eval()
-        with torch.no_grad():
-            out: np.ndarray = self.model.encode(as_tensor(X)).numpy()
-        return out
+        encoder = self.model.encoder
+
+        def block(x: np.ndarray) -> np.ndarray:
+            with torch.no_grad():  # per thread: each worker says it for itself
+                out: np.ndarray = encoder(as_tensor(x)).numpy()
+            return out
+
+        return in_blocks(block, np.asarray(X), self.width, np.float32)
 
 
 def fit_autoencoder(

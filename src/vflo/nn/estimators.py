@@ -16,6 +16,7 @@ import numpy as np
 
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError
+from vflo.nn.blocks import in_blocks
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
 from vflo.seeding import numpy_rng, torch_generator
 
@@ -231,7 +232,10 @@ class LogisticEstimator:
             out = np.zeros((X.shape[0], self.n_classes))
             out[:, int(self.classes_[0])] = 1.0
             return out
-        proba = logistic_proba(np.asarray(X, dtype=np.float64), self.coef_, self.intercept_)
+        coef, intercept = self.coef_, self.intercept_
+        # A block of rows at a time (each in float64 while it is in the cache), as the encoders before it.
+        proba = in_blocks(lambda block: logistic_proba(np.asarray(block, dtype=np.float64), coef, intercept),
+                          np.asarray(X), max(2, coef.shape[0]), np.float64)
         return full_proba(proba, self.classes_, self.n_classes)
 
     def get_state(self) -> dict[str, Any]:
