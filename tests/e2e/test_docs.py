@@ -48,7 +48,7 @@ def test_the_docs_commands_are_parsed() -> None:
     assert runs[0] == "source .venv/bin/activate"
     assert sum(c.startswith("vflo party serve") for c in runs) == 5
     assert sum(c.startswith("vflo run") for c in runs) == 7
-    assert sum(c.startswith("vflo align") for c in runs) == 2
+    assert sum(c.startswith("vflo align") for c in runs) == 3
     assert sum(c.startswith("vflo predict") for c in runs) == 2
     assert sum(c.startswith("vflo certs") for c in runs) == 7  # a CA, and each party's own key, signed
     assert "vflo party audit runs/own/lab_audit.jsonl --run last" in runs
@@ -102,6 +102,11 @@ def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
         # and the unbalanced preparations: the lab's key at the lab, what the lab sent at the hospital
         assert {p.parent.name.split(".")[1] for p in (folder / "unbalanced").glob(f"{peer}.*/prep.json")} == {
             "train", "serve"}, party
+    # vflo align --stream: each party keeps its own rows' flags, the same people as the kept intersection.
+    for party, peer in (("hospital", "lab"), ("lab", "hospital")):
+        (record,) = (tmp_path / "runs/own" / f"{party}_alignments" / "streamed").glob(f"{peer}.train.*.json")
+        flags = pd.read_parquet(record.with_suffix(".parquet"))
+        assert flags["shared"].sum() == pd.read_json(record, typ="series")["shared"] > 0, party
     # No private key travelled: each lies only in the folder of the party that made it.
     keys = sorted(str(p.relative_to(tmp_path / "runs/own")) for p in (tmp_path / "runs/own").rglob("*.key"))
     assert keys == ["ca/ca.key", "hospital-tls/hospital.key", "lab-tls/lab.key", "server-tls/server.key"]

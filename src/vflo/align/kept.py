@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ from vflo.comm.message import BOOL, INT, STR, ArraySpec, Fields, FieldSpec, Payl
 from vflo.errors import DataError, ProtocolError
 
 if TYPE_CHECKING:
+    from vflo.align.stream import IdFile
     from vflo.federation.coordinator import Federation
     from vflo.party.node import NodeContext
 
@@ -74,9 +75,12 @@ class AlignmentStore:
     """A party's kept alignments: a folder of its own (its config's ``alignments``), written once per
     intersection and never rewritten; the newest matching record is reused."""
 
-    def __init__(self, folder: Path, party: str) -> None:
+    def __init__(self, folder: Path, party: str, *, files: Mapping[str, IdFile] | None = None) -> None:
         self.folder = Path(folder)
         self.party = party
+        # The party's own files by purpose ("train", "serve"), for an intersection streamed from disk
+        # (vflo.align.stream); empty where its rows came from no file.
+        self.files: dict[str, IdFile] = dict(files or {})
         # The digest of each ID array this party asked about, by the array (held, so its id stays its own): a
         # party's rows do not change while it serves, and hashing ten million IDs takes seconds.
         self._digests: dict[int, tuple[np.ndarray, str]] = {}

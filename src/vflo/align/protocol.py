@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vflo.align import kept, linked, plain, psi, unbalanced
+from vflo.align import kept, linked, plain, psi, stream, unbalanced
 from vflo.comm.message import Fields, Payload
 from vflo.party.handlers import HandlerSet, handles
 
@@ -90,6 +90,33 @@ class AlignmentHandlers(HandlerSet):
              **kept.REUSE)
     def _reuse(self, ctx: NodeContext, payload: Fields) -> Payload:
         return kept.handle_reuse(ctx, payload)
+
+    @handles(stream.OPEN_KIND,
+             served="before or during a run, with an alignments folder and a file for the rows: starts an "
+                    "intersection of this party's own file with the sender's, streamed a bucket at a time",
+             senders=("coordinator",), carries={}, replies={"rows": "control"}, **stream.OPEN)
+    def _stream_open(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return stream.handle_open(ctx, payload)
+
+    @handles(stream.SPLIT_KIND,
+             served="right after this party's own align.stream_open from the sender: spills its IDs into buckets",
+             senders=("coordinator",), carries={"salt": "control"}, replies={"rows": "control"}, **stream.SPLIT)
+    def _stream_split(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return stream.handle_split(ctx, payload)
+
+    @handles(stream.BUCKET_KIND,
+             served="after this party's own align.stream_split with the sender: each bucket once",
+             senders=("coordinator",), carries={"points": "blinded ids", "matched": "membership"},
+             replies={"double": "blinded ids", "points": "blinded ids"}, **stream.BUCKET)
+    def _stream_bucket(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return stream.handle_bucket(ctx, payload)
+
+    @handles(stream.CLOSE_KIND,
+             served="after every bucket of this party's streamed intersection with the sender: writes its record",
+             senders=("coordinator",), carries={"matched": "membership"}, replies={"count": "control"},
+             **stream.CLOSE)
+    def _stream_close(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return stream.handle_close(ctx, payload)
 
 
 ALIGNMENT = AlignmentHandlers()

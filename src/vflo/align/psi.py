@@ -125,9 +125,13 @@ class Blinder:
 
     def ids(self, ids: np.ndarray, salt: bytes) -> Callable[[], np.ndarray]:
         """Start hashing ``ids`` to the curve with ``salt`` and blinding them; call the result for the points."""
-        values, step = _names(ids), self._chunks(len(ids))
-        chunks = [values[i : i + step] for i in range(0, len(values), step)]
-        return self._start(_hash_blind_chunk, "psi.hash_blind", (self.key, salt), chunks, len(ids))
+        return self.names(_names(ids), salt)
+
+    def names(self, names: list[str], salt: bytes) -> Callable[[], np.ndarray]:
+        """As :meth:`ids`, for IDs already tagged (:func:`vflo.align.ids.tagged`) and checked unique."""
+        step = self._chunks(len(names))
+        chunks = [names[i : i + step] for i in range(0, len(names), step)]
+        return self._start(_hash_blind_chunk, "psi.hash_blind", (self.key, salt), chunks, len(names))
 
 
 def blind(points: np.ndarray, key: bytes, *, workers: int | None = None) -> np.ndarray:

@@ -30,6 +30,13 @@ def add(sub: Any) -> None:
     align.add_argument("--mode", choices=["both", "active"], default="both",
                        help="both: each party learns who is shared (what training needs); active: only the active "
                             "party does")
+    align.add_argument("--stream", action="store_true",
+                       help="intersect the training files from disk a bucket at a time, each party's memory for it "
+                            "under --memory-mb (vflo's own ECDH): every party keeps its own rows' shared flags in "
+                            "its alignments folder, under streamed/")
+    align.add_argument("--memory-mb", type=float, default=256.0, metavar="MB",
+                       help="with --stream: the most memory one bucket's intersection may take at each party "
+                            "(default 256)")
     align.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
 
 
@@ -38,7 +45,7 @@ def _align(args: argparse.Namespace) -> int:
 
     from vflo.data.files import read_table
     from vflo.deploy import Deployment, load_deploy_config
-    from vflo.errors import DataError
+    from vflo.errors import ConfigError, DataError
     from vflo.federation.coordinator import AlignmentConfig
 
     deploy = load_deploy_config(args.deploy)
@@ -53,7 +60,12 @@ def _align(args: argparse.Namespace) -> int:
             raise DataError(f"{args.serve} has no column {active.data.id_column!r} (the active party's id_column): "
                             "give the file of rows to score, with the same ID column as the training file")
         serve = table[active.data.id_column].to_numpy()
+    if args.stream and (args.serve is not None or args.engine != "auto" or args.fresh):
+        raise ConfigError("--stream intersects the training files afresh with vflo's own ECDH, a bucket at a time: "
+                          "leave out --serve, --engine and --fresh")
     deployment = Deployment(deploy)
+    if args.stream:
+        return _streamed(deployment, args)
     try:
         done = deployment.align_ahead(AlignmentConfig(method="psi", engine=args.engine, mode=args.mode),
                                       serve=serve, fresh=args.fresh)
@@ -71,4 +83,18 @@ def _align(args: argparse.Namespace) -> int:
     where = deployment.party.node.alignments
     if where is not None:
         console.print(f"kept in {where.folder}/ here, and in each party's own alignments folder")
+    return 0
+
+
+def _streamed(deployment: Any, args: argparse.Namespace) -> int:
+    try:
+        results = deployment.align_streamed(mode=args.mode, memory_mb=args.memory_mb)
+    finally:
+        deployment.close()
+    console = new_console()
+    for result in results:
+        record = result.record
+        console.print(f"{record.peer} (training rows, streamed in {record.buckets} buckets under "
+                      f"{record.memory_mb:g} MB): {record.shared:,} of {record.rows:,} rows shared; kept as "
+                      f"{record.token} in {result.path.parent}/ here, and in {record.peer}'s own alignments folder")
     return 0

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vflo.align.stream import StreamResult, stream_intersect
 from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
@@ -219,6 +220,20 @@ class Deployment:
                     token="" if record is None else record.token,
                     note="" if record is not None else f"not kept: {name} keeps no alignments"))
         return done
+
+    def align_streamed(self, *, mode: str = "both", memory_mb: float = 256.0) -> list[StreamResult]:
+        """``vflo align --stream``: the active party's training file intersected with each partner's, both read
+        from disk a bucket at a time with each party's working memory under ``memory_mb``
+        (:mod:`vflo.align.stream`); every party keeps its own rows' flags in its alignments folder."""
+        store = self.party.node.alignments
+        own = store.files.get("train") if store is not None else None
+        if store is None or own is None:
+            raise ConfigError(f"streaming PSI reads the active party {self.train.party!r}'s own file and keeps the "
+                              "result in its alignments folder: give [active.data] file and alignments")
+        fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
+                         task=self.task, n_classes=self.n_classes)  # type: ignore[arg-type]
+        return [stream_intersect(fed, own, name, folder=store.folder, mode=mode, memory_mb=memory_mb)
+                for name in self._passives()]
 
     def _check_folders(self, methods: list[Method], *, save: bool, checkpoints: bool) -> None:
         """Every party the methods need (servers and dealers included) has its model folder (``save``) and its

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vflo.align.kept import AlignmentStore
+from vflo.align.stream import IdFile
 from vflo.artifacts import CheckpointStore, Part, PartStore, Preprocessing
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer
 from vflo.comm.tls import PartyCredentials
@@ -129,10 +130,20 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
     checkpoints = None
     if config.checkpoints is not None:
         checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
-    alignments = AlignmentStore(Path(config.alignments), config.name) if config.alignments else None
+    alignments = AlignmentStore(Path(config.alignments), config.name, files=id_files(config)) \
+        if config.alignments else None
     return party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
                       store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=config.privacy,
                       settings=config.methods, idle_run_seconds=config.deadline, alignments=alignments)
+
+
+def id_files(config: PartyConfig) -> dict[str, IdFile]:
+    """The party's own files by purpose, for an intersection streamed from disk (vflo.align.stream)."""
+    data = config.data
+    if data is None:
+        return {}
+    return {purpose: IdFile(Path(file), data.id_column)
+            for purpose, file in (("train", data.file), ("serve", data.serve_file)) if file is not None}
 
 
 def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
