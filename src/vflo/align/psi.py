@@ -18,7 +18,6 @@ intersection itself does not depend on the keys, so runs stay reproducible.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,7 +29,7 @@ from vflo.align.ids import check_unique, tagged
 from vflo.align.plain import Aligned, Alignment
 from vflo.comm.message import INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
 from vflo.errors import ProtocolError
-from vflo.helpers import SHARED_USE, HelperPool, shared_pool
+from vflo.helpers import SHARED_USE
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -73,8 +72,9 @@ def _hash_blind_chunk(key: bytes, salt: bytes, names: list[str]) -> bytes:
 
 
 class Blinder:
-    """Raises points (or hashed IDs) to one secret scalar, in helper processes for long lists
-    (:mod:`vflo.helpers`: started afresh, never forked from a party serving over gRPC).
+    """Raises points (or hashed IDs) to one secret scalar, for long lists on the party's executor
+    (:mod:`vflo.executor`: its helper processes, started afresh and never forked from a party serving over gRPC,
+    or its Ray cluster).
 
     Each job is cut into one run of chunks per helper, and a party's two jobs of one step (its own IDs and the
     other party's points) share one pool. About 28 µs per point per core here: the four blindings of a 1M x 1M
@@ -82,38 +82,37 @@ class Blinder:
     """
 
     def __init__(self, key: bytes, *, size: int, workers: int | None = None) -> None:
+        from vflo.executor import current
+
         self.key = key
-        workers = workers if workers is not None else (os.cpu_count() or 1)
+        self._executor = current()
+        workers = workers if workers is not None else self._executor.workers
         self.workers = workers if size >= PARALLEL_FROM and workers >= 2 else 1
-        self._pool: HelperPool | None = None
+        self._held = False
 
     def __enter__(self) -> Blinder:
         if self.workers > 1:
             SHARED_USE.acquire()
-            try:
-                self._pool = shared_pool(self.workers)
-            except BaseException:
-                SHARED_USE.release()
-                raise
+            self._held = True
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        if self._pool is not None:
-            self._pool = None
+        if self._held:
+            self._held = False
             SHARED_USE.release()
 
     def _chunks(self, n: int) -> int:
-        """Items per chunk: one run of chunks per helper, each its share."""
+        """Items per chunk: one run of chunks per worker, each its share."""
         return max(1, -(-n // self.workers))
 
     def _start(self, fn: Any, name: str, head: tuple[object, ...], chunks: list[Any],
                n: int) -> Callable[[], np.ndarray]:
-        if self._pool is None:
+        if not self._held:
             out = b"".join(fn(*head, c) for c in chunks)
             return lambda: np.frombuffer(out, dtype=np.uint8).reshape(n, 32).copy()
-        pool = self._pool
-        job = pool.submit(name, head, chunks)
-        return lambda: np.frombuffer(b"".join(pool.result(job)), dtype=np.uint8).reshape(n, 32).copy()
+        # This party's helper processes, or its Ray cluster ([executor] in its config).
+        results = self._executor.submit(name, head, chunks, workers=self.workers)
+        return lambda: np.frombuffer(b"".join(results()), dtype=np.uint8).reshape(n, 32).copy()
 
     def points(self, points: np.ndarray) -> Callable[[], np.ndarray]:
         """Start blinding ``points`` (n, 32); call the result for the blinded points."""

@@ -16,6 +16,7 @@ from vflo.dp import PrivacyBudget
 from vflo.errors import (
     ConfigError,
 )
+from vflo.executor import ExecutorConfig
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role, check_party_name
 
@@ -98,6 +99,9 @@ class PartyConfig:
     # party's are unchanged (vflo.align.kept; `vflo align`). A PARTY.toml without the key keeps NAME_alignments/
     # beside the config; "" keeps none (every run intersects afresh).
     alignments: str | None = None
+    # Where its bulk work runs (PSI blinding, scoring's blocks of rows): this host's cores, or a Ray cluster of its
+    # own ([executor] kind = "ray", address = ...; vflo.executor). The process's setting, as its cores are.
+    executor: ExecutorConfig | None = None
     # Its own side of each method ([methods.NAME]: its bottom network, encoder, learning rate, ...): whatever a
     # coordinator proposes, these (else the method's defaults) run here (vflo.methods.own_settings).
     methods: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -22,6 +22,7 @@ from vflo.deploy.configs import DataConfig, PartyConfig, TLSConfig
 from vflo.errors import (
     DataError,
 )
+from vflo.executor import configure as configure_executor
 from vflo.federation.simulation import party_node
 from vflo.party.node import Node
 from vflo.roles import PartyInfo
@@ -152,6 +153,8 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
     through ``link`` (then nothing listens here; the link's hub reaches the others)."""
     if link is None:
         config.check_grpc()
+    if config.executor is not None:
+        configure_executor(config.executor)
     node = build_node(config, data=data, serve=serve, preprocessing=preprocessing)
     departures = config.departures()
     if link is not None:
