@@ -229,9 +229,9 @@ def docs(path: Path, page: Path) -> None:
                   f"partner's: one after the other, so each refuses a repeated ID before anything starts), reading "
                   f"the intersection back {st['read_result']:.1f} s, starting a side's process "
                   f"{st['start_process']:.1f} s. A whole intersection of 300 IDs through vflo's relays takes "
-                  f"{st['small_intersection']:.1f} s: the side that starts first is refused until the other "
-                  "listens, and the library's link dials again only after its own interval (not settable from "
-                  "Python). That cost does not grow with the IDs."]
+                  f"{st['small_intersection']:.1f} s: both sides' processes start, and the side that starts first "
+                  "is refused until the other listens (its link dials again every 50 to 200 ms). That cost does not "
+                  "grow with the IDs."]
     write_marked(page, MARK_BEGIN, MARK_END, lines)
 
 

@@ -37,7 +37,7 @@ def test_psi_blinding_on_ray_gives_the_points_of_one_local_worker(on_ray: Execut
 
 
 def test_scoring_blocks_on_ray_give_the_numbers_of_one_local_thread(on_ray: Executor) -> None:
-    from vflo.nn.blocks import BLOCK
+    from vflo.blocks import BLOCK
     from vflo.nn.distill import FittedAutoencoder
     from vflo.nn.models import autoencoder
     from vflo.nn.train import History

@@ -125,7 +125,7 @@ def test_resnet18_guest_needs_a_gpu_and_says_so() -> None:
 
 def test_encoding_in_blocks_over_workers_gives_the_numbers_of_one_single_threaded_pass(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from vflo.nn import blocks
+    from vflo import blocks
     from vflo.nn.distill import FittedAutoencoder
     from vflo.nn.estimators import LogisticEstimator
     from vflo.nn.train import History

@@ -1,5 +1,5 @@
 """Where a party's data-parallel work runs: its PSI blinding and hashing, and the blocks of rows its encoders and
-classifiers score (:func:`vflo.nn.blocks.in_blocks`).
+classifiers score (:func:`in_blocks`).
 
 One interface, two kinds:
 
@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from vflo.blocks import BLOCK, run_here
 from vflo.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -122,8 +123,6 @@ class RayExecutor(Executor):
         return lambda: [r for part in self._ray.get(refs) for r in part]
 
     def rows(self, fn: Callable[[np.ndarray], Any], X: np.ndarray, width: int, dtype: Any) -> np.ndarray | None:
-        from vflo.nn.blocks import BLOCK
-
         blocks = -(-X.shape[0] // BLOCK)
         if blocks < 2:
             return None
@@ -148,9 +147,7 @@ def _ray_blocks(fn: Callable[[np.ndarray], Any], X: np.ndarray, width: int, dtyp
     import os as _os
 
     _os.environ["OMP_NUM_THREADS"] = "1"  # one thread per task: its blocks as this process would score them
-    from vflo.nn.blocks import in_blocks
-
-    return in_blocks(fn, X, width, np.dtype(dtype), local=True)
+    return run_here(fn, X, width, np.dtype(dtype))
 
 
 class _Current:
@@ -185,3 +182,12 @@ def configure(config: ExecutorConfig | None) -> Executor:
     if made.kind == "ray":
         logger.info("this party's bulk work runs on Ray: %d workers", made.workers)
     return made
+
+
+def in_blocks(fn: Callable[[np.ndarray], Any], X: np.ndarray, width: int, dtype: Any) -> np.ndarray:
+    """``fn`` applied to ``X`` a block of rows at a time (:mod:`vflo.blocks`): on the party's Ray cluster where its
+    ``[executor]`` says so, else over worker threads of this process; the same numbers either way."""
+    elsewhere = current().rows(fn, X, width, dtype)
+    if elsewhere is not None:
+        return elsewhere.astype(dtype, copy=False)
+    return run_here(fn, X, width, dtype)

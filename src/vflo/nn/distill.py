@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vflo.errors import ConfigError
-from vflo.nn.blocks import in_blocks
+from vflo.executor import in_blocks
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class FittedAutoencoder:
         return cls(model=model, history=History())
 
     def encode(self, X: np.ndarray) -> np.ndarray:
-        """The latents of ``X``'s rows, a block at a time (:func:`~vflo.nn.blocks.in_blocks`): a row's latent is the
+        """The latents of ``X``'s rows, a block at a time (:func:`~vflo.executor.in_blocks`): a row's latent is the
         same whatever rows come with it."""
         self.model.eval()
         encoder = self.model.encoder

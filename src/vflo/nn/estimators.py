@@ -16,7 +16,7 @@ import numpy as np
 
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError
-from vflo.nn.blocks import in_blocks
+from vflo.executor import in_blocks
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
 from vflo.seeding import numpy_rng, torch_generator
 

@@ -53,17 +53,10 @@ def one_thread_each() -> Iterator[None]:
                 torch.set_num_threads(before)
 
 
-def in_blocks(fn: Callable[[np.ndarray], Any], X: np.ndarray, width: int, dtype: Any, *,
-              local: bool = False) -> np.ndarray:
-    """``fn`` applied to ``X`` a block of :data:`BLOCK` rows at a time, over :func:`threads` workers (``fn`` of a
-    block gives its rows: ``width`` columns, stored as ``dtype``); on the party's Ray cluster where its
-    ``[executor]`` says so (:mod:`vflo.executor`), unless ``local``."""
-    if not local:
-        from vflo.executor import current
-
-        elsewhere = current().rows(fn, X, width, dtype)
-        if elsewhere is not None:
-            return elsewhere.astype(dtype, copy=False)
+def run_here(fn: Callable[[np.ndarray], Any], X: np.ndarray, width: int, dtype: Any) -> np.ndarray:
+    """``fn`` applied to ``X`` a block of :data:`BLOCK` rows at a time, over :func:`threads` worker threads of this
+    process (``fn`` of a block gives its rows: ``width`` columns, stored as ``dtype``). Callers go through
+    :func:`vflo.executor.in_blocks`, which sends the blocks to the party's cluster where its config says so."""
     out = np.empty((X.shape[0], width), dtype=dtype)
     starts = range(0, X.shape[0], BLOCK)
 
