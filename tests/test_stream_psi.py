@@ -152,3 +152,16 @@ def test_each_step_only_in_its_turn_and_bad_files_named(tmp_path: Path) -> None:
         stream.stream_intersect(fed, stream.IdFile(tmp_path / "a.csv", "id"), "b", folder=folder, memory_mb=0.5)
     assert not [p for p in tmp_path.rglob(".stream-*")]  # nothing left behind by the failures
     assert ProtocolError  # the partner's refusals are protocol errors, carried back as RemoteError
+
+
+def test_a_partner_with_fewer_people_than_buckets(tmp_path: Path) -> None:
+    mine, _ = people(3_000)
+    theirs = np.array([mine[10], "someone else"])  # the larger party's rows decide the buckets: 3 for 2 rows
+    pd.DataFrame({"id": mine}).to_csv(tmp_path / "a.csv", index=False)
+    pd.DataFrame({"id": theirs}).to_csv(tmp_path / "b.csv", index=False)
+    fed = federation(tmp_path, tmp_path / "b.csv")
+    result = stream.stream_intersect(fed, stream.IdFile(tmp_path / "a.csv", "id"), "b",
+                                     folder=tmp_path / "a_alignments", memory_mb=1)
+    assert result.record.buckets == 3 and np.flatnonzero(result.shared).tolist() == [10]
+    with pytest.raises(ConfigError, match="give a larger --memory-mb"):
+        stream.buckets_for(10**12, 1)

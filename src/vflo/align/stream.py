@@ -38,6 +38,7 @@ import math
 import secrets
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,6 +74,8 @@ CLOSED: dict[str, FieldSpec] = {"count": INT}
 BYTES_PER_ID = 800
 #: The fewest bytes a ceiling may give: below it, the bookkeeping alone would not fit.
 MIN_MEMORY_MB = 1
+#: The most buckets a partner spills into (a billion IDs under 8 MB each).
+MAX_BUCKETS = 100_000
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,11 @@ def buckets_for(rows: int, memory_mb: float) -> int:
     if memory_mb < MIN_MEMORY_MB:
         raise ConfigError(f"a memory ceiling of {memory_mb} MB is too small for streaming PSI: give at least "
                           f"{MIN_MEMORY_MB} MB")
-    return max(1, math.ceil(rows * BYTES_PER_ID / (memory_mb * 2**20)))
+    buckets = max(1, math.ceil(rows * BYTES_PER_ID / (memory_mb * 2**20)))
+    if buckets > MAX_BUCKETS:
+        raise ConfigError(f"{rows:,} IDs under {memory_mb} MB would need {buckets:,} buckets, more than "
+                          f"{MAX_BUCKETS:,}: give a larger --memory-mb")
+    return buckets
 
 
 def batch_rows_for(memory_mb: float) -> int:
@@ -166,6 +173,9 @@ class Spill:
         if parent is not None:
             parent.mkdir(parents=True, exist_ok=True)
         self.folder = Path(tempfile.mkdtemp(prefix=".stream-", dir=parent))
+        # Removed when closed, and otherwise when dropped or when the process ends: an asker that never closes
+        # leaves nothing behind at the partner.
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.folder), True)
         self.n_buckets = n_buckets
         self.rows = 0
         try:
@@ -204,7 +214,7 @@ class Spill:
         return positions, names
 
     def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self._finalizer()
 
 
 @dataclass(frozen=True)
@@ -342,8 +352,8 @@ def handle_split(ctx: NodeContext, payload: Fields) -> Payload:
     if part.source is None or part.source[0] != ctx.sender or part.file is None or part.spill is not None:
         raise ProtocolError(f"{SPLIT_KIND} without this party's {OPEN_KIND} from {ctx.sender!r} just before")
     n_buckets = payload.integer("buckets")
-    if not 1 <= n_buckets <= max(1, part.rows):
-        raise ProtocolError(f"{n_buckets} buckets for {part.rows} rows")
+    if not 1 <= n_buckets <= MAX_BUCKETS:  # the larger party's rows decide: a small partner may get more than its own
+        raise ProtocolError(f"{n_buckets} buckets: between 1 and {MAX_BUCKETS:,}")
     part.memory_mb = part.rows * BYTES_PER_ID / n_buckets / 2**20
     store = ctx.alignments
     assert store is not None
@@ -366,6 +376,15 @@ def handle_bucket(ctx: NodeContext, payload: Fields) -> Payload:
     k = payload.integer("bucket")
     if not 0 <= k < part.spill.n_buckets or k in part.done:
         raise ProtocolError(f"bucket {k}: not one of the {part.spill.n_buckets} buckets, or asked twice")
+    try:
+        return _answer_bucket(part, k, payload)
+    except Exception:
+        part.reset()  # a bucket that fails ends this side: its buckets removed, the asker must open again
+        raise
+
+
+def _answer_bucket(part: StreamPart, k: int, payload: Fields) -> Payload:
+    assert part.spill is not None and part.source is not None
     if part.source[2] == "both":
         _apply(part, payload.array("matched"))
     positions, names = part.spill.bucket(k)
