@@ -71,8 +71,8 @@ class FittedAutoencoder:
         return cls(model=model, history=History())
 
     def encode(self, X: np.ndarray) -> np.ndarray:
-        """The latents of ``X``'s rows, a block at a time (:func:`~vflo.executor.in_blocks`): a row's latent is the
-        same whatever rows come with it."""
+        """The latents of ``X``'s rows, a block at a time (:func:`~vflo.executor.in_blocks`): the numbers of one
+        single-threaded pass over all of them, however many workers share the blocks."""
         self.model.eval()
         encoder = self.model.encoder
 
