@@ -150,15 +150,37 @@ def new_key() -> bytes:
     return X25519PrivateKey.generate().private_bytes_raw()
 
 
+def shuffled(n: int) -> np.ndarray:
+    """A secret order of ``n`` items (the operating system's randomness): the order B sends its points in."""
+    return np.array(secrets.SystemRandom().sample(range(n), n), dtype=np.int64)
+
+
+def answer(key: bytes, names: list[str], points: np.ndarray, salt: bytes) -> Payload:
+    """Party B's step: A's ``points`` blinded again (``double``) and B's own IDs ``names`` (tagged, unique, in
+    the order B sends them) hashed with ``salt`` and blinded (``points``), both under B's ``key``."""
+    with Blinder(key, size=len(points) + len(names)) as blinder:
+        own = blinder.names(names, salt)  # both jobs run on the executor, side by side
+        double = blinder.points(points)
+        return {"double": double(), "points": own()}
+
+
+def compare(mine: np.ndarray, reply: Fields, key: bytes, *, party: str,
+            both: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Party A's step on B's answer to ``mine``: which of A's IDs B holds, and with ``both`` (``mode = 'both'``)
+    which of B's points matched, what A tells B."""
+    double, theirs = reply.array("double"), reply.array("points")
+    if double.shape != mine.shape:
+        raise ProtocolError(f"party {party!r} returned {len(double)} points for {len(mine)}")
+    theirs_double = blind(theirs, key)
+    return matches(double, theirs_double), matches(theirs_double, double) if both else None
+
+
 def handle(ctx: NodeContext, payload: Fields) -> Payload:
     """Party B: blind A's points again, and send its own points (shuffled)."""
     salt, points = payload.array("salt"), payload.array("points")
     rows = ctx.rows(payload.text("purpose"))
-    order = np.array(secrets.SystemRandom().sample(range(rows.n_samples), rows.n_samples), dtype=np.int64)
-    with Blinder(new_key(), size=len(points) + rows.n_samples) as blinder:
-        own = blinder.ids(rows.ids[order], salt.tobytes())   # both jobs run in one pool, side by side
-        double = blinder.points(points)
-        reply: Payload = {"double": double(), "points": own(), "n_features": rows.n_features}
+    order = shuffled(rows.n_samples)
+    reply = {**answer(new_key(), _names(rows.ids[order]), points, salt.tobytes()), "n_features": rows.n_features}
     known = ctx.part(Aligned)
     known.psi_order, known.held = rows.ids[order], None
     known.source = (ctx.sender, payload.text("purpose"), payload.text("mode"))
@@ -197,14 +219,10 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, purpo
     results: dict[str, Payload] = {}
     for party, reply in replies.items():
         check_payload(KIND, reply, REPLY)
-        double, theirs = reply.array("double"), reply.array("points")
-        if double.shape != mine.shape:
-            raise ProtocolError(f"party {party!r} returned {len(double)} points for {len(mine)}")
-        theirs_double = blind(theirs, key)
-        held[party] = matches(double, theirs_double)
+        held[party], matched = compare(mine, reply, key, party=party, both=mode == "both")
         widths[party] = reply.integer("n_features")
-        if mode == "both":
-            results[party] = {"matched": matches(theirs_double, double)}
+        if matched is not None:
+            results[party] = {"matched": matched}
     if mode == "both":
         fed.exchange(RESULT_KIND, results)
     keep = np.logical_and.reduce([held[p] for p in parties])

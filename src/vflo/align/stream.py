@@ -48,7 +48,9 @@ import numpy as np
 
 from vflo.align import psi
 from vflo.align.ids import check_unique
+from vflo.align.kept import now
 from vflo.comm.message import INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
+from vflo.data.files import SUFFIXES, file_format
 from vflo.errors import ConfigError, DataError, DataFileError, ProtocolError
 
 if TYPE_CHECKING:
@@ -91,11 +93,11 @@ def _columns(source: IdFile, batch_rows: int) -> Iterator[Any]:
     path = source.path
     if not path.is_file():
         raise DataFileError(f"the ID file {path} does not exist")
-    name = path.name.lower()
+    kind = file_format(path)
     import pyarrow as pa
 
     try:
-        if name.endswith((".parquet", ".pq")):
+        if kind == "parquet":
             import pyarrow.parquet as pq
 
             parquet = pq.ParquetFile(path)
@@ -103,19 +105,18 @@ def _columns(source: IdFile, batch_rows: int) -> Iterator[Any]:
                 raise DataError(f"{path}: no ID column {source.id_column!r} (its columns: "
                                 f"{parquet.schema_arrow.names[:12]}); name the column that holds the IDs")
             batches: Iterator[Any] = parquet.iter_batches(batch_size=batch_rows, columns=[source.id_column])
-        elif name.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz")):
+        elif kind:
             import pyarrow.csv as pcsv
 
-            delimiter = "\t" if ".tsv" in name else ","
             # Blocks of about a batch's bytes; IDs as text, as read_table reads them ("007" stays "007").
             batches = iter(pcsv.open_csv(
                 path, read_options=pcsv.ReadOptions(block_size=max(1 << 16, batch_rows * 32)),
-                parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+                parse_options=pcsv.ParseOptions(delimiter=kind, newlines_in_values=True),
                 # An empty or "NA" ID is a row without one, as read_table reads it.
                 convert_options=pcsv.ConvertOptions(include_columns=[source.id_column], strings_can_be_null=True,
                                                     column_types={source.id_column: pa.string()})))
         else:
-            raise DataFileError(f"cannot tell the format of {path.name}: use a .parquet or .csv file")
+            raise DataFileError(f"cannot tell the format of {path.name}; use a {SUFFIXES} file")
         for batch in batches:
             column = batch.column(0)
             if column.null_count:
@@ -134,7 +135,7 @@ def _reader(source: IdFile, batch_rows: int) -> Iterator[list[str]]:
 
 def count_rows(source: IdFile, *, batch_rows: int = 4_096) -> int:
     """Rows of an ID file (from a Parquet file's footer; a CSV file is read through, its IDs checked present)."""
-    if source.path.name.lower().endswith((".parquet", ".pq")) and source.path.is_file():
+    if file_format(source.path) == "parquet" and source.path.is_file():
         import pyarrow.parquet as pq
 
         return int(pq.ParquetFile(source.path).metadata.num_rows)
@@ -282,12 +283,6 @@ def _file_facts(source: IdFile) -> tuple[str, int, float]:
     return str(source.path.resolve()), int(stat.st_size), float(stat.st_mtime)
 
 
-def _now() -> str:
-    from vflo.align.kept import now
-
-    return now()
-
-
 @dataclass
 class StreamPart:
     """A partner's side of a streamed intersection, between its messages: who asked, for which rows and mode,
@@ -388,12 +383,8 @@ def _answer_bucket(part: StreamPart, k: int, payload: Fields) -> Payload:
     if part.source[2] == "both":
         _apply(part, payload.array("matched"))
     positions, names = part.spill.bucket(k)
-    order = np.array(secrets.SystemRandom().sample(range(len(names)), len(names)), dtype=np.int64)
-    points = payload.array("points")
-    with psi.Blinder(part.key, size=len(points) + len(names)) as blinder:
-        own = blinder.names([names[i] for i in order.tolist()], b"psi" + part.salt)
-        double = blinder.points(points)
-        reply: Payload = {"double": double(), "points": own()}
+    order = psi.shuffled(len(names))
+    reply = psi.answer(part.key, [names[i] for i in order.tolist()], payload.array("points"), b"psi" + part.salt)
     part.last = (k, positions[order])
     part.done.add(k)
     return reply
@@ -416,7 +407,7 @@ def handle_close(ctx: NodeContext, payload: Fields) -> Payload:
         record = Streamed(token=payload.text("token"), party=ctx.party, peer=ctx.sender, side="partner",
                           purpose=part.source[1], mode=part.source[2], file=file, file_bytes=size,
                           file_modified=modified, rows=part.rows, shared=count, buckets=part.spill.n_buckets,
-                          memory_mb=round(part.memory_mb, 3), created=_now())
+                          memory_mb=round(part.memory_mb, 3), created=now())
         path = write_record(store.folder, record, part.shared)
         logger.info("party %s kept its streamed alignment with %s in %s", ctx.party, ctx.sender, path)
         return {"count": max(count, 0)}
@@ -463,13 +454,10 @@ def stream_intersect(fed: Federation, own: IdFile, partner: str, *, folder: Path
                 mine = blinder.names(names, b"psi" + salt)()
             answer = fed.exchange(BUCKET_KIND, {partner: {"bucket": k, "points": mine, "matched": matched}})[partner]
             check_payload(BUCKET_KIND, answer, BUCKETED)
-            double, points = answer.array("double"), answer.array("points")
-            if double.shape != mine.shape:
-                raise ProtocolError(f"party {partner!r} returned {len(double)} points for {len(mine)} in bucket {k}")
-            points_double = psi.blind(points, key)
-            shared[positions[psi.matches(double, points_double)]] = True
-            matched = psi.matches(points_double, double) if mode == "both" else np.zeros(0, dtype=bool)
-            del mine, double, points, points_double, names, positions
+            held, found = psi.compare(mine, answer, key, party=partner, both=mode == "both")
+            shared[positions[held]] = True
+            matched = found if found is not None else np.zeros(0, dtype=bool)
+            del mine, answer, held, found, names, positions
         token = secrets.token_hex(16)
         closed = fed.exchange(CLOSE_KIND, {partner: {"token": token, "matched": matched}})[partner]
         check_payload(CLOSE_KIND, closed, CLOSED)
@@ -479,7 +467,7 @@ def stream_intersect(fed: Federation, own: IdFile, partner: str, *, folder: Path
         file, size, modified = _file_facts(own)
         record = Streamed(token=token, party=fed.party, peer=partner, side="asker", purpose=purpose, mode=mode,
                           file=file, file_bytes=size, file_modified=modified, rows=rows, shared=int(shared.sum()),
-                          buckets=n_buckets, memory_mb=memory_mb, created=_now())
+                          buckets=n_buckets, memory_mb=memory_mb, created=now())
         path = write_record(folder, record, shared)
         logger.info("streamed alignment with %s: %d of %d rows shared, kept in %s", partner, record.shared, rows,
                     path)

@@ -29,20 +29,30 @@ MAX_CLASSES_GUESSED = 20
 SUFFIXES = ".csv, .csv.gz, .tsv, .tsv.gz, .txt or .parquet"
 
 
+def file_format(path: Path) -> str:
+    """What a file's name says it holds: ``"parquet"``, or the separator of its delimited text (``","`` or
+    ``"\t"``); ``""`` when it says neither. One rule for every reader of a party's files."""
+    name = path.name.lower()
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    if name.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz")):
+        return "\t" if ".tsv" in name else ","
+    return ""
+
+
 def read_table(path: str | Path, *, party: str, id_column: str) -> pd.DataFrame:
     """The file as a table, its ID column as text (so ``007`` stays ``007`` and matches across parties)."""
     path = Path(path)
     if not path.is_file():
         raise DataFileError(f"party {party!r}: data file {path} does not exist")
-    name = path.name.lower()
+    kind = file_format(path)
     try:
-        if name.endswith((".parquet", ".pq")):
+        if kind == "parquet":
             frame = pd.read_parquet(path)
             if id_column in frame.columns:
                 frame[id_column] = frame[id_column].astype(str)
-        elif name.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz")):
-            sep = "\t" if ".tsv" in name else ","
-            frame = pd.read_csv(path, sep=sep, dtype={id_column: str}, keep_default_na=True)
+        elif kind:
+            frame = pd.read_csv(path, sep=kind, dtype={id_column: str}, keep_default_na=True)
         else:
             raise DataFileError(f"party {party!r}: cannot tell the format of {path.name}; use a {SUFFIXES} file")
     except (OSError, ValueError, pd.errors.ParserError) as exc:
