@@ -69,6 +69,10 @@ def test_the_same_people_as_a_whole_intersection_and_each_party_keeps_its_own_fl
     # Each bucket one message each way; the spilled buckets are gone at both parties, and no file is half-written.
     kinds = [m.kind for m in seen if m.sender == "a" and m.kind.startswith("align.")]
     assert kinds == [stream.OPEN_KIND, stream.SPLIT_KIND, *[stream.BUCKET_KIND] * 3, stream.CLOSE_KIND]
+    # Each side sends every bucket as its largest: how its IDs fall into buckets does not leave it.
+    for sender in ("a", "b"):
+        sizes = {len(m.payload["points"]) for m in seen if m.kind == stream.BUCKET_KIND and m.sender == sender}
+        assert len(sizes) == 1 and sizes.pop() > len(mine if sender == "a" else theirs) // 3, sender
     leftovers = [p.name for p in tmp_path.rglob("*") if p.name.startswith(".")]
     assert leftovers == []
 

@@ -155,13 +155,13 @@ def shuffled(n: int) -> np.ndarray:
     return np.array(secrets.SystemRandom().sample(range(n), n), dtype=np.int64)
 
 
-def answer(key: bytes, names: list[str], points: np.ndarray, salt: bytes) -> Payload:
-    """Party B's step: A's ``points`` blinded again (``double``) and B's own IDs ``names`` (tagged, unique, in
-    the order B sends them) hashed with ``salt`` and blinded (``points``), both under B's ``key``."""
+def answer(key: bytes, names: list[str], points: np.ndarray, salt: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Party B's step: A's ``points`` blinded again, and B's own IDs ``names`` (tagged, unique, in the order B
+    sends them) hashed with ``salt`` and blinded, both under B's ``key``."""
     with Blinder(key, size=len(points) + len(names)) as blinder:
         own = blinder.names(names, salt)  # both jobs run on the executor, side by side
         double = blinder.points(points)
-        return {"double": double(), "points": own()}
+        return double(), own()
 
 
 def compare(mine: np.ndarray, reply: Fields, key: bytes, *, party: str,
@@ -180,7 +180,8 @@ def handle(ctx: NodeContext, payload: Fields) -> Payload:
     salt, points = payload.array("salt"), payload.array("points")
     rows = ctx.rows(payload.text("purpose"))
     order = shuffled(rows.n_samples)
-    reply = {**answer(new_key(), _names(rows.ids[order]), points, salt.tobytes()), "n_features": rows.n_features}
+    double, own = answer(new_key(), _names(rows.ids[order]), points, salt.tobytes())
+    reply: Payload = {"double": double, "points": own, "n_features": rows.n_features}
     known = ctx.part(Aligned)
     known.psi_order, known.held = rows.ids[order], None
     known.source = (ctx.sender, payload.text("purpose"), payload.text("mode"))

@@ -16,8 +16,10 @@ ordinary ECDH intersection of its IDs, under keys each party keeps for the whole
    (``matched``, for the bucket before).
 4. ``align.stream_close`` (token, the last bucket's matches): the partner writes its file and answers its count.
 
-What each side learns beyond a whole-file ECDH intersection: the other's row count, and how many IDs fall in each
-bucket, which, the buckets being a keyed hash, says nothing about who they are.
+Each side sends every bucket as its largest one, the rest filled with random points, which blinded cannot be told
+from real ones: both know the salt, so a bucket's true count would tell the other which of the IDs it could
+guess hash there (a small party's empty buckets, say, rule out every ID that lands in them). What each side
+learns beyond a whole-file ECDH intersection: the other's row count and its largest bucket's count.
 
 Each party keeps, in its alignments folder, ``streamed/PEER.PURPOSE.TOKEN.parquet``: every row of its own file,
 by position (``row``), flagged ``shared`` or not (the rows outside the intersection kept, flagged), and a
@@ -179,6 +181,7 @@ class Spill:
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.folder), True)
         self.n_buckets = n_buckets
         self.rows = 0
+        self.counts = np.zeros(n_buckets, dtype=np.int64)  # IDs per bucket
         try:
             for names in _reader(source, batch_rows):
                 self._add(names, bucket_of(names, salt, n_buckets))
@@ -192,6 +195,7 @@ class Spill:
         ends = [*starts[1:].tolist(), len(order)]
         encoded = [n.encode() for n in names]
         for k, a, b in zip(present.tolist(), starts.tolist(), ends, strict=True):
+            self.counts[k] += b - a
             rows = order[a:b]
             chunk = [encoded[i] for i in rows.tolist()]
             with (self.folder / f"{k}.pos").open("ab") as f:
@@ -214,8 +218,22 @@ class Spill:
         check_unique(names)  # a repeated ID lands in one bucket: the whole file's check, a bucket at a time
         return positions, names
 
+    @property
+    def padded(self) -> int:
+        """The points each of this party's buckets is sent as: its largest bucket's count."""
+        return int(self.counts.max(initial=0))
+
     def close(self) -> None:
         self._finalizer()
+
+
+def padded(points: np.ndarray, size: int) -> np.ndarray:
+    """``points`` followed by random ones up to ``size``: blinded, the two cannot be told apart, and a random point
+    matches nothing (a chance of about 2^-250 for each pair)."""
+    extra = size - len(points)
+    if extra <= 0:
+        return points
+    return np.concatenate([points, np.frombuffer(secrets.token_bytes(32 * extra), dtype=np.uint8).reshape(extra, 32)])
 
 
 @dataclass(frozen=True)
@@ -323,10 +341,10 @@ def _apply(part: StreamPart, matched: np.ndarray) -> None:
             raise ProtocolError("matches sent for no bucket this party answered")
         return
     _, positions = part.last
-    if matched.shape != positions.shape:
-        raise ProtocolError(f"{len(matched)} matches for the {len(positions)} IDs of the bucket answered last")
-    assert part.shared is not None
-    part.shared[positions[matched]] = True
+    assert part.spill is not None and part.shared is not None
+    if matched.shape != (part.spill.padded,):
+        raise ProtocolError(f"{len(matched)} matches for the {part.spill.padded} points of the bucket answered last")
+    part.shared[positions[matched[:len(positions)]]] = True
 
 
 def handle_open(ctx: NodeContext, payload: Fields) -> Payload:
@@ -384,7 +402,9 @@ def _answer_bucket(part: StreamPart, k: int, payload: Fields) -> Payload:
         _apply(part, payload.array("matched"))
     positions, names = part.spill.bucket(k)
     order = psi.shuffled(len(names))
-    reply = psi.answer(part.key, [names[i] for i in order.tolist()], payload.array("points"), b"psi" + part.salt)
+    double, own = psi.answer(part.key, [names[i] for i in order.tolist()], payload.array("points"),
+                             b"psi" + part.salt)
+    reply: Payload = {"double": double, "points": padded(own, part.spill.padded)}  # each bucket its largest's size
     part.last = (k, positions[order])
     part.done.add(k)
     return reply
@@ -451,11 +471,11 @@ def stream_intersect(fed: Federation, own: IdFile, partner: str, *, folder: Path
         for k in _progress(n_buckets, f"streaming PSI with {partner}"):
             positions, names = spill.bucket(k)
             with psi.Blinder(key, size=len(names)) as blinder:
-                mine = blinder.names(names, b"psi" + salt)()
+                mine = padded(blinder.names(names, b"psi" + salt)(), spill.padded)
             answer = fed.exchange(BUCKET_KIND, {partner: {"bucket": k, "points": mine, "matched": matched}})[partner]
             check_payload(BUCKET_KIND, answer, BUCKETED)
             held, found = psi.compare(mine, answer, key, party=partner, both=mode == "both")
-            shared[positions[held]] = True
+            shared[positions[held[:len(positions)]]] = True
             matched = found if found is not None else np.zeros(0, dtype=bool)
             del mine, answer, held, found, names, positions
         token = secrets.token_hex(16)
