@@ -85,6 +85,14 @@ def test_bad_input_exits_with_its_code_and_writes_nothing(
     assert not out.exists()
 
 
+@pytest.mark.parametrize("extra", [["--fresh"], ["--engine", "rr22"], ["--serve", "new.csv"]])
+def test_align_stream_refuses_what_it_does_not_do_before_reading_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+) -> None:
+    assert main(["align", str(tmp_path / "deploy.toml"), "--stream", *extra]) == 2
+    assert "leave out --serve, --engine and --fresh" in capsys.readouterr().err
+
+
 def test_help_documents_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])

@@ -334,7 +334,7 @@ def child(order_path: str) -> None:
         # The library's unbalanced PSI connects the link to its peer a second time (its handshake, under the same
         # key as create_brpc's). A handshake that arrives while the first one is still unread is dropped, so a side
         # that raced ahead into the second could leave a slower one (a loaded machine) waiting for it until the
-        # timeout: seen in 2 of 4 runs of its tests beside two busy processes, the stacks showing one side in
+        # timeout: seen in 2 of 7 runs of its tests beside two busy processes, the stacks showing one side in
         # the second connect and the other past it. A barrier first lets neither side on before both have read
         # the first handshake.
         context.barrier()

@@ -48,6 +48,9 @@ def _align(args: argparse.Namespace) -> int:
     from vflo.errors import ConfigError, DataError
     from vflo.federation.coordinator import AlignmentConfig
 
+    if args.stream and (args.serve is not None or args.engine != "auto" or args.fresh):
+        raise ConfigError("--stream intersects the training files afresh with vflo's own ECDH, a bucket at a time: "
+                          "leave out --serve, --engine and --fresh")
     deploy = load_deploy_config(args.deploy)
     if args.insecure:
         deploy = replace(deploy, active=insecure_tls(deploy.active))
@@ -60,9 +63,6 @@ def _align(args: argparse.Namespace) -> int:
             raise DataError(f"{args.serve} has no column {active.data.id_column!r} (the active party's id_column): "
                             "give the file of rows to score, with the same ID column as the training file")
         serve = table[active.data.id_column].to_numpy()
-    if args.stream and (args.serve is not None or args.engine != "auto" or args.fresh):
-        raise ConfigError("--stream intersects the training files afresh with vflo's own ECDH, a bucket at a time: "
-                          "leave out --serve, --engine and --fresh")
     deployment = Deployment(deploy)
     if args.stream:
         return _streamed(deployment, args)
