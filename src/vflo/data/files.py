@@ -61,7 +61,58 @@ def read_table(path: str | Path, *, party: str, id_column: str) -> pd.DataFrame:
     return frame
 
 
-def _require_columns(frame: pd.DataFrame, names: Sequence[str], *, party: str, what: str, fix: str) -> None:
+class ColumnFile:
+    """A Parquet file read a column at a time, as :class:`TableEncoding` asks for them: what a party holds while
+    its file is encoded is one column and the encoded matrix, never the whole table (ten million rows of text IDs
+    and a dozen columns are gigabytes as a table). It answers what a table does there: ``columns``, ``len``, and
+    ``file[name]``, a column as :func:`read_table` gives it (the ID column as text)."""
+
+    def __init__(self, path: Path, *, party: str, id_column: str) -> None:
+        import pyarrow.parquet as pq
+
+        self.path, self.party, self.id_column = path, party, id_column
+        try:
+            self._file = pq.ParquetFile(path)
+        except (OSError, ValueError) as exc:
+            raise DataFileError(f"party {party!r}: could not read {path}: {exc}") from exc
+        self.columns = pd.Index([str(c) for c in self._file.schema_arrow.names])
+        self._rows = int(self._file.metadata.num_rows)
+        self._last: tuple[str, pd.Series] | None = None
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __getitem__(self, name: str) -> pd.Series:
+        if self._last is not None and self._last[0] == name:  # encoding asks for a column several times in a row
+            return self._last[1]
+        if name not in self.columns:
+            raise KeyError(name)
+        try:
+            column = self._file.read(columns=[name]).column(0).to_pandas()
+        except (OSError, ValueError) as exc:
+            raise DataFileError(f"party {self.party!r}: could not read column {name!r} of {self.path}: {exc}") from exc
+        if name == self.id_column:
+            column = column.astype(str)
+        column.name = name
+        self._last = (name, column)
+        series: pd.Series = column
+        return series
+
+
+#: A party's table: in memory, or a Parquet file read a column at a time.
+Table = pd.DataFrame | ColumnFile
+
+
+def open_table(path: str | Path, *, party: str, id_column: str) -> Table:
+    """The party's file for encoding: a Parquet file a column at a time (:class:`ColumnFile`), any other as
+    :func:`read_table` reads it."""
+    path = Path(path)
+    if path.is_file() and file_format(path) == "parquet":
+        return ColumnFile(path, party=party, id_column=id_column)
+    return read_table(path, party=party, id_column=id_column)
+
+
+def _require_columns(frame: Table, names: Sequence[str], *, party: str, what: str, fix: str) -> None:
     absent = [c for c in names if c not in frame.columns]
     if absent:
         shown = repr(absent[0]) if len(absent) == 1 else str(absent)
@@ -99,7 +150,7 @@ class TableEncoding:
 
     @classmethod
     def fit(
-        cls, frame: pd.DataFrame, *, party: str, id_column: str, label_column: str | None = None,
+        cls, frame: Table, *, party: str, id_column: str, label_column: str | None = None,
         feature_columns: Sequence[str] | None = None, drop_columns: Sequence[str] = (),
         categorical: Sequence[str] = (), task: Task | None = None, impute: Impute = None,
         missing_indicator: bool = False,
@@ -172,12 +223,13 @@ class TableEncoding:
     def one_hot_names(self) -> tuple[str, ...]:
         return tuple(f"{c}={v}" for c in self.columns if c in self.categories for v in self.categories[c])
 
-    def features(self, frame: pd.DataFrame) -> np.ndarray:
-        """The encoded feature matrix of ``frame`` (float64); a category never seen in training is all zeros."""
+    def features(self, frame: Table) -> np.ndarray:
+        """The encoded feature matrix of ``frame`` (float32); a category never seen in training is all zeros."""
         _require_columns(frame, list(self.columns), party=self.party, what="feature columns",
                          fix="every file of a party must have the columns its training file had")
         # Filled column by column into a column-major matrix: each column a contiguous write.
-        out = np.empty((len(self.feature_names), len(frame)), dtype=np.float64)
+        # float32, what a party's features are (each value rounded once, as from float64 later): half the memory.
+        out = np.empty((len(self.feature_names), len(frame)), dtype=np.float32)
         at = 0
         for c in self.columns:
             gaps = frame[c].isna().to_numpy()
@@ -210,7 +262,7 @@ class TableEncoding:
         result: np.ndarray = out.T
         return result
 
-    def labels(self, frame: pd.DataFrame) -> np.ndarray:
+    def labels(self, frame: Table) -> np.ndarray:
         """Class codes 0..C-1 (in the order of :attr:`classes`) or float targets."""
         assert self.label_column is not None
         _require_columns(frame, [self.label_column], party=self.party, what="label column",
@@ -229,7 +281,7 @@ class TableEncoding:
                             f"{list(self.classes)}")
         return np.asarray([index[n] for n in names], dtype=np.int64)
 
-    def arrays(self, frame: pd.DataFrame, *, labelled: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def arrays(self, frame: Table, *, labelled: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """IDs, encoded features and labels (or None) of a table of the party's own
         (:meth:`vflo.data.partydata.PartyData.encoded` makes them the party's rows)."""
         _require_columns(frame, [self.id_column], party=self.party, what="ID column",
@@ -261,7 +313,7 @@ class TableEncoding:
             raise DataError(f"a table encoding is malformed: {exc}") from exc
 
 
-def _fills(frame: pd.DataFrame, columns: Sequence[str], categories: Mapping[str, tuple[str, ...]], impute: Impute, *,
+def _fills(frame: Table, columns: Sequence[str], categories: Mapping[str, tuple[str, ...]], impute: Impute, *,
            party: str) -> dict[str, float | str]:
     """What each column's missing values become, from the training rows: a numerical column's mean, median, most
     frequent value or the number given; a categorical column's most frequent category."""

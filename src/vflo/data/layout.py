@@ -315,7 +315,9 @@ class FederatedData:
     test_y: np.ndarray
     task: Task
     n_classes: int | None
-    oracle: Oracle
+    # The pooled rows, for the simulation-only baselines (Centralized, Single); None for parties' own tables
+    # brought together without a pooled copy (those baselines then refuse to run).
+    oracle: Oracle | None
     # What each party did to its raw table before training: standardisation fitted on its training rows, and
     # how its file was read (where it came from one). Both are the party's own and stay with its model part.
     scalers: Mapping[str, Standardizer] = field(default_factory=dict)

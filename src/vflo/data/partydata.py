@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vflo.data.files import TableEncoding, read_table
+from vflo.data.files import Table, TableEncoding, open_table
 from vflo.errors import DataError
 
 IdArray = np.ndarray
@@ -268,7 +268,7 @@ class PartyData:
     @classmethod
     def from_frame(
         cls,
-        frame: pd.DataFrame,
+        frame: Table,
         *,
         party: str,
         id_column: str,
@@ -295,7 +295,7 @@ class PartyData:
         return cls.encoded(frame, encoding)
 
     @classmethod
-    def encoded(cls, frame: pd.DataFrame, encoding: TableEncoding, *, labelled: bool = True) -> PartyData:
+    def encoded(cls, frame: Table, encoding: TableEncoding, *, labelled: bool = True) -> PartyData:
         """The party's rows from a table of its own, read as ``encoding`` says (columns, categories, fills)."""
         ids, X, y = encoding.arrays(frame, labelled=labelled)
         return cls(party=encoding.party, ids=ids, X=X, columns=encoding.feature_names, y=y,
@@ -318,7 +318,7 @@ class PartyData:
     ) -> PartyData:
         """Read a CSV (optionally gzipped), TSV or Parquet file; IDs are read as text (``impute``: as
         :meth:`from_frame`)."""
-        frame = read_table(path, party=party, id_column=id_column)
+        frame = open_table(path, party=party, id_column=id_column)
         return cls.from_frame(frame, party=party, id_column=id_column, label_column=label_column,
                               feature_columns=feature_columns, drop_columns=drop_columns, categorical=categorical,
                               task=task, impute=impute, missing_indicator=missing_indicator)

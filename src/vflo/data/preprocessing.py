@@ -9,6 +9,34 @@ import numpy as np
 from vflo.data.partydata import PartyData
 from vflo.errors import DataError
 
+#: Rows whose moments are taken in one float64 pass; a party with more combines passes of this many.
+MOMENT_ROWS = 1 << 20
+
+
+def _moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's mean and standard deviation, in float64, :data:`MOMENT_ROWS` rows at a time (so a party with
+    ten million rows holds one float64 block, not a float64 copy of everything), the blocks combined exactly as in
+    Chan, Golub and LeVeque's pairwise update; one block gives NumPy's mean and std of all rows."""
+    if X.shape[0] <= MOMENT_ROWS:
+        X64 = np.asarray(X, dtype=np.float64)
+        return X64.mean(axis=0), X64.std(axis=0)
+    n = 0
+    mean = np.zeros(X.shape[1])
+    m2 = np.zeros(X.shape[1])
+    for start in range(0, X.shape[0], MOMENT_ROWS):
+        block = np.asarray(X[start:start + MOMENT_ROWS], dtype=np.float64)
+        k = len(block)
+        block_mean = block.mean(axis=0)
+        block_m2 = block.var(axis=0) * k
+        if n == 0:
+            mean, m2 = block_mean, block_m2
+        else:
+            delta = block_mean - mean
+            mean = mean + delta * (k / (n + k))
+            m2 = m2 + block_m2 + delta ** 2 * (n * k / (n + k))
+        n += k
+    return mean, np.sqrt(m2 / n)
+
 
 @dataclass(frozen=True)
 class Standardizer:
@@ -22,9 +50,7 @@ class Standardizer:
         """Statistics of ``X``'s columns; columns flagged in ``keep`` (category codes) pass through unchanged."""
         if X.shape[0] == 0:
             raise DataError("cannot standardise a party with no training rows")
-        X64 = np.asarray(X, dtype=np.float64)
-        mean = X64.mean(axis=0)
-        std = X64.std(axis=0)
+        mean, std = _moments(X)
         scale = np.where(std > 1e-12, std, 1.0)
         if keep is not None:
             mean = np.where(keep, 0.0, mean)

@@ -19,6 +19,7 @@ from vflo.errors import (
 from vflo.executor import ExecutorConfig
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role, check_party_name
+from vflo.spill import SpillConfig
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,9 @@ class PartyConfig:
     # Where its bulk work runs (PSI blinding, scoring's blocks of rows): this host's cores, or a Ray cluster of its
     # own ([executor] kind = "ray", address = ...; vflo.executor). The process's setting, as its cores are.
     executor: ExecutorConfig | None = None
+    # Matrices larger than it wants to hold in memory (ten million rows' latents), kept in files of its own and
+    # read a batch at a time ([spill] limit_mb = 1024, folder = ...; vflo.spill). The process's setting.
+    spill: SpillConfig | None = None
     # Its own side of each method ([methods.NAME]: its bottom network, encoder, learning rate, ...): whatever a
     # coordinator proposes, these (else the method's defaults) run here (vflo.methods.own_settings).
     methods: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -186,7 +190,8 @@ class DeployConfig:
         return PartyConfig(name=active.name, role="active", listen=active.listen, data=active.data, tls=active.tls,
                            peers={**active.peers, **peers}, deadline=active.deadline,
                            max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy,
-                           audit_log=active.audit_log, alignments=active.alignments)
+                           audit_log=active.audit_log, alignments=active.alignments, executor=active.executor,
+                           spill=active.spill)
 
     def check_grpc(self) -> None:
         """What vflo's own gRPC needs (Flower needs neither): the active party's TLS and every party's address."""
@@ -208,9 +213,9 @@ def _read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Data and TLS paths in a config are relative to the config file."""
+    """Data, TLS and spill paths in a config are relative to the config file."""
     out = dict(config)
-    for table, keys in (("data", ("file", "serve_file")), ("tls", ("dir",))):
+    for table, keys in (("data", ("file", "serve_file")), ("tls", ("dir",)), ("spill", ("folder",))):
         if isinstance(out.get(table), dict):
             section = dict(out[table])
             for k in keys:

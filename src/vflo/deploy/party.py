@@ -15,7 +15,7 @@ from vflo.artifacts import CheckpointStore, Part, PartStore, Preprocessing
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer
 from vflo.comm.tls import PartyCredentials
 from vflo.comm.transport import Transport
-from vflo.data.files import TableEncoding, read_table
+from vflo.data.files import TableEncoding, open_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
 from vflo.deploy.configs import DataConfig, PartyConfig, TLSConfig
@@ -27,6 +27,7 @@ from vflo.federation.simulation import party_node
 from vflo.party.node import Node
 from vflo.roles import PartyInfo
 from vflo.seeding import PartySecret
+from vflo.spill import configure as configure_spill
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +49,14 @@ def load_party_data(party: str, config: DataConfig, *, extra: str | None = None)
     model's part prepares the rows to score when it is loaded."""
     if config.file is None:
         return PartyTables(train=None, serve=None, test=None, preprocessing=None)
-    encoding = TableEncoding.fit(read_table(config.file, party=party, id_column=config.id_column), party=party,
+    encoding = TableEncoding.fit(open_table(config.file, party=party, id_column=config.id_column), party=party,
                                  id_column=config.id_column, label_column=config.label_column,
                                  feature_columns=config.feature_columns, drop_columns=config.drop_columns,
                                  categorical=config.categorical, task=config.task, impute=config.impute,
                                  missing_indicator=config.missing_indicator)
     def rows(path: str, *, labelled: bool = True) -> PartyData:
         try:
-            data = PartyData.encoded(read_table(path, party=party, id_column=config.id_column), encoding,
+            data = PartyData.encoded(open_table(path, party=party, id_column=config.id_column), encoding,
                                      labelled=labelled)
         except DataError as exc:  # which of the party's files it is, so the user knows which one to fix
             raise type(exc)(f"{path}: {exc}") from exc
@@ -155,6 +156,8 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
         config.check_grpc()
     if config.executor is not None:
         configure_executor(config.executor)
+    if config.spill is not None:
+        configure_spill(config.spill)
     node = build_node(config, data=data, serve=serve, preprocessing=preprocessing)
     departures = config.departures()
     if link is not None:

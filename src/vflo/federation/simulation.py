@@ -115,13 +115,14 @@ def build_federation(
     max_message_bytes: int | None = None, observers: tuple[Observer, ...] = (), faults: FaultPlan | None = None,
     alignment: AlignmentConfig | None = None, checkpoints: Path | None = None,
     party_seeds: Mapping[str, int] | None = None, party_config: Method | None = None,
-    alignments: Mapping[str, AlignmentStore] | None = None,
+    alignments: Mapping[str, AlignmentStore] | None = None, policies: Mapping[str, Policy] | None = None,
 ) -> tuple[Federation, dict[str, Node]]:
     """One node per party built from that party's data only, joined by a :class:`LocalTransport`; with
     ``checkpoints``, each party keeps its own checkpoints in its own subfolder of that folder. Each node draws
     its secrets from its own seed (``party_seeds``, else derived from ``seed`` and its name) and sets its own side
     of the method as ``method`` does (or as ``party_config`` does: parties whose configs say other than what the
-    coordinator proposes). ``alignments``: the parties that keep their private set intersections, and where."""
+    coordinator proposes). ``alignments``: the parties that keep their private set intersections, and where;
+    ``policies``: parties' own policies (:class:`~vflo.party.policy.Policy`; the default elsewhere)."""
     def stores(p: PartyInfo) -> CheckpointStore | None:
         return None if checkpoints is None else CheckpointStore(checkpoints, party=p.name, role=p.role)
 
@@ -130,13 +131,14 @@ def build_federation(
     nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name), peers=parties,
                                 checkpoints=stores(p), secret=party_secret(seed, p.name, party_seeds),
                                 settings=own_sections(party_config or method, p.role),
-                                alignments=(alignments or {}).get(p.name))
+                                alignments=(alignments or {}).get(p.name), policy=(policies or {}).get(p.name))
              for p in data.parties}
     for info in extras:
         if info.name in nodes:
             raise MethodError(f"{method.name} adds a party named {info.name!r}, but a data party has that name")
         nodes[info.name] = party_node(info, peers=parties, checkpoints=stores(info),
-                                      secret=party_secret(seed, info.name, party_seeds))
+                                      secret=party_secret(seed, info.name, party_seeds),
+                                      policy=(policies or {}).get(info.name))
     transport = LocalTransport(nodes, ledger=ledger, max_message_bytes=max_message_bytes, observers=observers,
                                faults=faults)
     oracle = data.oracle if method.simulation_only else None
@@ -153,7 +155,7 @@ def run_method(
     faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None, save: tuple[Path, str] | None = None,
     checkpoint: tuple[Path, CheckpointPlan] | None = None, party_seeds: Mapping[str, int] | None = None,
     party_config: Method | None = None, fallback: np.ndarray | None = None,
-    alignments: Mapping[str, AlignmentStore] | None = None,
+    alignments: Mapping[str, AlignmentStore] | None = None, policies: Mapping[str, Policy] | None = None,
 ) -> RunOutput:
     """Fit ``method`` and score the test IDs, all over a fresh in-process federation; with ``save`` (a folder
     and a label) every party also writes its part of the fitted model there; with ``checkpoint`` (a folder and
@@ -162,7 +164,7 @@ def run_method(
     fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
                                   faults=faults, alignment=alignment,
                                   checkpoints=None if checkpoint is None else checkpoint[0], party_seeds=party_seeds,
-                                  party_config=party_config, alignments=alignments)
+                                  party_config=party_config, alignments=alignments, policies=policies)
 
     def scored(fed: Federation) -> tuple[np.ndarray, dict[str, float]]:
         assert fallback is not None

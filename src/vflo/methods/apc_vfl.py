@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -16,9 +16,11 @@ from vflo.errors import ConfigError, MethodError
 from vflo.methods.base import Claim, Inference, MethodConfig, handles
 from vflo.methods.representation import CLASSIFIER, RepresentationMethod
 from vflo.methods.saved import PARTY_NAMES, At, Part, Saved, Saves, autoencoder
-from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
+from vflo.nn.distill import CHUNK, DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
+from vflo.spill import Rows, RowSink
+from vflo.spill import current as current_spill
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -89,10 +91,13 @@ class _Stopwatch:
     def __init__(self) -> None:
         self.laps: dict[str, float] = {}
         self._t = time.perf_counter()
+        # (stage, when it ended on time.perf_counter's clock), from the start: a benchmark's memory samples by stage.
+        self.stamps: list[tuple[str, float]] = [("start", self._t)]
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
         self.laps[name] = now - self._t
+        self.stamps.append((name, now))
         self._t = now
 
 
@@ -208,14 +213,17 @@ class APCVFL(RepresentationMethod):
             generator=fed.torch_generator("apc-g1"), rng=fed.rng("apc-g1"), reduction=self.config.reduction,
         )
 
-    def _exchange(self, fed: Federation, alignment: Alignment) -> list[np.ndarray]:
+    def _exchange(self, fed: Federation, alignment: Alignment) -> list[Rows]:
         """The one exchange: each passive party's g1 of the aligned rows. Replies are kept under 64 MB each, so
         beyond about 65,000 shared rows (latents of 256 float32) the upload takes one round per 64 MB."""
         passives = list(alignment.held)
         width = self.config.passive_encoder[-1] * np.dtype(self.config.payload_dtype).itemsize
         per_round = max(1, UPLOAD_BYTES // width)
         selectors = {p: alignment.selector(p) for p in passives}
-        parts: dict[str, list[np.ndarray]] = {p: [] for p in passives}
+        # Each passive party's latents as they arrive: in memory, or on disk beyond the party's [spill] limit.
+        dtype = np.dtype(self.config.payload_dtype)
+        parts = {p: RowSink(len(alignment.ids), self.config.passive_encoder[-1], dtype, what=f"{p}'s latents")
+                 for p in passives}
         for start in range(0, max(len(alignment.ids), 1), per_round):
             stop = min(start + per_round, len(alignment.ids))
             requests: dict[str, Payload] = {}
@@ -226,23 +234,32 @@ class APCVFL(RepresentationMethod):
                 requests[p] = {"selector": part}
             replies = fed.exchange("apc.encode_aligned", requests)
             for p in passives:
-                parts[p].append(self._latent(p, replies[p], stop - start))
-        return [np.concatenate(parts[p]) for p in passives]
+                parts[p].write(self._latent(p, replies[p], stop - start))
+        return [parts[p].finish() for p in passives]
 
     def _latent(self, party: str, reply: Payload, n: int) -> np.ndarray:
         return expect_rows(reply, "z", party=party, rows=n, width=self.config.passive_encoder[-1],
                            what="representations")
 
-    def _fit_teacher(self, fed: Federation, joint: np.ndarray) -> FittedAutoencoder:
+    def _fit_teacher(self, fed: Federation, joint: Rows) -> FittedAutoencoder:
         return fit_autoencoder(
             joint, self.config.joint_encoder, activation=self.config.activation, train=self.config.train,
             generator=fed.torch_generator("apc-g2"), rng=fed.rng("apc-g2"), reduction=self.config.reduction,
         )
 
-    def _joint_input(self, g1_active: FittedAutoencoder, x_active: np.ndarray, remote: list[np.ndarray]) -> np.ndarray:
-        return np.hstack([g1_active.encode(x_active), *remote])
+    def _joint_input(self, g1_active: FittedAutoencoder, x_active: np.ndarray, remote: Sequence[Rows]) -> Rows:
+        """[g1_A(x), g1_P1(x), ...] of the aligned rows, a chunk at a time (kept on disk beyond the [spill] limit)."""
+        if all(isinstance(r, np.ndarray) for r in remote) and not current_spill().spills(
+                len(x_active) * (g1_active.width + sum(int(r.shape[1]) for r in remote)) * 4):
+            return np.hstack([g1_active.encode(x_active), *remote])
+        sink = RowSink(len(x_active), g1_active.width + sum(int(r.shape[1]) for r in remote), np.float32,
+                       what="the joint autoencoder's input")
+        for start in range(0, len(x_active), CHUNK):
+            stop = start + CHUNK
+            sink.write(np.hstack([g1_active.encode(x_active[start:stop]), *(r[start:stop] for r in remote)]))
+        return sink.finish()
 
-    def _teacher_steps(self, fed: Federation, clock: _Stopwatch) -> tuple[np.ndarray, np.ndarray]:
+    def _teacher_steps(self, fed: Federation, clock: _Stopwatch) -> tuple[np.ndarray, Rows]:
         """Steps 1-3: local g1, the one exchange, joint g2. Returns the aligned IDs and their teacher latent."""
         data = fed.data
         self.g1_active_ = self._fit_g1_active(fed)
@@ -252,26 +269,28 @@ class APCVFL(RepresentationMethod):
         remote = self._exchange(fed, alignment)
         clock.lap("exchange (passive g1 training and encoding included)")
         joint = self._joint_input(self.g1_active_, data.subset(alignment.ids).X, remote)
+        del remote
         self.teacher_ = self._fit_teacher(fed, joint)
         clock.lap("g2_joint")
         self.passives_ = list(alignment.held)
         self.n_aligned_ = len(alignment.ids)
-        return alignment.ids, self.teacher_.encode(joint)
+        return alignment.ids, self.teacher_.encode_rows(joint, what="the teacher's latents")
 
-    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, Rows]:
         data = fed.data
         clock = _Stopwatch()
         aligned_ids, teacher = self._teacher_steps(fed, clock)
-        targets = np.zeros((data.n_samples, self.config.joint_encoder[-1]), dtype=np.float32)
-        aligned_mask = np.isin(data.ids, aligned_ids)
-        targets[data.positions(aligned_ids)] = teacher
-        self.student_ = fit_student(fed, self.config, targets=targets, mask=aligned_mask)
+        self.student_ = fit_student(fed, self.config, targets=teacher, rows=data.positions(aligned_ids))
+        del teacher
         clock.lap("g3_student")
+        Z = self.student_.encode_rows(data.X, what="the student's latents")
+        clock.lap("g3_encode")
         self.timings_ = clock.laps
-        return data.ids, self.student_.encode(data.X)
+        self.stamps_ = clock.stamps
+        return data.ids, Z
 
-    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
-        return self.student_.encode(fed.serving.subset(ids).X)
+    def represent(self, fed: Federation, ids: np.ndarray) -> Rows:
+        return self.student_.encode_rows(fed.serving.subset(ids).X, what="the student's latents")
 
     def summary_stats(self) -> dict[str, float]:
         """Epochs of each autoencoder the active party trained (g1, g2 the teacher, g3 the student), and the ε of
@@ -317,7 +336,7 @@ class APCVFLAligned(APCVFL):
         part=APCPart, parts={"passive": (Saved("g1", autoencoder(lambda at: at.method.config.passive_encoder,
                                                                  _activation), "its own encoder"),)})
 
-    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, Rows]:
         clock = _Stopwatch()
         result = self._teacher_steps(fed, clock)
         self.timings_ = clock.laps
@@ -336,10 +355,10 @@ class APCVFLAligned(APCVFL):
 
     # -- the active party ----------------------------------------------------------------------------------
 
-    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+    def represent(self, fed: Federation, ids: np.ndarray) -> Rows:
         replies = fed.score_together("apc.encode_serve", ids, self.passives_)
         remote = [self._latent(p, replies[p], len(ids)) for p in self.passives_]
-        return self.teacher_.encode(self._joint_input(self.g1_active_, fed.serving.subset(ids).X, remote))
+        return self.teacher_.encode_rows(self._joint_input(self.g1_active_, fed.serving.subset(ids).X, remote))
 
 
 class Ablation(RepresentationMethod):
@@ -360,26 +379,27 @@ class Ablation(RepresentationMethod):
 
     config: APCVFLConfig
 
-    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, Rows]:
         data = fed.data
         if data.n_features == 0:
             raise MethodError("ablation needs features at the active party; it has none")
         self.student_ = fit_student(fed, self.config)
-        return data.ids, self.student_.encode(data.X)
+        return data.ids, self.student_.encode_rows(data.X, what="the student's latents")
 
-    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
-        return self.student_.encode(fed.serving.subset(ids).X)
+    def represent(self, fed: Federation, ids: np.ndarray) -> Rows:
+        return self.student_.encode_rows(fed.serving.subset(ids).X, what="the student's latents")
 
     def summary_stats(self) -> dict[str, float]:
         """Epochs of the student g3."""
         return super().summary_stats() | self.student_.history.summary("g3_")
 
 
-def fit_student(fed: Federation, config: APCVFLConfig, *, targets: np.ndarray | None = None,
-                mask: np.ndarray | None = None) -> FittedAutoencoder:
-    """Step 4, the student g3 on every row of the active party: distilled towards ``targets`` on the ``mask``
-    rows (APC-VFL), or reconstruction alone (no targets: the Ablation)."""
-    distill = {} if targets is None else {"target": targets, "target_mask": mask, "weight": config.distill_weight,
+def fit_student(fed: Federation, config: APCVFLConfig, *, targets: Rows | None = None,
+                rows: np.ndarray | None = None) -> FittedAutoencoder:
+    """Step 4, the student g3 on every row of the active party: distilled towards ``targets`` (one row for each
+    of the active party's rows at ``rows``: the aligned ones) in APC-VFL, or reconstruction alone (no targets: the
+    Ablation)."""
+    distill = {} if targets is None else {"target": targets, "target_rows": rows, "weight": config.distill_weight,
                                           "distill": config.distill}
     return fit_autoencoder(fed.data.X, config.student_encoder, activation=config.activation, train=config.train,
                            generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"),

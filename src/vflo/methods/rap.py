@@ -126,7 +126,7 @@ def whitening(X: np.ndarray, *, rel_tol: float = 1e-6) -> tuple[np.ndarray, np.n
 def whiten(X: np.ndarray, fitted: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     mean, W = fitted
     out: np.ndarray = (X - mean) @ W
-    return out.astype(np.float32)
+    return out.astype(np.float32, copy=False)  # already float32 from float32 inputs: no second copy
 
 
 def _one_hot_width(categories: list[np.ndarray], other: bool) -> int:
@@ -500,7 +500,7 @@ class RAP(Method):
                 raise ProtocolError(f"client {client!r} sent a one-hot column count of {count!r}")
             blocks.append(x)
             one_hot += count
-        return np.hstack(blocks).astype(np.float32), one_hot
+        return np.hstack(blocks).astype(np.float32, copy=False), one_hot
 
     @handles("rap.train", served="server: once the clients' projections are gathered",
              carries={"block": "masked features", "labels": "transformed labels", "selectors": "membership"},

@@ -19,6 +19,7 @@ from vflo.methods.base import Method
 from vflo.methods.saved import Saved, Saves, estimator
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.seeding import own_seed
+from vflo.spill import Rows
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -41,11 +42,12 @@ class RepresentationMethod(Method):
         return config
 
     @abstractmethod
-    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, np.ndarray]:
-        """Learn the representation; return the IDs the classifier trains on and their features."""
+    def fit_representation(self, fed: Federation) -> tuple[np.ndarray, Rows]:
+        """Learn the representation; return the IDs the classifier trains on and their features (in memory, or
+        kept on disk beyond the party's ``[spill]`` limit)."""
 
     @abstractmethod
-    def represent(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
+    def represent(self, fed: Federation, ids: np.ndarray) -> Rows:
         """Features of serving rows ``ids`` (held by the active party)."""
 
     def new_estimator(self, fed: Federation) -> Estimator:

@@ -21,9 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from vflo.blocks import BLOCK
 from vflo.errors import ConfigError
 from vflo.executor import in_blocks
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
+from vflo.spill import Rows, RowSink, Slotted
+from vflo.spill import current as current_spill
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +39,8 @@ else:
 
 
 DistillLoss = Literal["mse", "mae"]
+#: Rows encoded at a time into a matrix that may be kept on disk: a whole number of blocks.
+CHUNK = 128 * BLOCK
 Reduction = Literal["sum", "mean"]
 
 
@@ -83,14 +88,27 @@ class FittedAutoencoder:
 
         return in_blocks(block, np.asarray(X), self.width, np.float32)
 
+    def encode_rows(self, X: Rows, *, what: str = "latents") -> Rows:
+        """:meth:`encode` of many rows, ``X`` in memory or on disk: the latents in memory while they are within the
+        party's ``[spill]`` limit, else in a file of its own (:mod:`vflo.spill`). Rows go :data:`CHUNK` at a time, a
+        whole number of blocks, so the numbers are :meth:`encode`'s."""
+        if isinstance(X, np.ndarray) and not current_spill().spills(X.shape[0] * self.width * 4):
+            return self.encode(X)
+        sink = RowSink(X.shape[0], self.width, np.float32, what=what)
+        for start in range(0, X.shape[0], CHUNK):
+            sink.write(self.encode(X[start:start + CHUNK]))
+        return sink.finish()
+
 
 def fit_autoencoder(
-    X: np.ndarray, hidden: tuple[int, ...], *, activation: str, train: TrainConfig, generator: torch.Generator,
-    rng: np.random.Generator, target: np.ndarray | None = None, target_mask: np.ndarray | None = None,
-    weight: float = 0.0, distill: DistillLoss = "mse", reduction: Reduction = "sum",
-    target_rec_weight: float = 1.0,
+    X: Rows, hidden: tuple[int, ...], *, activation: str, train: TrainConfig, generator: torch.Generator,
+    rng: np.random.Generator, target: Rows | None = None, target_mask: np.ndarray | None = None,
+    target_rows: np.ndarray | None = None, weight: float = 0.0, distill: DistillLoss = "mse",
+    reduction: Reduction = "sum", target_rec_weight: float = 1.0,
 ) -> FittedAutoencoder:
-    """Train a symmetric autoencoder on ``X``; with ``target``, distil toward it where ``target_mask``.
+    """Train a symmetric autoencoder on ``X`` (in memory or on disk, :mod:`vflo.spill`); with ``target``, distil
+    toward it: ``target`` has a row for each row of ``X`` and ``target_mask`` says which count, or (with
+    ``target_rows``) a row only for the rows of ``X`` at ``target_rows``.
 
     ``target_rec_weight`` scales the reconstruction term on rows that have a target (VFL-ASP's
     λ·L_emb + (1 - λ)·L_rec uses ``weight = λ`` and ``target_rec_weight = 1 - λ``).
@@ -106,17 +124,22 @@ def fit_autoencoder(
     from vflo.nn.models import autoencoder
 
     model = autoencoder(X.shape[1], hidden, activation=activation, generator=generator)
-    tensors = {"x": as_tensor(X)}
+    tensors: dict[str, Any] = {"x": as_tensor(X) if isinstance(X, np.ndarray) else X}
     if target is not None:
-        if target_mask is None:
-            target_mask = np.ones(X.shape[0], dtype=bool)
-        if target.shape != (X.shape[0], hidden[-1]):
+        n = X.shape[0]
+        rows = np.arange(n) if target_rows is None else np.asarray(target_rows, dtype=np.int64)
+        if tuple(target.shape) != (len(rows), hidden[-1]):
             raise ConfigError(
-                f"distillation targets have shape {target.shape}, expected ({X.shape[0]}, {hidden[-1]}): the "
+                f"distillation targets have shape {tuple(target.shape)}, expected ({len(rows)}, {hidden[-1]}): the "
                 "student's latent width must equal the teacher's"
             )
-        tensors["z"] = as_tensor(np.where(target_mask[:, None], target, 0.0))
-        tensors["m"] = as_tensor(target_mask.astype(np.float32))
+        # Each row's place in the target (-1: none): no full-height matrix of zeros for the rows without one.
+        slots = np.full(n, -1, dtype=np.int64)
+        slots[rows] = np.arange(len(rows))
+        if target_mask is not None:
+            slots[~np.asarray(target_mask, dtype=bool)] = -1
+        tensors["z"] = Slotted(target, slots)
+        tensors["m"] = as_tensor((slots >= 0).astype(np.float32))
     pointwise = F.mse_loss if distill == "mse" else F.l1_loss
 
     def norm(t: torch.Tensor) -> torch.Tensor:

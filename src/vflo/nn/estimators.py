@@ -8,7 +8,7 @@ regression values ``(n,)`` (``(n, k)`` for an MLP or ridge fitted on k targets).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,6 +19,7 @@ from vflo.errors import ConfigError
 from vflo.executor import in_blocks
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
 from vflo.seeding import numpy_rng, torch_generator
+from vflo.spill import DiskRows, Rows
 
 if TYPE_CHECKING:
     import torch
@@ -29,6 +30,8 @@ else:
     from vflo.lazy import torch
 
 
+#: Rows scored at a time from a matrix kept on disk (a whole number of vflo.blocks' blocks).
+CHUNK = 262_144
 BUILTIN_MODELS = ("auto", "logistic", "linear", "mlp", "best")
 
 
@@ -76,9 +79,9 @@ class EstimatorConfig:
 
 
 class Estimator(Protocol):
-    def fit(self, X: np.ndarray, y: np.ndarray) -> Estimator: ...
+    def fit(self, X: Rows, y: np.ndarray) -> Estimator: ...
 
-    def predict_scores(self, X: np.ndarray) -> np.ndarray: ...
+    def predict_scores(self, X: Rows) -> np.ndarray: ...
 
     def get_state(self) -> dict[str, Any]:
         """What it learned, as arrays and plain values (no code): enough to score again after a restart."""
@@ -138,7 +141,7 @@ class BestEstimator:
         return make_estimator(replace(self.config, model=kind), task=self.task, n_classes=self.n_classes,
                               seed=self.seed)
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> BestEstimator:
+    def fit(self, X: Rows, y: np.ndarray) -> BestEstimator:
         rng = np.random.default_rng(self.seed)
         order = rng.permutation(len(X))
         n_val = max(1, round(max(self.config.train.validation_fraction, 0.1) * len(X)))
@@ -158,7 +161,7 @@ class BestEstimator:
         self.history_ = getattr(self.model_, "history_", None)
         return self
 
-    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+    def predict_scores(self, X: Rows) -> np.ndarray:
         if self.model_ is None:
             raise ConfigError("the best-of estimator was not fitted")
         return self.model_.predict_scores(X)
@@ -172,6 +175,13 @@ class BestEstimator:
         inner = {k[len("best."):]: v for k, v in state.items() if k.startswith("best.") and k != "best.choice"}
         self.model_ = self._make(self.choice_).set_state(inner)
         return self
+
+
+def by_chunks(score: Callable[[np.ndarray], np.ndarray], X: Rows) -> np.ndarray:
+    """``score`` of ``X``'s rows: at once in memory, or :data:`CHUNK` rows at a time from a matrix on disk."""
+    if not isinstance(X, DiskRows):
+        return score(np.asarray(X))
+    return np.concatenate([score(X[start:start + CHUNK]) for start in range(0, len(X), CHUNK)])
 
 
 def _classes(task: Task, n_classes: int | None) -> int:
@@ -215,7 +225,7 @@ class LogisticEstimator:
         self.coef_: np.ndarray | None = None
         self.intercept_: np.ndarray | None = None
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> LogisticEstimator:
+    def fit(self, X: Rows, y: np.ndarray) -> LogisticEstimator:
         from sklearn.linear_model import LogisticRegression
 
         self.classes_ = np.unique(y)
@@ -227,15 +237,19 @@ class LogisticEstimator:
         self.coef_, self.intercept_ = model.coef_, model.intercept_
         return self
 
-    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+    def predict_scores(self, X: Rows) -> np.ndarray:
         if self.coef_ is None or self.intercept_ is None:
             out = np.zeros((X.shape[0], self.n_classes))
             out[:, int(self.classes_[0])] = 1.0
             return out
         coef, intercept = self.coef_, self.intercept_
-        # A block of rows at a time (each in float64 while it is in the cache), as the encoders before it.
-        proba = in_blocks(lambda block: logistic_proba(np.asarray(block, dtype=np.float64), coef, intercept),
-                          np.asarray(X), max(2, coef.shape[0]), np.float64)
+
+        def scores(rows: np.ndarray) -> np.ndarray:
+            # A block of rows at a time (each in float64 while it is in the cache), as the encoders before it.
+            return in_blocks(lambda block: logistic_proba(np.asarray(block, dtype=np.float64), coef, intercept),
+                             rows, max(2, coef.shape[0]), np.float64)
+
+        proba = by_chunks(scores, X)
         return full_proba(proba, self.classes_, self.n_classes)
 
     def get_state(self) -> dict[str, Any]:
@@ -277,11 +291,11 @@ class SklearnEstimator:
         self.task = task
         self.n_classes = n_classes
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> SklearnEstimator:
+    def fit(self, X: Rows, y: np.ndarray) -> SklearnEstimator:
         self.model_ = self.model.fit(np.asarray(X, dtype=np.float64), y)
         return self
 
-    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+    def predict_scores(self, X: Rows) -> np.ndarray:
         X64 = np.asarray(X, dtype=np.float64)
         if self.task == "regression":
             return np.asarray(self.model_.predict(X64), dtype=np.float64)
@@ -320,13 +334,13 @@ class LinearEstimator:
     def __init__(self, *, alpha: float) -> None:
         self.alpha = alpha
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> LinearEstimator:
+    def fit(self, X: Rows, y: np.ndarray) -> LinearEstimator:
         from sklearn.linear_model import Ridge
 
         self.model_ = Ridge(alpha=self.alpha).fit(np.asarray(X, dtype=np.float64), y)
         return self
 
-    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+    def predict_scores(self, X: Rows) -> np.ndarray:
         return np.asarray(self.model_.predict(np.asarray(X, dtype=np.float64)), dtype=np.float64)
 
     def get_state(self) -> dict[str, Any]:
@@ -358,7 +372,7 @@ class MLPEstimator:
         self.train = train
         self.seed = seed
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> MLPEstimator:
+    def fit(self, X: Rows, y: np.ndarray) -> MLPEstimator:
         # Regression may have several targets (y of shape (n, k)): one network with k outputs.
         self.outputs_ = int(y.shape[1]) if self.task == "regression" and y.ndim == 2 else None
         out = (self.outputs_ or 1) if self.task == "regression" else _classes(self.task, self.n_classes)
@@ -377,7 +391,7 @@ class MLPEstimator:
             self.y_scale_ = np.where(scale > 0, scale, 1.0) if y.ndim == 2 else float(scale or 1.0)
             y = (y - self.y_mean_) / self.y_scale_
         target = as_tensor(y, dtype=torch.float32 if self.task == "regression" else torch.long)
-        tensors = {"x": as_tensor(X), "y": target}
+        tensors = {"x": X if isinstance(X, DiskRows) else as_tensor(X), "y": target}
         self.history_: History = fit_module(
             self.model_, self._loss, tensors, config=self.train, rng=numpy_rng(self.seed, "mlp-batches"),
         )
@@ -410,7 +424,9 @@ class MLPEstimator:
         self.y_scale_ = scale if self.outputs_ else float(scale[0])
         return self
 
-    def predict_scores(self, X: np.ndarray) -> np.ndarray:
+    def predict_scores(self, X: Rows) -> np.ndarray:
+        if isinstance(X, DiskRows):
+            return by_chunks(self.predict_scores, X)
         with torch.no_grad():
             out = self.model_(as_tensor(X))
         if self.task == "regression":

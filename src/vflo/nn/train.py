@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vflo.errors import ConfigError
+from vflo.spill import Rows, Slotted, take
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +31,12 @@ else:
     from vflo.lazy import torch
 
 logger = logging.getLogger(__name__)
+
+#: Validation rows scored in one pass; more are scored a block at a time.
+VALIDATION_BLOCK = 65_536
+#: What a model trains on: tensors, or rows gathered by position from an array, a matrix on disk or a target that
+#: only some rows have (vflo.spill).
+RowSource = Rows | Slotted
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -405,41 +412,54 @@ class ModuleTrainer(Trainer):
     """One module in this process, trained with Adam on row-aligned tensors and a loss function."""
 
     def __init__(
-        self, module: nn.Module, loss_fn: LossFn, tensors: Mapping[str, torch.Tensor], *, config: TrainConfig,
-        rng: np.random.Generator, callbacks: Sequence[Callback] = (),
+        self, module: nn.Module, loss_fn: LossFn, tensors: Mapping[str, torch.Tensor | RowSource], *,
+        config: TrainConfig, rng: np.random.Generator, callbacks: Sequence[Callback] = (),
     ) -> None:
         super().__init__(config, rng, callbacks=callbacks)
         self.module = module
         self.loss_fn = loss_fn
-        train_pos, val_pos = split_validation(_rows(tensors), config.validation_fraction, rng)
-        self.train_tensors = {k: v[train_pos] for k, v in tensors.items()}
-        self.val_tensors = {k: v[val_pos] for k, v in tensors.items()} if len(val_pos) else None
+        # Rows are gathered by position from the tensors as given (no copy of the training split: at ten million
+        # rows a copy is gigabytes), from memory or from a matrix kept on disk (vflo.spill) alike.
+        self.tensors = dict(tensors)
+        self.train_pos, self.val_pos = split_validation(_rows(tensors), config.validation_fraction, rng)
+        self.val_tensors = (self.gather(self.val_pos) if 0 < len(self.val_pos) <= VALIDATION_BLOCK
+                            else None)
         self.optimizer = adam(module.parameters(), config)
+
+    def gather(self, positions: np.ndarray) -> dict[str, torch.Tensor]:
+        """The rows at ``positions`` of every tensor (a matrix kept on disk is read as float32)."""
+        return {k: gather(v, positions) for k, v in self.tensors.items()}
 
     @property
     def n_train(self) -> int:
-        return _rows(self.train_tensors)
+        return len(self.train_pos)
 
     def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
         if not self.module.training:  # a validation pass left it in eval mode; walking every submodule each step costs
             self.module.train()
         self.optimizer.zero_grad()
-        rows = torch.from_numpy(batch)
-        loss = self.loss_fn(self.module, {k: v[rows] for k, v in self.train_tensors.items()})
+        loss = self.loss_fn(self.module, self.gather(self.train_pos[batch]))
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
 
     @property
     def validates(self) -> bool:
-        return self.val_tensors is not None
+        return len(self.val_pos) > 0
 
     def validation_loss(self) -> float | None:
-        if self.val_tensors is None:
+        if not len(self.val_pos):
             return None
         self.module.eval()
         with torch.no_grad():
-            return float(self.loss_fn(self.module, self.val_tensors))
+            if self.val_tensors is not None:
+                return float(self.loss_fn(self.module, self.val_tensors))
+            # Many validation rows: a block at a time (the loss is a mean over rows), each block's weight its rows.
+            total = 0.0
+            for start in range(0, len(self.val_pos), VALIDATION_BLOCK):
+                rows = self.val_pos[start:start + VALIDATION_BLOCK]
+                total += float(self.loss_fn(self.module, self.gather(rows))) * len(rows)
+            return total / len(self.val_pos)
 
     def snapshot(self) -> Any:
         return copy.deepcopy(self.module.state_dict())
@@ -453,7 +473,7 @@ class ModuleTrainer(Trainer):
 
 
 def fit_module(
-    module: nn.Module, loss_fn: LossFn, tensors: Mapping[str, torch.Tensor], *, config: TrainConfig,
+    module: nn.Module, loss_fn: LossFn, tensors: Mapping[str, torch.Tensor | RowSource], *, config: TrainConfig,
     rng: np.random.Generator, callbacks: Sequence[Callback] = (),
 ) -> History:
     """Train ``module`` with Adam on row-aligned ``tensors``; ``loss_fn`` maps a batch to a scalar loss."""
@@ -512,7 +532,15 @@ def load_rng_state(rng: np.random.Generator, state: str) -> None:
     rng.bit_generator.state = json.loads(state)
 
 
-def _rows(tensors: Mapping[str, torch.Tensor]) -> int:
+def gather(rows: torch.Tensor | RowSource, positions: np.ndarray) -> torch.Tensor:
+    """The rows at ``positions`` of a tensor, or of an array or matrix kept on disk (as float32)."""
+    if isinstance(rows, torch.Tensor):
+        return rows[torch.from_numpy(np.asarray(positions, dtype=np.int64))]
+    block = take(rows, positions)
+    return torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
+
+
+def _rows(tensors: Mapping[str, Any]) -> int:
     sizes = {int(t.shape[0]) for t in tensors.values()}
     if len(sizes) != 1:
         raise ValueError(f"tensors must have the same number of rows, got {sorted(sizes)}")
