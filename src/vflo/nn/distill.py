@@ -124,7 +124,8 @@ def fit_autoencoder(
     from vflo.nn.models import autoencoder
 
     model = autoencoder(X.shape[1], hidden, activation=activation, generator=generator)
-    tensors: dict[str, Any] = {"x": as_tensor(X) if isinstance(X, np.ndarray) else X}
+    # Rows are gathered a batch at a time from X as it is (no float32 copy of every row: 480 MB at 10M x 12).
+    tensors: dict[str, Any] = {"x": X}
     if target is not None:
         n = X.shape[0]
         rows = np.arange(n) if target_rows is None else np.asarray(target_rows, dtype=np.int64)

@@ -391,7 +391,8 @@ class MLPEstimator:
             self.y_scale_ = np.where(scale > 0, scale, 1.0) if y.ndim == 2 else float(scale or 1.0)
             y = (y - self.y_mean_) / self.y_scale_
         target = as_tensor(y, dtype=torch.float32 if self.task == "regression" else torch.long)
-        tensors = {"x": X if isinstance(X, DiskRows) else as_tensor(X), "y": target}
+        # Rows are gathered a batch at a time from X as it is, in memory or on disk (no copy of every row).
+        tensors = {"x": X if isinstance(X, DiskRows) else np.asarray(X), "y": target}
         self.history_: History = fit_module(
             self.model_, self._loss, tensors, config=self.train, rng=numpy_rng(self.seed, "mlp-batches"),
         )
