@@ -46,8 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import csv as pa_csv
 
-from vflo.align.ids import check_unique, tagged
+from vflo.align.ids import check_unique, tagged_array
 from vflo.errors import ConfigError, ProtocolError
 from vflo.party.policy import PSI_PROTOCOLS, UNBALANCED
 
@@ -239,7 +242,7 @@ class Side:
         the library reads from elsewhere (unbalanced PSI's partner online, from its preparation)."""
         with prepared:
             self._execute(prepared)
-            return sorted(prepared.found()) if self.rank == 0 or self.broadcast else []
+            return sorted(prepared.found().to_pylist()) if self.rank == 0 or self.broadcast else []
 
     def _execute(self, prepared: Prepared) -> None:
         if self.protocol not in PROTOCOLS and (self.protocol, self.stage) not in (
@@ -399,21 +402,26 @@ class Prepared:
     """A side's IDs written where the library reads them, and where it writes the intersection (a temporary
     folder, removed when the side ends), with the order for the child, its log and its done mark."""
 
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
+    def __init__(self, names: pa.Array | list[str]) -> None:
+        # An Arrow string array: written, read back and compared without a Python object per ID.
+        self.names = names if isinstance(names, pa.Array) else pa.array(names, type=pa.string())
         self._folder = tempfile.TemporaryDirectory(prefix="vflo-psi-")
         self.folder = Path(self._folder.name)
         self.source, self.result = self.folder / "ids.csv", self.folder / "shared.csv"
         self.order, self.log, self.done = self.folder / "order.json", self.folder / "library.log", self.folder / "done"
         # Most IDs need no quoting; those that hold a comma, a quote or a line break are written by the csv module.
-        self.quoted = any(("," in n or '"' in n or "\n" in n or "\r" in n) for n in names)
+        self.quoted = bool(len(self.names)) and bool(pc.any(pc.match_substring_regex(self.names, '[,"\r\n]')).as_py())
         if self.quoted:
             with self.source.open("w", newline="") as f:
                 writer = csv.writer(f)
                 writer.writerow(["id"])
-                writer.writerows([n] for n in names)
+                writer.writerows([n] for n in self.names.to_pylist())
         else:
-            self.source.write_text("id\n" + "\n".join(names) + "\n")
+            with self.source.open("wb") as f:
+                f.write(b"id\n")
+                if len(self.names):
+                    pa_csv.write_csv(pa.table({"id": self.names}), f,
+                                     pa_csv.WriteOptions(include_header=False, quoting_style="none"))
 
     def remove_trace(self) -> None:
         """Remove the trace the library writes at a fixed place (``/tmp/psi_ID.trace``, whatever ``TMPDIR`` says)
@@ -432,22 +440,20 @@ class Prepared:
         except OSError:
             return "(no log)"
 
-    def found(self) -> set[str]:
-        """The names the library wrote as shared."""
-        text = self.result.read_text()
-        if self.quoted or '"' in text[text.find("\n") + 1:]:
-            with self.result.open(newline="") as f:
-                reader = csv.reader(f)
-                next(reader, None)
-                return {row[0] for row in reader if row}
-        found = set(text.split("\n")[1:])
-        found.discard("")
-        return found
+    def found(self) -> pa.Array:
+        """The names the library wrote as shared (its CSV: a header, then one name a line, quoted where needed)."""
+        if self.result.stat().st_size == 0:
+            return pa.array([], type=pa.string())
+        table = pa_csv.read_csv(self.result, read_options=pa_csv.ReadOptions(column_names=["id"], skip_rows=1),
+                                parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+                                convert_options=pa_csv.ConvertOptions(column_types={"id": pa.string()},
+                                                                      strings_can_be_null=False))
+        return table.column("id").combine_chunks()
 
     def shared(self) -> np.ndarray:
         """Which of the names the library wrote as shared."""
-        found = self.found()
-        return np.fromiter((n in found for n in self.names), dtype=bool, count=len(self.names))
+        mask: np.ndarray = pc.is_in(self.names, value_set=self.found()).to_numpy(zero_copy_only=False)
+        return mask
 
     def __enter__(self) -> Prepared:
         return self
@@ -458,7 +464,7 @@ class Prepared:
 
 def prepare(ids: np.ndarray, whose: str = "this party's") -> Prepared:
     """``ids`` tagged, checked unique and written for the library."""
-    names = tagged(ids)
+    names = tagged_array(ids)
     check_unique(names, whose)
     return Prepared(names)
 
