@@ -40,6 +40,7 @@ from vflo.federation.coordinator import AlignmentConfig, Federation
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.registry import get_method
+from vflo.party.policy import Policy
 from vflo.roles import PartyInfo
 
 MARK_BEGIN, MARK_END = "<!-- psi-engines:begin -->", "<!-- psi-engines:end -->"
@@ -121,8 +122,11 @@ def timed_align(data: FederatedData, alignment: AlignmentConfig, *, asked: np.nd
     federation. The alignment is checked against the true intersection."""
     partner = next(name for name in data.train if name != "active")
     local = get_method("local")()
+    # Each party takes requests as large as the IDs (the default policy bounds a request at 1,000,000 rows: vflo's
+    # own ECDH sends every blinded point in one message).
+    bound = Policy(max_rows=max(1_000_000, *(len(d) for d in data.train.values())))
     fed, _ = build_federation(data, local, seed=0, max_message_bytes=1 << 31, alignment=alignment,
-                              alignments=stores)
+                              alignments=stores, policies=dict.fromkeys(data.train, bound))
     Session(fed).start(local)
     asked = data.train["active"].ids if asked is None else asked
     started = time.perf_counter()
