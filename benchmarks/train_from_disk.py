@@ -148,7 +148,6 @@ def child(name: str, paths: dict[str, Path], epochs: int, spill: Path) -> dict[s
     from vflo.data.partydata import PartyData
     from vflo.data.preprocessing import Standardizer
     from vflo.federation.simulation import run_method
-    from vflo.metrics import compute_metrics
     from vflo.party.policy import Policy
     from vflo.roles import PartyInfo
     from vflo.spill import SpillConfig, configure
@@ -188,13 +187,25 @@ def child(name: str, paths: dict[str, Path], epochs: int, spill: Path) -> dict[s
                    if name == "rap" else "fit", fitted[0]))
     stamps.append(("score the 100,000 new people", done))
     sampler.stop()
-    stages = [{"stage": stage, "seconds": at - stamps[i][1], "peak_gb": sampler.peak(stamps[i][1], at)}
-              for i, (stage, at) in enumerate(stamps[1:])]
+    return _result(name, epochs, len(train["bank"]), stamps, sampler, out, labels) | {"peak_gb": _own_peak_gb()}
+
+
+def _own_peak_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # kB on Linux
+
+
+def _result(name: str, epochs: int, rows: int, stamps: list[tuple[str, float]], sampler: Sampler, out: Any,
+            labels: np.ndarray) -> dict[str, Any]:
+    """A run's record: each stage's seconds and peak memory (from the stamps that end them), what was sent, and the
+    scores' accuracy and AUC."""
+    from vflo.metrics import compute_metrics
+
     metrics = compute_metrics("binary", labels, out.scores)
-    return {"method": name, "rows": len(train["bank"]), "epochs": epochs, "stages": stages,
-            "total_seconds": done - stamps[0][1],
-            "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,  # kB on Linux
-            "bytes": out.fit_summary.bytes, "accuracy": metrics["accuracy"], "auc": metrics.get("roc_auc")}
+    return {"method": name, "rows": rows, "epochs": epochs,
+            "stages": [{"stage": stage, "seconds": at - stamps[i][1], "peak_gb": sampler.peak(stamps[i][1], at)}
+                       for i, (stage, at) in enumerate(stamps[1:])],
+            "total_seconds": stamps[-1][1] - stamps[0][1], "bytes": out.fit_summary.bytes,
+            "accuracy": metrics["accuracy"], "auc": metrics.get("roc_auc")}
 
 
 def _configs(work: Path, paths: dict[str, Path], rows: int, spill: Path, epochs: int) -> Path:
@@ -259,15 +270,16 @@ def deployed(name: str, paths: dict[str, Path], epochs: int, work: Path) -> dict
     stages as in one process, and every party's peak resident memory."""
     from vflo.deploy import Deployment, load_deploy_config
     from vflo.federation.coordinator import AlignmentConfig
-    from vflo.metrics import compute_metrics
 
     shutil.rmtree(work, ignore_errors=True)  # a run's certificates and configs are its own
     work.mkdir(parents=True)
     paths = {k: v.resolve() for k, v in paths.items()}  # the configs name them from their own folder
-    deploy = _configs(work, paths, _rows(paths["bank"]), (work / "spill").resolve(), epochs)
-    partners = ["shop", "server"] if name == "rap" else ["shop"]
-    served = {p: _serve(work, p) for p in partners}
+    rows = _rows(paths["bank"])
+    deploy = _configs(work, paths, rows, (work / "spill").resolve(), epochs)
+    served: dict[str, subprocess.Popen[bytes]] = {}
     try:
+        for partner in ["shop", "server"] if name == "rap" else ["shop"]:
+            served[partner] = _serve(work, partner)
         sampler = Sampler()
         stamps: list[tuple[str, float]] = [("start", time.perf_counter())]
         deployment = Deployment(load_deploy_config(deploy))
@@ -281,14 +293,8 @@ def deployed(name: str, paths: dict[str, Path], epochs: int, work: Path) -> dict
         sampler.stop()
     finally:
         peaks = {p: _stop(work, p, process) for p, process in served.items()}
-    labels = np.load(paths["labels"])
-    metrics = compute_metrics("binary", labels, out.scores)
-    return {"method": name, "rows": _rows(paths["bank"]), "epochs": epochs, "deployed": True,
-            "stages": [{"stage": stage, "seconds": at - stamps[i][1], "peak_gb": sampler.peak(stamps[i][1], at)}
-                       for i, (stage, at) in enumerate(stamps[1:])],
-            "total_seconds": done - stamps[0][1],
-            "party_peak_gb": {"bank": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9, **peaks},
-            "bytes": out.fit_summary.bytes, "accuracy": metrics["accuracy"], "auc": metrics.get("roc_auc")}
+    return _result(name, epochs, rows, stamps, sampler, out, np.load(paths["labels"])) | {
+        "deployed": True, "party_peak_gb": {"bank": _own_peak_gb(), **peaks}}
 
 
 def _rows(path: Path) -> int:

@@ -18,7 +18,7 @@ from vflo.data import preprocessing
 from vflo.data.files import ColumnFile, open_table, read_table
 from vflo.data.partydata import PartyData
 from vflo.deploy.configs import load_party_config
-from vflo.errors import ConfigError
+from vflo.errors import ConfigError, DataFileError
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
 from vflo.nn import train as train_module
@@ -90,6 +90,31 @@ def test_a_sink_refuses_rows_that_do_not_continue_it_and_an_abandoned_one_leaves
     del sink
     gc.collect()
     assert not list(folder.iterdir())
+
+
+def test_a_spill_folder_that_cannot_be_written_and_a_truncated_file_say_so(limit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the folder should be")
+    spill.configure(SpillConfig(limit_mb=0, folder=str(blocker / "spill")))
+    with pytest.raises(ConfigError, match=r"cannot keep the test rows .* on disk in .*set \[spill\] folder"):
+        RowSink(10, 3, np.float32, what="the test rows")
+    limit(0)
+    sink = RowSink(10, 3, np.float32)
+    sink.write(np.ones((10, 3), dtype=np.float32))
+    rows = sink.finish()
+    assert isinstance(rows, DiskRows)
+    with rows.path.open("r+b") as f:
+        f.truncate(12 * 5)
+    assert np.array_equal(rows[0:5], np.ones((5, 3), dtype=np.float32))
+    with pytest.raises(OSError, match="ended early"):
+        rows[0:10]
+
+
+def test_a_file_that_is_not_parquet_is_refused_with_its_name(tmp_path: Path) -> None:
+    path = tmp_path / "bank.parquet"
+    path.write_text("id,x\n1,2\n")
+    with pytest.raises(DataFileError, match=r"party 'bank': could not read .*bank.parquet"):
+        PartyData.from_file(path, party="bank", id_column="id")
 
 
 def test_reading_a_matrix_on_disk_keeps_resident_memory_bounded(limit) -> None:  # type: ignore[no-untyped-def]

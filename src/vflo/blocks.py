@@ -26,6 +26,9 @@ import numpy as np
 
 #: Rows per block: the widest intermediate of a 256-wide network is 2 MB, within a core's cache.
 BLOCK = 2048
+#: Rows handed over at a time between a matrix that may be kept on disk (vflo.spill) and the blocks: a whole number
+#: of blocks, so chunked scoring gives the numbers of scoring every row at once.
+CHUNK = 128 * BLOCK
 _single = threading.Lock()
 
 

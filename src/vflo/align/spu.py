@@ -402,10 +402,10 @@ class Prepared:
     """A side's IDs written where the library reads them, and where it writes the intersection (a temporary
     folder, removed when the side ends), with the order for the child, its log and its done mark."""
 
-    def __init__(self, names: pa.Array | pa.ChunkedArray | list[str]) -> None:
-        # An Arrow string array: written, read back and compared without a Python object per ID.
-        self.names = (names.combine_chunks() if isinstance(names, pa.ChunkedArray) else
-                      names if isinstance(names, pa.Array) else pa.array(names, type=pa.string()))
+    def __init__(self, names: pa.Array | list[str]) -> None:
+        # An Arrow string array (tagged_array gives one): written, read back and compared without a Python object
+        # per ID.
+        self.names = names if isinstance(names, pa.Array) else pa.array(names, type=pa.string())
         self._folder = tempfile.TemporaryDirectory(prefix="vflo-psi-")
         self.folder = Path(self._folder.name)
         self.source, self.result = self.folder / "ids.csv", self.folder / "shared.csv"

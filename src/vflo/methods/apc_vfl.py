@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.align.plain import SELECTOR, Alignment, selected_ids
+from vflo.blocks import CHUNK
 from vflo.comm.message import IDS, Fields, Payload, expect_rows
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError
 from vflo.methods.base import Claim, Inference, MethodConfig, handles
 from vflo.methods.representation import CLASSIFIER, RepresentationMethod
 from vflo.methods.saved import PARTY_NAMES, At, Part, Saved, Saves, autoencoder
-from vflo.nn.distill import CHUNK, DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
+from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
 from vflo.spill import Rows, RowSink
-from vflo.spill import current as current_spill
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -249,9 +249,6 @@ class APCVFL(RepresentationMethod):
 
     def _joint_input(self, g1_active: FittedAutoencoder, x_active: np.ndarray, remote: Sequence[Rows]) -> Rows:
         """[g1_A(x), g1_P1(x), ...] of the aligned rows, a chunk at a time (kept on disk beyond the [spill] limit)."""
-        if all(isinstance(r, np.ndarray) for r in remote) and not current_spill().spills(
-                len(x_active) * (g1_active.width + sum(int(r.shape[1]) for r in remote)) * 4):
-            return np.hstack([g1_active.encode(x_active), *remote])
         sink = RowSink(len(x_active), g1_active.width + sum(int(r.shape[1]) for r in remote), np.float32,
                        what="the joint autoencoder's input")
         for start in range(0, len(x_active), CHUNK):

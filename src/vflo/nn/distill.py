@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from vflo.blocks import BLOCK
+from vflo.blocks import CHUNK
 from vflo.errors import ConfigError
 from vflo.executor import in_blocks
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
 from vflo.spill import Rows, RowSink, Slotted
-from vflo.spill import current as current_spill
 
 if TYPE_CHECKING:
     import torch
@@ -39,8 +38,6 @@ else:
 
 
 DistillLoss = Literal["mse", "mae"]
-#: Rows encoded at a time into a matrix that may be kept on disk: a whole number of blocks.
-CHUNK = 128 * BLOCK
 Reduction = Literal["sum", "mean"]
 
 
@@ -90,10 +87,8 @@ class FittedAutoencoder:
 
     def encode_rows(self, X: Rows, *, what: str = "latents") -> Rows:
         """:meth:`encode` of many rows, ``X`` in memory or on disk: the latents in memory while they are within the
-        party's ``[spill]`` limit, else in a file of its own (:mod:`vflo.spill`). Rows go :data:`CHUNK` at a time, a
-        whole number of blocks, so the numbers are :meth:`encode`'s."""
-        if isinstance(X, np.ndarray) and not current_spill().spills(X.shape[0] * self.width * 4):
-            return self.encode(X)
+        party's ``[spill]`` limit, else in a file of its own (:mod:`vflo.spill`). Rows go
+        :data:`~vflo.blocks.CHUNK` at a time, a whole number of blocks, so the numbers are :meth:`encode`'s."""
         sink = RowSink(X.shape[0], self.width, np.float32, what=what)
         for start in range(0, X.shape[0], CHUNK):
             sink.write(self.encode(X[start:start + CHUNK]))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from vflo.blocks import CHUNK
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError
 from vflo.executor import in_blocks
@@ -30,8 +31,6 @@ else:
     from vflo.lazy import torch
 
 
-#: Rows scored at a time from a matrix kept on disk (a whole number of vflo.blocks' blocks).
-CHUNK = 262_144
 BUILTIN_MODELS = ("auto", "logistic", "linear", "mlp", "best")
 
 
