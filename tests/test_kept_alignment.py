@@ -224,3 +224,29 @@ address = "127.0.0.1:9"
     err = capsys.readouterr().err
     assert "keeps no alignments" in err and "alignments = 'DIR'" in err
     assert main(["align", str(tmp_path / "deploy.toml"), "--serve", str(tmp_path / "none.csv")]) == 3
+
+
+def test_the_digest_is_every_tagged_id_sorted_each_on_its_line_and_membership_is_by_search() -> None:
+    import hashlib
+
+    from vflo.align import ids as id_tools
+    from vflo.align.kept import members, sorted_ids
+
+    for ids in (np.array([5, 3, 10, -2]), np.array(["b", "a", "é", "Z", "ab"]), np.array([7, "7", "x"], dtype=object),
+                np.random.default_rng(0).permutation(3000)):
+        text = "".join(f"{n}\n" for n in sorted(id_tools.tagged(ids)))
+        assert id_tools.digest(ids) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+        assert id_tools.tagged(id_tools.canonical(ids)) == sorted(id_tools.tagged(ids))
+    old = id_tools.DIGEST_BLOCK
+    id_tools.DIGEST_BLOCK = 7
+    try:
+        ids = np.arange(100)
+        assert id_tools.digest(ids) == hashlib.sha256("".join(f"{n}\n" for n in sorted(id_tools.tagged(ids)))
+                                                      .encode()).hexdigest()
+    finally:
+        id_tools.DIGEST_BLOCK = old
+    held = np.array(["c", "a", "x"])
+    ids = sorted_ids(np.array(["d", "a", "c", "b"]))
+    assert ids.tolist() == ["a", "b", "c", "d"] and members(ids, held).tolist() == [True, False, True, False]
+    assert not members(ids, held[:0]).any()
+

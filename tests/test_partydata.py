@@ -31,6 +31,19 @@ def test_arrays_are_read_only_so_no_party_can_alter_another_copy() -> None:
         data.X[0, 0] = 1.0
 
 
+def test_many_text_ids_are_checked_without_a_hash_index_and_indexed_on_first_lookup(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vflo.data import partydata
+
+    monkeypatch.setattr(partydata, "INDEX_LATER_FROM", 3)
+    for ids in (np.array(["a", "b", "b", "c"]), np.array(["c", "b", "a", "b"])):  # sorted, then not
+        with pytest.raises(DataError, match=r"duplicate sample IDs \['b'\]"):
+            PartyData(party="p", ids=ids, X=np.zeros((4, 1)), columns=("x",))
+    rows = PartyData(party="p", ids=np.array(["d", "a", "c", "b"]), X=np.arange(4.0)[:, None], columns=("x",))
+    assert rows._index is None
+    assert rows.subset(["c", "d"]).X.ravel().tolist() == [2.0, 0.0] and rows._index is not None
+
+
 def test_duplicate_ids_are_refused_with_the_ids_named() -> None:
     with pytest.raises(DataError, match=r"duplicate sample IDs \[5\].*drop or merge"):
         PartyData(party="p", ids=[5, 5, 6], X=np.zeros((3, 1)), columns=("a",))

@@ -113,3 +113,21 @@ def test_two_jobs_of_one_step_share_the_helpers_whichever_is_collected_first() -
         second, first = double(), own()  # the later job collected first, as psi.handle does
     assert np.array_equal(first, blind(hash_ids(ids, salt), key, workers=1))
     assert np.array_equal(second, blind(points, key, workers=1))
+
+
+def test_matching_points_by_their_first_bytes_equals_comparing_whole_rows() -> None:
+    rng = np.random.default_rng(3)
+    pool = rng.integers(0, 256, (5000, 32), dtype=np.uint8)
+    queries = np.concatenate([pool[rng.choice(5000, 1500, replace=False)], rng.integers(0, 256, (2000, 32), np.uint8)])
+    near = pool[:50].copy()
+    near[:, 31] ^= 1  # the same first 8 bytes, another point
+    queries = np.concatenate([queries, near])[rng.permutation(len(queries) + 50)]
+    rows = np.dtype((np.void, 32))
+    whole = np.isin(queries.view(rows).ravel(), pool.view(rows).ravel())
+    assert np.array_equal(psi.matches(queries, pool), whole) and whole.sum() == 1500
+    repeated = pool.copy()
+    repeated[1, :8] = repeated[0, :8]  # two keys alike: the rows themselves are compared
+    assert np.array_equal(psi.matches(queries, repeated), np.isin(queries.view(rows).ravel(),
+                                                                   repeated.view(rows).ravel()))
+    assert psi.matches(queries[:0], pool).shape == (0,) and not psi.matches(queries, pool[:0]).any()
+

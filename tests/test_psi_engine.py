@@ -9,13 +9,14 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from tests.conftest import make_dataset
 from vflo.align import spu
-from vflo.align.ids import check_unique, tagged
+from vflo.align.ids import check_unique, tagged, tagged_array
 from vflo.align.plain import Aligned
 from vflo.comm.message import Message
 from vflo.comm.pki import create_ca, make_request, sign_request
@@ -230,6 +231,51 @@ def test_ids_are_tagged_by_type_the_same_for_both_engines() -> None:
     check_unique(tagged(np.array([7, "7"], dtype=object)))  # the int 7 and the text "7" are two people
 
 
+@pytest.mark.parametrize("ids", [
+    ["person-1", "b", "", "a longer one", "x,y", 'q"uote'],  # texts of every width, an empty one, CSV specials
+    ["abc\x00d", "z"],  # a NUL inside a text is kept
+    [f"u{i:05d}" for i in range(1000)],
+    ["é", "plain"],  # not ASCII: tagged by the general path
+])
+def test_text_ids_tagged_straight_from_numpy_equal_the_tagging_both_engines_share(ids: list[str]) -> None:
+    array = np.array(ids)
+    assert tagged_array(array).to_pylist() == tagged(array)
+
+
+def test_sorted_ids_are_checked_by_their_neighbours_and_others_by_a_hash() -> None:
+    for ids in (np.array([1, 2, 2, 3]), np.array(["a", "b", "b"]), np.array([3, 1, 3]), np.array(["b", "a", "b"])):
+        with pytest.raises(DataError, match="repeats some"):
+            check_unique(tagged_array(ids), ids=ids)
+    for ids in (np.arange(5), np.array(["a", "b", "c"]), np.array([3, 1, 2])):
+        check_unique(tagged_array(ids), ids=ids)
+
+
+def test_a_side_never_run_ends_its_child_and_a_refused_list_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each side's child starts with its preparation (to load the library meanwhile) and waits for its order.
+    started: list[Any] = []
+    start = spu._start_child
+    monkeypatch.setattr(spu, "_start_child", lambda *a: started.append(start(*a)) or started[-1])
+    with spu.prepare(np.arange(5)) as prepared:
+        folder = prepared.folder
+        assert started[0].poll() is None  # waiting for an order that never comes
+    assert started[0].wait(timeout=10) == 0 and not folder.exists()
+    with pytest.raises(DataError, match="repeats some"):
+        spu.prepare(np.array([4, 4]))
+    assert started[1].wait(timeout=10) == 0
+    with pytest.raises(ProtocolError, match="serve one run"):
+        prepared.take_child()
+
+
+def test_the_relay_says_when_its_target_listens() -> None:
+    with socket.socket() as target:
+        target.bind(("127.0.0.1", 0))
+        port = target.getsockname()[1]
+        with spu.CountingRelay(("127.0.0.1", port)) as relay:
+            assert not relay.wait_listening(0.2)  # nothing listens there yet: the relay refuses too
+            target.listen()
+            assert relay.wait_listening(10)
+
+
 @needs_library
 def test_a_side_that_fails_says_why_with_the_end_of_the_librarys_log(tmp_path: Path) -> None:
     (tmp_path / "bad.pem").write_text("not a certificate")
@@ -261,7 +307,7 @@ def test_a_side_that_never_ends_is_stopped_and_the_error_says_what_to_check(
 
 def test_a_side_whose_library_aborts_after_writing_its_result_keeps_the_result(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    def aborts_after_the_result(prepared: spu.Prepared, timeout_s: float) -> int:
+    def aborts_after_the_result(prepared: spu.Prepared, order: dict[str, object], timeout_s: float) -> int:
         prepared.result.write_text("id\ni:2\ni:5\n")
         prepared.done.write_text("2")
         return -6  # SIGABRT in the link's teardown, after the result

@@ -18,7 +18,7 @@ from vflo.data import preprocessing
 from vflo.data.files import ColumnFile, open_table, read_table
 from vflo.data.partydata import PartyData
 from vflo.deploy.configs import load_party_config
-from vflo.errors import ConfigError, DataFileError
+from vflo.errors import ConfigError, DataError, DataFileError
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
 from vflo.nn import train as train_module
@@ -247,3 +247,33 @@ def test_a_party_config_sets_its_spill(tmp_path: Path) -> None:
     assert load_party_config(path).spill == SpillConfig(limit_mb=512, folder=str(tmp_path / "scratch"))
     with pytest.raises(ConfigError, match="limit_mb must be -1"):
         SpillConfig(limit_mb=-5)
+
+
+def test_text_ids_come_straight_from_the_file_as_the_table_reads_them(tmp_path: Path) -> None:
+    # ASCII text without a Python string per ID; other text, numbers and gaps by the table's path, as before.
+    for ids in (["p-1", "b", "a longer id"], ["é", "a", "b"], [7, 8, 9]):
+        path = tmp_path / "ids.parquet"
+        pd.DataFrame({"pid": ids, "x": [1.0, 2.0, 3.0]}).to_parquet(path)
+        by_column = PartyData.from_file(path, party="bank", id_column="pid")
+        whole = PartyData.from_frame(read_table(path, party="bank", id_column="pid"), party="bank", id_column="pid")
+        assert by_column.ids.tolist() == whole.ids.tolist() == [str(i) for i in ids]
+    pd.DataFrame({"pid": ["a", None, "c"], "x": [1.0, 2.0, 3.0]}).to_parquet(path)
+    with pytest.raises(DataError, match="missing values"):
+        PartyData.from_file(path, party="bank", id_column="pid")
+
+
+def test_ascii_text_places_every_block_of_rows() -> None:
+    import pyarrow as pa
+
+    from vflo.data import files
+
+    column = pa.array([f"u{i}" * (i % 3) for i in range(50)])[7:]  # a slice, empty texts, widths 0 to 6
+    old = files.TEXT_BLOCK
+    files.TEXT_BLOCK = 4
+    try:
+        text = files.ascii_text(column)
+    finally:
+        files.TEXT_BLOCK = old
+    assert text is not None and text.tolist() == column.to_pylist()
+    assert files.ascii_text(pa.array(["é"])) is None
+

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from vflo.align.ids import canonical, digest
 from vflo.align.plain import Aligned, Alignment
@@ -100,7 +102,8 @@ class AlignmentStore:
         try:
             if ids is not None and shared is not None:
                 table = self.folder / f"{record.stem}.parquet"
-                _atomic(table, lambda tmp: pd.DataFrame({"id": ids, "shared": shared}).to_parquet(tmp, index=False))
+                # Straight from NumPy to Arrow: no Python object per ID on the way (pandas made one).
+                _atomic(table, lambda tmp: pq.write_table(pa.table({"id": pa.array(ids), "shared": shared}), tmp))
                 written.append(table)
             manifest = self.folder / f"{record.stem}.json"
             _atomic(manifest, lambda tmp: tmp.write_text(json.dumps(asdict(record), indent=1), encoding="utf-8"))
@@ -226,6 +229,23 @@ def keep(fed: Federation, store: AlignmentStore, found: Alignment, parties: Sequ
     return written
 
 
+def sorted_ids(ids: np.ndarray) -> np.ndarray:
+    """``ids`` sorted; as they are when they already are (most files are), without a sorted copy."""
+    return ids if len(ids) < 2 or bool(np.all(ids[1:] >= ids[:-1])) else np.sort(ids)
+
+
+def members(ids: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Which of the sorted ``ids`` are in ``among``, by binary search over ``among`` sorted: an index per ID,
+    where ``np.isin`` sorts both together (ten million text IDs: several copies of them)."""
+    among = sorted_ids(among)
+    if not len(among):
+        return np.zeros(len(ids), dtype=bool)
+    at = np.searchsorted(among, ids)
+    at[at == len(among)] = 0
+    found: np.ndarray = among[at] == ids
+    return found
+
+
 def now() -> str:
     """The time a record is made: UTC, ISO 8601 to the microsecond (records sort by it)."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
@@ -244,8 +264,8 @@ def handle_keep(ctx: NodeContext, payload: Fields) -> Payload:
     if mode == "both" and known.held is None:
         raise ProtocolError(f"{KEEP_KIND} before this party learned the intersection's result")
     rows = ctx.rows(purpose).ids
-    ids = np.sort(rows)
-    shared = np.isin(ids, known.held) if known.held is not None else None
+    ids = sorted_ids(rows)
+    shared = members(ids, known.held) if known.held is not None else None
     record = Kept(token=payload.text("token"), party=ctx.party, peer=ctx.sender, side="partner", purpose=purpose,
                   mode=mode, engine=payload.text("engine"), created=now(), digest=store.digest_of(rows), n_ids=len(ids),
                   shared=-1 if shared is None else int(shared.sum()))

@@ -31,6 +31,9 @@ OPEN: dict[str, FieldSpec] = {"protocol": STR, "purpose": STR, "mode": STR, "por
 RESULT: dict[str, FieldSpec] = {}
 #: How long a party waits for the other side of one intersection.
 TIMEOUT_S = 900.0
+#: How long the active party waits for the partner's side to listen before starting its own regardless (which
+#: then waits for the partner as long as :data:`TIMEOUT_S` allows).
+START_WAIT_S = 60.0
 
 
 def _tls(files: tuple[str, str, str] | None) -> spu.LinkTLS | None:
@@ -92,7 +95,9 @@ def handle_result(ctx: NodeContext, payload: Fields) -> Payload:
     part.running = None
     shared = running.join(TIMEOUT_S)
     if mode == "both":
-        ctx.part(Aligned).held = np.sort(shared)
+        # Most parties' IDs come sorted, and so the shared ones: checking costs a hundredth of sorting text.
+        in_order = len(shared) < 2 or bool(np.all(shared[1:] >= shared[:-1]))
+        ctx.part(Aligned).held = shared if in_order else np.sort(shared)
     return {"count": len(shared)}
 
 
@@ -146,6 +151,11 @@ def over_link(fed: Federation, party: str, kind: str, request: Payload, side: Ca
         if reply.integer("port") == 0:
             return reply, None
         with spu.CountingRelay((fed.transport.peer_host(party), reply.integer("port"))) as outbound:
+            # This side starts once the partner's listens. A side that dials a peer not yet listening is refused,
+            # and its link then waits about 3 s before it dials again: seen in 3 runs of 5 at 1M IDs when this
+            # side's process, started ahead, went first. The partner, which dials first instead, finds this side
+            # listening within the link's quick redials.
+            outbound.wait_listening(START_WAIT_S)
             mask = side(f"{host}:{own_port}", f"127.0.0.1:{outbound.port}").run(prepared)
             count = fed.exchange(RESULT_KIND, {party: {}})[party].integer("count")
     sent, received = outbound.out_bytes + inbound.in_bytes, outbound.in_bytes + inbound.out_bytes

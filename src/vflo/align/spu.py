@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import importlib.util
 import json
 import logging
 import os
@@ -38,10 +37,9 @@ import sys
 import tempfile
 import threading
 import time
-import types
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +49,14 @@ import pyarrow.compute as pc
 from pyarrow import csv as pa_csv
 
 from vflo.align.ids import check_unique, tagged_array
+from vflo.align.spu_side import INSTALL, PROTOCOLS  # noqa: F401 (INSTALL: the install line, for messages)
+from vflo.align.spu_side import libraries as _libraries
 from vflo.errors import ConfigError, ProtocolError
-from vflo.party.policy import PSI_PROTOCOLS, UNBALANCED
+from vflo.party.policy import UNBALANCED
 
 logger = logging.getLogger(__name__)
 
 #: The protocols vflo runs through the library: the name a config gives, and the library's.
-PROTOCOLS = {name: f"PROTOCOL_{name.upper()}" for name in PSI_PROTOCOLS}
-INSTALL = "pip install --no-deps spu==0.9.5"
 TRACE = re.compile(r"Trace has been written to (/tmp/psi_[A-Za-z0-9_-]+\.trace)")
 
 
@@ -69,33 +67,6 @@ def missing() -> str:
     except ConfigError as exc:
         return str(exc)
     return ""
-
-
-@cache
-def _libraries() -> tuple[Any, Any]:
-    """``libspu`` (its link) and ``libpsi``, loaded from the installed ``spu`` package without running its
-    ``__init__`` (which imports JAX)."""
-    spec = importlib.util.find_spec("spu") if "spu" not in sys.modules else None
-    root = Path(spec.submodule_search_locations[0]) if spec is not None and spec.submodule_search_locations \
-        else Path(getattr(sys.modules.get("spu"), "__path__", [""])[0])
-    if not (root / "libpsi.so").is_file() or not (root / "libspu.so").is_file():
-        raise ConfigError(f"the PSI library is not installed here: {INSTALL} (or use vflo's own PSI: "
-                          "[alignment] engine = 'vflo')")
-    if "spu" not in sys.modules:
-        package = types.ModuleType("spu")
-        package.__path__ = [str(root)]
-        sys.modules["spu"] = package
-    loaded = []
-    for name in ("libspu", "libpsi"):
-        full = f"spu.{name}"
-        if full not in sys.modules:
-            spec_so = importlib.util.spec_from_file_location(full, root / f"{name}.so")
-            assert spec_so is not None and spec_so.loader is not None
-            module = importlib.util.module_from_spec(spec_so)
-            sys.modules[full] = module
-            spec_so.loader.exec_module(module)
-        loaded.append(sys.modules[full])
-    return loaded[0], loaded[1]
 
 
 @dataclass(frozen=True)
@@ -135,6 +106,7 @@ class CountingRelay:
         self._server.bind((host, 0))
         self.port: int = self._server.getsockname()[1]
         self._closed = False
+        self._listening = threading.Event()
         self._threads: list[threading.Thread] = []
         threading.Thread(target=self._accept, daemon=True, name="vflo-psi-relay").start()
 
@@ -145,8 +117,12 @@ class CountingRelay:
                 socket.create_connection(self.target, timeout=5).close()
                 return True
             except OSError:
-                time.sleep(0.02)
+                time.sleep(0.005)
         return False
+
+    def wait_listening(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the relay listens, that is until its target does."""
+        return self._listening.wait(timeout_s)
 
     def _accept(self) -> None:
         if not self._target_listens():
@@ -155,6 +131,7 @@ class CountingRelay:
             self._server.listen()
         except OSError:
             return
+        self._listening.set()
         while not self._closed:
             try:
                 client, _ = self._server.accept()
@@ -259,159 +236,115 @@ class Side:
             order["tls"] = {k: str(Path(v).resolve()) for k, v in asdict(self.tls).items()}
         if self.cache:
             order["cache"] = str(Path(self.cache).resolve())
-        prepared.order.write_text(json.dumps(order))
-        code = _run_child(prepared, self.timeout_s)
+        code = _run_child(prepared, order, self.timeout_s)
         if not prepared.done.is_file():
             raise ProtocolError(f"the PSI library's side (rank {self.rank}, {self.protocol}) ended with exit "
                                 f"status {code} before its result; the end of its log:\n{prepared.log_tail()}")
-        if code != 0:
+        if code not in (None, 0):
             logger.warning("the PSI library's side exited with status %s after writing its result (its link's "
                            "teardown); the result stands", code)
 
 
-#: What a side's child process runs (:func:`child` on its order's path).
-CHILD = "import sys; from vflo.align.spu import child; child(sys.argv[1])"
+#: What a side's child process runs (:func:`vflo.align.spu_side.child`, its order on standard input).
+CHILD = "from vflo.align.spu_side import child; child()"
 #: How long past its own timeout a side's child may run before it is stopped.
 CHILD_GRACE_S = 30.0
 
 
-def _run_child(prepared: Prepared, timeout_s: float) -> int:
-    """Run :func:`child` on ``prepared``'s order; its exit status (killed if it outlives ``timeout_s``)."""
+def _start_child(folder: Path, log: Path) -> subprocess.Popen[bytes]:
+    """A side's child process, started before its order is known: it loads the library and then waits for the
+    order on its standard input (:func:`child`), so that its start (0.17 s here) overlaps the party's other work."""
     env = dict(os.environ)
     # The child finds vflo where this process found it, however it was put on the path.
     source_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH", "")) if p)
     # The library's working folders (the party's IDs sorted, its buckets) go into the side's folder, removed with
     # it: the library leaves them behind, in /tmp otherwise.
-    env["TMPDIR"] = str(prepared.folder)
-    with prepared.log.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-c", CHILD, str(prepared.order)],
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   cwd=prepared.folder, env=env)
+    env["TMPDIR"] = str(folder)
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=out,
+                                stderr=subprocess.STDOUT, cwd=folder, env=env)
+
+
+def _stop_child(process: subprocess.Popen[bytes]) -> None:
+    """End a side's child that got no order (its standard input closed, it leaves), or one still running."""
+    with contextlib.suppress(OSError):
+        if process.stdin is not None:
+            process.stdin.close()
     try:
-        code = process.wait(timeout=timeout_s + CHILD_GRACE_S)
-        prepared.remove_trace()
-        return code
+        process.wait(timeout=5)
     except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _run_child(prepared: Prepared, order: dict[str, Any], timeout_s: float) -> int | None:
+    """Hand ``order`` to ``prepared``'s child (:func:`child`) and wait until it has written its result or ended
+    (killed if it outlives ``timeout_s``): its exit status, or None while it still closes its link (a tenth of a
+    second here; :class:`Prepared` waits for that when it is done with)."""
+    process = prepared.take_child()
+    try:
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(order).encode("utf-8"))
+        process.stdin.close()
+    except OSError:  # the child ended before its order (its log says why): its status below
+        pass
+    deadline = time.monotonic() + timeout_s + CHILD_GRACE_S
+    try:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = process.wait(timeout=0.005)
+                prepared.remove_trace()
+                return code
+            if prepared.done.is_file():
+                return None
         raise ProtocolError(
             f"the PSI library's side did not end within {timeout_s + CHILD_GRACE_S:.0f} s, so it was stopped: most "
             "often the two parties' sides never met. Check that each party reaches the other at the port its "
             "[policy] psi_link gives (open it to the other party's host; port 0 picks any port, which a firewall "
             "must then allow), or use vflo's own PSI ([alignment] engine = 'vflo'), which needs no other port. The "
-            f"end of its log:\n{prepared.log_tail()}") from None
-    finally:
+            f"end of its log:\n{prepared.log_tail()}")
+    except BaseException:
         if process.poll() is None:
             process.kill()
             process.wait()
-
-
-def child(order_path: str) -> None:
-    """The library's side, in the child process :class:`Side` starts: read the order, run, mark it done."""
-    order = json.loads(Path(order_path).read_text())
-    libspu, libpsi = _libraries()
-    link = libspu.link
-    desc = link.Desc()
-    desc.id = "vflo-psi"
-    own, peer, rank = order["own"], order["peer"], order["rank"]
-    for i, address in enumerate((own, peer) if rank == 0 else (peer, own)):
-        desc.add_party(f"r{i}", address)
-    desc.recv_timeout_ms = int(order["timeout_s"] * 1000)
-    desc.connect_retry_times = max(1, int(order["timeout_s"] / 0.05))
-    desc.connect_retry_interval_ms = 50
-    # A message the link could not deliver (its peer's relay still refusing, a loaded peer) is sent again after
-    # 1, 3 and 5 s by default: most of a small intersection's time. Every 50 ms, then at most every 200 ms, for as
-    # long as the side may run.
-    retry = desc.retry_opts
-    retry.retry_interval_ms, retry.retry_interval_incr_ms, retry.max_retry_interval_ms = 50, 50, 200
-    retry.max_retry = max(3, int(order["timeout_s"] / 0.2))
-    if order["tls"] is not None:
-        tls = LinkTLS(**order["tls"])
-        desc.enable_ssl = True
-        for opts in (desc.client_ssl_opts, desc.server_ssl_opts):
-            opts.cert.certificate_path = tls.certificate
-            opts.cert.private_key_path = tls.key
-            opts.verify.ca_file_path = tls.ca
-            opts.verify.verify_depth = 1
-    context = link.create_brpc(desc, rank)
-    if order["protocol"] == UNBALANCED:
-        # The library's unbalanced PSI connects the link to its peer a second time (its handshake, under the same
-        # key as create_brpc's). A handshake that arrives while the first one is still unread is dropped, so a side
-        # that raced ahead into the second could leave a slower one (a loaded machine) waiting for it until the
-        # timeout: seen in 2 of 7 runs of its tests beside two busy processes, the stacks showing one side in
-        # the second connect and the other past it. A barrier first lets neither side on before both have read
-        # the first handshake.
-        context.barrier()
-        count = _unbalanced(libpsi, order, context)
-    else:
-        count = _balanced(libpsi, order, context)
-    Path(order["done"]).write_text(str(count))
-    # Stopping the link waits for the peer to acknowledge what this side sent last; a peer that has already gone
-    # would keep it retrying for as long as the retries above allow. The result is written: wait a little, then go.
-    stopping = threading.Thread(target=context.stop_link, daemon=True)
-    stopping.start()
-    stopping.join(timeout=5)
-    sys.stdout.flush()
-    # Past this point nothing is left to do; leaving without the interpreter's teardown keeps the link's threads
-    # from running into freed objects.
-    os._exit(0)
-
-
-def _balanced(libpsi: Any, order: dict[str, Any], context: Any) -> int:
-    config = libpsi.PsiExecuteConfig()
-    config.protocol_conf.protocol = getattr(libpsi.PsiProtocol, PROTOCOLS[order["protocol"]])
-    config.protocol_conf.receiver_rank = 0
-    config.protocol_conf.broadcast_result = order["broadcast"]
-    config.protocol_conf.ecdh_params.curve = libpsi.EllipticCurveType.CURVE_25519  # ECDH's, as vflo's
-    config.input_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
-    config.input_params.path = order["source"]
-    config.input_params.selected_keys = ["id"]
-    config.input_params.keys_unique = True
-    config.output_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
-    config.output_params.path = order["result"]
-    config.output_params.disable_alignment = True
-    return int(libpsi.psi_execute(config, context).intersection_count)
-
-
-def _unbalanced(libpsi: Any, order: dict[str, Any], context: Any) -> int:
-    """The library's ECDH-OPRF unbalanced PSI: the active party (rank 0) is its client, the partner its server.
-    Offline, the server evaluates its IDs under its own key (kept in its cache folder) and the client keeps what
-    it receives; online, the client's IDs are evaluated by the server and looked up there."""
-    config = libpsi.UbPsiExecuteConfig()
-    client = order["rank"] == 0
-    config.role = libpsi.UbPsiRole.ROLE_CLIENT if client else libpsi.UbPsiRole.ROLE_SERVER
-    config.cache_path = order["cache"]
-    reads = not client if order["stage"] == "offline" else client
-    if order["stage"] == "offline":
-        config.mode = libpsi.UbPsiMode.MODE_OFFLINE
-    else:
-        config.mode = libpsi.UbPsiMode.MODE_ONLINE
-        config.client_receive_result = True
-        config.server_receive_result = order["broadcast"]
-        config.output_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
-        config.output_params.path = order["result"]
-        config.output_params.disable_alignment = True
-    if reads:
-        config.input_params.type = libpsi.SourceType.SOURCE_TYPE_FILE_CSV
-        config.input_params.path = order["source"]
-        config.input_params.selected_keys = ["id"]
-        config.input_params.keys_unique = True
-    return int(libpsi.ub_psi_execute(config, context).intersection_count)
+        raise
 
 
 class Prepared:
     """A side's IDs written where the library reads them, and where it writes the intersection (a temporary
-    folder, removed when the side ends), with the order for the child, its log and its done mark."""
+    folder, removed when the side ends), with the side's child process (started at once, waiting for its order),
+    its log and its done mark."""
 
-    def __init__(self, names: pa.Array | list[str]) -> None:
-        # An Arrow string array (tagged_array gives one): written, read back and compared without a Python object
-        # per ID.
-        self.names = names if isinstance(names, pa.Array) else pa.array(names, type=pa.string())
+    def __init__(self, names: pa.Array | list[str] | None = None, *, ids: np.ndarray | None = None,
+                 whose: str = "this party's") -> None:
         self._folder = tempfile.TemporaryDirectory(prefix="vflo-psi-")
         self.folder = Path(self._folder.name)
         self.source, self.result = self.folder / "ids.csv", self.folder / "shared.csv"
-        self.order, self.log, self.done = self.folder / "order.json", self.folder / "library.log", self.folder / "done"
+        self.log, self.done = self.folder / "library.log", self.folder / "done"
+        # The child first, so that its start overlaps the IDs' tagging and writing.
+        self._child: subprocess.Popen[bytes] | None = _start_child(self.folder, self.log)
+        # A side never run (its party failed first) still ends its child, here or when this is collected.
+        self._stop = weakref.finalize(self, _stop_child, self._child)
+        try:
+            if ids is not None:  # tagged and checked here (:func:`prepare`)
+                names = tagged_array(ids)
+                check_unique(names, whose, ids=ids)
+            # An Arrow string array (tagged_array gives one): written, read back and compared without a Python
+            # object per ID.
+            self.names = names if isinstance(names, pa.Array) else pa.array(names or [], type=pa.string())
+            self._write()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _write(self) -> None:
         # Most IDs need no quoting; those that hold a comma, a quote or a line break are written by the csv module.
-        self.quoted = bool(len(self.names)) and bool(pc.any(pc.match_substring_regex(self.names, '[,"\r\n]')).as_py())
+        # The search runs over the text's bytes (a slice's neighbours too, which at worst quotes needlessly): a
+        # tenth of the time of a pattern over each ID.
+        data = self.names.buffers()[2] if len(self.names) else None
+        raw = bytes(data) if data is not None else b""
+        self.quoted = any(special in raw for special in (b",", b'"', b"\r", b"\n"))
         if self.quoted:
             with self.source.open("w", newline="") as f:
                 writer = csv.writer(f)
@@ -423,6 +356,13 @@ class Prepared:
                 if len(self.names):
                     pa_csv.write_csv(pa.table({"id": self.names}), f,
                                      pa_csv.WriteOptions(include_header=False, quoting_style="none"))
+
+    def take_child(self) -> subprocess.Popen[bytes]:
+        """The side's child process, for the one run this preparation serves (it is still ended with this)."""
+        if self._child is None:
+            raise ProtocolError("a PSI side's IDs serve one run, while they are open; prepare them again for another")
+        child, self._child = self._child, None
+        return child
 
     def remove_trace(self) -> None:
         """Remove the trace the library writes at a fixed place (``/tmp/psi_ID.trace``, whatever ``TMPDIR`` says)
@@ -453,21 +393,24 @@ class Prepared:
 
     def shared(self) -> np.ndarray:
         """Which of the names the library wrote as shared."""
-        mask: np.ndarray = pc.is_in(self.names, value_set=self.found()).to_numpy(zero_copy_only=False)
+        mask: np.ndarray = pc.is_in(self.names, value_set=self.found().cast(self.names.type)).to_numpy(
+            zero_copy_only=False)
         return mask
 
     def __enter__(self) -> Prepared:
         return self
 
     def __exit__(self, *_: object) -> None:
+        self._child = None
+        self._stop()  # a child past its result closes its link first (at most 5 s; then it is stopped)
+        self.remove_trace()
         self._folder.cleanup()
 
 
 def prepare(ids: np.ndarray, whose: str = "this party's") -> Prepared:
-    """``ids`` tagged, checked unique and written for the library."""
-    names = tagged_array(ids)
-    check_unique(names, whose)
-    return Prepared(names)
+    """``ids`` tagged, checked unique and written for the library (a repeated ID is a
+    :class:`~vflo.errors.DataError`)."""
+    return Prepared(ids=ids, whose=whose)
 
 
 class Running:

@@ -121,16 +121,11 @@ def encode(message: Message, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     total = _PREFIX.size + len(head) + head_pad + offset
     if total > max_bytes:
         raise encoded_size_limit_error(total, max_bytes, message.kind)
-    out = bytearray(total)
-    _PREFIX.pack_into(out, 0, MAGIC, VERSION, len(head))
-    start = _PREFIX.size
-    out[start : start + len(head)] = head
-    pos = start + len(head) + head_pad
-    for part in buffers:
-        n = part.nbytes if isinstance(part, memoryview) else len(part)
-        out[pos : pos + n] = part
-        pos += n
-    return bytes(out)
+    # Joined straight into the frame: each array's bytes copied once. Building a bytearray and then bytes of it
+    # held the frame twice at once (a 640 MB PSI reply briefly took 1.3 GB).
+    frame = b"".join([_PREFIX.pack(MAGIC, VERSION, len(head)), head, b"\0" * head_pad, *buffers])
+    assert len(frame) == total
+    return frame
 
 
 def decode(frame: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:

@@ -21,6 +21,21 @@ from vflo.errors import DataError
 IdArray = np.ndarray
 
 
+#: From this many text IDs, a party's rows are checked unique without a hash index, built when first needed.
+INDEX_LATER_FROM = 100_000
+
+
+def _unique_text(ids: np.ndarray) -> bool:
+    """Whether text IDs are distinct: by neighbours where they are sorted (most files), else by Arrow's hash of
+    their UTF-8 bytes (no Python string per ID)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(ids) < 2 or bool(np.all(ids[1:] > ids[:-1])):
+        return True
+    return int(pc.count_distinct(pa.array(ids, type=pa.string())).as_py()) == len(ids)
+
+
 def _as_id_array(ids: Sequence[Any] | np.ndarray) -> np.ndarray:
     arr = np.asarray(ids)
     if arr.ndim != 1:
@@ -96,13 +111,17 @@ class PartyData:
         if len(set(columns)) != len(columns):
             dupes = sorted({c for c in columns if columns.count(c) > 1})
             raise DataError(f"party {self.party!r}: column names repeated: {dupes}; rename them")
-        index = pd.Index(ids)  # a hash index: checks uniqueness, and later finds rows by ID
-        if not index.is_unique:
-            repeated = index[index.duplicated()].unique()
-            raise DataError(
-                f"party {self.party!r}: duplicate sample IDs {repeated[:5].tolist()} ({len(repeated)} in all); "
-                "each sample must appear once: drop or merge the duplicates"
-            )
+        # A hash index checks uniqueness and later finds rows by ID. Of many text IDs it is a Python string each
+        # (ten million: about 1 GB the process keeps), so those are checked without one and indexed on first use.
+        index = None if ids.dtype.kind == "U" and len(ids) >= INDEX_LATER_FROM else pd.Index(ids)
+        if not (_unique_text(ids) if index is None else index.is_unique):
+            index = pd.Index(ids)  # the repeated IDs, by name (and the last word where Arrow's check said so)
+            if not index.is_unique:
+                repeated = index[index.duplicated()].unique()
+                raise DataError(
+                    f"party {self.party!r}: duplicate sample IDs {repeated[:5].tolist()} ({len(repeated)} in all); "
+                    "each sample must appear once: drop or merge the duplicates"
+                )
         if not np.all(np.isfinite(X)):
             bad_rows, bad_cols = np.nonzero(~np.isfinite(X))
             where = sorted({columns[c] for c in bad_cols})[:5]

@@ -180,8 +180,10 @@ class Deployment:
     def _asked(self) -> np.ndarray:
         """The one set of IDs a run asks each partner about its training rows (a party answers one set a run):
         the test rows and the active party's own, together."""
-        own = self.train.ids
-        return np.unique(np.concatenate([self._test_ids().astype(own.dtype), own]))
+        own, test = self.train.ids, self._test_ids()
+        if not len(test) and (len(own) < 2 or bool(np.all(own[1:] > own[:-1]))):
+            return own  # already sorted and distinct: no sorted copy (two of ten million text IDs, 0.9 GB)
+        return np.unique(np.concatenate([test.astype(own.dtype), own]))
 
     def align_ahead(self, alignment: AlignmentConfig, *, serve: np.ndarray | None = None,
                     fresh: bool = False) -> list[AlignedWith]:
