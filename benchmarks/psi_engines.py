@@ -245,11 +245,13 @@ def docs(path: Path, page: Path) -> None:
     if "steps" in results and ("vflo", "rr22") in runs and ("library", "rr22") in runs:
         st = results["steps"]
         extra = runs[("vflo", "rr22")]["seconds"] - runs[("library", "rr22")]["seconds"]
+        beside = ("shorter than the writing, behind which it runs" if st["start_process"] < st["write_ids"]
+                  else "longer than the writing it runs beside")
         lines += ["", f"Where vflo's extra time with RR22 ({extra:.1f} s) goes, each step timed alone in the same run: "
                   f"writing a party's IDs for the library {st['write_ids']:.1f} s (the active party's, then the "
                   f"partner's: one after the other, so each refuses a repeated ID before anything starts; each side's "
                   f"process starts meanwhile), reading the intersection back {st['read_result']:.1f} s, starting a "
-                  f"side's process {st['start_process']:.1f} s (hidden behind the writing). A whole intersection of "
+                  f"side's process {st['start_process']:.1f} s ({beside}). A whole intersection of "
                   f"300 IDs through vflo's relays takes {st['small_intersection']:.1f} s: both sides' processes "
                   "start and their link connects. That cost does not grow with the IDs."]
     write_marked(page, MARK_BEGIN, MARK_END, lines)

@@ -230,7 +230,8 @@ def test_the_digest_is_every_tagged_id_sorted_each_on_its_line_and_membership_is
     import hashlib
 
     from vflo.align import ids as id_tools
-    from vflo.align.kept import members, sorted_ids
+    from vflo.align.kept import members
+    from vflo.data.order import sorted_ids
 
     for ids in (np.array([5, 3, 10, -2]), np.array(["b", "a", "é", "Z", "ab"]), np.array([7, "7", "x"], dtype=object),
                 np.random.default_rng(0).permutation(3000)):

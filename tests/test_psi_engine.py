@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_dataset
-from vflo.align import spu
+from vflo.align import spu, spu_side
 from vflo.align.ids import check_unique, tagged, tagged_array
 from vflo.align.plain import Aligned
 from vflo.comm.message import Message
@@ -149,7 +149,7 @@ def test_auto_runs_the_library_from_a_size_and_vflos_own_below_it(monkeypatch: p
 
 def test_without_the_library_a_named_protocol_is_refused_and_auto_uses_vflos_own(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spu, "missing", lambda: f"the PSI library is not installed here: {spu.INSTALL}")
+    monkeypatch.setattr(spu, "missing", lambda: f"the PSI library is not installed here: {spu_side.INSTALL}")
     data = _layout(1).materialize()
     for engine in ("rr22", "auto"):
         method = get_method("local")()

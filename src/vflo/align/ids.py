@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from vflo.data.order import in_order
 from vflo.errors import DataError
 
 
@@ -76,11 +77,9 @@ def check_unique(names: list[str] | pa.Array, whose: str = "this party's", *, id
 
     With ``ids`` (the IDs ``names`` tags), sorted numbers or texts are checked by comparing neighbours (1M IDs:
     0.01 s against 0.18 s for a hash of every name); the active party's IDs come sorted."""
-    if ids is not None and ids.dtype.kind in "iuU" and len(ids) > 1 and bool(np.all(ids[1:] >= ids[:-1])):
-        # Tagging keeps a type's order and its distinctness, so neighbours are enough.
-        distinct = len(ids) - int(np.count_nonzero(ids[1:] == ids[:-1]))
-    else:
-        distinct = len(pc.unique(names)) if isinstance(names, pa.Array) else len(set(names))
+    if ids is not None and ids.dtype.kind in "iuU" and in_order(ids, strictly=True):
+        return  # tagging keeps a type's order and its distinctness: each above the one before, none repeats
+    distinct = len(pc.unique(names)) if isinstance(names, pa.Array) else len(set(names))
     if distinct != len(names):
         raise DataError(f"private set intersection needs unique IDs; {whose} list repeats some: deduplicate it")
 

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from vflo.align.ids import canonical, digest
 from vflo.align.plain import Aligned, Alignment
 from vflo.comm.message import BOOL, INT, STR, ArraySpec, Fields, FieldSpec, Payload
+from vflo.data.order import sorted_ids
 from vflo.errors import DataError, ProtocolError
 
 if TYPE_CHECKING:
@@ -227,11 +228,6 @@ def keep(fed: Federation, store: AlignmentStore, found: Alignment, parties: Sequ
         written[party] = record
         logger.info("alignment with %s kept in %s (token %s)", party, path, record.token)
     return written
-
-
-def sorted_ids(ids: np.ndarray) -> np.ndarray:
-    """``ids`` sorted; as they are when they already are (most files are), without a sorted copy."""
-    return ids if len(ids) < 2 or bool(np.all(ids[1:] >= ids[:-1])) else np.sort(ids)
 
 
 def members(ids: np.ndarray, among: np.ndarray) -> np.ndarray:

@@ -49,14 +49,13 @@ import pyarrow.compute as pc
 from pyarrow import csv as pa_csv
 
 from vflo.align.ids import check_unique, tagged_array
-from vflo.align.spu_side import INSTALL, PROTOCOLS  # noqa: F401 (INSTALL: the install line, for messages)
+from vflo.align.spu_side import PROTOCOLS
 from vflo.align.spu_side import libraries as _libraries
 from vflo.errors import ConfigError, ProtocolError
 from vflo.party.policy import UNBALANCED
 
 logger = logging.getLogger(__name__)
 
-#: The protocols vflo runs through the library: the name a config gives, and the library's.
 TRACE = re.compile(r"Trace has been written to (/tmp/psi_[A-Za-z0-9_-]+\.trace)")
 
 
@@ -253,7 +252,8 @@ CHILD_GRACE_S = 30.0
 
 def _start_child(folder: Path, log: Path) -> subprocess.Popen[bytes]:
     """A side's child process, started before its order is known: it loads the library and then waits for the
-    order on its standard input (:func:`child`), so that its start (0.17 s here) overlaps the party's other work."""
+    order on its standard input (:func:`vflo.align.spu_side.child`), so that its start overlaps the party's other
+    work."""
     env = dict(os.environ)
     # The child finds vflo where this process found it, however it was put on the path.
     source_root = str(Path(__file__).resolve().parents[2])
@@ -279,9 +279,10 @@ def _stop_child(process: subprocess.Popen[bytes]) -> None:
 
 
 def _run_child(prepared: Prepared, order: dict[str, Any], timeout_s: float) -> int | None:
-    """Hand ``order`` to ``prepared``'s child (:func:`child`) and wait until it has written its result or ended
-    (killed if it outlives ``timeout_s``): its exit status, or None while it still closes its link (a tenth of a
-    second here; :class:`Prepared` waits for that when it is done with)."""
+    """Hand ``order`` to ``prepared``'s child (:func:`vflo.align.spu_side.child`) and wait until it has written its
+    result or ended (killed if it outlives ``timeout_s``): its exit status, or None while it still closes its link
+    (a tenth of a second here; :class:`Prepared` waits for that, and removes the library's trace, when it is done
+    with)."""
     process = prepared.take_child()
     try:
         assert process.stdin is not None
@@ -293,9 +294,7 @@ def _run_child(prepared: Prepared, order: dict[str, Any], timeout_s: float) -> i
     try:
         while time.monotonic() < deadline:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                code = process.wait(timeout=0.005)
-                prepared.remove_trace()
-                return code
+                return process.wait(timeout=0.005)
             if prepared.done.is_file():
                 return None
         raise ProtocolError(

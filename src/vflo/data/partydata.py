@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from vflo.data.files import Table, TableEncoding, open_table
+from vflo.data.order import in_order
 from vflo.errors import DataError
 
 IdArray = np.ndarray
@@ -31,7 +32,7 @@ def _unique_text(ids: np.ndarray) -> bool:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if len(ids) < 2 or bool(np.all(ids[1:] > ids[:-1])):
+    if in_order(ids, strictly=True):
         return True
     return int(pc.count_distinct(pa.array(ids, type=pa.string())).as_py()) == len(ids)
 

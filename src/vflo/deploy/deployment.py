@@ -15,6 +15,7 @@ from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
 from vflo.data.datasets import Dataset, infer_task
+from vflo.data.order import in_order
 from vflo.data.partydata import PartyData
 from vflo.deploy.configs import DeployConfig
 from vflo.deploy.party import Link, load_party_data, start_party
@@ -181,7 +182,7 @@ class Deployment:
         """The one set of IDs a run asks each partner about its training rows (a party answers one set a run):
         the test rows and the active party's own, together."""
         own, test = self.train.ids, self._test_ids()
-        if not len(test) and (len(own) < 2 or bool(np.all(own[1:] > own[:-1]))):
+        if not len(test) and in_order(own, strictly=True):
             return own  # already sorted and distinct: no sorted copy (two of ten million text IDs, 0.9 GB)
         return np.unique(np.concatenate([test.astype(own.dtype), own]))
 
