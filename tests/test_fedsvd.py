@@ -52,7 +52,7 @@ def test_federated_svd_equals_numpy_svd_of_the_joined_columns(mask: str) -> None
     seen: list[Message] = []
     fed, nodes = build_federation(data, method, seed=0, observers=(seen.append,))
     for node in nodes.values():  # blocks of 16 rows: below the default policy's 64, so the parties allow them
-        node.policy = Policy(min_mask_block=16)
+        node.policy = Policy(min_mask_block=16, alignment="plain")
     Session(fed).start(method)
     alignment = intersect(fed, np.sort(data.train["a"].ids), ["p", "q"])
     result = method.federated_svd(fed, alignment, right=True)

@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Bottom to top. A module belongs to the most specific prefix that names it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.errors", "vflo.roles", "vflo.seeding", "vflo.schema", "vflo.progress", "vflo.version", "vflo.lazy",
-     "vflo.helpers", "vflo.blocks", "vflo.spill"),
+     "vflo.helpers", "vflo.blocks", "vflo.spill", "vflo.private"),
     ("vflo.executor",),
     ("vflo.comm",),
     ("vflo.data", "vflo.metrics", "vflo.dp"),

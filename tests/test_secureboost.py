@@ -220,7 +220,7 @@ def test_a_partner_sums_only_nested_nodes_of_enough_people() -> None:
         party.histograms([HistogramAsk(3, np.arange(10), 0, 1)])
     with pytest.raises(ProtocolError, match="not its parent"):
         party.histograms([HistogramAsk(4, np.arange(15, 30), 1, 5)])
-    record, goes_left = party.splits([SplitAsk(1, Candidate(1.0, 0, 3, True))])[1]
+    record, goes_left, _ = party.splits([SplitAsk(1, Candidate(1.0, 0, 3, True))])[1]
     assert record == 0 and len(goes_left) == 20
     with pytest.raises(ProtocolError, match="never summed"):
         party.splits([SplitAsk(7, Candidate(1.0, 0, 3, True))])

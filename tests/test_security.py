@@ -249,7 +249,7 @@ def test_a_party_that_requires_psi_refuses_plain_alignment_and_runs_with_psi() -
         if refused:
             guessed = {"ids": data.train["pas"].ids[:5], "purpose": "serve"}
             reply = send(fed, "act", "pas", "align.plain", guessed)
-            assert reply.error is not None and "[policy] alignment = 'psi'" in reply.error.message
+            assert reply.error is not None and "[policy] alignment is 'psi'" in reply.error.message
             assert 'method = "psi"' in reply.error.message
             with pytest.raises(RemoteError, match="aligns only by private set intersection"):
                 method.fit(fed)

@@ -47,7 +47,7 @@ def test_embeddings_equal_the_svd_of_the_joined_shared_rows() -> None:
     seen: list[Message] = []
     fed, nodes = build_federation(data, method, seed=0, observers=(seen.append,))
     for node in nodes.values():  # blocks of 40 rows: below the default policy's 64, so the parties allow them
-        node.policy = Policy(min_mask_block=40)
+        node.policy = Policy(min_mask_block=40, alignment="plain")
     Session(fed).start(method)
     method.fit(fed)
     part = nodes["p1"].context.part(ASPPart)

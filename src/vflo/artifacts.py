@@ -37,6 +37,7 @@ from vflo.data.files import TableEncoding, read_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
 from vflo.errors import ConfigError, DataError, ProtocolError, VfloError
+from vflo.private import make_private, private_folder
 from vflo.version import __version__
 
 # 2: what a part keeps is each method's ``saves`` declaration (party names as string arrays, widths as names
@@ -143,7 +144,7 @@ def write_part(folder: Path, *, party: str, role: str, method: str, label: str, 
     """Write ``folder`` (replacing it whole, or not at all); return the SHA-256 of its manifest."""
     frame = encode(Message(sender=party, receiver=party, kind="artifact.state", round=0, payload=dict(state)),
                    max_bytes=MAX_STATE_BYTES)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(folder.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         (tmp / STATE_FILE).write_bytes(frame)
@@ -155,6 +156,7 @@ def write_part(folder: Path, *, party: str, role: str, method: str, label: str, 
             "files": {STATE_FILE: sha256_of(tmp / STATE_FILE)},
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        make_private(tmp)
         if folder.exists():
             shutil.rmtree(folder)
         tmp.replace(folder)
@@ -230,13 +232,14 @@ class ModelCard:
     manifests: Mapping[str, str] = field(default_factory=dict)
 
     def write(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
+        private_folder(folder)
         raw = {"format": FORMAT, "vflo": __version__, "label": self.label, "method": self.method,
                "config": json.loads(self.config), "model_id": self.model_id, "seed": self.seed, "task": self.task,
                "n_classes": self.n_classes, "classes": list(self.classes), "active": self.active,
                "parties": [list(p) for p in self.parties], "inference": self.inference,
                "manifests": dict(self.manifests)}
         (folder / CARD).write_text(json.dumps(raw, indent=1), encoding="utf-8")
+        make_private(folder / CARD)
 
     @classmethod
     def read(cls, folder: Path) -> ModelCard:

@@ -24,18 +24,29 @@ projection, raw features) is covered in full.
 value, and the same again for the same row, so a second request for a row returns the first release and
 averages nothing away. :class:`PrivacyAccount` counts every release a party makes, per person, against the
 budget in its own config (``[privacy] epsilon``, ``delta``) and refuses the release that would pass it.
+
+**A budget by default, kept across restarts.** A deployed party without ``[privacy]`` gets
+:data:`DEFAULT_BUDGET`; its account is a journal in its own folder (:class:`PrivacyAccount` with ``journal``), so
+a restart continues it rather than starting again at zero.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import math
+import os
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from vflo.errors import ConfigError, PrivacyBudgetError
+from vflo.errors import ConfigError, DataError, PrivacyBudgetError
+
+logger = logging.getLogger(__name__)
 
 #: What a release's ε covers when the model computing it was fitted, without privacy, on every row.
 SCOPE_FIXED_MODEL = "ε covers the release given a fixed encoder; the encoder itself was trained without privacy"
@@ -221,6 +232,15 @@ class PrivacyBudget:
             raise ConfigError(f"[privacy] delta must be in (0, 1), got {self.delta!r}")
 
 
+#: A deployed party's budget when its config has no ``[privacy]``: ε = 8 at δ = 1e-5 per person, over everything
+#: it releases under noise for as long as its account lasts. Why 8: it is the upper end of the per-person ε that
+#: published deployments of differential privacy state, and a figure past which the ε-DP guarantee (a
+#: likelihood ratio of e^8, about 3,000) no longer bounds anything a reader would call private; what it stops is
+#: the unbounded case, a coordinator asking for noisy releases until their noise averages away. A party whose
+#: noised method needs more says so in its own config (``[privacy] epsilon = ...``), named and logged.
+DEFAULT_BUDGET = PrivacyBudget(epsilon=8.0, delta=1e-5)
+
+
 class PrivacyAccount:
     """Every differentially private release a party makes, per person, and the budget that bounds them.
 
@@ -228,23 +248,86 @@ class PrivacyAccount:
     GDP conversion plus the Laplace sum (basic composition between the two). A release whose fingerprint was
     counted already is the same release again (:class:`RowNoise`) and costs nothing. A charge that would put
     anyone past the budget is refused whole, before anything is sent.
+
+    With ``journal`` (a file in the party's own folder), every charge is appended to it before the release
+    leaves, and an account opened on the same file continues where the last one ended: a restarted party does
+    not start its people's privacy again at zero. The journal is compacted when opened (one line per group of
+    people with the same spending) and written only this user can read (IDs are in it).
     """
 
-    def __init__(self, party: str, budget: PrivacyBudget | None = None) -> None:
+    def __init__(self, party: str, budget: PrivacyBudget | None = None, *, journal: Path | None = None) -> None:
         self.party = party
         self.budget = budget
         self._mu2: dict[object, float] = {}
         self._pure: dict[object, float] = {}
         self._seen: set[bytes] = set()
         self.releases = 0
+        self.journal = journal
+        if journal is not None:
+            self._open(journal)
+
+    def _open(self, journal: Path) -> None:
+        if journal.is_file():
+            self._replay(journal)
+        journal.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Compacted: the same spending in a line per group, written beside and swapped in whole.
+        groups: dict[tuple[float, float], list[object]] = defaultdict(list)
+        for person in {*self._mu2, *self._pure}:
+            groups[(self._mu2.get(person, 0.0), self._pure.get(person, 0.0))].append(person)
+        lines = [{"releases": self.releases, "ids": [], "mu2": 0.0, "eps": 0.0,
+                  "prints": sorted(p.hex() for p in self._seen)}]
+        lines += [{"releases": 0, "ids": people, "mu2": m, "eps": e} for (m, e), people in groups.items()]
+        fresh = journal.with_name(journal.name + ".new")
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.writelines(json.dumps(line) + "\n" for line in lines)
+        fresh.replace(journal)
+        if self.releases:
+            logger.info("party %s continues its privacy account (%s): %d releases of %d people so far, ε up to %.3g",
+                        self.party, journal, self.releases, self.people, self.epsilon())
+
+    def _replay(self, journal: Path) -> None:
+        texts = journal.read_text(encoding="utf-8").splitlines()
+        for number, text in enumerate(texts, start=1):
+            if not text.strip():
+                continue
+            try:
+                line = json.loads(text)
+                people, mu2, eps = line["ids"], float(line["mu2"]), float(line["eps"])
+                prints = [bytes.fromhex(p) for p in line.get("prints", [])]
+                releases = int(line["releases"])
+            except (ValueError, KeyError, TypeError) as exc:
+                # A line cut short by a crash is the last; anything else means the file is not this account's.
+                if number == len(texts):
+                    logger.warning("party %s's privacy account %s ends in an incomplete line (the process stopped "
+                                   "while writing it); it is set aside", self.party, journal)
+                    continue
+                raise DataError(f"{journal} line {number} is not a privacy account's ({exc}); it is party "
+                                f"{self.party!r}'s record of what it released: restore it from a backup rather than "
+                                "delete it") from exc
+            for person in people:
+                self._mu2[person] = self._mu2.get(person, 0.0) + mu2
+                self._pure[person] = self._pure.get(person, 0.0) + eps
+            self._seen.update(prints)
+            self.releases += releases
+
+    def _record(self, people: list[object], prints: list[bytes], mu2: float, eps: float) -> None:
+        assert self.journal is not None
+        line = {"releases": 1, "ids": list(dict.fromkeys(people)), "mu2": mu2, "eps": eps,
+                "prints": [p.hex() for p in prints]}
+        fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
 
     def charge(self, ids: np.ndarray, prints: Sequence[bytes] | None = None, *, mu: float = 0.0,
                epsilon: float = 0.0, what: str = "rows") -> None:
         """Count one release of each person in ``ids`` (skipping rows whose fingerprint was counted)."""
         people = np.asarray(ids).tolist()
+        new_prints: list[bytes] = []
         if prints is not None:
             fresh = [i for i, p in enumerate(prints) if p not in self._seen]
             people = [people[i] for i in fresh]
+            new_prints = [prints[i] for i in fresh]
         if not people:
             return
         mu2 = {p: self._mu2.get(p, 0.0) + mu * mu for p in people}
@@ -256,6 +339,8 @@ class PrivacyAccount:
                     f"party {self.party!r} refuses to release {what}: {len(set(people))} people's privacy would reach "
                     f"ε = {worst:.3g} at δ = {self.budget.delta:g}, past its budget ε = {self.budget.epsilon:g} "
                     "([privacy] epsilon in its own config); release less often, with more noise, or raise the budget")
+        if self.journal is not None:  # written before the release leaves: a crash after it still counts it
+            self._record(people, new_prints, mu * mu, epsilon)
         self._mu2.update(mu2)
         self._pure.update(pure)
         if prints is not None:

@@ -1,12 +1,17 @@
 """A party's helper processes: more cores for its own heavy work (PSI's blinding, SecureBoost's bin sums and
 decryption).
 
-A helper is ``python -m vflo.helpers``, started afresh rather than forked: a fork of a process running gRPC's
+A helper is a fresh Python running :func:`serve`, started rather than forked: a fork of a process running gRPC's
 or PyTorch's threads may hang (a forked PSI worker of a party serving over gRPC was seen waiting forever on a
 lock its parent's threads held), and ``multiprocessing``'s spawn re-runs the caller's script, which breaks
 scripts without an ``if __name__ == "__main__"`` guard. It reads calls from its stdin and writes their results
 to its stdout, length-prefixed pickles between a party and its own children, and runs only the functions
 :data:`CALLS` names. It ends when its stdin closes.
+
+A helper runs in Python's isolated mode (:func:`isolated_command`): neither the party's working folder nor
+``PYTHONPATH`` nor the user's site folder is on its import path, so a module planted there (a ``pickle.py`` in
+the folder a party was started from) cannot run inside it. Only vflo's own folder is added, after the standard
+library.
 """
 
 from __future__ import annotations
@@ -56,15 +61,22 @@ def _read(stream: IO[bytes]) -> Any:
     return pickle.loads(blob)
 
 
+def isolated_command(code: str) -> list[str]:
+    """The command that runs ``code`` in a child Python in isolated mode (``-I``: no working folder, no
+    ``PYTHONPATH``, no user site on its path), with the folder vflo itself is imported from appended, so that a
+    child of a source checkout finds vflo as an installed one does. Appended, not put first: nothing in that
+    folder can then stand in for a module of the standard library."""
+    root = str(Path(__file__).resolve().parents[1])
+    return [sys.executable, "-I", "-c", f"import sys; sys.path.append({root!r}); {code}"]
+
+
 class Helper:
     """One helper process; :meth:`send` a call, then :meth:`receive` its result (one call at a time)."""
 
     def __init__(self) -> None:
-        root = str(Path(__file__).resolve().parents[1])  # where vflo is imported from, installed or not
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
-               "OMP_NUM_THREADS": "1"}
-        self._process = subprocess.Popen([sys.executable, "-m", "vflo.helpers"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, env=env)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self._process = subprocess.Popen(isolated_command("from vflo.helpers import serve; serve()"),
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
     def send(self, name: str, *args: Any) -> None:
         assert self._process.stdin is not None

@@ -20,6 +20,7 @@ from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials
 from vflo.deploy import Deployment
 from vflo.errors import RemoteError
+from vflo.federation.coordinator import DEPLOYED_ALIGNMENT
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
 from vflo.party.node import parties_payload
@@ -63,7 +64,8 @@ def attacks(federation: Federation) -> list[tuple[str, str, dict[str, object]]]:
 
 
 def test_a_malicious_server_gets_nothing_while_the_real_run_completes(guarded: Federation) -> None:
-    reference = run_method(get_method("fedsvd")(), guarded.local, seed=5, party_seeds=PARTY_SEEDS)
+    reference = run_method(get_method("fedsvd")(), guarded.local, seed=5, party_seeds=PARTY_SEEDS,
+                           alignment=DEPLOYED_ALIGNMENT)
     clients = {name: impostor(guarded, name) for name in ("server", "dealer")}
     deployment = Deployment(guarded.deploy)
     outcome: dict[str, object] = {}
@@ -260,4 +262,4 @@ def test_under_the_resource_attacks_a_party_stays_under_its_ceiling_and_keeps_se
     finally:
         deployment.close()
     assert_same_run(over_grpc, run_method(get_method("splitnn")(train=QUICK), lab.local, seed=3,
-                                          party_seeds=PARTY_SEEDS))
+                                          party_seeds=PARTY_SEEDS, alignment=DEPLOYED_ALIGNMENT))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -125,6 +126,16 @@ def test_every_command_in_the_deploy_guide(tmp_path: Path) -> None:
     assert (own / "lab_models" / "splitnn" / "lab" / "manifest.json").is_file()
     assert not (own / "models" / "splitnn" / "lab").exists()
     assert (tmp_path / "runs/demo/.gitignore").read_text().strip().endswith("*")
+    # The export, run as written: its files, and all the parties wrote beside them, for their owner only; the CA
+    # outside it; no ID in the clear (every run aligned by PSI); every party with a budget it kept an account of.
+    for root in (tmp_path / "runs/demo", tmp_path / "runs/demo-ca"):
+        for path in (root, *root.rglob("*")):
+            assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, f"{path} can be read by others"
+    assert not list((tmp_path / "runs/demo").rglob("ca.key")) and (tmp_path / "runs/demo-ca/ca.key").is_file()
+    demo = pd.read_csv(tmp_path / "runs/demo/results/results.csv")
+    assert demo.alignment_revealed.str.contains("no ID crossed in the clear").all()
+    for config in (tmp_path / "runs/demo").glob("*.toml"):
+        assert "[privacy]" in config.read_text() or "[active.privacy]" in config.read_text(), config
 
 
 def _wait_listening(proc: subprocess.Popen[str], command: str) -> None:

@@ -19,7 +19,7 @@ from vflo.comm.codec import decode
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.deploy import Deployment, score_deployed
 from vflo.errors import MethodError, TransportError
-from vflo.federation.coordinator import AlignmentConfig
+from vflo.federation.coordinator import DEPLOYED_ALIGNMENT, AlignmentConfig
 from vflo.federation.simulation import run_method
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method, method_names
@@ -86,7 +86,8 @@ def _run_save_and_score(federation: Federation, name: str, seed: int, folder: Pa
 @pytest.mark.parametrize("name", DEPLOYABLE)
 def test_every_method_gives_the_same_results_over_grpc(vertical: Federation, name: str, tmp_path: Path) -> None:
     over_grpc = _run_save_and_score(vertical, name, 11, tmp_path)
-    local = run_method(get_method(name)(**SETTINGS.get(name, {})), vertical.local, seed=11, party_seeds=PARTY_SEEDS)
+    local = run_method(get_method(name)(**SETTINGS.get(name, {})), vertical.local, seed=11, party_seeds=PARTY_SEEDS,
+                       alignment=DEPLOYED_ALIGNMENT)
     assert_same_run(over_grpc, local)
 
 
@@ -94,14 +95,14 @@ def test_every_method_gives_the_same_results_over_grpc(vertical: Federation, nam
 def test_second_hop_methods_give_the_same_results_over_grpc(chain: Federation, name: str, tmp_path: Path) -> None:
     over_grpc = _run_save_and_score(chain, name, 3, tmp_path)
     assert_same_run(over_grpc, run_method(get_method(name)(**SETTINGS[name]), chain.local, seed=3,
-                                          party_seeds=PARTY_SEEDS))
+                                          party_seeds=PARTY_SEEDS, alignment=DEPLOYED_ALIGNMENT))
 
 
 @pytest.mark.parametrize("name", LABEL_ONLY)
 def test_label_only_host_methods_over_grpc(label_only: Federation, name: str, tmp_path: Path) -> None:
     over_grpc = _run_save_and_score(label_only, name, 5, tmp_path)
     assert_same_run(over_grpc, run_method(get_method(name)(**SETTINGS[name]), label_only.local, seed=5,
-                                          party_seeds=PARTY_SEEDS))
+                                          party_seeds=PARTY_SEEDS, alignment=DEPLOYED_ALIGNMENT))
 
 
 def test_psi_alignment_over_grpc(vertical: Federation) -> None:

@@ -38,6 +38,7 @@ from vflo.align.plain import Aligned, Alignment
 from vflo.comm.message import BOOL, INT, STR, ArraySpec, Fields, FieldSpec, Payload
 from vflo.data.order import sorted_ids
 from vflo.errors import DataError, ProtocolError
+from vflo.private import private_file, private_folder
 
 if TYPE_CHECKING:
     from vflo.align.stream import IdFile
@@ -98,7 +99,7 @@ class AlignmentStore:
     def save(self, record: Kept, ids: np.ndarray | None, shared: np.ndarray | None) -> Path:
         """Write ``record`` (and, unless ``ids`` is None, its table): each file under a temporary name first,
         the manifest last, so a record is whole or absent."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_folder(self.folder)
         written: list[Path] = []
         try:
             if ids is not None and shared is not None:
@@ -148,6 +149,7 @@ def _atomic(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         write(tmp)
+        private_file(tmp)
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -69,12 +69,12 @@ class Alignment:
 def handle(ctx: NodeContext, payload: Fields) -> Payload:
     """Party side: which requested IDs this party holds among its rows for ``purpose`` (``"train"`` or
     ``"serve"``); remember them in order."""
-    if ctx.policy.alignment == "psi":
+    if not ctx.policy.accepts_plain:
         raise RefusedError(
-            f"party {ctx.party!r} aligns only by private set intersection ([policy] alignment = 'psi' in its "
-            "config): plain alignment would show it the coordinator's IDs and tell which of them it holds; set "
-            "[alignment] method = \"psi\" in the experiment config (for `vflo predict --deploy`, the model's own "
-            "alignment is used)")
+            f"party {ctx.party!r} aligns only by private set intersection (its [policy] alignment is 'psi', the "
+            "default): plain alignment would show it the coordinator's IDs and tell which of them it holds; set "
+            "[alignment] method = \"psi\" in the experiment config (the default of a deployment), or, if this "
+            "party accepts seeing those IDs, alignment = \"plain\" under [policy] in its own config")
     ids = payload.array("ids")
     purpose = payload.text("purpose")
     if purpose == "train":

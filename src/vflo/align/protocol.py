@@ -23,8 +23,8 @@ class AlignmentHandlers(HandlerSet):
     by each party, reused while neither side's people changed)."""
 
     @handles(plain.KIND,
-             served=("before or during a run; training rows: one set of IDs per asker a run; refused with [policy] "
-                     "alignment = 'psi'"),
+             served=("before or during a run; training rows: one set of IDs per asker a run; refused unless "
+                     "[policy] alignment = 'plain'"),
              senders=("coordinator", "delegate"), carries={"ids": "ids"},
              replies={"held": "membership", "n_features": "control"}, **plain.REQUEST)
     def _plain(self, ctx: NodeContext, payload: Fields) -> Payload:
@@ -32,14 +32,14 @@ class AlignmentHandlers(HandlerSet):
 
     @handles(psi.KIND,
              served="before or during a run",
-             senders=("coordinator",), carries={"points": "blinded ids", "salt": "control"},
+             senders=("coordinator", "delegate"), carries={"points": "blinded ids", "salt": "control"},
              replies={"double": "blinded ids", "points": "blinded ids", "n_features": "control"}, **psi.REQUEST)
     def _psi(self, ctx: NodeContext, payload: Fields) -> Payload:
         return psi.handle(ctx, payload)
 
     @handles(psi.RESULT_KIND,
              served="after this party's own align.psi in the same run",
-             senders=("coordinator",), carries={"matched": "membership"}, replies={"count": "control"},
+             senders=("coordinator", "delegate"), carries={"matched": "membership"}, replies={"count": "control"},
              **psi.RESULT)
     def _psi_result(self, ctx: NodeContext, payload: Fields) -> Payload:
         return psi.handle_result(ctx, payload)

@@ -54,6 +54,7 @@ from vflo.align.kept import now
 from vflo.comm.message import INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
 from vflo.data.files import SUFFIXES, file_format
 from vflo.errors import ConfigError, DataError, DataFileError, ProtocolError
+from vflo.private import private_folder
 
 if TYPE_CHECKING:
     from vflo.federation.coordinator import Federation
@@ -266,8 +267,7 @@ def write_record(folder: Path, record: Streamed, shared: np.ndarray | None) -> P
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out = folder / "streamed"
-    out.mkdir(parents=True, exist_ok=True)
+    out = private_folder(folder / "streamed")
     if shared is not None:
         part = out / f".{record.stem}.parquet.part"
         schema = pa.schema([("row", pa.int64()), ("shared", pa.bool_())])

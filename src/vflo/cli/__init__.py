@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from vflo.cli import align, catalog, certs, common, compare, flower, holdout, party, predict, probe, run, scenario
 from vflo.errors import VfloError
+from vflo.private import owner_only_umask
 from vflo.version import __version__
 
 #: Each command's module, in the order ``vflo --help`` lists them: each adds its parser (and its handler, by
@@ -40,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # What vflo's commands write (rows, IDs, keys, models, scores, results) is for the user who ran them only.
+    owner_only_umask()
     common.configure_logging(args.verbose)
     common.quiet_grpc(args.verbose)
     common.configure_threads(args.threads, all_cores=args.command == "predict")
@@ -47,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except VfloError as exc:
-        print(f"vflo: error: {exc}", file=sys.stderr)
+        print(f"vflo: error: {common.printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("vflo: interrupted", file=sys.stderr)

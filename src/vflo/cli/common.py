@@ -60,11 +60,37 @@ def configure_threads(threads: int | None, *, all_cores: bool = False) -> None:
         sys.modules["torch"].set_num_threads(threads)
 
 
+#: Control characters (terminal escapes among them) as visible escapes; a line break and a tab stay.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (0x09, 0x0A)}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``): text a peer chose (a message's kind,
+    a party name in an error, a refusal's reason) cannot move the cursor, recolour or retitle the terminal."""
+    return text.translate(_CONTROL)
+
+
+def shown(text: str) -> str:
+    """``text`` for a rich table or markup: :func:`printable`, and rich's markup (``[red]``) shown as written."""
+    from rich.markup import escape
+
+    return escape(printable(text))
+
+
+class _Printable(logging.Filter):
+    """Every log line printed as :func:`printable` text (a peer's words reach the log through errors)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = printable(record.getMessage()), None
+        return True
+
+
 def configure_logging(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     from rich.logging import RichHandler
 
-    handler = RichHandler(show_path=False, console=new_console(stderr=True))
+    handler = RichHandler(show_path=False, console=new_console(stderr=True), markup=False)
+    handler.addFilter(_Printable())
     logging.basicConfig(level=level, format="%(message)s", handlers=[handler], force=True)
 
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vflo.cli.common import insecure_tls, new_console
+from vflo.cli.common import insecure_tls, new_console, shown
 from vflo.errors import ConfigError
 
 
@@ -64,12 +64,13 @@ def _party_audit(path: Path, run: str | None) -> int:
         records = [r for r in records if r.run == run]
     party = records[0].party if records else "?"
     scope = f"run {run}" if run else f"{len(runs)} runs and what came outside any"
-    table = Table(title=f"what left party {party} ({scope}; {path})")
+    table = Table(title=shown(f"what left party {party} ({scope}; {path})"))
     for col in ("to", "kind", "messages", "bytes", "rows", "refused", "errors"):
         table.add_column(col, justify="right" if col not in ("to", "kind") else "left")
     rows = summarize(records)
     for r in rows:
-        table.add_row(r["peer"], r["kind"], *(f"{r[k]:,}" for k in ("messages", "bytes", "rows", "refused", "errors")))
+        counts = (f"{r[k]:,}" for k in ("messages", "bytes", "rows", "refused", "errors"))
+        table.add_row(shown(r["peer"]), shown(r["kind"]), *counts)
     table.add_row("all", "", *(f"{sum(r[k] for r in rows):,}" for k in ("messages", "bytes", "rows", "refused",
                                                                          "errors")))
     new_console().print(table)

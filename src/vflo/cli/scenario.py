@@ -56,7 +56,13 @@ def _export(args: argparse.Namespace, config: Any, dataset: Any, seed: int) -> i
                                 tls=not args.insecure, methods=[e.method_cls.name for e in deployable],
                                 proposals=[e.instantiate() for e in deployable])
     active = data.active
-    print(f"wrote each party's data and config to {args.export}/ (variant {config.variants[0].label}).")
+    print(f"wrote each party's data and config to {args.export}/ (variant {config.variants[0].label}), for their "
+          "owner only (files 0600, folders 0700).")
+    if not args.insecure:
+        from vflo.deploy.export import ca_folder
+
+        print(f"the federation's CA (ca.key signs for any party) is in {ca_folder(args.export)}/, apart from the "
+              "parties' folders: keep it offline, never on a party's host.")
     print("start every party but the active one, each in its own terminal:")
     for name, path in written.items():
         if name != active:

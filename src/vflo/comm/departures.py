@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -60,8 +61,8 @@ class DepartureLog:
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8"):
-                pass
+            # Created for its owner alone: it names the kinds and sizes of every message, and the peers.
+            os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
         except OSError as exc:
             raise ConfigError(f"party {party!r} cannot write its audit file {self.path}: {exc}; give audit_log = "
                               "'PATH' in its config a folder it can write to") from exc

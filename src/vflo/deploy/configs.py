@@ -91,8 +91,13 @@ class PartyConfig:
     # This party's own randomness: its masks, projections, noise and private weights. Left out, 128 bits of the
     # operating system's; a seed here (kept as secret as a key) makes the party's runs reproducible. Never sent.
     seed: int | None = field(default=None, repr=False)
-    # What this party lets out of each person's privacy over all its noised releases ([privacy] epsilon, delta).
+    # What this party lets out of each person's privacy over all its noised releases ([privacy] epsilon, delta);
+    # left out, vflo.dp.DEFAULT_BUDGET.
     privacy: PrivacyBudget | None = None
+    # Where it keeps its privacy account (JSON lines, appended before each noised release), so a restart continues
+    # it. A PARTY.toml without the key keeps NAME_privacy.jsonl beside the config; "" keeps none (the account
+    # then starts at zero each time the party starts: logged as a warning).
+    privacy_account: str | None = None
     # Its own record of every message that left it (JSON lines, appended; `vflo party audit FILE` sums it). A
     # PARTY.toml without the key keeps NAME_audit.jsonl beside the config; "" keeps none.
     audit_log: str | None = None
@@ -191,7 +196,7 @@ class DeployConfig:
                            peers={**active.peers, **peers}, deadline=active.deadline,
                            max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy,
                            audit_log=active.audit_log, alignments=active.alignments, executor=active.executor,
-                           spill=active.spill)
+                           spill=active.spill, privacy_account=active.privacy_account)
 
     def check_grpc(self) -> None:
         """What vflo's own gRPC needs (Flower needs neither): the active party's TLS and every party's address."""
@@ -222,18 +227,19 @@ def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
                 if isinstance(section.get(k), str) and not Path(section[k]).is_absolute():
                     section[k] = str(base / section[k])
             out[table] = section
-    for key in ("models", "checkpoints", "audit_log", "alignments"):
+    for key in ("models", "checkpoints", "audit_log", "alignments", "privacy_account"):
         if isinstance(out.get(key), str) and out[key] and not Path(out[key]).is_absolute():
             out[key] = str(base / out[key])
     return out
 
 
 def _audit_default(party: dict[str, Any]) -> dict[str, Any]:
-    """A party table read from a file keeps its audit file and its kept alignments beside the config unless it
-    says otherwise."""
+    """A party table read from a file keeps its audit file, its kept alignments and its privacy account beside the
+    config unless it says otherwise."""
     if isinstance(party.get("name"), str):
         party.setdefault("audit_log", f"{party['name']}_audit.jsonl")
         party.setdefault("alignments", f"{party['name']}_alignments")
+        party.setdefault("privacy_account", f"{party['name']}_privacy.jsonl")
     return party
 
 

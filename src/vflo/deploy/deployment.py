@@ -28,7 +28,7 @@ from vflo.errors import (
     RemoteError,
     TransportError,
 )
-from vflo.federation.coordinator import AlignmentConfig, Federation
+from vflo.federation.coordinator import DEPLOYED_ALIGNMENT, AlignmentConfig, Federation
 from vflo.federation.session import RunOutput, Session
 from vflo.federation.simulation import write_model
 from vflo.methods.base import Method
@@ -134,7 +134,7 @@ class Deployment:
                               "leave the method out")
         own = self.train
         fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
-                         task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+                         task=self.task, n_classes=self.n_classes, alignment=alignment or DEPLOYED_ALIGNMENT)  # type: ignore[arg-type]
         if save or checkpoints:
             self._check_folders(methods, save=save, checkpoints=checkpoints)
         test_ids = self._test_ids()
@@ -256,6 +256,8 @@ class Deployment:
     def run(self, method: Method, *, seed: int, alignment: AlignmentConfig | None = None,
             save: tuple[Path, str] | None = None, checkpoint: tuple[Path, CheckpointPlan] | None = None) -> RunOutput:
         """Fit ``method`` over the network and score the test rows; the ledger holds every party's messages.
+        ``alignment``: how the shared people are found (None: a deployment's default, private set intersection,
+        :data:`~vflo.federation.coordinator.DEPLOYED_ALIGNMENT`).
 
         With ``save`` (a folder and a label) every party writes its own part in its own folder (the others in
         the folder their configs name) and this party writes its part and the model card here. With
@@ -268,7 +270,7 @@ class Deployment:
         transport = self.party.transport
         transport.ledger = Ledger()
         fed = Federation(node=self.party.node, transport=transport, parties=parties, seed=seed,
-                         task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
+                         task=self.task, n_classes=self.n_classes, alignment=alignment or DEPLOYED_ALIGNMENT)  # type: ignore[arg-type]
         if checkpoint is not None:
             self.party.node.checkpoints = CheckpointStore(checkpoint[0], party=self.train.party, role="active")
         ids = np.empty(0, dtype=np.int64) if self.test is None else self.test.ids

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from typing import Any
 import tomli_w
 
 from vflo.data.partydata import PartyData
+from vflo.dp import DEFAULT_BUDGET
+from vflo.private import make_private, private_folder
 from vflo.roles import Role
 
 logger = logging.getLogger(__name__)
@@ -66,14 +69,16 @@ def export_federation(
     ``proposals`` (methods with their configs) as the experiment sets it; ``deploy.toml`` for the active party;
     and, with ``tls``, the keys kept apart:
     ``certs/NAME/`` holds party NAME's ``ca.pem``, ``NAME.pem`` and ``NAME.key`` and nothing else (its config's
-    ``[tls] dir``), ``certs/ca/`` the CA's certificate and key with a README (it belongs offline, never on a
-    party's host). Data is written already standardised, so parties do not rescale it.
+    ``[tls] dir``); the CA's certificate and key, with a README, go to a folder beside ``directory``, never inside
+    it (:func:`ca_folder`: it belongs offline, never on a party's host). Data is written already standardised, so
+    parties do not rescale it. Every party's config carries a privacy budget (:data:`vflo.dp.DEFAULT_BUDGET`), and
+    everything is written for its owner only (files 0600, folders 0700).
     """
     from vflo.comm.tls import init_certs
     from vflo.data.layout import FederatedData
 
     assert isinstance(data, FederatedData)
-    directory.mkdir(parents=True, exist_ok=True)
+    private_folder(directory)
     # Private keys and party data: git must never pick them up, wherever the folder is.
     (directory / ".gitignore").write_text("# written by vflo scenario --export: keys and party data, never commit\n*\n")
     roles: dict[str, Role] = {p.name: p.role for p in data.parties} | (extra_roles or {})
@@ -84,6 +89,12 @@ def export_federation(
         for stale in ("ca.pem", "ca.key", *(f"{n}.{ext}" for n in roles for ext in ("pem", "key"))):
             (certs / stale).unlink(missing_ok=True)
         init_certs(certs, list(roles), overwrite=True, split=True)
+        # The CA signs for any party: it leaves the folder the parties' configs and keys are handed out from.
+        outside = ca_folder(directory)
+        if outside.exists():
+            shutil.rmtree(outside)
+        (certs / "ca").replace(outside)
+        make_private(outside)
     active = data.active
     written: dict[str, Path] = {}
     for name, role in roles.items():
@@ -102,7 +113,7 @@ def export_federation(
             text = toml_document({
                 "test_file": f"{name}_test.csv",
                 "active": {"name": name, "role": "active", "listen": addresses[name], "data": data_table,
-                           "tls": tls_table},
+                           "tls": tls_table, "privacy": dict(PRIVACY)},
                 "parties": [{"name": n, "role": r, "address": addresses[n]} for n, r in roles.items() if n != name],
             }, comments=["The active party coordinates: vflo run EXPERIMENT.toml --deploy deploy.toml"])
             path = directory / "deploy.toml"
@@ -111,6 +122,7 @@ def export_federation(
             document: dict[str, Any] = {
                 "name": name, "role": role, "listen": addresses[name], "models": f"{name}_models",
                 "checkpoints": f"{name}_checkpoints", **({"data": data_table} if data_table else {}), "tls": tls_table,
+                "privacy": dict(PRIVACY),
                 **({"policy": {"methods": list(dict.fromkeys(methods))}} if methods else {}),
                 **({"methods": sections} if sections else {}),
                 "peers": {n: {"address": a, "role": roles[n]} for n, a in addresses.items() if n != name}}
@@ -121,4 +133,15 @@ def export_federation(
             path = directory / f"{name}.toml"
         path.write_text(text)
         written[name] = path
+    make_private(directory)
     return written
+
+
+#: The budget every exported party's config carries (``[privacy]``): the default a deployed party gets anyway,
+#: written out so that it can be seen and changed where it holds.
+PRIVACY = {"epsilon": DEFAULT_BUDGET.epsilon, "delta": DEFAULT_BUDGET.delta}
+
+
+def ca_folder(directory: Path) -> Path:
+    """Where an export of ``directory`` puts the federation's CA: the folder beside it named ``NAME-ca``."""
+    return directory.resolve().parent / f"{directory.resolve().name}-ca"

@@ -19,6 +19,7 @@ from vflo.data.files import TableEncoding, open_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
 from vflo.deploy.configs import DataConfig, PartyConfig, TLSConfig
+from vflo.dp import DEFAULT_BUDGET, PrivacyBudget
 from vflo.errors import (
     DataError,
 )
@@ -135,8 +136,26 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
     alignments = AlignmentStore(Path(config.alignments), config.name, files=id_files(config)) \
         if config.alignments else None
     return party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
-                      store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=config.privacy,
-                      settings=config.methods, idle_run_seconds=config.deadline, alignments=alignments)
+                      store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=budget(config),
+                      settings=config.methods, idle_run_seconds=config.deadline, alignments=alignments,
+                      privacy_journal=Path(config.privacy_account) if config.privacy_account else None)
+
+
+def budget(config: PartyConfig) -> PrivacyBudget:
+    """The party's privacy budget: its config's ``[privacy]``, else :data:`vflo.dp.DEFAULT_BUDGET` (logged, so the
+    operator sees which bound holds)."""
+    if config.privacy is not None:
+        chosen = config.privacy
+        logger.info("party %s: privacy budget ε = %g at δ = %g per person ([privacy] in its config)", config.name,
+                    chosen.epsilon, chosen.delta)
+    else:
+        chosen = DEFAULT_BUDGET
+        logger.info("party %s: privacy budget ε = %g at δ = %g per person, the default (no [privacy] in its "
+                    "config; set [privacy] epsilon to change it)", config.name, chosen.epsilon, chosen.delta)
+    if not config.privacy_account:
+        logger.warning("party %s keeps no privacy account (privacy_account = \"\"): every start counts its "
+                       "people's privacy from zero again", config.name)
+    return chosen
 
 
 def id_files(config: PartyConfig) -> dict[str, IdFile]:

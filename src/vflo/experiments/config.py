@@ -27,7 +27,7 @@ from vflo.data.layout import Layout
 from vflo.data.scenario import ScenarioSpec
 from vflo.errors import ConfigError, did_you_mean
 from vflo.experiments.protocols import Protocol, parse_protocol
-from vflo.federation.coordinator import AlignmentConfig
+from vflo.federation.coordinator import DEPLOYED_ALIGNMENT, AlignmentConfig
 from vflo.methods.base import Method
 from vflo.methods.registry import active_only, get_method
 from vflo.metrics import check_metric, default_metric
@@ -299,6 +299,17 @@ class DeploymentExperiment:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
+def deployed_alignment(table: Any) -> AlignmentConfig:
+    """``[alignment]`` of a deployed run: what the config gives over
+    :data:`~vflo.federation.coordinator.DEPLOYED_ALIGNMENT`."""
+    if table is None:
+        table = {}
+    if isinstance(table, dict):
+        table = {"method": DEPLOYED_ALIGNMENT.method, "engine": DEPLOYED_ALIGNMENT.engine, **table}
+    alignment: AlignmentConfig = schema.build(AlignmentConfig, table, where="alignment")
+    return alignment
+
+
 def load_deployment_experiment(path: str | Path) -> DeploymentExperiment:
     """Read an experiment config for ``vflo run --deploy``: methods, alignment, transport, seed and name.
 
@@ -321,7 +332,7 @@ def load_deployment_experiment(path: str | Path) -> DeploymentExperiment:
     report = schema.build(ReportConfig, raw.get("report"), where="report")
     return DeploymentExperiment(
         name=str(raw.get("name", path.stem)), seed=seed, methods=_methods(raw.get("methods")),
-        alignment=schema.build(AlignmentConfig, raw.get("alignment"), where="alignment"),
+        alignment=deployed_alignment(raw.get("alignment")),
         transport=schema.build(TransportConfig, raw.get("transport"), where="transport"), metric=report.metric,
         raw=raw,
     )

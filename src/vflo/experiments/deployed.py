@@ -141,7 +141,8 @@ def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, row
             f"# {experiment.name} (deployed)", "", f"- Parties: {parties}",
             f"- Training rows at the active party: {deployment.train.n_samples}; test rows: "
             f"{0 if deployment.test is None else deployment.test.n_samples}",
-            f"- Alignment: {experiment.alignment.method}",
+            f"- Alignment: {experiment.alignment.method}"
+            + "".join(sorted({f"; {r['alignment_revealed']}" for r in done if r.get("alignment_revealed")})),
             *([f"- Classes: {', '.join(labels['classes'])}" + (f"; positive for F1 and AUC: {labels['positive']}"
                                                                if "positive" in labels else "")]
               if labels["classes"] else []), "",

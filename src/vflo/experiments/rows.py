@@ -45,6 +45,8 @@ def ok_row(label: str, method: Method, out: RunOutput, metrics: Mapping[str, flo
                            **method.epsilon_columns(out.stats)}
     if out.psi_engine:  # which private set intersection found the shared people
         row["psi_engine"] = out.psi_engine
+    if out.alignment_revealed:
+        row["alignment_revealed"] = out.alignment_revealed
     if out.party_settings:  # where a party ran its own side other than the experiment proposed, by party
         row["party_settings"] = json.dumps(out.party_settings, sort_keys=True)
     mark_resumed(row)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from vflo.align import kept, linked, plain, psi, spu, unbalanced
+from vflo.align import disclosure, kept, linked, plain, psi, spu, unbalanced
 from vflo.align.kept import AlignmentStore
 from vflo.align.plain import Alignment
 from vflo.comm.message import Message, Payload, Reply
@@ -70,6 +70,13 @@ class AlignmentConfig:
                               f"{choices[-1]!r}")
 
 
+#: A deployment's alignment where its config says nothing: private set intersection, by the engine that suits the
+#: sizes (vflo's ECDH or the PSI library's RR22). Plain alignment sends the active party's IDs to every partner: a
+#: deployment runs it only where its config asks and every partner's policy accepts it. (In one process, where no ID
+#: leaves the process, :class:`AlignmentConfig`'s own default, plain, stays.)
+DEPLOYED_ALIGNMENT = AlignmentConfig(method="psi", engine="auto")
+
+
 class Federation:
     """Drives a method's exchanges from the coordinating party."""
 
@@ -84,6 +91,8 @@ class Federation:
         self.alignment = alignment or AlignmentConfig()
         # Which PSI ran last ("vflo", or the library's protocol): for the results and the log.
         self.alignment_engine = ""
+        # The partners of the last alignment: those its disclosure concerns (revealed()).
+        self.aligned_with: tuple[str, ...] = ()
         # The kept intersection behind each partner's alignment for each purpose, and whether it was reused (True)
         # or kept just now: vflo.align.kept.
         self.kept: dict[tuple[str, str], tuple[kept.Kept, bool]] = {}
@@ -211,6 +220,7 @@ class Federation:
         PSI, from the intersections this party and each partner kept where they cover ``ids``
         (:mod:`vflo.align.kept`), and afresh with the others (then kept)."""
         ids = np.sort(ids)
+        self.aligned_with = tuple(parties)
         store = self.alignments if self.alignment.method == "psi" and self.alignment.reuse else None
         if store is None or not parties:
             return self._intersect(ids, parties, purpose=purpose)
@@ -263,7 +273,19 @@ class Federation:
                 logger.info("PSI by vflo's own ECDH: %s", missing)
             self.alignment_engine = "vflo"
             return psi.intersect(self, ids, parties, purpose=purpose, mode=self.alignment.mode)
+        if parties and not self.transport.shared_ledger:
+            # The default of a deployment is PSI (vflo.experiments.config.DEPLOYED_ALIGNMENT): this one was chosen.
+            logger.warning("plain alignment: %d IDs of %s go in the clear to %s ([alignment] method = 'plain' in the "
+                           "experiment config; leave it out for private set intersection)", len(ids), self.party,
+                           ", ".join(parties))
         return plain.intersect(self, ids, parties, purpose=purpose)
+
+    def revealed(self) -> str:
+        """What the last alignment revealed, to whom (one sentence; empty before any)."""
+        if not self.aligned_with:
+            return ""
+        return disclosure.revealed(method=self.alignment.method, mode=self.alignment.mode, engine=self.alignment_engine,
+                                   coordinator=self.party, partners=self.aligned_with)
 
     # -- exchanges ---------------------------------------------------------------------------------
 

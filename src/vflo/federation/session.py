@@ -48,6 +48,8 @@ class RunOutput:
     party_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Which PSI ran ("vflo": its own ECDH; "rr22", "kkrt", "ecdh": the PSI library's); "" without PSI.
     psi_engine: str = ""
+    # What the alignment revealed, to whom (vflo.align.disclosure); "" without one.
+    alignment_revealed: str = ""
 
     @property
     def fit_summary(self) -> LedgerSummary:
@@ -238,7 +240,8 @@ class Session:
         ledger, fit_entries = self.finish()
         return RunOutput(scores=scores, ledger=ledger, fit_seconds=self.fit_seconds, predict_seconds=predict_seconds,
                          rounds=self.fed.rounds, fit_entries=fit_entries, stats=stats,
-                         party_settings=self.fed.party_settings, psi_engine=self.fed.alignment_engine)
+                         party_settings=self.fed.party_settings, psi_engine=self.fed.alignment_engine,
+                         alignment_revealed=self.fed.revealed())
 
 
 def training_first(ledger: Ledger, own_fit: int, remote: int, fit_round: int) -> tuple[Ledger, int]:

@@ -30,23 +30,30 @@ from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role
 from vflo.seeding import PartySecret, derive_seed
 
+#: A simulated party's policy where none is given: as a deployed party's default, but answering plain alignment,
+#: which in one process shows the coordinator's IDs to no one outside it. A deployed party always has its own
+#: config's policy, whose default refuses plain alignment.
+IN_PROCESS = Policy(alignment="plain")
+
 
 def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyData | None = None, *,
                peers: Mapping[str, Role] | Sequence[PartyInfo], policy: Policy | None = None,
                store: PartStore | None = None, checkpoints: CheckpointStore | None = None,
                secret: PartySecret | None = None, budget: PrivacyBudget | None = None,
                settings: Mapping[str, Mapping[str, Any]] | None = None, idle_run_seconds: float = 600.0,
-               alignments: AlignmentStore | None = None) -> Node:
+               alignments: AlignmentStore | None = None, privacy_journal: Path | None = None) -> Node:
     """A node that serves every registered method and alignment: what each party runs. ``peers``: the other
     parties and their roles as this party knows them (a mapping, or every party of the federation); ``secret``:
     its own randomness (the OS's unless given); ``budget``: its privacy budget; ``settings``: its own side of each
     method, by method name (its config's ``[methods.NAME]``); ``alignments``: where it keeps its private set
-    intersections to reuse them (none in simulation unless given)."""
+    intersections to reuse them (none in simulation unless given); ``policy``: its own (:data:`IN_PROCESS` unless
+    given); ``privacy_journal``: the file its privacy account is kept in across restarts (none unless given)."""
     if not isinstance(peers, Mapping):
         peers = {p.name: p.role for p in peers if p.name != info.name}
-    return Node(info, data, serving, peers=peers, policy=policy, methods=method_for_party, protocols=(ALIGNMENT,),
+    return Node(info, data, serving, peers=peers, policy=policy if policy is not None else IN_PROCESS,
+                methods=method_for_party, protocols=(ALIGNMENT,),
                 store=store, checkpoints=checkpoints, secret=secret, budget=budget, settings=settings,
-                idle_run_seconds=idle_run_seconds, alignments=alignments)
+                idle_run_seconds=idle_run_seconds, alignments=alignments, privacy_journal=privacy_journal)
 
 
 def own_sections(method: Method, role: str) -> dict[str, dict[str, Any]]:

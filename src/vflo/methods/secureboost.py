@@ -16,7 +16,7 @@ from vflo.methods.saved import ARRAY, INTEGER, NUMBER, PARTY_NAMES, TEXT, At, Bu
 from vflo.methods.split_learning import ask_holders
 from vflo.trees.bins import MAX_BINS
 from vflo.trees.crypto import BLOB_ROW, HESettings, KeyPair, PublicSide, from_wire, new_keys, plain_side, to_wire
-from vflo.trees.growth import Candidate, GrowthRules, HistogramAsk, SplitAsk, Tree, grow
+from vflo.trees.growth import Candidate, GrowthRules, HistogramAsk, ShuffledSums, SplitAsk, Tree, grow
 from vflo.trees.lookup import ColumnsParty, LookupTable
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ class BoostPart(Part):
 
     training: ColumnsParty | None = None
     table: LookupTable | None = None
+    trainings: int = 0  # names this party's shuffling stream afresh for each training it starts
 
 
 def _save_table(table: LookupTable) -> State:
@@ -123,10 +124,13 @@ class SecureBoost(Method):
         ½ [G_L²/(H_L+λ) + G_R²/(H_R+λ) − G_I²/(H_I+λ)] − γ,   a leaf weighs −G/(H+λ),
     with ℓ the logistic (binary), softmax cross-entropy (one tree per class) or squared error (standardised
     target). The label holder encrypts (g_i, h_i) in fixed point, packed in one ciphertext, under its own key;
-    each partner returns encrypted per-bin sums of its own columns for the nodes it is asked, the label holder
-    decrypts and picks the split; a partner's winning split (column, threshold) stays in its lookup table, the
-    label holder knowing only the party and a record number. Sums of integers are exact, so the trees are those
-    of centralized boosting on the same bins (the lossless property).
+    each partner returns, for each node of the tree it is asked (once each), the encrypted sums of every
+    candidate split of its columns (the people at or below a bin, and above it), in an order it draws afresh
+    per node from its own secret (as SecretFlow's SGB shuffles its buckets); the label holder decrypts, picks
+    the best and names its position (every position of the best gain: the partner keeps the first in its own
+    column order, so ties break as unshuffled); the partner records that split, one per node, in its lookup
+    table, the label holder knowing only the party and a record number. Sums of integers are exact, so the
+    trees are those of centralized boosting on the same bins (the lossless property).
 
     Where vflo differs: it trains on every person the label holder holds (``aligned_only = False``): a person a
     partner lacks counts, at that partner's splits, as a missing value, and every split learns where missing
@@ -178,14 +182,19 @@ class SecureBoost(Method):
         train_ids, key = payload.array("train_ids"), payload.array("public_key")
         ops = PublicSide(payload.text("scheme"), key.tobytes(), workers=self.config.workers)
         _close(ctx)
+        part = ctx.part(BoostPart)
+        # The order this party's candidate splits reach the label holder in comes from its own secret, which the
+        # label holder cannot recompute: it learns the sums of a node's candidates, not whose they are.
+        shuffle = ctx.rng("secureboost", "shuffle", part.trainings)
+        part.trainings += 1
         party = ColumnsParty(data.subset(train_ids).X, self.config.n_bins, ops,
-                             min_node_rows=self.config.min_node_rows)
+                             min_node_rows=self.config.min_node_rows, shuffle=shuffle)
         # No scoring while trees grow: a new table is served once training ends.
-        ctx.part(BoostPart).training, ctx.part(BoostPart).table = party, None
+        part.training, part.table = party, None
         return {"columns": party.n_columns, "bins": party.n_bins}
 
     @handles("sb.gradients",
-             served="after sb.init; one tree's at a time",
+             served="after sb.init; one tree's at a time, each tree once, in increasing tree order",
              carries={"gh": "ciphertexts"}, tree=INT, gh=BLOB)
     def _gradients(self, ctx: NodeContext, payload: Fields) -> Payload:
         party = _party(ctx, gradients=False)
@@ -198,9 +207,11 @@ class SecureBoost(Method):
         return {}
 
     @handles("sb.histograms",
-             served=("after the tree's sb.gradients: nodes of that tree nested as a tree's, none with fewer than "
-                     "min_node_rows of this party's people, nor leaving fewer of its parent's"),
-             carries={"rows": "membership"}, replies={"sums": "ciphertexts"},
+             served=("after the tree's sb.gradients: each node of that tree once, nested as a tree's (the root "
+                     "over all this party's people; a child of a split this party chose, one side of it), none with "
+                     "fewer than min_node_rows of this party's people, nor leaving fewer of its parent's; "
+                     "candidates' sums shuffled afresh per node"),
+             carries={"rows": "membership"}, replies={"sums": "ciphertexts", "missing": "control"},
              tree=INT, nodes=INTS, parents=INTS, siblings=INTS, counts=INTS, rows=INTS)
     def _histograms(self, ctx: NodeContext, payload: Fields) -> Payload:
         party = _party(ctx)
@@ -208,29 +219,39 @@ class SecureBoost(Method):
             raise ProtocolError(f"sb.histograms for tree {payload['tree']}, but this party holds the gradients of "
                                 f"tree {party.tree}")
         asks = _unpack_asks(payload)
-        blobs = [party.ops.dump(s) for s in party.histograms(asks).values()]
+        sums = party.histograms(asks).values()
+        # Per node: its candidates' left sums, then the right sums of those the missing flags mark (none: empty).
+        blobs = [b"" if s is None else party.ops.dump(s) for left, right, _ in sums for s in (left, right)]
         sizes = np.asarray([len(b) for b in blobs], dtype=np.int64)
-        return {"sums": to_wire(sizes.tobytes() + b"".join(blobs))}
+        missing = [flags for _, _, flags in sums]
+        return {"sums": to_wire(sizes.tobytes() + b"".join(blobs)),
+                "missing": np.concatenate(missing) if missing else np.zeros(0, dtype=bool)}
 
     @handles("sb.splits",
-             served="after sb.histograms of the same tree: only nodes this party summed, at a bin its columns have",
-             replies={"records": "control", "sizes": "control", "left": "decisions"}, tree=INT,
-             nodes=INTS,
-             columns=INTS, bins=INTS, default_left=FLAGS)
+             served=("after sb.histograms of the same tree: once per node this party summed, before any child of it; "
+                     "the split kept is one of the node's shuffled candidates the label holder names"),
+             replies={"records": "control", "sizes": "control", "left": "decisions", "default_left": "decisions"},
+             tree=INT, nodes=INTS, ties=INTS, choices=INTS, default_left=FLAGS)
     def _splits(self, ctx: NodeContext, payload: Fields) -> Payload:
         party = _party(ctx)
         if payload.integer("tree") != party.tree:
             raise ProtocolError(f"sb.splits for tree {payload['tree']}, not this party's current tree")
-        nodes, columns, bins, left = (np.asarray(payload[k]) for k in ("nodes", "columns", "bins", "default_left"))
-        if not len(nodes) == len(columns) == len(bins) == len(left):
-            raise ProtocolError("sb.splits: nodes, columns, bins and default_left differ in length")
-        asks = [SplitAsk(int(n), Candidate(0.0, int(c), int(b), bool(d)))
-                for n, c, b, d in zip(nodes, columns, bins, left, strict=True)]
+        nodes, ties, choices, default_left = (np.asarray(payload[k]) for k in ("nodes", "ties", "choices",
+                                                                             "default_left"))
+        if (len(nodes) != len(ties) or np.any(ties < 1) or int(ties.sum()) != len(choices)
+                or len(choices) != len(default_left)):
+            raise ProtocolError("sb.splits: each node needs one or more choices, each with its default branch "
+                                "(nodes and ties of one length, ties adding up to the choices)")
+        ends = np.cumsum(ties)
+        asks = [SplitAsk(int(n), Candidate(0.0, -1, -1, False, ties=tuple(
+                    (int(c), bool(d)) for c, d in zip(choices[end - t:end], default_left[end - t:end], strict=True))))
+                for n, t, end in zip(nodes.tolist(), ties.tolist(), ends.tolist(), strict=True)]
         decided = party.splits(asks)
         return {"records": np.asarray([decided[int(n)][0] for n in nodes], dtype=np.int64),
                 "sizes": np.asarray([len(decided[int(n)][1]) for n in nodes], dtype=np.int64),
                 "left": np.concatenate([decided[int(n)][1] for n in nodes]).astype(bool) if len(nodes)
-                else np.zeros(0, dtype=bool)}
+                else np.zeros(0, dtype=bool),
+                "default_left": np.asarray([decided[int(n)][2] for n in nodes], dtype=bool)}
 
     @handles("sb.finish", served="after sb.init: ends training (the binned columns dropped, the lookup table kept)")
     def _finish(self, ctx: NodeContext, payload: Fields) -> Payload:
@@ -412,7 +433,7 @@ class _Federated:
         """A tree's statistics: to the partners too with ``send`` (a tree grown at the label holder alone sends
         them nothing)."""
         self.tree = tree
-        self.own.new_tree(gh)
+        self.own.new_tree(gh, tree)
         if not self.passives or not send:
             return
         # Only the people some partner holds: the others' statistics never leave.
@@ -426,8 +447,8 @@ class _Federated:
             requests[p] = {"tree": tree, "gh": to_wire(self.keys.dump(rows))}
         self.fed.exchange("sb.gradients", requests)
 
-    def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray]]:
-        out: dict[int, dict[int, np.ndarray]] = {}
+    def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray | ShuffledSums]]:
+        out: dict[int, dict[int, np.ndarray | ShuffledSums]] = {}
         if 0 in asks:
             columns = self.own.n_columns
             out[0] = {node: np.asarray(s).reshape(columns, self.own.n_bins + 1, 2)
@@ -438,31 +459,43 @@ class _Federated:
                 columns = self.shapes[self.passives[k - 1]][0]
                 self.counts["ciphertext_additions"] += columns * sum(len(a.rows) for a in v if a.rows is not None)
         summed: list[tuple[int, int, Any]] = []  # party, node, ciphertexts: decrypted together, in parallel
+        flags: dict[int, np.ndarray] = {}
         for p, reply in (self.fed.exchange("sb.histograms", requests) if requests else {}).items():
             k = self.passives.index(p) + 1
-            nodes = [a.node for a in asks[k] if a.rows is not None]  # the others the grower subtracts
+            nodes = [a.node for a in asks[k]]  # a partner sends a node asked without rows too: two blobs each
             framed = _unwire(reply.array("sums"))
-            head = 8 * len(nodes)
+            head = 16 * len(nodes)
             sizes = np.frombuffer(framed[:head], dtype=np.int64) if len(framed) >= head else np.zeros(0)
-            if len(sizes) != len(nodes) or int(sizes.sum()) != len(framed) - head or np.any(sizes < 0):
+            if len(sizes) != 2 * len(nodes) or int(sizes.sum()) != len(framed) - head or np.any(sizes < 0):
                 raise ProtocolError(f"party {p!r} answered sb.histograms with sums that do not frame "
                                     f"{len(nodes)} nodes")
             at = head
-            for node, size in zip(nodes, sizes.tolist(), strict=True):
-                summed.append((k, node, self.keys.load(framed[at:at + size])))
+            for node, size in zip([n for n in nodes for _ in (0, 1)], sizes.tolist(), strict=True):
+                summed.append((k, node, self.keys.load(framed[at:at + size]) if size else None))
                 at += size
-        plain = self.keys.decrypt_many([handle for _, _, handle in summed])
-        for (k, node, _), values in zip(summed, plain, strict=True):
+            flags[k] = reply.array("missing").astype(bool)
+        plain = iter(self.keys.decrypt_many([handle for _, _, handle in summed if handle is not None]))
+        values = [np.zeros((0, 2), dtype=np.int64) if handle is None else next(plain) for _, _, handle in summed]
+        at_flag: dict[int, int] = {}
+        for i in range(0, len(summed), 2):
+            (k, node, _), left, right = summed[i], values[i], values[i + 1]
             columns, bins = self.shapes[self.passives[k - 1]]
-            if values.shape != (columns * (bins + 1), 2):
-                raise ProtocolError(f"party {self.passives[k - 1]!r} sent sums of shape {values.shape} for node "
-                                    f"{node}")
-            self.counts["sums_decrypted"] += len(values)
-            out.setdefault(k, {})[node] = values.reshape(columns, bins + 1, 2)
+            start = at_flag.get(k, 0)
+            missing = flags[k][start:start + len(left)]
+            at_flag[k] = start + len(left)
+            if (not 0 < len(left) <= columns * bins or len(missing) != len(left)
+                    or len(right) != int(missing.sum())):
+                raise ProtocolError(f"party {self.passives[k - 1]!r} sent {len(left)} candidates' sums, "
+                                    f"{len(missing)} missing flags and {len(right)} right sums for node {node}, "
+                                    f"for its {columns} columns of {bins} bins")
+            self.counts["sums_decrypted"] += len(left) + len(right)
+            out.setdefault(k, {})[node] = ShuffledSums(left, right, missing)
+        if any(len(f) != at_flag.get(k, 0) for k, f in flags.items()):
+            raise ProtocolError("a partner sent missing flags for more candidates than it sent sums of")
         return out
 
-    def splits(self, asks: Mapping[int, list[SplitAsk]]) -> dict[int, dict[int, tuple[int, np.ndarray]]]:
-        out: dict[int, dict[int, tuple[int, np.ndarray]]] = {}
+    def splits(self, asks: Mapping[int, list[SplitAsk]]) -> dict[int, dict[int, tuple[int, np.ndarray, bool]]]:
+        out: dict[int, dict[int, tuple[int, np.ndarray, bool]]] = {}
         if 0 in asks:
             out[0] = self.own.splits(asks[0])
         requests: dict[str, Payload] = {}
@@ -470,20 +503,25 @@ class _Federated:
             if k > 0:
                 requests[self.passives[k - 1]] = {
                     "tree": self.tree, "nodes": np.asarray([a.node for a in v], dtype=np.int64),
-                    "columns": np.asarray([a.candidate.feature for a in v], dtype=np.int64),
-                    "bins": np.asarray([a.candidate.bin for a in v], dtype=np.int64),
-                    "default_left": np.asarray([a.candidate.default_left for a in v], dtype=bool)}
+                    "ties": np.asarray([len(a.candidate.ties) for a in v], dtype=np.int64),
+                    "choices": np.asarray([c for a in v for c, _ in a.candidate.ties], dtype=np.int64),
+                    "default_left": np.asarray([d for a in v for _, d in a.candidate.ties], dtype=bool)}
         for p, reply in (self.fed.exchange("sb.splits", requests) if requests else {}).items():
             k = self.passives.index(p) + 1
             records, sizes = reply.array("records"), reply.array("sizes")
-            left = reply.array("left").astype(bool)
-            if records.shape != (len(asks[k]),) or sizes.shape != records.shape or int(sizes.sum()) != len(left):
+            left, default_left = reply.array("left").astype(bool), reply.array("default_left").astype(bool)
+            if (records.shape != (len(asks[k]),) or sizes.shape != records.shape or int(sizes.sum()) != len(left)
+                    or default_left.shape != records.shape):
                 raise ProtocolError(f"party {p!r} answered sb.splits with {records.shape} records and "
                                     f"{len(left)} decisions for {len(asks[k])} nodes")
+            for ask, chosen in zip(asks[k], default_left.tolist(), strict=True):
+                if chosen not in {d for _, d in ask.candidate.ties}:
+                    raise ProtocolError(f"party {p!r} sent node {ask.node}'s missing people down a branch none of "
+                                        "the splits named sends them")
             ends = np.cumsum(sizes)
-            out[k] = {ask.node: (int(record), left[end - size:end])
-                      for ask, record, size, end in zip(asks[k], records.tolist(), sizes.tolist(), ends.tolist(),
-                                                        strict=True)}
+            out[k] = {ask.node: (int(record), left[end - size:end], bool(d))
+                      for ask, record, size, end, d in zip(asks[k], records.tolist(), sizes.tolist(), ends.tolist(),
+                                                           default_left.tolist(), strict=True)}
         return out
 
 

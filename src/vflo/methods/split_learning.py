@@ -22,7 +22,7 @@ import numpy as np
 from vflo.comm.message import BOOL, IDS, INT, STR, Fields, Payload, Reply, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, PrivacyAccount, RowNoise
-from vflo.errors import MethodError, ProtocolError, RemoteError, TransportError
+from vflo.errors import MethodError, ProtocolError, RefusedError, RemoteError, TransportError
 from vflo.methods.base import State, prefixed, unprefixed
 from vflo.methods.saved import At, Built, Part, Saved
 from vflo.nn.train import (
@@ -66,6 +66,10 @@ class Bottom:
         self.rng = rng
         self.keyed = keyed
         self.account = account
+        # Fresh noise averages away when a release is asked for again and again, so each person's noised training
+        # and validation releases are bounded by the schedule the method declared: one of each per epoch.
+        self.max_releases = train.max_epochs
+        self._releases: dict[str, dict[object, int]] = {"training": {}, "validation": {}}
         self.optimizer: torch.optim.Optimizer | None = adam(net.parameters(), train)
         self.payload_dtype = payload_dtype
         self.restore_best = train.restore_best
@@ -80,7 +84,7 @@ class Bottom:
         self.net.train()
         out = self.net(x)
         self.pending = out
-        return self._released(out.detach(), ids, fresh=True)
+        return self._released(out.detach(), ids, fresh="training")
 
     def backward(self, grad: np.ndarray) -> None:
         """Finish the backward pass with the coordinator's gradient and take one optimiser step."""
@@ -99,19 +103,36 @@ class Bottom:
         training (the model still changes), else a scoring release (keyed: the same again for the same row)."""
         self.net.eval()
         with torch.no_grad():
-            return self._released(self.net(x), ids, fresh=fresh)
+            return self._released(self.net(x), ids, fresh="validation" if fresh else "")
 
-    def _released(self, out: torch.Tensor, ids: np.ndarray | None, *, fresh: bool) -> np.ndarray:
+    def _released(self, out: torch.Tensor, ids: np.ndarray | None, *, fresh: str) -> np.ndarray:
+        """``out`` as it leaves: noised where the method asks; ``fresh``: ``"training"`` or ``"validation"`` (fresh
+        noise, bounded per person by the schedule), ``""`` for scoring (keyed noise)."""
         wire = self._wire(out)
         if self.noise is None:
             return wire
         if ids is None:
             raise ProtocolError("a noised activation release needs the IDs of the people it describes")
         if fresh:
+            self._count(fresh, ids)
             assert self.rng is not None
             return self.noise.release(wire, self.rng, self.account, ids, what="activations")
         assert self.keyed is not None
         return self.noise.release_rows(wire, ids, self.keyed, self.account, what="activations")
+
+    def _count(self, what: str, ids: np.ndarray) -> None:
+        """Count one ``what`` release of each of ``ids``; refuse, before anything is sent, one past the schedule."""
+        counts = self._releases[what]
+        people = np.asarray(ids).tolist()
+        over = [p for p in people if counts.get(p, 0) >= self.max_releases]
+        if over:
+            raise RefusedError(
+                f"this party refuses another noised {what} release of {len(over)} people (e.g. {over[0]!r}): each "
+                f"was released {self.max_releases} times already, once per epoch of the {self.max_releases} the "
+                "method declared (train.max_epochs); repeated fresh noise averages away, so a coordinator may not "
+                "ask for more")
+        for p in people:
+            counts[p] = counts.get(p, 0) + 1
 
     def state(self) -> dict[str, Any]:
         """The network mid-training (weights, optimiser, validation snapshots), for a checkpoint."""

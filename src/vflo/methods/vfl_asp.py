@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.align import plain
+from vflo.align import plain, psi
 from vflo.comm.message import STR, Fields, Payload, Value
 from vflo.data.datasets import Task
 from vflo.data.partydata import PartyData
@@ -173,7 +173,7 @@ class VFLASP(MaskedSVD, SplitNN):
 
     @handles("asp.extract",
              served="first hop: after setup; once a run",
-             replies={"shared": "control", "components": "control"}, second_hop=STR)
+             replies={"shared": "control", "components": "control"}, second_hop=STR, alignment=STR)
     def _extract(self, ctx: NodeContext, payload: Fields) -> Payload:
         """P1 drives steps 1 and 2: align with P2, get the mask, have both blocks masked, solve, approximate."""
         part = ctx.part(ASPPart)
@@ -184,11 +184,18 @@ class VFLASP(MaskedSVD, SplitNN):
         t0 = time.perf_counter()
         second = payload.text("second_hop")
         ids = np.sort(data.ids)
-        reply = ctx.send(second, plain.KIND, {"ids": ids, "purpose": "train"})
-        held = reply.array("held")
-        if held.shape != (len(ids),) or held.dtype != bool:
-            raise ProtocolError(f"party {second!r} answered alignment with a malformed mask")
-        shared = ids[held]
+        # The first hop aligns with the second as the run aligns: by PSI unless the run is plain (in one process,
+        # where no ID leaves it); the second hop then learns the shared people only, never this party's others.
+        if payload.text("alignment") == "plain":
+            reply = ctx.send(second, plain.KIND, {"ids": ids, "purpose": "train"})
+            held = reply.array("held")
+            if held.shape != (len(ids),) or held.dtype != bool:
+                raise ProtocolError(f"party {second!r} answered alignment with a malformed mask")
+            shared = ids[held]
+        else:
+            # A party's context exchanges as a coordinator does (psi.intersect needs exchange() alone).
+            found = psi.intersect(ctx, ids, [second], mode="both")  # type: ignore[arg-type]  # ctx: see above
+            shared = found.ids
         if len(shared) == 0:
             raise MethodError(f"the first-hop party {ctx.party!r} shares no sample with the second-hop party "
                               f"{second!r}; VFL-ASP needs their overlap to extract embeddings")
@@ -236,7 +243,8 @@ class VFLASP(MaskedSVD, SplitNN):
                 if cfg.on_overlap == "error":
                     raise MethodError(text + "; fix the split or set on_overlap = 'warn'")
                 logger.warning("%s", text)
-        extracted = fed.request(cfg.first_hop, "asp.extract", {"second_hop": cfg.second_hop})
+        extracted = fed.request(cfg.first_hop, "asp.extract", {"second_hop": cfg.second_hop,
+                                                               "alignment": fed.alignment.method})
         self.shared_ = extracted.integer("shared")
         self.components_ = extracted.integer("components")
         if len(fed.align(fed.data.ids, [cfg.first_hop]).ids) == 0:

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import numpy as np
@@ -270,6 +271,7 @@ class Node:
         checkpoints: CheckpointStoreLike | None = None, secret: PartySecret | None = None,
         budget: PrivacyBudget | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None,
         idle_run_seconds: float = 600.0, alignments: AlignmentStore | None = None,
+        privacy_journal: Path | None = None,
     ) -> None:
         if data is not None and data.party != info.name:
             raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
@@ -303,8 +305,9 @@ class Node:
         # This party's own randomness (its config's seed, or the OS's): masks, projections, noise and the initial
         # weights of models only it holds come from here, never from the run seed every party receives.
         self.secret = secret if secret is not None else PartySecret()
-        # What it has released under differential privacy, for as long as it runs, against its own budget.
-        self.privacy = PrivacyAccount(info.name, budget)
+        # What it has released under differential privacy against its own budget: for as long as it runs, or, with
+        # a journal in its own folder, across restarts.
+        self.privacy = PrivacyAccount(info.name, budget, journal=privacy_journal)
         # The run this party serves (its coordinator's ID for it) and the last round each sender used in it: one
         # run at a time, messages of other runs and rounds that go backwards refused.
         self._run = ""

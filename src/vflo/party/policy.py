@@ -13,6 +13,9 @@ surely does when that is less (``vflo.methods.masks.required_mixing``).
     min_mask_mixing = 8.0                  # and how many inputs each row of a block must mix at least
     max_rows = 1000000                     # the most rows (IDs, positions, values) a peer may send or ask for at once
     max_mask_bytes = 1073741824            # the most a dealer draws for one deal (FedSVD, VFL-ASP): 1 GiB
+    max_peer_calls = 8                     # a peer's calls this party serves at once (more are refused)
+    max_peer_bytes = 536870912             # a peer's message bytes this party holds at once (512 MiB)
+    max_arrival_seconds = 300.0            # how long a call's message may take to arrive before it is dropped
     [policy.require]
     "fedsvd.svd.mask" = "dense"            # a setting that must have this value
     "rap.max_condition" = { max = 10.0 }   # or stay within bounds
@@ -47,18 +50,25 @@ class Policy:
     """``methods``: the methods this party consents to (empty: any); ``require``: a setting by its dotted path
     (``METHOD.FIELD.SUBFIELD``) and the value it must have, or a table with ``min`` and/or ``max``;
     ``min_mask_block`` and ``min_mask_mixing``: what masks from a dealer must reach to be taken
-    (``OrthogonalMask.check_strength``); ``alignment``: ``"psi"`` refuses plain alignment (which shows this party
-    the coordinator's IDs and tells the coordinator which of them it holds), training and scoring alike;
+    (``OrthogonalMask.check_strength``); ``alignment``: ``"psi"`` (the default) refuses plain alignment (which
+    shows this party the coordinator's IDs and tells the coordinator which of them it holds), training and
+    scoring alike; ``"plain"`` accepts it (``"any"``, its older name, too): a weaker choice, named in the config;
     ``psi_protocols``: the PSI library's protocols it runs (``[alignment] engine``, ``"unbalanced"`` included;
     vflo's own ECDH always);
     ``psi_link``: ``HOST:PORT`` where its side of such a PSI listens (port 0: any free one; loopback by default,
-    ``0.0.0.0:PORT`` with that port open to the other parties in a deployment)."""
+    ``0.0.0.0:PORT`` with that port open to the other parties in a deployment);
+    ``max_peer_calls``, ``max_peer_bytes`` and ``max_arrival_seconds``: what one peer may hold of this party's gRPC
+    server at once (calls in progress, bytes of its messages received and not yet answered) and how long one
+    call's message may take to arrive; a call beyond them is refused (or dropped, when late) without touching the
+    other peers' calls. A client that is no peer is refused from its certificate before any of its message is
+    read (:class:`vflo.comm.grpc_transport.PartyServer`). ``max_peer_bytes`` must hold the largest message a peer
+    may send (``max_message_bytes``)."""
 
     methods: tuple[str, ...] = ()
     require: dict[str, Any] = field(default_factory=dict)
     min_mask_block: int = 64
     min_mask_mixing: float = 8.0
-    alignment: Literal["any", "psi"] = "any"
+    alignment: Literal["psi", "plain", "any"] = "psi"
     # Sizes a peer chooses, bounded so that a coordinator (or a stranger with a certificate) cannot make this party
     # allocate or compute without end: rows in one request (IDs to align or score, positions of a batch, rows of
     # a block) and the masks one deal draws (a block mask of m rows in blocks of b costs m x b x 8 bytes).
@@ -66,6 +76,16 @@ class Policy:
     max_mask_bytes: int = 1 << 30
     psi_protocols: tuple[str, ...] = PSI_ENGINES
     psi_link: str = "127.0.0.1:0"
+    # Bounds per peer on this party's gRPC server, so that one peer (or a stranger with a certificate) cannot hold
+    # its memory or its threads: calls at once, message bytes held at once, seconds for a message to arrive.
+    max_peer_calls: int = 8
+    max_peer_bytes: int = 512 << 20
+    max_arrival_seconds: float = 300.0
+
+    @property
+    def accepts_plain(self) -> bool:
+        """Whether this party answers plain alignment (its config says ``alignment = "plain"``)."""
+        return self.alignment in ("plain", "any")
 
     def psi_link_address(self) -> tuple[str, int]:
         """``psi_link`` as host and port (0: any free port)."""
@@ -75,6 +95,9 @@ class Policy:
         return host, int(port)
 
     def __post_init__(self) -> None:
+        if self.alignment not in ("psi", "plain", "any"):
+            raise ConfigError(f"policy.alignment = {self.alignment!r}: give 'psi' (the default: IDs only by private "
+                              "set intersection) or 'plain' (this party accepts seeing the coordinator's IDs)")
         if unknown := sorted(set(self.psi_protocols) - set(PSI_ENGINES)):
             raise ConfigError(f"policy.psi_protocols names {unknown}: give some of "
                               f"{', '.join(map(repr, PSI_ENGINES))}")
@@ -89,6 +112,15 @@ class Policy:
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ConfigError(f"policy.{key} must be an integer of at least {least}, got {value!r}; leave it out "
                                   f"for the default ({getattr(Policy, key)}) or raise it for larger data")
+        for key, least in (("max_peer_calls", 1), ("max_peer_bytes", 1 << 20)):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ConfigError(f"policy.{key} must be an integer of at least {least}, got {value!r}; leave it out "
+                                  f"for the default ({getattr(Policy, key)})")
+        arrival = self.max_arrival_seconds
+        if not _is_number(arrival) or arrival <= 0:
+            raise ConfigError(f"policy.max_arrival_seconds must be a positive number of seconds, got {arrival!r}; "
+                              f"leave it out for the default ({Policy.max_arrival_seconds}) or raise it for slow links")
         if not _is_number(mixing) or mixing < 1.0:
             raise ConfigError(f"policy.min_mask_mixing must be a finite number of at least 1.0 (1 turns the mixing "
                               f"check off), got {mixing!r}; set min_mask_mixing = 8.0 or more under [policy]")

@@ -111,29 +111,39 @@ class PublicSide:
             return handle[positions]
         return handle[positions.tolist()]
 
-    def bucket_sums(self, handle: Any, rows: np.ndarray, codes: np.ndarray, buckets: int) -> Any:
+    def bucket_sums(self, handle: Any, rows: np.ndarray, codes: np.ndarray, buckets: int, *,
+                    cumulative: bool = False) -> Any:
         """Per column and bucket, the sum over ``rows`` (positions) of the rows whose code is that bucket:
-        (columns * buckets) x 2, column-major as HEU lays it out."""
+        (columns * buckets) x 2, column-major as HEU lays it out; with ``cumulative``, each bucket's sum runs
+        over that bucket and the ones before it in its column."""
         columns = codes.shape[1]
         if self.kit is None:
             out = np.zeros((columns * buckets, 2), dtype=np.int64)
             index = codes[rows].astype(np.int64) + np.arange(columns, dtype=np.int64) * buckets
             for j in range(columns):
                 np.add.at(out, index[:, j], handle[rows])
+            if cumulative:
+                out = out.reshape(columns, buckets, 2).cumsum(axis=1).reshape(-1, 2)
             return out
         if handle is not self._shared or self.processes < 2 or len(rows) * columns < PARALLEL_SUMS:
-            return _bucket_sum(self.evaluator, handle, rows, codes, buckets)
+            return _bucket_sum(self.evaluator, handle, rows, codes, buckets, cumulative)
         helpers = self._started("sb.start_summer", self.scheme, self.public_key_bytes)
         if not self._sent:  # each helper keeps the tree's ciphertexts, sent once
             helpers.broadcast("sb.hold", handle.serialize(), codes, buckets)
             self._sent = True
         pieces = np.array_split(rows, self.processes)
         for helper, piece in zip(helpers.helpers, pieces[1:], strict=True):
-            helper.send("sb.sum_rows", piece)
-        total = _bucket_sum(self.evaluator, handle, pieces[0], codes, buckets)
+            helper.send("sb.sum_rows", piece, cumulative)
+        total = _bucket_sum(self.evaluator, handle, pieces[0], codes, buckets, cumulative)
         for helper in helpers.helpers:
             total = self.evaluator.add(total, self._hnp.CiphertextArray.load_from(helper.receive()))
         return total
+
+    def subtract(self, a: Any, b: Any) -> Any:
+        """``a - b``, ciphertext by ciphertext (same shapes)."""
+        if self.kit is None:
+            return np.asarray(a) - np.asarray(b)
+        return self.evaluator.sub(a, b)
 
     def _started(self, start: str, *args: Any) -> HelperPool:
         """``processes - 1`` helpers, started with ``start(*args)`` the first time."""
@@ -229,10 +239,11 @@ class KeyPair(PublicSide):
 _WORKER: dict[str, Any] = {}
 
 
-def _bucket_sum(evaluator: Any, handle: Any, rows: np.ndarray, codes: np.ndarray, buckets: int) -> Any:
+def _bucket_sum(evaluator: Any, handle: Any, rows: np.ndarray, codes: np.ndarray, buckets: int,
+                cumulative: bool = False) -> Any:
     mask = np.zeros((1, codes.shape[0]), dtype=np.int8)
     mask[0, rows] = 1
-    return evaluator.feature_wise_bucket_sum(handle, mask, codes, buckets, False)
+    return evaluator.feature_wise_bucket_sum(handle, mask, codes, buckets, cumulative)
 
 
 def _start_summer(scheme: str, public_key: bytes) -> None:
@@ -244,9 +255,9 @@ def _hold(blob: bytes, codes: np.ndarray, buckets: int) -> None:
     _WORKER.update(handle=_WORKER["hnp"].CiphertextArray.load_from(blob), codes=codes, buckets=buckets)
 
 
-def _sum_rows(rows: np.ndarray) -> bytes:
+def _sum_rows(rows: np.ndarray, cumulative: bool = False) -> bytes:
     out: bytes = _bucket_sum(_WORKER["evaluator"], _WORKER["handle"], rows, _WORKER["codes"],
-                             _WORKER["buckets"]).serialize()
+                             _WORKER["buckets"], cumulative).serialize()
     return out
 
 

@@ -43,28 +43,64 @@ class GrowthRules:
 @dataclass(frozen=True)
 class Candidate:
     """The best split of a node at one party: after bin ``bin`` of column ``feature``; ``default_left``: where a
-    person goes whose value is missing, or whom the party does not hold."""
+    person goes whose value is missing, or whom the party does not hold. At a party whose candidates came
+    shuffled (:class:`ShuffledSums`) the grower knows no column or bin (both -1): ``ties`` holds the shuffled
+    indices of the candidates of the best gain, each with its default branch, and the party, which alone knows
+    their order, keeps the first (so the split is the one an unshuffled grower picks)."""
 
     gain: float
     feature: int
     bin: int
     default_left: bool
+    ties: tuple[tuple[int, bool], ...] = ()
 
 
-def best_split(sums: np.ndarray, total: np.ndarray, rules: GrowthRules) -> Candidate | None:
-    """The best split in ``sums`` (columns x (bins + 1) x 2: g and h per bin, the last bin a column's missing
-    values, never read), for a node whose g and h sums are ``total``; None when no split gains."""
-    present = sums[:, :-1, :]
-    cum = np.cumsum(present, axis=1)
-    missing = total[None, :] - cum[:, -1, :]
-    # Direction 0: missing values (and people the party lacks) go left; 1: they go right.
-    left = np.stack([cum + missing[:, None, :], cum], axis=2).astype(np.float64) / rules.scale
+@dataclass(frozen=True)
+class ShuffledSums:
+    """A node's candidate splits at a partner, in an order only the partner knows: per candidate (a bin of one
+    of its columns), the g and h sums of the node's people it holds whose value is present and at or below
+    the bin (``left``, candidates x 2 integers) and above it (``right``). The people the partner lacks or has
+    no value for make up the rest of the node's totals. ``right`` comes only for the candidates ``missing``
+    marks (a column with a missing value in the node, rows in order); of the others' columns every person the
+    partner holds is present, so their right sums are those people's total less the left (:meth:`completed`)."""
+
+    left: np.ndarray
+    right: np.ndarray
+    missing: np.ndarray | None = None
+
+    def completed(self, held_total: np.ndarray) -> ShuffledSums:
+        """Every candidate's right sums, ``held_total`` being the node's sums over the people the partner holds."""
+        if self.missing is None:
+            return self
+        right = held_total[None, :] - np.asarray(self.left, dtype=np.int64)
+        right[self.missing] = self.right
+        return ShuffledSums(self.left, right)
+
+
+def _gains(left_sums: np.ndarray, total: np.ndarray, rules: GrowthRules) -> tuple[np.ndarray, np.ndarray]:
+    """The gain of each split whose left child's integer g and h sums are ``left_sums`` (... x 2), and which of
+    them are allowed; one expression for shuffled and unshuffled sums, so that equal sums gain equally."""
+    left = left_sums.astype(np.float64) / rules.scale
     g, h = total.astype(np.float64) / rules.scale
     gl, hl = left[..., 0], left[..., 1]
     gr, hr = g - gl, h - hl
     lam = rules.reg_lambda
     gain = 0.5 * (gl * gl / (hl + lam) + gr * gr / (hr + lam) - g * g / (h + lam)) - rules.gamma
     valid = (hl >= rules.min_child_weight) & (hr >= rules.min_child_weight) & (gain > 0)
+    return gain, valid
+
+
+def best_split(sums: np.ndarray | ShuffledSums, total: np.ndarray, rules: GrowthRules) -> Candidate | None:
+    """The best split in ``sums`` (columns x (bins + 1) x 2: g and h per bin, the last bin a column's missing
+    values, never read; or a partner's :class:`ShuffledSums`), for a node whose g and h sums are ``total``;
+    None when no split gains."""
+    if isinstance(sums, ShuffledSums):
+        return _best_shuffled(sums, total, rules)
+    present = sums[:, :-1, :]
+    cum = np.cumsum(present, axis=1)
+    missing = total[None, :] - cum[:, -1, :]
+    # Direction 0: missing values (and people the party lacks) go left; 1: they go right.
+    gain, valid = _gains(np.stack([cum + missing[:, None, :], cum], axis=2), total, rules)
     if not valid.any():
         return None
     flat = int(np.argmax(np.where(valid, gain, -np.inf)))
@@ -75,6 +111,30 @@ def best_split(sums: np.ndarray, total: np.ndarray, rules: GrowthRules) -> Candi
         present_left = cum[feature, bin_index, 1]
         default_left = bool(present_left >= total[1] - present_left)
     return Candidate(float(gain[feature, bin_index, direction]), int(feature), int(bin_index), bool(default_left))
+
+
+def _best_shuffled(sums: ShuffledSums, total: np.ndarray, rules: GrowthRules) -> Candidate | None:
+    """:func:`best_split` over a partner's shuffled candidates. Every candidate of the best gain is a tie the
+    partner breaks by its own (column, bin) order, which is how the unshuffled argmax breaks it; within one
+    candidate, missing values going left comes first, as there."""
+    left, right = np.asarray(sums.left, dtype=np.int64), np.asarray(sums.right, dtype=np.int64)
+    if right.shape != left.shape:
+        raise ProtocolError(f"{len(left)} candidates with {len(right)} right sums: the grower fills in the right sums "
+                            "a partner leaves to it (ShuffledSums.completed) before it picks among them")
+    # Direction 0: the missing (and people the partner lacks) go left, so the left child is all but the right.
+    gain, valid = _gains(np.stack([total[None, :] - right, left], axis=1), total, rules)
+    if not valid.any():
+        return None
+    scored = np.where(valid, gain, -np.inf)
+    top = scored.max()
+    ties = []
+    for item in np.flatnonzero((scored == top).any(axis=1)).tolist():
+        default_left = bool(scored[item, 0] == top)
+        if total[1] - left[item, 1] - right[item, 1] == 0:
+            # No one in this node is missing there: send the absent to the side with more weight.
+            default_left = bool(left[item, 1] >= total[1] - left[item, 1])
+        ties.append((int(item), default_left))
+    return Candidate(float(top), -1, -1, ties[0][1], ties=tuple(ties))
 
 
 def leaf_weight(total: np.ndarray, rules: GrowthRules) -> float:
@@ -142,8 +202,9 @@ class RouteRule(Protocol):
 @dataclass(frozen=True)
 class HistogramAsk:
     """Bin sums of ``node`` at one party: over ``rows`` (positions among the rows that party holds); with ``rows``
-    None, the node is ``parent``'s rows less ``sibling``'s (both asked before): the party records it and sends no
-    sums, the grower subtracting the sibling's from the parent's."""
+    None, the node is ``parent``'s rows less ``sibling``'s (both asked before): the label holder's own columns
+    send no sums for it, the grower subtracting the sibling's from the parent's; a partner, whose candidates
+    reach the grower shuffled afresh per node, subtracts its ciphertexts itself and sends the node's."""
 
     node: int
     rows: np.ndarray | None
@@ -162,13 +223,14 @@ class SplitAsk:
 class Parties(Protocol):
     """The parties' side of growing a tree, one call per level for all of them (a round each, over a network)."""
 
-    def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray]]:
-        """Per party, per node asked with rows: its bin sums (columns x (bins + 1) x 2, integers)."""
+    def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray | ShuffledSums]]:
+        """Per party, per node asked with rows: its bin sums (columns x (bins + 1) x 2, integers), or its
+        shuffled candidates' (a partner's, which it gives for a node asked without rows too)."""
         ...
 
-    def splits(self, asks: Mapping[int, list[SplitAsk]]) -> dict[int, dict[int, tuple[int, np.ndarray]]]:
-        """Per party, per node: the record it keeps the split under, and which of the node's rows it holds
-        (in the order they were asked) go left."""
+    def splits(self, asks: Mapping[int, list[SplitAsk]]) -> dict[int, dict[int, tuple[int, np.ndarray, bool]]]:
+        """Per party, per node: the record it keeps the split under, which of the node's rows it holds (in the
+        order they were asked) go left, and where the others go."""
         ...
 
 
@@ -186,7 +248,7 @@ def grow(gh: np.ndarray, held: list[np.ndarray], parties: Parties, rules: Growth
     root = tree.add()
     level: list[tuple[int, np.ndarray, int, int]] = [(root, np.arange(len(gh)), -1, -1)]  # node, rows, parent, sib
     asked: list[set[int]] = [set() for _ in held]
-    kept: list[dict[int, np.ndarray]] = [{} for _ in held]  # each party's sums of the nodes it was asked
+    kept: list[dict[int, np.ndarray | ShuffledSums]] = [{} for _ in held]  # each party's sums of its nodes
     for depth in range(rules.max_depth + 1):
         totals = {node: gh[rows].sum(axis=0) for node, rows, _, _ in level}
         splittable = [entry for entry in level if depth < rules.max_depth and len(entry[1]) >= 2
@@ -205,16 +267,23 @@ def grow(gh: np.ndarray, held: list[np.ndarray], parties: Parties, rules: Growth
         for k, v in asks.items():
             asked[k] |= {a.node for a in v}
             got = sums.setdefault(k, {})
-            if set(got) != {a.node for a in v if a.rows is not None}:
-                raise ProtocolError(f"party {k} sent sums of nodes {sorted(got)}, asked for "
-                                    f"{sorted(a.node for a in v if a.rows is not None)}")
+            summed = {a.node for a in v if a.rows is not None}
+            if not summed <= set(got) <= {a.node for a in v}:
+                raise ProtocolError(f"party {k} sent sums of nodes {sorted(got)}, asked for {sorted(summed)}")
             for ask in v:
-                if ask.rows is None:
-                    got[ask.node] = kept[k][ask.parent] - got[ask.sibling]
+                if ask.rows is None and ask.node not in got:
+                    parent, sibling = kept[k][ask.parent], got[ask.sibling]
+                    if isinstance(parent, ShuffledSums) or isinstance(sibling, ShuffledSums):
+                        raise ProtocolError(f"party {k} sent no sums of node {ask.node}: its shuffled sums cannot "
+                                            "be subtracted here")
+                    got[ask.node] = parent - sibling
             kept[k] = got
         best: dict[int, tuple[int, Candidate]] = {}
+        members = {node: rows for node, rows, _, _ in level}
         for k in sorted(sums):
             for node, s in sums[k].items():
+                if isinstance(s, ShuffledSums):
+                    s = s.completed(gh[members[node][held[k][members[node]]]].sum(axis=0))
                 found = best_split(s, totals[node], rules)
                 if found is not None and (node not in best or found.gain > best[node][1].gain):
                     best[node] = (k, found)
@@ -227,15 +296,15 @@ def grow(gh: np.ndarray, held: list[np.ndarray], parties: Parties, rules: Growth
             if node not in best:
                 continue
             k, candidate = best[node]
-            record, left_held = decided[k][node]
+            record, left_held, default_left = decided[k][node]
             mine = held[k][rows]
             if len(left_held) != int(mine.sum()):
                 raise ProtocolError(f"party {k} decided {len(left_held)} rows of node {node}, which holds "
                                     f"{int(mine.sum())} of its rows")
-            left = np.full(len(rows), candidate.default_left)
+            left = np.full(len(rows), default_left)
             left[mine] = left_held
             tree.owner[node], tree.record[node] = k, record
-            tree.default_left[node] = candidate.default_left
+            tree.default_left[node] = default_left
             a, b = tree.add(), tree.add()
             tree.left[node], tree.right[node] = a, b
             following += [(a, rows[left], node, b), (b, rows[~left], node, a)]

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from vflo.errors import ProtocolError
+from vflo.errors import ProtocolError, RefusedError
 from vflo.trees.bins import bin_codes, fit_cuts, threshold
 from vflo.trees.crypto import PublicSide
 from vflo.trees.growth import HistogramAsk, SplitAsk
@@ -55,20 +55,37 @@ class LookupTable:
 
 class ColumnsParty:
     """One party's columns over the rows it holds (in the grower's order), binned once; per tree, the sums of
-    each node it is asked for, and the rows of each such node (which it learns from the asks)."""
+    each node it is asked for, and the rows of each such node (which it learns from the asks).
 
-    def __init__(self, X: np.ndarray, n_bins: int, ops: PublicSide, *, min_node_rows: int) -> None:
+    With ``shuffle`` (a partner's own generator, never seeded from anything another party knows) it is a
+    partner's side: it gives, per node, its candidate splits' sums in a fresh order of its own
+    (:class:`~vflo.trees.growth.ShuffledSums`), keeps which candidate each position is, and records only the
+    split the grower picks among them. Without, it is the label holder's own columns (bin sums in column order).
+    """
+
+    def __init__(self, X: np.ndarray, n_bins: int, ops: PublicSide, *, min_node_rows: int,
+                 shuffle: np.random.Generator | None = None) -> None:
         self.X = np.asarray(X, dtype=np.float64)
         self.n_bins = n_bins
         self.cuts = fit_cuts(self.X, n_bins)
         self.codes = bin_codes(self.X, self.cuts, n_bins)
         self.ops = ops
         self.min_node_rows = min_node_rows
+        self.shuffle = shuffle
         self.table = LookupTable()
         self.gh: Any = None
         self.tree = -1
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drops what this party knows of the tree being grown."""
         self.nodes: dict[int, np.ndarray] = {}
         self.children: dict[int, list[int]] = {}
+        # A partner's: each node's cumulative bucket sums (its children's, asked without rows, are differences
+        # of them), and which candidate (column * n_bins + bin) each position of the shuffled reply is.
+        self.cumulative: dict[int, Any] = {}
+        self.order: dict[int, np.ndarray] = {}
+        self.split: dict[int, np.ndarray] = {}  # a node split here: which of its rows go left
 
     @property
     def n_columns(self) -> int:
@@ -76,54 +93,46 @@ class ColumnsParty:
 
     def new_tree(self, gh: Any, tree: int = 0) -> None:
         """The statistics of tree number ``tree`` (encrypted or not): each row's, in the order of this party's
-        rows."""
-        self.gh, self.tree, self.nodes, self.children = gh, tree, {}, {}
+        rows. Trees come once each, numbered upwards: a tree's root is asked once, so the gradients of a tree
+        already grown (or skipped) are refused."""
+        if tree <= self.tree:
+            raise RefusedError(f"gradients of tree {tree} after those of tree {self.tree}: each tree's gradients "
+                               "come once, in increasing tree order; start a new training (sb.init) to grow again")
+        self.gh, self.tree = gh, tree
+        self._forget()
         self.ops.share(gh)
 
     def histograms(self, asks: list[HistogramAsk]) -> dict[int, Any]:
-        """The sums of each node asked with its rows; a node asked without rows (its parent's rows less its
-        sibling's) is only recorded, for its children and its split: the grower, holding the parent's and the
-        sibling's sums in the clear, subtracts them itself, cheaper than a subtraction of ciphertexts here and
-        nothing it did not know.
+        """The sums of each node asked: a node asked without rows (its parent's rows less its sibling's) is
+        recorded, for its children and its split; the label holder's own side sends no sums for it (the grower,
+        holding the parent's and the sibling's in the clear, subtracts them itself), a partner's side subtracts
+        its ciphertexts and sends them (its shuffled sums cannot be subtracted elsewhere). The label holder's own
+        side gives a node's bin sums; a partner's, in its shuffled order, its candidates' left sums, the right
+        sums of those whose column lacks a value in the node (None if none does), and which those are.
 
-        The nodes of one tree must nest as a tree's do: one root, then children of nodes already summed, two at
-        most per parent, disjoint, together the parent's rows; and no node (nor what its parent less it leaves)
-        may hold fewer than ``min_node_rows`` of this party's rows. Without that, sums over sets that differ by
-        a row or two would come close to single rows' values."""
+        The nodes of one tree must nest as a tree's do: the root, over every row this party holds (the label
+        holder does not choose who is in it), once; then children of nodes already summed, two at most per
+        parent, disjoint, together the parent's rows, and exactly the two sides of the parent's split where
+        this party holds that split; and no node (nor what its parent less it leaves) may hold fewer than
+        ``min_node_rows`` of this party's rows. Without that, sums over sets that differ by a row or two would
+        come close to single rows' values, and a node the tree does not have could be asked."""
         if self.gh is None:
             raise ProtocolError("histograms asked before the tree's gradients")
         n = len(self.X)
         out = {}
         for ask in asks:
             if ask.node in self.nodes:
-                raise ProtocolError(f"node {ask.node} was already summed in this tree")
+                raise RefusedError(f"node {ask.node} was already summed in tree {self.tree}: each node of a tree "
+                                   "is asked once")
             if ask.parent < 0:
                 if self.nodes:
-                    raise ProtocolError(f"node {ask.node} names no parent, but this tree has its root")
-                rows = np.asarray(ask.rows, dtype=np.int64)
-                if len(rows) and (rows.min() < 0 or rows.max() >= n or np.any(np.diff(rows) <= 0)):
-                    raise ProtocolError(f"node {ask.node}: rows must be increasing positions among this party's "
-                                        f"{n} rows")
-                sums = self.ops.bucket_sums(self.gh, rows, self.codes, self.n_bins + 1)
+                    raise RefusedError(f"node {ask.node} names no parent, but tree {self.tree} has its root")
+                rows = np.arange(n, dtype=np.int64)
+                if ask.rows is None or not np.array_equal(np.asarray(ask.rows), rows):
+                    raise RefusedError(f"node {ask.node}: a tree's root holds every one of this party's {n} rows, "
+                                       "not a set the label holder chooses")
             else:
-                if ask.parent not in self.nodes:
-                    raise ProtocolError(f"node {ask.node}: its parent {ask.parent} was not summed in this tree")
-                parent, brothers = self.nodes[ask.parent], self.children.setdefault(ask.parent, [])
-                if len(brothers) >= 2:
-                    raise ProtocolError(f"node {ask.parent} already has two children")
-                if ask.rows is None:
-                    if ask.sibling not in brothers:
-                        raise ProtocolError(f"node {ask.node}: sibling {ask.sibling} is not a summed child of "
-                                            f"{ask.parent}")
-                    rows, sums = np.setdiff1d(parent, self.nodes[ask.sibling]), None
-                else:
-                    rows = np.asarray(ask.rows, dtype=np.int64)
-                    if len(np.intersect1d(rows, parent)) != len(rows) or len(np.unique(rows)) != len(rows):
-                        raise ProtocolError(f"node {ask.node}: rows that are not its parent {ask.parent}'s")
-                    if brothers and len(rows) + len(self.nodes[brothers[0]]) != len(parent):
-                        raise ProtocolError(f"node {ask.node}: with its sibling, not its parent's rows")
-                    rows = np.sort(rows)
-                    sums = self.ops.bucket_sums(self.gh, rows, self.codes, self.n_bins + 1)
+                rows = self._child_rows(ask)
             if len(rows) < self.min_node_rows:
                 raise ProtocolError(f"node {ask.node} has {len(rows)} of this party's rows, fewer than its "
                                     f"min_node_rows {self.min_node_rows}: its sums would be close to single rows'")
@@ -134,21 +143,110 @@ class ColumnsParty:
                                         f"min_node_rows {self.min_node_rows}")
                 self.children[ask.parent].append(ask.node)
             self.nodes[ask.node] = rows
+            sums = self._sums(ask, rows)
             if sums is not None:
                 out[ask.node] = sums
         return out
 
-    def splits(self, asks: list[SplitAsk]) -> dict[int, tuple[int, np.ndarray]]:
-        """Record each asked split in the lookup table; per node, its record and which of the node's rows go left."""
-        out = {}
+    def _child_rows(self, ask: HistogramAsk) -> np.ndarray:
+        """A child's rows, checked against what this party knows of its parent."""
+        if ask.parent not in self.nodes:
+            raise RefusedError(f"node {ask.node}: its parent {ask.parent} was not summed in tree {self.tree}, so "
+                               "this tree has no such node")
+        parent, brothers = self.nodes[ask.parent], self.children.setdefault(ask.parent, [])
+        if len(brothers) >= 2:
+            raise ProtocolError(f"node {ask.parent} already has two children")
+        if ask.rows is None:
+            if ask.sibling not in brothers:
+                raise ProtocolError(f"node {ask.node}: sibling {ask.sibling} is not a summed child of {ask.parent}")
+            return np.setdiff1d(parent, self.nodes[ask.sibling])
+        rows = np.asarray(ask.rows, dtype=np.int64)
+        if len(np.intersect1d(rows, parent)) != len(rows) or len(np.unique(rows)) != len(rows):
+            raise ProtocolError(f"node {ask.node}: rows that are not its parent {ask.parent}'s")
+        if brothers and len(rows) + len(self.nodes[brothers[0]]) != len(parent):
+            raise ProtocolError(f"node {ask.node}: with its sibling, not its parent's rows")
+        rows = np.sort(rows)
+        if ask.parent in self.split:
+            left = self.split[ask.parent]
+            if not (np.array_equal(rows, parent[left]) or np.array_equal(rows, parent[~left])):
+                raise RefusedError(f"node {ask.node}: its rows are neither side of the split this party chose for "
+                                   f"its parent {ask.parent}, so the tree has no such node")
+        return rows
+
+    def _sums(self, ask: HistogramAsk, rows: np.ndarray) -> Any:
+        buckets, shuffle = self.n_bins + 1, self.shuffle
+        if shuffle is None:
+            return None if ask.rows is None else self.ops.bucket_sums(self.gh, rows, self.codes, buckets)
+        if ask.rows is None:
+            cumulative = self.ops.subtract(self.cumulative[ask.parent], self.cumulative[ask.sibling])
+        else:
+            cumulative = self.ops.bucket_sums(self.gh, rows, self.codes, buckets, cumulative=True)
+        self.cumulative[ask.node] = cumulative
+        # A bin none of the node's rows fall in splits them as the bin before it does: its sums (and gain) are
+        # that bin's, a tie the unshuffled grower breaks to the earlier, so it is not sent at all.
+        counts = np.bincount((self.codes[rows].astype(np.int64) + np.arange(self.n_columns) * buckets).ravel(),
+                             minlength=self.n_columns * buckets).reshape(self.n_columns, buckets)
+        keep = counts[:, :self.n_bins] > 0
+        keep[:, 0] = True
+        order = np.flatnonzero(keep.ravel())[self._draw_order(shuffle, int(keep.sum()))]
+        self.order[ask.node] = order
+        column, bin_index = np.divmod(order, self.n_bins)
+        at = column * buckets + bin_index
+        # Where no one in the node lacks a value of the column, the grower knows the right sums (its total over
+        # the people this party holds, less the left): they are sent only for the other columns.
+        missing = counts[column, self.n_bins] > 0
+        right = (self.ops.subtract(self.ops.rows(cumulative, (column * buckets + self.n_bins - 1)[missing]),
+                                   self.ops.rows(cumulative, at[missing])) if missing.any() else None)
+        return self.ops.rows(cumulative, at), right, missing
+
+    @staticmethod
+    def _draw_order(shuffle: np.random.Generator, n: int) -> np.ndarray:
+        """The order ``n`` candidates are sent in: a fresh permutation each node."""
+        order: np.ndarray = shuffle.permutation(n)
+        return order
+
+    def splits(self, asks: list[SplitAsk]) -> dict[int, tuple[int, np.ndarray, bool]]:
+        """Record each asked split in the lookup table; per node, its record, which of the node's rows go left
+        and where the others go. One split per node summed, before any child of it is asked: the table keeps
+        the splits of the trees and nothing else, so that scoring answers for those alone."""
+        chosen: list[tuple[SplitAsk, int, int, bool]] = []
         for ask in asks:
             if ask.node not in self.nodes:
-                raise ProtocolError(f"split of node {ask.node}, which this party never summed in this tree")
-            c = ask.candidate
-            if not 0 <= c.feature < self.n_columns or not 0 <= c.bin < self.n_bins:
-                raise ProtocolError(f"split of node {ask.node} at column {c.feature}, bin {c.bin}: no such bin")
-            value = threshold(self.cuts[c.feature], c.bin)
-            record = self.table.add(c.feature, value, c.default_left)
-            x = self.X[self.nodes[ask.node], c.feature]
-            out[ask.node] = (record, np.where(np.isnan(x), c.default_left, x <= value))
+                raise RefusedError(f"split of node {ask.node}, which this party never summed in tree {self.tree}: "
+                                   "no such node")
+            if ask.node in self.split or any(a.node == ask.node for a, _, _, _ in chosen):
+                raise RefusedError(f"split of node {ask.node} asked again: a party records one split per node of "
+                                   f"a tree, and node {ask.node} of tree {self.tree} has its split")
+            if self.children.get(ask.node):
+                raise RefusedError(f"split of node {ask.node}, whose children were already asked: its split is "
+                                   "another party's")
+            column, bin_index, default_left = self._chosen(ask)
+            chosen.append((ask, column, bin_index, default_left))
+        out = {}
+        for ask, column, bin_index, default_left in chosen:
+            value = threshold(self.cuts[column], bin_index)
+            record = self.table.add(column, value, default_left)
+            x = self.X[self.nodes[ask.node], column]
+            left = np.where(np.isnan(x), default_left, x <= value)
+            self.split[ask.node] = left
+            out[ask.node] = (record, left, default_left)
         return out
+
+    def _chosen(self, ask: SplitAsk) -> tuple[int, int, bool]:
+        """The column, bin and default branch of the split asked: the candidate named, or, at a partner, the
+        first in its own order of the shuffled positions the grower found tied."""
+        c = ask.candidate
+        if self.shuffle is None:
+            column, bin_index, default_left = c.feature, c.bin, c.default_left
+        else:
+            order = self.order[ask.node]
+            positions = [p for p, _ in c.ties]
+            if not positions or len(set(positions)) != len(positions) or not all(
+                    0 <= p < len(order) for p in positions):
+                raise ProtocolError(f"split of node {ask.node}: the positions {positions} are not distinct "
+                                    f"positions among its {len(order)} candidates")
+            position, default_left = min(c.ties, key=lambda tie: int(order[tie[0]]))
+            column, bin_index = divmod(int(order[position]), self.n_bins)
+        if not 0 <= column < self.n_columns or not 0 <= bin_index < self.n_bins:
+            raise ProtocolError(f"split of node {ask.node} at column {column}, bin {bin_index}: no such bin")
+        return column, bin_index, bool(default_left)

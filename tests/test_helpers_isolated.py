@@ -1,0 +1,52 @@
+"""A party's helper processes import nothing from the folder the party runs in, nor from PYTHONPATH."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from vflo.helpers import Helper, isolated_command
+
+PLANT = """import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+raise SystemExit("a planted module ran")
+"""
+
+
+@pytest.fixture()
+def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder and a PYTHONPATH folder, each with a ``pickle.py`` and an ``operator.py`` that leave a
+    mark when imported; the test runs from the first."""
+    marker = tmp_path / "marker"
+    for folder in (tmp_path / "work", tmp_path / "path"):
+        folder.mkdir()
+        for name in ("pickle", "operator", "vflo_planted"):
+            (folder / f"{name}.py").write_text(PLANT.format(marker=str(marker)))
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "path"))
+    return marker
+
+
+def test_a_helper_runs_its_call_without_running_a_planted_module(planted: Path) -> None:
+    helper = Helper()
+    try:
+        # A stateless call that unpickles its arguments and pickles its result in the helper.
+        assert helper.call("psi.hash_blind", bytes(range(1, 33)), b"salt", ["a", "b"]) is not None
+    finally:
+        helper.close()
+    assert not planted.exists(), "a module planted in the working folder or on PYTHONPATH ran in a helper"
+
+
+def test_the_isolated_command_puts_neither_the_folder_nor_pythonpath_on_the_path(planted: Path) -> None:
+    import subprocess
+
+    code = "import sys; print(repr(sys.path)); print(sys.flags.isolated)"
+    out = subprocess.run(isolated_command(code), capture_output=True, text=True, check=True, timeout=60,
+                         env=dict(os.environ)).stdout.splitlines()
+    path = eval(out[0])  # noqa: S307 - the child's own repr of a list of strings
+    assert out[1] == "1"
+    assert os.getcwd() not in path and "" not in path
+    assert not any(p.endswith("path") and Path(p, "vflo_planted.py").exists() for p in path)
+    assert not planted.exists()
