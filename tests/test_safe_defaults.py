@@ -284,3 +284,24 @@ def test_an_error_with_a_peers_escapes_is_printed_as_text(capsys: pytest.Capture
     code = main(["party", "audit", str(Path("/nonexistent") / "\x1b[2J.jsonl")])
     err = capsys.readouterr().err
     assert code != 0 and "\x1b" not in err and "\\x1b[2J" in err
+
+
+def test_spill_files_kept_alignments_and_saved_parts_are_their_owners_only(tmp_path: Path) -> None:
+    from vflo.artifacts import write_part
+    from vflo.spill import RowSink, SpillConfig, configure
+
+    before = configure(SpillConfig(limit_mb=0, folder=str(tmp_path / "spill" / "rows")))
+    try:
+        sink = RowSink(4, 3, np.float32)
+        sink.write(np.ones((4, 3), dtype=np.float32))
+        written = sink.finish()
+    finally:
+        configure(before)
+    paths = [tmp_path / "spill", tmp_path / "spill" / "rows", *(tmp_path / "spill" / "rows").iterdir()]
+    part = tmp_path / "models" / "splitnn" / "pas"
+    write_part(part, party="pas", role="passive", method="splitnn", label="splitnn", config="{}", model_id="m",
+               state={"w": np.zeros(3)}, preprocessing=None)
+    paths += [tmp_path / "models", part.parent, part, *part.iterdir()]
+    for path in paths:
+        assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, f"{path} can be read by others"
+    del written

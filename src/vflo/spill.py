@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from vflo.errors import ConfigError
+from vflo.private import private_folder
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class RowSink:
             return
         folder = Path(config.folder) if config.folder else Path(tempfile.gettempdir())
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            private_folder(folder)  # mkstemp's file is its owner's only (0600); a folder it makes is too
             handle, name = tempfile.mkstemp(prefix="vflo-rows-", suffix=".bin", dir=folder)
         except OSError as exc:
             raise ConfigError(f"cannot keep {what} ({nbytes / 1e9:.1f} GB) on disk in {folder}: {exc}; set [spill] "
