@@ -25,8 +25,8 @@ from vflo.deploy import (
     export_federation,
     start_party,
 )
-from vflo.deploy.party import RunningParty
 from vflo.deploy.export import ca_folder
+from vflo.deploy.party import RunningParty
 from vflo.dp import DEFAULT_BUDGET, GaussianNoise, PrivacyAccount, PrivacyBudget, gdp_epsilon
 from vflo.errors import ConfigError, PrivacyBudgetError, RefusedError, RemoteError
 from vflo.experiments.config import load_deployment_experiment
@@ -253,7 +253,7 @@ def test_an_export_is_private_keeps_the_ca_outside_and_carries_a_budget(tmp_path
             assert mode & 0o077 == 0, f"{path} is {oct(mode)}: readable by others"
     for name, path in written.items():
         config = tomllib.loads(path.read_text())
-        table = config["active"] if "active" in config else config
+        table = config.get("active", config)
         assert table["privacy"] == {"epsilon": DEFAULT_BUDGET.epsilon, "delta": DEFAULT_BUDGET.delta}, name
 
 
