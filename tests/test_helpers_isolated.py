@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -42,11 +43,11 @@ def test_a_helper_runs_its_call_without_running_a_planted_module(planted: Path) 
 def test_the_isolated_command_puts_neither_the_folder_nor_pythonpath_on_the_path(planted: Path) -> None:
     import subprocess
 
-    code = "import sys; print(repr(sys.path)); print(sys.flags.isolated)"
+    code = "import json, sys; print(json.dumps(sys.path)); print(sys.flags.isolated)"
     out = subprocess.run(isolated_command(code), capture_output=True, text=True, check=True, timeout=60,
                          env=dict(os.environ)).stdout.splitlines()
-    path = eval(out[0])  # noqa: S307 - the child's own repr of a list of strings
+    path = json.loads(out[0])
     assert out[1] == "1"
-    assert os.getcwd() not in path and "" not in path
+    assert str(Path.cwd()) not in path and "" not in path
     assert not any(p.endswith("path") and Path(p, "vflo_planted.py").exists() for p in path)
     assert not planted.exists()
