@@ -39,6 +39,7 @@ from vflo.errors import (
     RemoteError,
     TransportError,
 )
+from vflo.federation.coordinator import DEPLOYED_ALIGNMENT
 from vflo.federation.simulation import party_node, run_method
 from vflo.methods.registry import get_method
 from vflo.roles import PartyInfo
@@ -83,7 +84,8 @@ def test_grpc_gives_the_same_numbers_and_bytes_as_in_process(certs: Path, secure
         for name in ("splitnn", "apc_vfl"):
             kwargs = QUICK_GRPC
             over_grpc = dep.run(get_method(name)(**kwargs), seed=3)
-            local = run_method(get_method(name)(**kwargs), data, seed=3, party_seeds=PARTY_SEEDS)
+            local = run_method(get_method(name)(**kwargs), data, seed=3, party_seeds=PARTY_SEEDS,
+                               alignment=DEPLOYED_ALIGNMENT)
             assert np.array_equal(over_grpc.scores, local.scores)
             a, b = over_grpc.ledger.summary(), local.ledger.summary()
             assert (a.bytes, a.messages, a.rounds, a.align_bytes) == (b.bytes, b.messages, b.rounds, b.align_bytes)

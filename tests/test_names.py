@@ -36,6 +36,7 @@ from vflo.deploy import (
     load_party_config,
     start_party,
 )
+from vflo.deploy.export import ca_folder
 from vflo.errors import ConfigError, RemoteError, TransportError
 from vflo.methods.registry import get_method
 from vflo.roles import check_party_name, normal_name
@@ -248,10 +249,14 @@ def _free_base_port(n: int) -> int:
     raise RuntimeError("no free ports")
 
 
-def _assert_keys_apart(certs: Path, parties: list[str]) -> None:
-    assert sorted(p.name for p in certs.iterdir()) == sorted(["ca", *parties])  # no key outside the folders
-    ca = certs / "ca"
-    assert sorted(p.name for p in ca.iterdir()) == ["README.txt", "ca.key", "ca.pem"]
+def _assert_keys_apart(certs: Path, parties: list[str], ca: Path | None = None) -> None:
+    """Each party's folder holds its own key alone; the CA's folder (``certs/ca``, or ``ca`` where an export put it
+    outside) holds the CA's."""
+    inside = ca is None
+    ca = certs / "ca" if ca is None else ca
+    # no key outside the folders
+    assert sorted(p.name for p in certs.iterdir()) == sorted(["ca", *parties] if inside else parties)
+    assert sorted(p.name for p in ca.iterdir()) == ["README.txt", "ca.key", "ca.pem", "roster.json"]
     readme = (ca / "README.txt").read_text()
     assert "offline" in readme and "never on a party's host" in readme.replace("\n", " ")
     for party in parties:
@@ -266,7 +271,7 @@ def _assert_keys_apart(certs: Path, parties: list[str]) -> None:
                 with pytest.raises(ConfigError, match="are missing"):
                     PartyCredentials.load(folder, other)
     assert sorted(p.relative_to(certs).as_posix() for p in certs.rglob("*.key")) == sorted(
-        ["ca/ca.key", *(f"{p}/{p}.key" for p in parties)])
+        [*(["ca/ca.key"] if inside else []), *(f"{p}/{p}.key" for p in parties)])
 
 
 def test_certs_init_split_gives_each_party_only_its_own_key(tmp_path: Path,
@@ -283,7 +288,7 @@ def test_certs_init_split_gives_each_party_only_its_own_key(tmp_path: Path,
     # without --split, the flat layout of before; --split then refuses to put folders beside its loose keys
     assert main(["certs", "init", str(tmp_path / "flat"), "--parties", "hospital,lab"]) == 0
     assert sorted(p.name for p in (tmp_path / "flat").iterdir()) == [
-        "ca.key", "ca.pem", "hospital.key", "hospital.pem", "lab.key", "lab.pem"]
+        "ca.key", "ca.pem", "hospital.key", "hospital.pem", "lab.key", "lab.pem", "roster.json"]
     with pytest.raises(ConfigError, match=r"ca.key \(from a `vflo certs init` without --split\) lies beside"):
         init_certs(tmp_path / "flat", ["hospital", "lab"], split=True, overwrite=True)
 
@@ -299,7 +304,7 @@ def test_an_export_keeps_every_key_apart_and_still_runs(tmp_path: Path, capsys: 
     assert main(["scenario", str(config), "--export", str(out), "--extra-parties", "server,dealer",
                  "--base-port", str(base)]) == 0
     capsys.readouterr()
-    _assert_keys_apart(out / "certs", parties)
+    _assert_keys_apart(out / "certs", parties, ca=ca_folder(out))
     deploy = load_deploy_config(out / "deploy.toml")
     assert Path(deploy.active.tls.dir or "") == out / "certs" / "shop"
     for name in ("bank", "server", "dealer"):

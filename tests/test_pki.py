@@ -18,6 +18,9 @@ from vflo.errors import ConfigError, RemoteError, TransportError
 from vflo.federation.simulation import party_node
 from vflo.roles import PartyInfo
 
+# The federation's parties, as the CA's roster names them (a party joins later by `vflo certs roster --add`).
+ROSTER = ["hospital", "lab", "shop"]
+
 
 def _party(ca: Path, root: Path, name: str, hosts: list[str] | None = None) -> Path:
     """What a party does on its own host (request), what the CA does (sign): the party's [tls] dir."""
@@ -29,8 +32,8 @@ def _party(ca: Path, root: Path, name: str, hosts: list[str] | None = None) -> P
 
 def test_a_party_makes_its_own_key_and_only_public_files_travel(tmp_path: Path) -> None:
     ca = tmp_path / "ca"
-    written = create_ca(ca)
-    assert {p.name for p in written} == {"ca.pem", "ca.key", CRL_FILE, "issued.json", "README.txt"}
+    written = create_ca(ca, ROSTER)
+    assert {p.name for p in written} == {"ca.pem", "ca.key", CRL_FILE, "issued.json", "roster.json", "README.txt"}
     assert stat.S_IMODE((ca / "ca.key").stat().st_mode) == 0o600
     key, csr = make_request(tmp_path / "lab", "lab", hosts=["lab.example.org"])
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and "PRIVATE" not in csr.read_text()
@@ -41,7 +44,7 @@ def test_a_party_makes_its_own_key_and_only_public_files_travel(tmp_path: Path) 
     assert [r["party"] for r in issued(ca)] == ["lab"] and issued(ca)[0]["hosts"] == ["lab.example.org"]
     # Nothing is ever replaced: not the CA, not a key.
     with pytest.raises(ConfigError, match="exists already; vflo never replaces"):
-        create_ca(ca)
+        create_ca(ca, ROSTER)
     with pytest.raises(ConfigError, match="exists already"):
         make_request(tmp_path / "lab", "lab")
     assert key.read_bytes() == (tmp_path / "lab" / "lab.key").read_bytes()
@@ -49,12 +52,12 @@ def test_a_party_makes_its_own_key_and_only_public_files_travel(tmp_path: Path) 
 
 def test_the_ca_refuses_names_that_could_pass_as_another_party(tmp_path: Path) -> None:
     ca = tmp_path / "ca"
-    create_ca(ca)
+    create_ca(ca, ROSTER)
     _party(ca, tmp_path, "hospital")
     _, borrowed = make_request(tmp_path / "x", "lab", hosts=["hospital-db.example.org"])
     sign_request(ca, borrowed)  # a host name that is no party's: fine
     _, csr = make_request(tmp_path / "y", "shop", hosts=["hospital"])  # the shop's host cannot know, the CA does
-    with pytest.raises(ConfigError, match="would let 'shop''s certificate name the party 'hospital'"):
+    with pytest.raises(ConfigError, match="names 'hospital', which is the party 'hospital'"):
         sign_request(ca, csr)
     with pytest.raises(ConfigError, match="lower case|letters"):
         make_request(tmp_path / "z", "Hospital")
@@ -80,7 +83,7 @@ def test_a_party_added_later_and_a_revoked_one(tmp_path: Path) -> None:
     """The lab and the hospital run; the shop joins later with its own key and no other certificate changes;
     the hospital's certificate is revoked and the lab, given the new crl.pem, refuses it at once."""
     ca = tmp_path / "ca"
-    create_ca(ca)
+    create_ca(ca, ROSTER)
     lab, hospital = _party(ca, tmp_path, "lab"), _party(ca, tmp_path, "hospital")
     before = (lab / "lab.pem").read_bytes()
     server = _serve(lab, "lab", {"hospital", "shop"})
@@ -109,7 +112,7 @@ def test_a_party_added_later_and_a_revoked_one(tmp_path: Path) -> None:
 
 def test_a_client_refuses_a_revoked_server(tmp_path: Path) -> None:
     ca = tmp_path / "ca"
-    create_ca(ca)
+    create_ca(ca, ROSTER)
     lab, hospital = _party(ca, tmp_path, "lab"), _party(ca, tmp_path, "hospital")
     server = _serve(lab, "lab", {"hospital"})
     try:
@@ -125,7 +128,7 @@ def test_a_client_refuses_a_revoked_server(tmp_path: Path) -> None:
 
 def test_renewal_and_a_list_from_another_ca(tmp_path: Path) -> None:
     ca = tmp_path / "ca"
-    create_ca(ca)
+    create_ca(ca, ROSTER)
     lab = _party(ca, tmp_path, "lab")
     old = (lab / "lab.pem").read_bytes()
     renewal = tmp_path / "renew"
@@ -137,7 +140,7 @@ def test_renewal_and_a_list_from_another_ca(tmp_path: Path) -> None:
     assert revoke(ca, "lab", serial=records[0]["serial"]) == [records[0]["serial"]]
     assert [r["revoked"] is None for r in issued(ca)] == [False, True]  # the old one only
     other = tmp_path / "other"
-    create_ca(other)
+    create_ca(other, ROSTER)
     (lab / CRL_FILE).write_bytes((other / CRL_FILE).read_bytes())
     with pytest.raises(ConfigError, match="not a revocation list of this federation's CA"):
         Revocations(lab, (lab / "ca.pem").read_bytes())
@@ -147,7 +150,7 @@ def test_renewal_and_a_list_from_another_ca(tmp_path: Path) -> None:
 
 def test_the_certs_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ca, lab = tmp_path / "ca", tmp_path / "lab"
-    assert main(["certs", "ca", str(ca)]) == 0
+    assert main(["certs", "ca", str(ca), "--parties", "lab,hospital"]) == 0
     assert main(["certs", "request", str(lab), "--party", "lab", "--san", "lab.example.org"]) == 0
     assert main(["certs", "sign", str(ca), str(lab / "lab.csr"), "--days", "30"]) == 0
     assert main(["certs", "list", str(ca)]) == 0
@@ -169,7 +172,7 @@ def test_over_flower_a_revoked_party_cannot_seal_or_be_sealed_to(tmp_path: Path)
     from vflo.errors import PartyBoundaryError
 
     ca = tmp_path / "ca"
-    create_ca(ca)
+    create_ca(ca, ROSTER)
     lab, hospital = _party(ca, tmp_path, "lab"), _party(ca, tmp_path, "hospital")
     at_lab = Keyring(PartyCredentials.load(lab, "lab"))
     at_hospital = Keyring(PartyCredentials.load(hospital, "hospital"))

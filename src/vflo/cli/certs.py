@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,10 @@ def add(sub: Any) -> None:
     ca = certs_sub.add_parser("ca", help="make the federation's CA in DIR (ca.pem, ca.key, crl.pem): once, by "
                                          "whoever the federation trusts; keep DIR offline")
     ca.add_argument("dir", type=Path)
+    ca.add_argument("--parties", required=True,
+                    help="the federation's roster: every party's name, comma-separated (e.g. hospital,lab). The CA "
+                         "signs only for a party on it and refuses a certificate that names another party on it, "
+                         "signed yet or not; a party that joins later is added with `vflo certs roster`")
     ca.add_argument("--days", type=int, default=3650, help="validity in days (default 3650)")
     request = certs_sub.add_parser("request", help="at a party, on its own host: its private key NAME.key (never "
                                                    "leaves DIR) and a certificate request NAME.csr for the CA")
@@ -36,8 +41,15 @@ def add(sub: Any) -> None:
     revoke.add_argument("ca_dir", type=Path)
     revoke.add_argument("party")
     revoke.add_argument("--serial", help="revoke only the certificate with this serial (see `vflo certs list`)")
-    listing = certs_sub.add_parser("list", help="what the CA signed and revoked")
+    listing = certs_sub.add_parser("list", help="the CA's roster, what it signed and what it revoked")
     listing.add_argument("ca_dir", type=Path)
+    roster = certs_sub.add_parser("roster", help="the federation's roster of party names at the CA: add a party "
+                                                 "that joins (before `certs sign`), or write the roster of a CA "
+                                                 "folder made before vflo kept one")
+    roster.add_argument("ca_dir", type=Path)
+    roster.add_argument("--add", default="", metavar="NAME,...",
+                        help="party names to add (comma-separated); a CA folder without a roster gets one with "
+                             "these and every party it signed so far")
     init = certs_sub.add_parser("init", help="local demos only: one person makes the CA and every party's key at "
                                              "once (ca.pem, ca.key and NAME.pem / NAME.key in DIR; with --split: "
                                              "DIR/ca/ for the CA, DIR/NAME/ for each party)")
@@ -58,9 +70,17 @@ def _certs(args: argparse.Namespace) -> int:
     from vflo.comm.tls import init_certs
 
     if args.certs_command == "ca":
-        pki.create_ca(args.dir, days=args.days)
+        parties = _names(args.parties)
+        pki.create_ca(args.dir, parties, days=args.days)
         print(f"made the federation's CA in {args.dir}/: ca.pem (every party gets it), ca.key (signs certificates: "
-              f"keep {args.dir} offline), crl.pem (the revocation list, empty), issued.json (what it signs)")
+              f"keep {args.dir} offline), crl.pem (the revocation list, empty), issued.json (what it signs), "
+              f"roster.json (the parties it signs for: {', '.join(parties)})")
+        return 0
+    if args.certs_command == "roster":
+        roster, warnings = pki.add_to_roster(args.ca_dir, _names(args.add))
+        print(f"the federation's roster at {args.ca_dir}: {', '.join(roster)}")
+        for warning in warnings:
+            print(f"WARNING: {warning}", file=sys.stderr)
         return 0
     if args.certs_command == "request":
         key, csr = pki.make_request(args.dir, args.party, hosts=[h.strip() for h in args.san if h.strip()])
@@ -79,13 +99,17 @@ def _certs(args: argparse.Namespace) -> int:
               "party (into its [tls] dir): each refuses the revoked certificate from then on")
         return 0
     if args.certs_command == "list":
+        try:
+            print(f"roster: {', '.join(pki.read_roster(args.ca_dir))}")
+        except ConfigError as exc:
+            print(f"WARNING: {exc}", file=sys.stderr)
         for r in pki.issued(args.ca_dir):
             state = f"revoked {r['revoked']}" if r["revoked"] else f"valid until {r['not_after']}"
             hosts = f" (also {', '.join(r['hosts'])})" if r["hosts"] else ""
             print(f"{r['party']}{hosts}: serial {r['serial']}, {state}")
         return 0
 
-    parties = [p.strip() for p in args.parties.split(",") if p.strip()]
+    parties = _names(args.parties)
     san: dict[str, list[str]] = {}
     for item in args.san:
         name, sep, hosts = item.partition("=")
@@ -104,3 +128,7 @@ def _certs(args: argparse.Namespace) -> int:
               f"NAME.pem / NAME.key for {', '.join(parties)} (give each party its own; --split writes a folder per "
               "party)")
     return 0
+
+
+def _names(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]

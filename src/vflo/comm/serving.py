@@ -41,7 +41,7 @@ def serve_each(frames: Sequence[bytes], serve_one: Callable[[bytes], tuple[bytes
     return replies
 
 
-def serve_frame(node: Endpoint, frame: bytes, *, allowed: Collection[str], max_bytes: int,
+def serve_frame(node: Endpoint, frame: bytes | bytearray, *, allowed: Collection[str], max_bytes: int,
                 authenticate: Authenticate | None = None, departures: DepartureLog | None = None) -> tuple[bytes, bool]:
     """``node``'s reply frame to ``frame``, and whether it carries an error; with ``departures``, the reply is
     written to the party's record of what left it.

@@ -1,7 +1,8 @@
 """Certificates for mutual TLS between parties: a private CA and one key and certificate per party.
 
 ``vflo certs init DIR --parties active,bank,server`` writes ``ca.pem`` (the CA certificate),
-``ca.key`` (keep it offline: it signs new parties) and ``NAME.pem`` / ``NAME.key`` per party, all in DIR.
+``ca.key`` (keep it offline: it signs new parties), ``roster.json`` (the parties, see :mod:`vflo.comm.pki`) and
+``NAME.pem`` / ``NAME.key`` per party, all in DIR.
 With ``--split`` it keeps the keys apart: ``DIR/ca/`` holds the CA (``ca.pem``, ``ca.key`` and a README: this
 folder belongs offline) and ``DIR/NAME/`` holds what party NAME needs and nothing else (``ca.pem``, ``NAME.pem``,
 ``NAME.key``): hand each party its own folder and point its ``[tls] dir`` at it.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import json
 import os
 import socket
 import ssl
@@ -35,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from vflo.comm.revocations import Revocations
-from vflo.errors import ConfigError, PartyBoundaryError
+from vflo.errors import ConfigError, PartyBoundaryError, TransportError
 from vflo.roles import SAME_NAME, check_distinct_names, check_party_name, normal_name
 
 CA_FOLDER = "ca"
@@ -136,6 +138,8 @@ def init_certs(directory: Path, parties: list[str], *, days: int = 365, overwrit
     written = [ca_dir / "ca.pem", ca_dir / "ca.key"]
     written[0].write_bytes(ca_pem)
     _write_key(written[1], ca_key)
+    # The roster `vflo certs sign` checks requests against, should this CA sign a party later.
+    written.append(write_roster(ca_dir, parties))
     if split:
         (ca_dir / "README.txt").write_text(CA_README)
         written.append(ca_dir / "README.txt")
@@ -299,14 +303,26 @@ def _client_context(credentials: PartyCredentials) -> ssl.SSLContext:
     return context
 
 
+class ProbeError(TransportError):
+    """No TLS handshake completed with the party at an address, so its certificate could not be read: nothing may be
+    sent there. ``transient``: whether trying again may help (nothing listening yet, a dropped connection)."""
+
+    def __init__(self, cause: str, *, transient: bool) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.transient = transient
+
+
 def peer_certificate(address: str, receiver: str, credentials: PartyCredentials, *,
-                     timeout: float = 10.0) -> x509.Certificate | None:
+                     timeout: float = 10.0) -> x509.Certificate:
     """The certificate (signed by the CA) of the party listening at ``address``, read in a TLS handshake of our
-    own (gRPC's Python client does not show it); None when no handshake completed there (nothing listens,
-    another CA, no TLS, an address form not probed): the gRPC call that follows then fails and says why."""
+    own (gRPC's Python client does not show it). Where no handshake completes (nothing listens, the connection is
+    dropped, another CA, no TLS, an address form that cannot be probed) it raises :class:`ProbeError` with the
+    cause: a client never sends to a party whose certificate it has not read."""
     target = _socket_target(address)
     if target is None:
-        return None
+        raise ProbeError(f"{address!r} is an address whose certificate vflo cannot read before sending to it; give "
+                         "HOST:PORT or unix:PATH", transient=False)
     try:
         context = _client_context(credentials)
         if isinstance(target, str):
@@ -317,6 +333,46 @@ def peer_certificate(address: str, receiver: str, credentials: PartyCredentials,
             raw = socket.create_connection(target, timeout=timeout)
         with raw, context.wrap_socket(raw, server_hostname=receiver) as channel:
             der = channel.getpeercert(binary_form=True)
-    except (OSError, ValueError):  # ssl.SSLError and timeouts are OSErrors
-        return None
-    return None if der is None else x509.load_der_x509_certificate(der)
+    except ssl.SSLCertVerificationError as exc:
+        raise ProbeError(f"certificate_verify_failed: {exc.verify_message}", transient=False) from exc
+    except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError, ConnectionResetError, ConnectionAbortedError,
+            BrokenPipeError) as exc:
+        # The peer closed the connection during the handshake: perhaps a restart, perhaps a peer that hides its
+        # certificate from a probe. Either way nothing is sent until a handshake completes.
+        raise ProbeError(f"the connection was closed during the TLS handshake ({exc})", transient=True) from exc
+    except ssl.SSLError as exc:
+        raise ProbeError(f"TLS handshake failed: {exc}", transient=False) from exc
+    except OSError as exc:  # refused, reset, unreachable, timed out
+        raise ProbeError(f"{type(exc).__name__}: {exc}", transient=True) from exc
+    except ValueError as exc:
+        raise ProbeError(f"TLS handshake failed: {exc}", transient=False) from exc
+    if der is None:
+        raise ProbeError("the party sent no certificate", transient=False)
+    return x509.load_der_x509_certificate(der)
+
+
+#: The CA's roster of the federation's party names, in its folder (:mod:`vflo.comm.pki` reads and extends it).
+ROSTER_FILE = "roster.json"
+
+
+def check_roster(parties: Sequence[str]) -> list[str]:
+    if not parties:
+        raise ConfigError("name the federation's parties (`vflo certs ca DIR --parties hospital,lab`, or `vflo certs "
+                          "roster DIR --add NAME,...`): the CA signs only for a party on its roster, and no "
+                          "certificate may name another party on it")
+    for party in parties:
+        check_party_name(party)
+    check_distinct_names(parties)
+    return list(parties)
+
+
+def write_roster(folder: Path, parties: Sequence[str]) -> Path:
+    """Write the CA's roster (``roster.json``, mode 0600), replacing any there: the federation's party names."""
+    path = folder / ROSTER_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps({"parties": sorted(check_roster(parties))}, indent=1) + "\n")
+    tmp.replace(path)
+    return path

@@ -86,7 +86,7 @@ def export_federation(
     if tls:
         certs = directory / "certs"
         # An export before keys were kept apart left them all in certs/: none may stay next to the party folders.
-        for stale in ("ca.pem", "ca.key", *(f"{n}.{ext}" for n in roles for ext in ("pem", "key"))):
+        for stale in ("ca.pem", "ca.key", "roster.json", *(f"{n}.{ext}" for n in roles for ext in ("pem", "key"))):
             (certs / stale).unlink(missing_ok=True)
         init_certs(certs, list(roles), overwrite=True, split=True)
         # The CA signs for any party: it leaves the folder the parties' configs and keys are handed out from.

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vflo.comm.bounds import PeerBounds
 from vflo.errors import ConfigError, ProtocolError
 
 #: The PSI library's balanced protocols vflo runs, by the name a config gives (``[policy] psi_protocols``,
@@ -78,9 +79,9 @@ class Policy:
     psi_link: str = "127.0.0.1:0"
     # Bounds per peer on this party's gRPC server, so that one peer (or a stranger with a certificate) cannot hold
     # its memory or its threads: calls at once, message bytes held at once, seconds for a message to arrive.
-    max_peer_calls: int = 8
-    max_peer_bytes: int = 512 << 20
-    max_arrival_seconds: float = 300.0
+    max_peer_calls: int = PeerBounds.max_peer_calls
+    max_peer_bytes: int = PeerBounds.max_peer_bytes
+    max_arrival_seconds: float = PeerBounds.max_arrival_seconds
 
     @property
     def accepts_plain(self) -> bool:
