@@ -33,6 +33,8 @@ import numpy as np
 from benchmarks.marked import write_marked
 from vflo.align import spu
 from vflo.align.kept import AlignmentStore
+from vflo.align.link_relay import LinkRelays
+from vflo.align.linked import closing
 from vflo.align.plain import Alignment
 from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
@@ -162,15 +164,18 @@ def steps(ids: tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
     subprocess.run([sys.executable, "-c", "from vflo.align.spu_side import libraries; libraries()"], check=True,
                    capture_output=True)
     out["start_process"] = time.perf_counter() - started
-    ports = [spu.free_port("127.0.0.1") for _ in range(2)]
     started = time.perf_counter()
-    with spu.CountingRelay(("127.0.0.1", ports[0])) as inbound:
-        partner = spu.Side(rank=1, own=f"127.0.0.1:{ports[1]}", peer=f"127.0.0.1:{inbound.port}", protocol="rr22",
-                           broadcast=True, timeout_s=60)
-        running = spu.Running(lambda: partner.run(spu.prepare(np.arange(300))))
-        with spu.CountingRelay(("127.0.0.1", ports[1])) as outbound:
-            spu.Side(rank=0, own=f"127.0.0.1:{ports[0]}", peer=f"127.0.0.1:{outbound.port}", protocol="rr22",
-                     broadcast=True, timeout_s=60).run(spu.prepare(np.arange(100, 400)))
+    mine, theirs = spu.prepare(np.arange(100, 400)), spu.prepare(np.arange(300))
+    with LinkRelays(mine.folder, listen=("127.0.0.1", 0), me="active", peer="passive", tls=None) as inbound:
+        outbound = LinkRelays(theirs.folder, listen=("127.0.0.1", 0), me="passive", peer="active", tls=None)
+        outbound.connect("127.0.0.1", inbound.port)
+        partner = spu.Side(rank=1, own=outbound.own, peer=outbound.to_peer, protocol="rr22", broadcast=True,
+                           timeout_s=60)
+        running = spu.Running(closing(outbound, lambda: partner.run(theirs)))
+        inbound.connect("127.0.0.1", outbound.port)
+        inbound.wait_listening(60)
+        spu.Side(rank=0, own=inbound.own, peer=inbound.to_peer, protocol="rr22", broadcast=True,
+                 timeout_s=60).run(mine)
         running.join(60)
     out["small_intersection"] = time.perf_counter() - started
     return out

@@ -25,6 +25,7 @@ from vflo.comm.seal import MAGIC, Keyring
 from vflo.comm.tls import PartyCredentials
 from vflo.deploy import Deployment, PartyConfig, PeerEntry, TLSConfig
 from vflo.errors import ConfigError, PartyBoundaryError, TransportError
+from vflo.federation.coordinator import DEPLOYED_ALIGNMENT
 from vflo.federation.simulation import RunOutput, run_method
 from vflo.flower.adapter import RECORD, call_worker, forward
 from vflo.flower.apps import FlowerRun, flower_link
@@ -79,14 +80,15 @@ def chain_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[
 @pytest.mark.parametrize("name", VERTICAL)
 def test_a_method_gives_the_same_results_over_flower_simulation(vertical_runs: Any, name: str) -> None:
     runs, data = vertical_runs
-    assert_same_run(runs[name], run_method(get_method(name)(**SETTINGS[name]), data, seed=11, party_seeds=PARTY_SEEDS))
+    assert_same_run(runs[name], run_method(get_method(name)(**SETTINGS[name]), data, seed=11, party_seeds=PARTY_SEEDS,
+                                           alignment=DEPLOYED_ALIGNMENT))
 
 
 def test_vfl_asp_second_hop_is_relayed_sealed_and_gives_the_same_results(chain_runs: Any) -> None:
     runs, data = chain_runs
     out = runs["vfl_asp"]
     assert_same_run(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), data, seed=3,
-                                    party_seeds=PARTY_SEEDS))
+                                    party_seeds=PARTY_SEEDS, alignment=DEPLOYED_ALIGNMENT))
     # p1 drives p2 through the ServerApp: those frames travel sealed, and the seal is transport framing,
     # outside the frame bytes that match the in-process run.
     relayed = [e for e in out.ledger.entries if {e.sender, e.receiver} == {"p1", "p2"}]
@@ -174,7 +176,7 @@ def test_the_loopback_grid_runs_a_relayed_method_like_flower(loopback: Any) -> N
     finally:
         deployment.close()
     assert_same_run(out, run_method(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), chain_data(), seed=3,
-                                    party_seeds=PARTY_SEEDS))
+                                    party_seeds=PARTY_SEEDS, alignment=DEPLOYED_ALIGNMENT))
     # What p1 and p2 said to each other crossed the hub only sealed: none of those frames is readable there.
     onward = [parse_outcome(b, max_bytes=1 << 30)[1:] for b in grid.outcomes if b[:1] == b"O"]
     between = [frames for receiver, frames in onward if receiver != "a"]
@@ -337,7 +339,7 @@ def test_insecure_parties_still_refuse_strangers_and_give_the_same_results(tmp_p
         finally:
             deployment.close()
         assert_same_run(out, run_method(get_method("apc_vfl")(**SETTINGS["apc_vfl"]), data, seed=11,
-                                        party_seeds=PARTY_SEEDS))
+                                        party_seeds=PARTY_SEEDS, alignment=DEPLOYED_ALIGNMENT))
         reply = _deliver(parties.addresses[0], Message(sender="mallory", receiver="pas", kind="control.teardown",
                                                       round=0))
         assert reply.error is not None and "not a configured peer" in reply.error.message

@@ -51,3 +51,19 @@ def test_the_isolated_command_puts_neither_the_folder_nor_pythonpath_on_the_path
     assert str(Path.cwd()) not in path and "" not in path
     assert not any(p.endswith("path") and Path(p, "vflo_planted.py").exists() for p in path)
     assert not planted.exists()
+
+
+def test_the_psi_librarys_child_imports_nothing_planted(planted: Path, tmp_path: Path) -> None:
+    from vflo.align import spu
+
+    if spu.missing():
+        pytest.skip(spu.missing())
+    side = tmp_path / "side"
+    side.mkdir(mode=0o700)
+    for name in ("json", "threading"):  # what the child imports first
+        (Path(os.environ["PYTHONPATH"]) / f"{name}.py").write_text(PLANT.format(marker=str(planted)))
+    child = spu.start_child(side, side / "library.log")
+    assert child.stdin is not None
+    child.stdin.close()  # no order: it loads the library and leaves
+    assert child.wait(timeout=60) == 0, (side / "library.log").read_text()
+    assert not planted.exists()

@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import make_dataset
 from vflo.align import spu, spu_side
 from vflo.align.ids import check_unique, tagged, tagged_array
+from vflo.align.link_relay import LinkRelays, LinkTLS
+from vflo.align.linked import closing
 from vflo.align.plain import Aligned
 from vflo.comm.message import Message
 from vflo.comm.pki import create_ca, make_request, sign_request
@@ -171,42 +173,49 @@ def test_bad_engine_settings_are_refused_with_the_choices() -> None:
         Policy(psi_link="7000")
 
 
-def test_the_relay_counts_both_ways_and_refuses_connections_until_its_target_listens() -> None:
-    port = spu.free_port("127.0.0.1")
-    relay = spu.CountingRelay(("127.0.0.1", port))
-    with pytest.raises(ConnectionRefusedError):  # as the target itself would: the link dials again
-        socket.create_connection(("127.0.0.1", relay.port), timeout=10)
-    echoed: list[bytes] = []
-    listening = threading.Event()
+def test_the_relays_count_both_ways_and_refuse_connections_until_the_library_listens(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Without TLS (one process, --insecure) the relays carry plain TCP, and say that the link is unauthenticated;
+    the inbound one refuses a connection until the library listens on its socket, as the library itself would."""
+    with tempfile.TemporaryDirectory(prefix="vflo-psi-") as folder, caplog.at_level("WARNING"):
+        relays = LinkRelays(Path(folder), listen=("127.0.0.1", 0), me="act", peer="pas", tls=None)
+        with relays:
+            assert "INSECURE" in caplog.text and "PSI library's link between 'act' and 'pas'" in caplog.text
+            with pytest.raises(ConnectionRefusedError):  # the link dials again
+                socket.create_connection(("127.0.0.1", relays.port), timeout=10)
+            with socket.socket(socket.AF_UNIX) as library:
+                library.bind(relays.library_socket)
+                library.listen()
+                echo = threading.Thread(target=_echo_twice, args=(library,))
+                echo.start()
+                client = _connect_when_listening(relays.port)
+                with client:
+                    client.sendall(b"hello")
+                    echoed = b""
+                    while len(echoed) < 10:
+                        echoed += client.recv(100)
+                echo.join(10)
+            assert echoed == b"hellohello"
+        assert (relays.received, relays.sent, relays.admitted) == (5, 10, 1)
 
-    def serve() -> None:
-        with socket.create_server(("127.0.0.1", port)) as server:
-            listening.set()
-            while True:  # the relay's probe connects first, and closes
-                conn, _ = server.accept()
-                with conn:
-                    if data := conn.recv(100):
-                        conn.sendall(data * 2)
-                        return
 
-    thread = threading.Thread(target=serve)
-    thread.start()
-    assert listening.wait(10)
+def _echo_twice(library: socket.socket) -> None:
+    while True:  # the relay's probe connects first, and closes
+        conn, _ = library.accept()
+        with conn:
+            if data := conn.recv(100):
+                conn.sendall(data * 2)
+                return
+
+
+def _connect_when_listening(port: int) -> socket.socket:
     deadline = time.monotonic() + 10
     while True:
         try:
-            client = socket.create_connection(("127.0.0.1", relay.port), timeout=10)
-            break
+            return socket.create_connection(("127.0.0.1", port), timeout=10)
         except ConnectionRefusedError:
             assert time.monotonic() < deadline
             time.sleep(0.02)
-    with client:
-        client.sendall(b"hello")
-        while sum(map(len, echoed)) < 10:
-            echoed.append(client.recv(100))
-    thread.join()
-    relay.close()
-    assert b"".join(echoed) == b"hellohello" and (relay.out_bytes, relay.in_bytes) == (5, 10)
 
 
 def test_repeated_ids_are_a_data_error_before_the_partner_starts_on_either_engine() -> None:
@@ -253,8 +262,8 @@ def test_sorted_ids_are_checked_by_their_neighbours_and_others_by_a_hash() -> No
 def test_a_side_never_run_ends_its_child_and_a_refused_list_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each side's child starts with its preparation (to load the library meanwhile) and waits for its order.
     started: list[Any] = []
-    start = spu._start_child
-    monkeypatch.setattr(spu, "_start_child", lambda *a: started.append(start(*a)) or started[-1])
+    start = spu.start_child
+    monkeypatch.setattr(spu, "start_child", lambda *a: started.append(start(*a)) or started[-1])
     with spu.prepare(np.arange(5)) as prepared:
         folder = prepared.folder
         assert started[0].poll() is None  # waiting for an order that never comes
@@ -266,25 +275,44 @@ def test_a_side_never_run_ends_its_child_and_a_refused_list_leaves_nothing(monke
         prepared.take_child()
 
 
-def test_the_relay_says_when_its_target_listens() -> None:
-    with socket.socket() as target:
+def test_the_outbound_relay_says_when_the_peers_relay_listens() -> None:
+    with socket.socket() as target, tempfile.TemporaryDirectory(prefix="vflo-psi-") as folder:
         target.bind(("127.0.0.1", 0))
-        port = target.getsockname()[1]
-        with spu.CountingRelay(("127.0.0.1", port)) as relay:
-            assert not relay.wait_listening(0.2)  # nothing listens there yet: the relay refuses too
+        with LinkRelays(Path(folder), listen=("127.0.0.1", 0), me="act", peer="pas", tls=None) as relays:
+            relays.connect("127.0.0.1", target.getsockname()[1])
+            assert not relays.wait_listening(0.2)  # nothing listens there yet: the relay refuses too
+            with socket.socket(socket.AF_UNIX) as library, pytest.raises(ConnectionRefusedError):
+                library.connect(relays.dial_socket)
             target.listen()
-            assert relay.wait_listening(10)
+            assert relays.wait_listening(10)
+            with socket.socket(socket.AF_UNIX) as library:
+                library.connect(relays.dial_socket)
+
+
+def test_the_librarys_side_listens_and_dials_only_on_unix_sockets_in_its_own_folder() -> None:
+    for own, peer in (("127.0.0.1:7000", "unix:{f}/p.sock"), ("unix:{f}/l.sock", "127.0.0.1:7001"),
+                      ("unix:/tmp/l.sock", "unix:{f}/p.sock"), ("unix:{f}/../l.sock", "unix:{f}/p.sock")):
+        with spu.prepare(np.arange(5)) as prepared:
+            side = spu.Side(rank=0, own=own.format(f=prepared.folder), peer=peer.format(f=prepared.folder),
+                            protocol="rr22", broadcast=True)
+            with pytest.raises(ConfigError, match="may only use a Unix socket in its own folder"):
+                side.run(prepared)
+
+
+def test_a_socket_path_too_long_for_a_unix_socket_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    with pytest.raises(ConfigError, match="more than the 107 a Unix socket's path may have: point TMPDIR"):
+        LinkRelays(deep, listen=("127.0.0.1", 0), me="act", peer="pas", tls=None)
 
 
 @needs_library
-def test_a_side_that_fails_says_why_with_the_end_of_the_librarys_log(tmp_path: Path) -> None:
-    (tmp_path / "bad.pem").write_text("not a certificate")
-    bad = str(tmp_path / "bad.pem")
-    side = spu.Side(rank=0, own=f"127.0.0.1:{spu.free_port('127.0.0.1')}",
-                    peer=f"127.0.0.1:{spu.free_port('127.0.0.1')}", protocol="rr22", broadcast=True,
-                    tls=spu.LinkTLS(bad, bad, bad), timeout_s=20)
-    with pytest.raises(ProtocolError, match=r"(?s)ended with exit status 1 before its result.*SSL"):
-        side.run(spu.prepare(np.arange(10)))
+def test_a_side_that_fails_says_why_with_the_end_of_the_librarys_log() -> None:
+    prepared = spu.prepare(np.arange(10))
+    (prepared.folder / "l.sock").mkdir()  # where the library would listen: it cannot
+    side = spu.Side(rank=0, own=f"unix:{prepared.folder}/l.sock", peer=f"unix:{prepared.folder}/p.sock",
+                    protocol="rr22", broadcast=True, timeout_s=20)
+    with pytest.raises(ProtocolError, match=r"(?s)ended with exit status 1 before its result.*ReceiverLoopBrpc"):
+        side.run(prepared)
 
 
 def test_a_side_that_never_ends_is_stopped_and_the_error_says_what_to_check(
@@ -294,10 +322,11 @@ def test_a_side_that_never_ends_is_stopped_and_the_error_says_what_to_check(
     monkeypatch.setattr(spu, "CHILD", "import sys, time; print('waiting for the other side', flush=True); "
                                       "time.sleep(120)")
     monkeypatch.setattr(spu, "CHILD_GRACE_S", 0.0)
-    side = spu.Side(rank=0, own="127.0.0.1:1", peer="127.0.0.1:2", protocol="rr22", broadcast=True, timeout_s=2)
     started = time.monotonic()
     with spu.prepare(np.arange(5)) as prepared:
         folder = prepared.folder
+        side = spu.Side(rank=0, own=f"unix:{folder}/l.sock", peer=f"unix:{folder}/p.sock", protocol="rr22",
+                        broadcast=True, timeout_s=2)
         with pytest.raises(ProtocolError, match=r"(?s)did not end within 2 s.*psi_link.*engine = 'vflo'.*"
                                                 r"waiting for the other side"):
             side.run(prepared)
@@ -314,35 +343,46 @@ def test_a_side_whose_library_aborts_after_writing_its_result_keeps_the_result(
 
     monkeypatch.setattr(spu, "missing", lambda: "")
     monkeypatch.setattr(spu, "_run_child", aborts_after_the_result)
-    side = spu.Side(rank=0, own="127.0.0.1:1", peer="127.0.0.1:2", protocol="rr22", broadcast=True)
+    prepared = spu.prepare(np.arange(7))
+    side = spu.Side(rank=0, own=f"unix:{prepared.folder}/l.sock", peer=f"unix:{prepared.folder}/p.sock",
+                    protocol="rr22", broadcast=True)
     with caplog.at_level("WARNING", logger="vflo.align.spu"):
-        assert side.run(spu.prepare(np.arange(7))).tolist() == [False, False, True, False, False, True, False]
+        assert side.run(prepared).tolist() == [False, False, True, False, False, True, False]
     assert "exited with status -6 after writing its result" in caplog.text
 
 
 @needs_library
-def test_both_sides_meet_over_mutual_tls_through_the_counting_relays_whichever_starts_first(tmp_path: Path) -> None:
-    """The partner starts first and dials through the relay before the active side listens (as in a deployment).
-    With the relay's sockets behind Nagle's algorithm, the link's messages stalled until the timeout; a run takes
+def test_both_sides_meet_over_mutual_tls_through_the_relays_whichever_starts_first(tmp_path: Path) -> None:
+    """The partner starts first and dials through the relays before the active side listens (as in a deployment).
+    With the relays' sockets behind Nagle's algorithm, the link's messages stalled until the timeout; a run takes
     about 4 s here (the early side is refused until the other listens, and its link dials again after 3 s), so
     the link's 10 s wait for a message fails only a stall."""
-    create_ca(tmp_path / "ca")
+    names = ("act", "pas")
+    create_ca(tmp_path / "ca", list(names))
     tls = {}
-    for rank, party in enumerate(("act", "pas")):
+    for party in names:
         key, csr = make_request(tmp_path / party, party, hosts=["127.0.0.1"])
         sign_request(tmp_path / "ca", csr)
-        tls[rank] = spu.LinkTLS(str(tmp_path / party / f"{party}.pem"), str(key), str(tmp_path / "ca" / "ca.pem"))
+        tls[party] = LinkTLS(str(tmp_path / party / f"{party}.pem"), str(key), str(tmp_path / "ca" / "ca.pem"))
     for _ in range(2):
-        ports = [spu.free_port("127.0.0.1") for _ in range(2)]
-        with spu.CountingRelay(("127.0.0.1", ports[0])) as inbound:
-            partner = spu.Side(rank=1, own=f"127.0.0.1:{ports[1]}", peer=f"127.0.0.1:{inbound.port}",
-                               protocol="rr22", broadcast=True, tls=tls[1], timeout_s=10)
-            running = spu.Running(lambda side=partner: side.run(spu.prepare(np.arange(0, 300))))  # type: ignore[misc]
+        mine_ids, theirs_ids = spu.prepare(np.arange(100, 400)), spu.prepare(np.arange(0, 300))
+        with LinkRelays(mine_ids.folder, listen=("127.0.0.1", 0), me="act", peer="pas", tls=tls["act"],
+                        parties=names) as inbound:
+            outbound = LinkRelays(theirs_ids.folder, listen=("127.0.0.1", 0), me="pas", peer="act",
+                                  tls=tls["pas"], parties=names)
+            outbound.connect("127.0.0.1", inbound.port)
+            partner = spu.Side(rank=1, own=outbound.own, peer=outbound.to_peer, protocol="rr22", broadcast=True,
+                               timeout_s=10)
+            running = spu.Running(closing(outbound, lambda side=partner, ids=theirs_ids: side.run(ids)))  # type: ignore[misc]
             time.sleep(0.3)
-            with spu.CountingRelay(("127.0.0.1", ports[1])) as outbound:
-                active = spu.Side(rank=0, own=f"127.0.0.1:{ports[0]}", peer=f"127.0.0.1:{outbound.port}",
-                                  protocol="rr22", broadcast=True, tls=tls[0], timeout_s=10)
-                mine = active.run(spu.prepare(np.arange(100, 400)))
+            inbound.connect("127.0.0.1", outbound.port)
+            assert inbound.wait_listening(30)
+            active = spu.Side(rank=0, own=inbound.own, peer=inbound.to_peer, protocol="rr22", broadcast=True,
+                              timeout_s=10)
+            mine = active.run(mine_ids)
             theirs = running.join(60)
         assert mine.sum() == theirs.sum() == 200 and mine[:200].all() and theirs[100:].all()
-        assert min(inbound.out_bytes, inbound.in_bytes, outbound.out_bytes, outbound.in_bytes) > 0
+        # What one party's relays sent, the other's received; nothing was refused.
+        assert (inbound.sent, inbound.received) == (outbound.received, outbound.sent) and min(inbound.sent,
+                                                                                            inbound.received) > 0
+        assert inbound.refused == outbound.refused == 0

@@ -52,11 +52,13 @@ def test_flwr_run_of_vflos_app_gives_the_in_process_results_and_refuses_what_a_p
     assert rows["fedsvd"]["status"] == "failed" and "does not agree to run fedsvd" in rows["fedsvd"]["error"]
     from vflo.experiments.config import load_deployment_experiment
 
-    entries = {e.label: e for e in load_deployment_experiment(experiment).methods}
+    loaded = load_deployment_experiment(experiment)
+    entries = {e.label: e for e in loaded.methods}
     for name in ("apc_vfl", "rap"):
         row = rows[name]
         assert row["status"] == "ok", row
-        local = run_method(entries[name].instantiate(), files.local, seed=_seed(experiment), party_seeds=PARTY_SEEDS)
+        local = run_method(entries[name].instantiate(), files.local, seed=_seed(experiment), party_seeds=PARTY_SEEDS,
+                           alignment=loaded.alignment)
         metrics = compute_metrics(files.local.task, files.local.test_y, local.scores)
         assert row["accuracy"] == pytest.approx(metrics["accuracy"], abs=0)
         summary = local.ledger.summary()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vflo.align import spu
+from vflo.align.link_relay import LinkRelays, LinkTLS
 from vflo.align.plain import Aligned, Alignment
 from vflo.comm.message import INT, STR, Fields, FieldSpec, Payload, Reply
 from vflo.data.order import sorted_ids
@@ -37,13 +38,18 @@ TIMEOUT_S = 900.0
 START_WAIT_S = 60.0
 
 
-def _tls(files: tuple[str, str, str] | None) -> spu.LinkTLS | None:
-    return spu.LinkTLS(*files) if files is not None else None
+def _tls(files: tuple[str, str, str] | None) -> LinkTLS | None:
+    return LinkTLS(*files) if files is not None else None
 
 
-def _own_address(ctx: NodeContext) -> tuple[str, int]:
-    host, port = ctx.policy.psi_link_address()
-    return host, port or spu.free_port(host)
+def closing(relays: LinkRelays, work: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
+    """``work``, then the side's relays closed (whatever it gave or raised)."""
+
+    def run() -> np.ndarray:
+        with relays:
+            return work()
+
+    return run
 
 
 def consent(ctx: NodeContext, protocol: str) -> None:
@@ -60,15 +66,21 @@ def check_mode(kind: str, mode: str) -> None:
         raise ProtocolError(f"{kind}: mode {mode!r} is neither 'both' nor 'active'")
 
 
-def partner_side(ctx: NodeContext, payload: Fields, *, protocol: str, broadcast: bool, stage: str = "",
-                 cache: str = "") -> tuple[spu.Side, int]:
-    """A partner's side of one intersection: listening where its own policy says, dialing the host its own config
-    gives for the sender at the port the request names; the side and its port."""
-    host, port = _own_address(ctx)
-    side = spu.Side(rank=1, own=f"{host}:{port}", peer=f"{ctx.peer_host(ctx.sender)}:{payload.integer('port')}",
-                    protocol=protocol, broadcast=broadcast, tls=_tls(ctx.link_tls()), timeout_s=TIMEOUT_S,
-                    stage=stage, cache=cache)
-    return side, port
+def partner_side(ctx: NodeContext, payload: Fields, prepared: spu.Prepared, *, protocol: str, broadcast: bool,
+                 stage: str = "", cache: str = "") -> tuple[spu.Side, LinkRelays]:
+    """A partner's side of one intersection on ``prepared``, and its relays (close them when it ends): the inbound
+    one listening where its own policy says, for the sender only; the outbound one dialing the host its own config
+    gives for the sender at the port the request names."""
+    relays = LinkRelays(prepared.folder, listen=ctx.policy.psi_link_address(), me=ctx.party, peer=ctx.sender,
+                        tls=_tls(ctx.link_tls()), parties=[p.name for p in ctx.parties])
+    try:
+        relays.connect(ctx.peer_host(ctx.sender), payload.integer("port"))
+        side = spu.Side(rank=1, own=relays.own, peer=relays.to_peer, protocol=protocol, broadcast=broadcast,
+                        timeout_s=TIMEOUT_S, stage=stage, cache=cache)
+    except BaseException:
+        relays.close()
+        raise
+    return side, relays
 
 
 def handle_open(ctx: NodeContext, payload: Fields) -> Payload:
@@ -79,12 +91,16 @@ def handle_open(ctx: NodeContext, payload: Fields) -> Payload:
     check_mode(OPEN_KIND, mode)
     rows = ctx.rows(payload.text("purpose"))
     prepared = spu.prepare(rows.ids)  # a repeated ID is refused here, before anything starts
-    side, port = partner_side(ctx, payload, protocol=protocol, broadcast=mode == "both")
+    try:
+        side, relays = partner_side(ctx, payload, prepared, protocol=protocol, broadcast=mode == "both")
+    except BaseException:
+        prepared.__exit__()
+        raise
     known = ctx.part(Aligned)
     known.held, known.source = None, (ctx.sender, payload.text("purpose"), mode)
     part = ctx.part(LinkedPart)
-    part.running, part.mode = spu.Running(lambda: rows.ids[side.run(prepared)]), mode
-    return {"port": port, "n_features": rows.n_features}
+    part.running, part.mode = spu.Running(closing(relays, lambda: rows.ids[side.run(prepared)])), mode
+    return {"port": relays.port, "n_features": rows.n_features}
 
 
 def handle_result(ctx: NodeContext, payload: Fields) -> Payload:
@@ -116,12 +132,11 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, proto
         return Alignment(ids=ids, asked=ids, held={}, widths={})
     held: dict[str, np.ndarray] = {}
     widths: dict[str, int] = {}
-    tls = _tls(fed.link_tls())
     for party in parties:
         # A repeated ID is refused before the partner starts.
         with spu.prepare(ids, "the active party's") as prepared:
             def side(own: str, peer: str) -> spu.Side:
-                return spu.Side(rank=0, own=own, peer=peer, protocol=protocol, broadcast=mode == "both", tls=tls,
+                return spu.Side(rank=0, own=own, peer=peer, protocol=protocol, broadcast=mode == "both",
                                 timeout_s=TIMEOUT_S)
 
             reply, mask = over_link(fed, party, OPEN_KIND, {"protocol": protocol, "purpose": purpose, "mode": mode},
@@ -139,25 +154,25 @@ def over_link(fed: Federation, party: str, kind: str, request: Payload, side: Ca
     :data:`RESULT_KIND` ends the partner's. The reply to ``kind`` and this side's mask; no mask when the partner
     answered port 0 (it started nothing: the reply says why).
 
-    The partner dials the inbound relay, which hands its bytes to this party's side; this side dials the outbound
-    relay, which hands them to the partner: every byte of the link is counted here and enters the ledger as
-    ``align.engine.LABEL``, one entry each way."""
-    host, _ = fed.policy.psi_link_address()
-    own_port = spu.free_port(host)
+    The partner dials the inbound relay, which hands its bytes to this party's side once it proved to be the
+    partner; this side dials the outbound relay, which hands them to the partner once it proved to be it: every
+    byte of the link is counted there and enters the ledger as ``align.engine.LABEL``, one entry each way."""
     started = time.perf_counter()
-    with spu.CountingRelay((host, own_port), host=host) as inbound:
-        reply = fed.exchange(kind, {party: {**request, "port": inbound.port}})[party]
+    with LinkRelays(prepared.folder, listen=fed.policy.psi_link_address(), me=fed.party, peer=party,
+                    tls=_tls(fed.link_tls()), parties=[p.name for p in fed.parties]) as relays:
+        reply = fed.exchange(kind, {party: {**request, "port": relays.port}})[party]
         if reply.integer("port") == 0:
             return reply, None
-        with spu.CountingRelay((fed.transport.peer_host(party), reply.integer("port"))) as outbound:
-            # This side starts once the partner's listens. A side that dials a peer not yet listening is refused,
-            # and its link then waits about 3 s before it dials again: seen in 3 runs of 5 at 1M IDs when this
-            # side's process, started ahead, went first. The partner, which dials first instead, finds this side
-            # listening within the link's quick redials.
-            outbound.wait_listening(START_WAIT_S)
-            mask = side(f"{host}:{own_port}", f"127.0.0.1:{outbound.port}").run(prepared)
-            count = fed.exchange(RESULT_KIND, {party: {}})[party].integer("count")
-    sent, received = outbound.out_bytes + inbound.in_bytes, outbound.in_bytes + inbound.out_bytes
+        relays.connect(fed.transport.peer_host(party), reply.integer("port"))
+        # This side starts once the partner's listens. A side that dials a peer not yet listening is refused,
+        # and its link then waits about 3 s before it dials again: seen in 3 runs of 5 at 1M IDs when this
+        # side's process, started ahead, went first. The partner, which dials first instead, finds this side
+        # listening within the link's quick redials.
+        if not relays.wait_listening(START_WAIT_S) and relays.failure:
+            raise ProtocolError(relays.failure)
+        mask = side(relays.own, relays.to_peer).run(prepared)
+        count = fed.exchange(RESULT_KIND, {party: {}})[party].integer("count")
+    sent, received = relays.sent, relays.received
     entry = f"align.engine.{label}"
     ledger = fed.transport.ledger
     first = ledger.record(round=fed.rounds, sender=fed.party, receiver=party, kind=entry, direction="request",

@@ -1,10 +1,13 @@
 """Private set intersection by SecretFlow's PSI library (``libpsi`` in the ``spu`` wheel): RR22, KKRT or ECDH
 between the active party and one partner, over the library's own link between the two.
 
-vflo's messages set the run up and close it; the intersection itself runs over a direct link (brpc), which each
-party opens from its own side: it listens on the address its own config gives (``[policy] psi_link``, loopback by
-default) and dials the other party's host, the one its own config names for it. With TLS, the link uses the
-party's own certificate and key and accepts only certificates of the federation's CA.
+vflo's messages set the run up and close it; the intersection itself runs over a direct link (brpc) between the
+two. The library never meets the network: it listens and dials on Unix sockets in its side's private folder, and
+vflo's relays (:mod:`vflo.align.link_relay`) carry its bytes. Each party's inbound relay listens on the address
+its own config gives (``[policy] psi_link``, loopback by default) and, with TLS, hands the library only a
+connection whose client certificate of the federation's CA names the expected peer; its outbound relay dials the
+other party's host, the one its own config names for it, and forwards nothing unless that server's certificate
+names the peer.
 
 1. The coordinator sends ``align.engine_open`` (the protocol, the rows' purpose, its own link port). The partner
    checks its policy accepts the protocol, starts its side and answers with its port and width.
@@ -12,8 +15,8 @@ party's own certificate and key and accepts only certificates of the federation'
    the partner learns the intersection too (and with ``'active'`` learns nothing but the active party's count).
 3. The coordinator sends ``align.engine_result``; the partner ends its side and answers with its count.
 
-The bytes of the link are measured where they cross: the active party's side runs through a counting relay
-(:class:`CountingRelay`), and the ledger gets one entry per direction (kind ``align.engine.PROTOCOL``).
+The bytes of the link are measured where they cross, by the active party's relays, and the ledger gets one entry
+per direction (kind ``align.engine.PROTOCOL``).
 
 Each side's library runs in a child process of its party, its logs in a file beside its IDs: a crash of the
 library's link costs the child, not the party, and its logs do not fill the party's output.
@@ -33,7 +36,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -52,6 +54,7 @@ from vflo.align.ids import check_unique, tagged_array
 from vflo.align.spu_side import PROTOCOLS
 from vflo.align.spu_side import libraries as _libraries
 from vflo.errors import ConfigError, ProtocolError
+from vflo.helpers import isolated_command
 from vflo.party.policy import UNBALANCED
 
 logger = logging.getLogger(__name__)
@@ -68,15 +71,6 @@ def missing() -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class LinkTLS:
-    """A party's own certificate and key, and its federation's CA, as files (the link reads them itself)."""
-
-    certificate: str
-    key: str
-    ca: str
-
-
 def free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
@@ -84,107 +78,11 @@ def free_port(host: str) -> int:
     return port
 
 
-class CountingRelay:
-    """A TCP relay that forwards every connection made to it to ``target`` and counts the bytes each way: what
-    really crossed the link, measured at the party's own end.
-
-    Its port is reserved at once but listens only once the target does: until then a connection to it is refused,
-    as one to the target itself would be, and the link dials again (its health check, every 3 s). A relay that
-    accepted at once and held the connection until the target listened let the link's first requests wait in it
-    and arrive late; now and then both sides then waited for each other until their timeout (seen without TLS
-    too). Its sockets send small messages at once (``TCP_NODELAY``), as the link's own do: behind Nagle's
-    algorithm the link's messages under TLS stalled, for 9.6 s or until the timeout, in 5 runs of 6."""
-
-    def __init__(self, target: tuple[str, int], *, host: str = "127.0.0.1", wait_s: float = 120.0) -> None:
-        self.target = target
-        self.wait_s = wait_s
-        self.out_bytes = 0  # towards the target
-        self.in_bytes = 0  # back from it
-        self._lock = threading.Lock()
-        self._server = socket.socket()
-        self._server.bind((host, 0))
-        self.port: int = self._server.getsockname()[1]
-        self._closed = False
-        self._listening = threading.Event()
-        self._threads: list[threading.Thread] = []
-        threading.Thread(target=self._accept, daemon=True, name="vflo-psi-relay").start()
-
-    def _target_listens(self) -> bool:
-        deadline = time.monotonic() + self.wait_s
-        while not self._closed and time.monotonic() < deadline:
-            try:
-                socket.create_connection(self.target, timeout=5).close()
-                return True
-            except OSError:
-                time.sleep(0.005)
-        return False
-
-    def wait_listening(self, timeout_s: float) -> bool:
-        """Wait (at most ``timeout_s``) until the relay listens, that is until its target does."""
-        return self._listening.wait(timeout_s)
-
-    def _accept(self) -> None:
-        if not self._target_listens():
-            return
-        try:
-            self._server.listen()
-        except OSError:
-            return
-        self._listening.set()
-        while not self._closed:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
-
-    def _connect(self, client: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(self.target, timeout=5)
-        except OSError:
-            client.close()
-            return
-        upstream.settimeout(None)
-        for end in (client, upstream):  # as the link's own sockets: a small message goes out at once
-            end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for src, dst, outward in ((client, upstream, True), (upstream, client, False)):
-            thread = threading.Thread(target=self._pump, args=(src, dst, outward), daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def _pump(self, src: socket.socket, dst: socket.socket, outward: bool) -> None:
-        try:
-            while chunk := src.recv(1 << 20):
-                dst.sendall(chunk)
-                with self._lock:
-                    if outward:
-                        self.out_bytes += len(chunk)
-                    else:
-                        self.in_bytes += len(chunk)
-        except OSError:
-            pass
-        finally:
-            for end in (src, dst):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self._closed = True
-        self._server.close()
-        for thread in self._threads:
-            thread.join(timeout=5)
-
-    def __enter__(self) -> CountingRelay:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-
 @dataclass
 class Side:
-    """One party's side of one intersection: its link's two entries (its own listening address first, by rank),
-    the protocol, who receives the result, and whether the other learns it too.
+    """One party's side of one intersection: its link's two entries (where it listens and where it dials its peer:
+    Unix sockets in its own folder, where vflo's relays (:class:`vflo.align.link_relay.LinkRelays`) meet it), the
+    protocol, who receives the result, and whether the other learns it too.
 
     The library runs in a child process of the party (:func:`child`). Its link (brpc) can abort the whole process
     when it tears down, after the result is written; in a child, that costs the child only, and the party keeps
@@ -196,7 +94,6 @@ class Side:
     peer: str
     protocol: str
     broadcast: bool
-    tls: LinkTLS | None = None
     timeout_s: float = 600.0
     #: Unbalanced PSI only (``protocol = 'unbalanced'``): ``"offline"`` (the partner, rank 1, evaluates its IDs
     #: and sends them to the active party, rank 0, which keeps them) or ``"online"`` (an intersection against
@@ -227,12 +124,11 @@ class Side:
                               f"{UNBALANCED!r} with a stage")
         if problem := missing():
             raise ConfigError(problem)
+        self._check_private(prepared)
         order = {**asdict(self), "source": str(prepared.source), "result": str(prepared.result),
                  "done": str(prepared.done)}
-        # The child runs in the side's own folder: a path relative to where the party runs (a config's
-        # "hospital-tls", its alignments folder) is made absolute here.
-        if self.tls is not None:
-            order["tls"] = {k: str(Path(v).resolve()) for k, v in asdict(self.tls).items()}
+        # The child runs in the side's own folder: a path relative to where the party runs (its alignments folder)
+        # is made absolute here.
         if self.cache:
             order["cache"] = str(Path(self.cache).resolve())
         code = _run_child(prepared, order, self.timeout_s)
@@ -244,25 +140,36 @@ class Side:
                            "teardown); the result stands", code)
 
 
+    def _check_private(self, prepared: Prepared) -> None:
+        """The library takes plain text on any port it serves, TLS or not: it listens and dials only on Unix
+        sockets in the side's own folder (which only this user may enter), never on the network."""
+        folder = prepared.folder.resolve()
+        for what, address in (("listens", self.own), ("dials", self.peer)):
+            path = Path(address.removeprefix("unix:"))
+            if not address.startswith("unix:") or not path.is_absolute() or path.parent.resolve() != folder:
+                raise ConfigError(f"the PSI library's side {what} at {address!r}, but it may only use a Unix socket "
+                                  f"in its own folder (unix:{folder}/NAME): vflo's relays carry its link "
+                                  "(vflo.align.link_relay)")
+
+
 #: What a side's child process runs (:func:`vflo.align.spu_side.child`, its order on standard input).
 CHILD = "from vflo.align.spu_side import child; child()"
 #: How long past its own timeout a side's child may run before it is stopped.
 CHILD_GRACE_S = 30.0
 
 
-def _start_child(folder: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_child(folder: Path, log: Path) -> subprocess.Popen[bytes]:
     """A side's child process, started before its order is known: it loads the library and then waits for the
     order on its standard input (:func:`vflo.align.spu_side.child`), so that its start overlaps the party's other
     work."""
     env = dict(os.environ)
-    # The child finds vflo where this process found it, however it was put on the path.
-    source_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH", "")) if p)
     # The library's working folders (the party's IDs sorted, its buckets) go into the side's folder, removed with
     # it: the library leaves them behind, in /tmp otherwise.
     env["TMPDIR"] = str(folder)
+    # In isolated mode, as every helper process of a party: nothing in a working folder, PYTHONPATH or the user's
+    # site can stand in for a module the child imports; it finds vflo where this process found it.
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=out,
+        return subprocess.Popen(isolated_command(CHILD), stdin=subprocess.PIPE, stdout=out,
                                 stderr=subprocess.STDOUT, cwd=folder, env=env)
 
 
@@ -322,7 +229,7 @@ class Prepared:
         self.source, self.result = self.folder / "ids.csv", self.folder / "shared.csv"
         self.log, self.done = self.folder / "library.log", self.folder / "done"
         # The child first, so that its start overlaps the IDs' tagging and writing.
-        self._child: subprocess.Popen[bytes] | None = _start_child(self.folder, self.log)
+        self._child: subprocess.Popen[bytes] | None = start_child(self.folder, self.log)
         # A side never run (its party failed first) still ends its child, here or when this is collected.
         self._stop = weakref.finalize(self, _stop_child, self._child)
         try:

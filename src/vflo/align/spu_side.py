@@ -76,14 +76,8 @@ def child() -> None:
     retry = desc.retry_opts
     retry.retry_interval_ms, retry.retry_interval_incr_ms, retry.max_retry_interval_ms = 50, 50, 200
     retry.max_retry = max(3, int(order["timeout_s"] / 0.2))
-    if order["tls"] is not None:
-        tls = order["tls"]
-        desc.enable_ssl = True
-        for opts in (desc.client_ssl_opts, desc.server_ssl_opts):
-            opts.cert.certificate_path = tls["certificate"]
-            opts.cert.private_key_path = tls["key"]
-            opts.verify.ca_file_path = tls["ca"]
-            opts.verify.verify_depth = 1
+    # No TLS of the library's own: it listens and dials on Unix sockets in the side's folder, and vflo's relays
+    # carry the link under mutual TLS (vflo.align.link_relay); brpc takes plain text on a port it serves with TLS.
     context = link.create_brpc(desc, rank)
     if order["protocol"] == UNBALANCED:
         # The library's unbalanced PSI connects the link to its peer a second time (its handshake, under the same

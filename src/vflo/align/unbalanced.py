@@ -30,7 +30,7 @@ import numpy as np
 from vflo.align import spu
 from vflo.align.ids import untagged
 from vflo.align.kept import now
-from vflo.align.linked import TIMEOUT_S, LinkedPart, _tls, check_mode, consent, over_link, partner_side
+from vflo.align.linked import TIMEOUT_S, LinkedPart, check_mode, closing, consent, over_link, partner_side
 from vflo.align.plain import Aligned, Alignment
 from vflo.comm.message import INT, STR, Fields, FieldSpec, Payload
 from vflo.errors import ConfigError, ProtocolError, RefusedError
@@ -114,7 +114,13 @@ def handle_prepare(ctx: NodeContext, payload: Fields) -> Payload:
     prepared = spu.prepare(rows.ids)  # a repeated ID is refused here, before anything starts
     token, sender = secrets.token_hex(16), ctx.sender
     work = _working(store)
-    side, port = partner_side(ctx, payload, protocol=UNBALANCED, broadcast=False, stage="offline", cache=str(work))
+    try:
+        side, relays = partner_side(ctx, payload, prepared, protocol=UNBALANCED, broadcast=False, stage="offline",
+                                    cache=str(work))
+    except BaseException:
+        prepared.__exit__()
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     prep = Preparation(token=token, peer=sender, purpose=purpose, created=now(), digest=store.digest_of(rows.ids),
                        n_ids=len(rows.ids))
 
@@ -127,8 +133,8 @@ def handle_prepare(ctx: NodeContext, payload: Fields) -> Payload:
             shutil.rmtree(work, ignore_errors=True)
 
     part = ctx.part(LinkedPart)
-    part.running, part.mode = spu.Running(offline), "offline"
-    return {"port": port, "token": token, "n_features": rows.n_features}
+    part.running, part.mode = spu.Running(closing(relays, offline)), "offline"
+    return {"port": relays.port, "token": token, "n_features": rows.n_features}
 
 
 def handle_online(ctx: NodeContext, payload: Fields) -> Payload:
@@ -145,19 +151,24 @@ def handle_online(ctx: NodeContext, payload: Fields) -> Payload:
     if store.digest_of(rows.ids) != prep.digest:
         return {"port": 0, "n_features": rows.n_features,
                 "why": f"the people party {ctx.party!r} holds for {purpose!r} changed since {prep.created}"}
-    side, port = partner_side(ctx, payload, protocol=UNBALANCED, broadcast=mode == "both", stage="online",
-                              cache=str(folder))
+    # The library reads this party's IDs from its preparation (checked unchanged above), so none are written
+    # here: the online stage costs what the active party's IDs cost, not what this party's do.
+    nothing = spu.Prepared([])
+    try:
+        side, relays = partner_side(ctx, payload, nothing, protocol=UNBALANCED, broadcast=mode == "both",
+                                    stage="online", cache=str(folder))
+    except BaseException:
+        nothing.__exit__()
+        raise
     known = ctx.part(Aligned)
     known.held, known.source = None, (ctx.sender, purpose, mode)
 
     def online() -> np.ndarray:
-        # The library reads this party's IDs from its preparation (checked unchanged above), so none are written
-        # here: the online stage costs what the active party's IDs cost, not what this party's do.
-        return untagged(side.run_found(spu.Prepared([])), rows.ids)
+        return untagged(side.run_found(nothing), rows.ids)
 
     part = ctx.part(LinkedPart)
-    part.running, part.mode = spu.Running(online), mode
-    return {"port": port, "n_features": rows.n_features, "why": ""}
+    part.running, part.mode = spu.Running(closing(relays, online)), mode
+    return {"port": relays.port, "n_features": rows.n_features, "why": ""}
 
 
 def intersect(fed: Federation, store: AlignmentStore, ids: np.ndarray, parties: Sequence[str], *, purpose: str,
@@ -176,7 +187,6 @@ def intersect(fed: Federation, store: AlignmentStore, ids: np.ndarray, parties: 
 
 def _with(fed: Federation, store: AlignmentStore, ids: np.ndarray, party: str, *, purpose: str,
           mode: str) -> tuple[np.ndarray, int]:
-    tls = _tls(fed.link_tls())
     with spu.prepare(ids, "the active party's") as prepared:
         for attempt in range(2):
             kept = _preparations(store, party, purpose)
@@ -187,7 +197,7 @@ def _with(fed: Federation, store: AlignmentStore, ids: np.ndarray, party: str, *
             prep, folder = kept[0]
 
             def online(own: str, peer: str, folder: Path = folder) -> spu.Side:
-                return spu.Side(rank=0, own=own, peer=peer, protocol=UNBALANCED, broadcast=mode == "both", tls=tls,
+                return spu.Side(rank=0, own=own, peer=peer, protocol=UNBALANCED, broadcast=mode == "both",
                                 timeout_s=TIMEOUT_S, stage="online", cache=str(folder))
 
             reply, mask = over_link(fed, party, ONLINE_KIND, {"purpose": purpose, "mode": mode,
@@ -202,12 +212,11 @@ def _with(fed: Federation, store: AlignmentStore, ids: np.ndarray, party: str, *
 
 def _prepare(fed: Federation, store: AlignmentStore, party: str, *, purpose: str) -> tuple[Preparation, Path]:
     """The offline stage with ``party``: what it sends, kept in this party's folder under the token it chose."""
-    tls = _tls(fed.link_tls())
     work = _working(store)
     try:
         def offline(own: str, peer: str) -> spu.Side:
-            return spu.Side(rank=0, own=own, peer=peer, protocol=UNBALANCED, broadcast=False, tls=tls,
-                            timeout_s=TIMEOUT_S, stage="offline", cache=str(work))
+            return spu.Side(rank=0, own=own, peer=peer, protocol=UNBALANCED, broadcast=False, timeout_s=TIMEOUT_S,
+                            stage="offline", cache=str(work))
 
         with spu.Prepared([]) as nothing:  # the active party sends no ID offline
             reply, _ = over_link(fed, party, PREPARE_KIND, {"purpose": purpose}, offline, nothing,
