@@ -39,7 +39,8 @@ ATTACKS: tuple[Attack, ...] = (
            ("tests/test_safe_defaults.py::test_a_coordinator_repeating_validation_passes_is_refused_by_a_noised_splitnn_party",
             "tests/test_safe_defaults.py::test_a_noised_bottom_releases_each_person_once_per_declared_epoch",
             "tests/test_safe_defaults.py::test_a_deployed_party_without_privacy_gets_the_default_budget",
-            "tests/test_safe_defaults.py::test_a_restarted_party_continues_its_privacy_account")),
+            "tests/test_safe_defaults.py::test_a_restarted_party_continues_its_privacy_account",
+            "tests/e2e/test_privacy_account.py")),
     Attack("certificate names",
            "the lab's certificate request carries the extra name 'hospital' before the hospital is signed; a peer "
            "drops the first connection, or shows the client's probe another certificate, to take a message meant "
