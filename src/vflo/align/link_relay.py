@@ -261,9 +261,11 @@ class LinkRelays:
         task.add_done_callback(self._tasks.discard)
 
     def _quiet(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        # A stranger's connection can make asyncio report its end; each is logged once by the relay already.
+        # A stranger's connection can make asyncio report its end; each is logged once by the relay already. A close
+        # cut short at shutdown (its wait cancelled) is no fault either.
         error = context.get("exception")
-        level = logging.DEBUG if error is None or isinstance(error, (OSError, EOFError)) else logging.WARNING
+        ended = (OSError, EOFError, asyncio.CancelledError)
+        level = logging.DEBUG if error is None or isinstance(error, ended) else logging.WARNING
         logger.log(level, "PSI link relay: %s", context.get("message"), exc_info=error)
 
     async def _shutdown(self) -> None:
