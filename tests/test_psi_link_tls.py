@@ -44,14 +44,12 @@ def certs(tmp_path: Path) -> dict[str, LinkTLS]:
     return found
 
 
-class FakeLibrary:
-    """A stand-in for the library's listener on its Unix socket: every byte that reaches it, echoed back."""
+class Listener:
+    """A server socket (already listening) served in a thread of its own: each connection it accepts is handed to
+    :meth:`handle`, until :meth:`close`."""
 
-    def __init__(self, path: str) -> None:
-        self.received = bytearray()
-        self._server = socket.socket(socket.AF_UNIX)
-        self._server.bind(path)
-        self._server.listen()
+    def __init__(self, server: socket.socket) -> None:
+        self._server = server
         self._server.settimeout(0.1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -63,7 +61,29 @@ class FakeLibrary:
                 conn, _ = self._server.accept()
             except TimeoutError:
                 continue
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+            self.handle(conn)
+
+    def handle(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._server.close()
+
+
+class FakeLibrary(Listener):
+    """A stand-in for the library's listener on its Unix socket: every byte that reaches it, echoed back."""
+
+    def __init__(self, path: str) -> None:
+        self.received = bytearray()
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(path)
+        server.listen()
+        super().__init__(server)
+
+    def handle(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
 
     def _echo(self, conn: socket.socket) -> None:
         conn.settimeout(10)
@@ -71,11 +91,6 @@ class FakeLibrary:
             while data := conn.recv(1 << 16):
                 self.received += data
                 conn.sendall(data)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._server.close()
 
 
 @contextlib.contextmanager
@@ -182,38 +197,28 @@ def test_the_outbound_relay_forwards_nothing_to_a_server_that_is_not_the_peer(
         assert server.received == b""
 
 
-class TLSServer:
+class TLSServer(Listener):
     """A TLS server with ``tls``'s certificate that records what it is sent."""
 
     def __init__(self, tls: LinkTLS) -> None:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(tls.certificate, tls.key)
         self.received = b""
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self._server.settimeout(0.1)
-        self.port = self._server.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        server = socket.create_server(("127.0.0.1", 0))
+        self.port = server.getsockname()[1]
+        super().__init__(server)
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            conn.settimeout(5)
-            with contextlib.suppress(OSError), self.context.wrap_socket(conn, server_side=True) as channel:
-                while data := channel.recv(1 << 16):
-                    self.received += data
+    def handle(self, conn: socket.socket) -> None:
+        conn.settimeout(5)
+        with contextlib.suppress(OSError), self.context.wrap_socket(conn, server_side=True) as channel:
+            while data := channel.recv(1 << 16):
+                self.received += data
 
     def __enter__(self) -> TLSServer:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._server.close()
+        self.close()
 
 
 def _listening_tcp_inodes() -> set[str]:

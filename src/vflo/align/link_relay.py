@@ -42,7 +42,7 @@ from typing import Any
 from cryptography import x509
 
 from vflo.comm.revocations import Revocations
-from vflo.comm.tls import certificate_names, check_certificate_names
+from vflo.comm.tls import check_peer_certificate, warn_insecure
 from vflo.errors import AddressInUseError, ConfigError, PartyBoundaryError
 
 logger = logging.getLogger(__name__)
@@ -112,19 +112,8 @@ class PeerCheck:
         """Refuse (:class:`PartyBoundaryError`) a certificate that is not the expected peer's."""
         if not der:
             raise PartyBoundaryError(f"{holder} is missing")
-        cert = x509.load_der_x509_certificate(der)
-        names = certificate_names(cert)
-        check_certificate_names(names, self.parties, holder=holder)
-        if names[0] != [self.peer]:
-            raise PartyBoundaryError(f"{holder} names {names[0]}, not the party {self.peer!r} this link is for")
-        if cert.serial_number in self.revocations.serials():
-            raise PartyBoundaryError(f"{holder} (serial {cert.serial_number:x}) was revoked by the federation's CA "
-                                     f"({self.revocations.path})")
-
-
-def warn_insecure(who: str) -> None:
-    logger.warning("INSECURE: %s runs without TLS: its bytes are unencrypted and the parties are not "
-                   "authenticated. Use this only for experiments on a loopback interface.", who)
+        check_peer_certificate(x509.load_der_x509_certificate(der), peer=self.peer, parties=self.parties,
+                               revoked=self.revocations.serials(), holder=holder)
 
 
 def _nodelay(writer: asyncio.StreamWriter) -> None:

@@ -70,15 +70,18 @@ def partner_side(ctx: NodeContext, payload: Fields, prepared: spu.Prepared, *, p
                  stage: str = "", cache: str = "") -> tuple[spu.Side, LinkRelays]:
     """A partner's side of one intersection on ``prepared``, and its relays (close them when it ends): the inbound
     one listening where its own policy says, for the sender only; the outbound one dialing the host its own config
-    gives for the sender at the port the request names."""
-    relays = LinkRelays(prepared.folder, listen=ctx.policy.psi_link_address(), me=ctx.party, peer=ctx.sender,
-                        tls=_tls(ctx.link_tls()), parties=[p.name for p in ctx.parties])
+    gives for the sender at the port the request names. Should either fail to start, ``prepared`` is ended too."""
+    relays: LinkRelays | None = None
     try:
+        relays = LinkRelays(prepared.folder, listen=ctx.policy.psi_link_address(), me=ctx.party, peer=ctx.sender,
+                            tls=_tls(ctx.link_tls()), parties=[p.name for p in ctx.parties])
         relays.connect(ctx.peer_host(ctx.sender), payload.integer("port"))
         side = spu.Side(rank=1, own=relays.own, peer=relays.to_peer, protocol=protocol, broadcast=broadcast,
                         timeout_s=TIMEOUT_S, stage=stage, cache=cache)
     except BaseException:
-        relays.close()
+        if relays is not None:
+            relays.close()
+        prepared.__exit__()
         raise
     return side, relays
 
@@ -91,11 +94,7 @@ def handle_open(ctx: NodeContext, payload: Fields) -> Payload:
     check_mode(OPEN_KIND, mode)
     rows = ctx.rows(payload.text("purpose"))
     prepared = spu.prepare(rows.ids)  # a repeated ID is refused here, before anything starts
-    try:
-        side, relays = partner_side(ctx, payload, prepared, protocol=protocol, broadcast=mode == "both")
-    except BaseException:
-        prepared.__exit__()
-        raise
+    side, relays = partner_side(ctx, payload, prepared, protocol=protocol, broadcast=mode == "both")
     known = ctx.part(Aligned)
     known.held, known.source = None, (ctx.sender, payload.text("purpose"), mode)
     part = ctx.part(LinkedPart)

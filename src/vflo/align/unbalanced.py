@@ -118,7 +118,6 @@ def handle_prepare(ctx: NodeContext, payload: Fields) -> Payload:
         side, relays = partner_side(ctx, payload, prepared, protocol=UNBALANCED, broadcast=False, stage="offline",
                                     cache=str(work))
     except BaseException:
-        prepared.__exit__()
         shutil.rmtree(work, ignore_errors=True)
         raise
     prep = Preparation(token=token, peer=sender, purpose=purpose, created=now(), digest=store.digest_of(rows.ids),
@@ -154,12 +153,8 @@ def handle_online(ctx: NodeContext, payload: Fields) -> Payload:
     # The library reads this party's IDs from its preparation (checked unchanged above), so none are written
     # here: the online stage costs what the active party's IDs cost, not what this party's do.
     nothing = spu.Prepared([])
-    try:
-        side, relays = partner_side(ctx, payload, nothing, protocol=UNBALANCED, broadcast=mode == "both",
-                                    stage="online", cache=str(folder))
-    except BaseException:
-        nothing.__exit__()
-        raise
+    side, relays = partner_side(ctx, payload, nothing, protocol=UNBALANCED, broadcast=mode == "both", stage="online",
+                                cache=str(folder))
     known = ctx.part(Aligned)
     known.held, known.source = None, (ctx.sender, purpose, mode)
 

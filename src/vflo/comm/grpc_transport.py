@@ -45,10 +45,11 @@ from vflo.comm.serving import error_frame, serve_each, serve_frame
 from vflo.comm.tls import (
     PartyCredentials,
     ProbeError,
-    certificate_names,
     check_certificate_names,
+    check_peer_certificate,
     peer_certificate,
     pem_names,
+    warn_insecure,
 )
 from vflo.comm.transport import Endpoint, Transport
 from vflo.errors import (
@@ -136,12 +137,6 @@ def diagnose(details: str, receiver: str, address: str, *, secure: bool) -> str:
     if "connection refused" in text or "failed to connect" in text:
         return f"nothing answers at {address}: is {receiver!r} running, and is that its address in the deploy config?"
     return f"is {receiver!r} running, and do its address and certificates match the deploy config?"
-
-
-def warn_insecure(who: str) -> None:
-    text = (f"INSECURE: {who} runs without TLS: messages are unencrypted and parties are not authenticated. "
-            "Use this only for experiments on a loopback interface.")
-    logger.warning(text)
 
 
 class _Quiet:
@@ -582,15 +577,10 @@ class GrpcTransport(Transport):
                     f"party {receiver!r} at {address} could not be reached for {kinds!r}: its certificate could not be "
                     f"read, so nothing was sent: {diagnose(exc.cause, receiver, address, secure=True)} (TLS: "
                     f"{exc.cause})") from exc
-        names = certificate_names(cert)
         try:
-            check_certificate_names(names, {self.party, *self.peers}, holder="its certificate")
-            if cert.serial_number in self._revoked:
-                raise PartyBoundaryError(f"its certificate (serial {cert.serial_number:x}) was revoked by the "
-                                         "federation's CA")
-            if names[0] != [receiver]:
-                raise PartyBoundaryError(f"its certificate names {names[0]!r}: "
-                                         f"{diagnose('peer name', receiver, address, secure=True)}")
+            check_peer_certificate(cert, peer=receiver, parties={self.party, *self.peers}, revoked=self._revoked,
+                                   holder="its certificate",
+                                   advice=diagnose("peer name", receiver, address, secure=True))
         except PartyBoundaryError as exc:
             raise TransportError(f"party {receiver!r} at {address} is refused: {exc} (nothing was sent to it)") from exc
         return cert.public_bytes(serialization.Encoding.PEM)

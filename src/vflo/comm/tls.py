@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import json
+import logging
 import os
 import socket
 import ssl
@@ -39,6 +40,8 @@ from cryptography.x509.oid import NameOID
 from vflo.comm.revocations import Revocations
 from vflo.errors import ConfigError, PartyBoundaryError, TransportError
 from vflo.roles import SAME_NAME, check_distinct_names, check_party_name, normal_name
+
+logger = logging.getLogger(__name__)
 
 CA_FOLDER = "ca"
 CA_README = """This folder holds the federation's certificate authority (CA), written by `vflo certs init --split`
@@ -266,6 +269,26 @@ def check_certificate_names(names: tuple[list[str], list[str]], parties: Collect
                 f"{holder} names {name!r}, which is the party {party!r}{spelled}, but it is the certificate of "
                 f"{whose}: a certificate may name only its own party, spelled as "
                 "that party is; refused. Make certificates with `vflo certs init`, which never issues such a name")
+
+
+def check_peer_certificate(cert: x509.Certificate, *, peer: str, parties: Collection[str],
+                           revoked: Collection[int], holder: str, advice: str = "") -> None:
+    """Refuse (:class:`PartyBoundaryError`) a CA-signed certificate that is not ``peer``'s: one that names any of
+    ``parties`` in a spelling not its own (:func:`check_certificate_names`), that the CA revoked (its serial among
+    ``revoked``), or whose common name is not exactly ``peer`` (the error then ends with ``advice``, what to check
+    where the caller found it). ``holder``: whose certificate, for the error."""
+    names = certificate_names(cert)
+    check_certificate_names(names, {*parties, peer}, holder=holder)
+    if cert.serial_number in revoked:
+        raise PartyBoundaryError(f"{holder} (serial {cert.serial_number:x}) was revoked by the federation's CA")
+    if names[0] != [peer]:
+        raise PartyBoundaryError(f"{holder} names {names[0]}, not the party {peer!r}{': ' if advice else ''}{advice}")
+
+
+def warn_insecure(who: str) -> None:
+    """Say, each time, that ``who`` runs without TLS (a loopback experiment's choice, never a default)."""
+    logger.warning("INSECURE: %s runs without TLS: messages are unencrypted and parties are not authenticated. "
+                   "Use this only for experiments on a loopback interface.", who)
 
 
 def _socket_target(address: str) -> str | tuple[str, int] | None:
