@@ -17,7 +17,7 @@ Without TLS credentials (one process, ``--insecure``) the relays carry plain TCP
 Both relays of a side run on one event loop in a thread of their own: asyncio's TLS streams read and write one
 connection from one thread (an ``ssl.SSLSocket`` read and written from two threads is not safe). Their sockets
 send a small message at once (``TCP_NODELAY``): behind Nagle's algorithm the link's messages stalled under TLS,
-for 9.6 s or until the timeout. A relay listens only once its target does: until then a connection to it is
+for seconds or until the timeout. A relay listens only once its target does: until then a connection to it is
 refused, as one to the target itself would be, and the link dials again; a relay that accepted at once and held
 the connection until its target listened let the link's first requests wait in it, and now and then both sides
 then waited for each other until their timeout. The outbound relay's socket exists from the start, refusing, and
