@@ -88,7 +88,8 @@ def test_every_seed_method_has_cells() -> None:
     tiny = {"train": FAST}
     asp = {"train": FAST, "student_train": FAST, "embedding_train": FAST}
     raw = {**BASE, "compare": {
-        "aligned": [0.1], "passives": [1], "splits": ["random"], "second_hop": [1.0], "repeats": 1, "p_miss": [],
+        "aligned": [0.1], "base_aligned": 0.1, "passives": [1], "splits": ["random"], "second_hop": [1.0],
+        "repeats": 1, "p_miss": [],
         "absent": [],
         "methods": ["local", "apc_vfl", "entity_augmentation", "rap", "vfl_asp", "vfl_asp_student", "splitnn"],
         "settings": {"apc_vfl": tiny, "entity_augmentation": tiny, "splitnn": tiny, "vfl_asp": asp,

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.methods",),
     ("vflo.federation.coordinator", "vflo.federation"),
     ("vflo.federation.session",),
-    ("vflo.federation.simulation", "vflo.privacy", "vflo.artifacts", "vflo.audit"),
+    ("vflo.federation.simulation", "vflo.privacy", "vflo.artifacts", "vflo.shelf", "vflo.audit"),
     ("vflo.deploy", "vflo.scoring"),
     ("vflo.experiments", "vflo.api", "vflo.flower"),
     ("vflo.cli", "vflo.__main__", "vflo"),

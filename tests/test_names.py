@@ -256,7 +256,9 @@ def _assert_keys_apart(certs: Path, parties: list[str], ca: Path | None = None) 
     ca = certs / "ca" if ca is None else ca
     # no key outside the folders
     assert sorted(p.name for p in certs.iterdir()) == sorted(["ca", *parties] if inside else parties)
-    assert sorted(p.name for p in ca.iterdir()) == ["README.txt", "ca.key", "ca.pem", "roster.json"]
+    # (and, where an export wrote it, the record of what the export wrote: .vflo-written)
+    assert sorted(p.name for p in ca.iterdir() if p.name != ".vflo-written") == ["README.txt", "ca.key", "ca.pem",
+                                                                                 "roster.json"]
     readme = (ca / "README.txt").read_text()
     assert "offline" in readme and "never on a party's host" in readme.replace("\n", " ")
     for party in parties:
@@ -296,13 +298,20 @@ def test_certs_init_split_gives_each_party_only_its_own_key(tmp_path: Path,
 def test_an_export_keeps_every_key_apart_and_still_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "demo"
     parties = ["shop", "bank", "server", "dealer"]
-    # an export written before keys were kept apart: its flat keys must not survive the new one
+    # an export written before keys were kept apart: the new one refuses to hand its flat keys out with the rest,
+    # and deletes nothing it did not write; once they are moved, it writes the keys apart
     init_certs(out / "certs", parties)
     config = tmp_path / "exp.toml"
     config.write_text(TINY)
     base = _free_base_port(len(parties))
-    assert main(["scenario", str(config), "--export", str(out), "--extra-parties", "server,dealer",
-                 "--base-port", str(base)]) == 0
+    command = ["scenario", str(config), "--export", str(out), "--extra-parties", "server,dealer",
+               "--base-port", str(base)]
+    assert main(command) == 2
+    assert "ca.key lies in" in capsys.readouterr().err and (out / "certs" / "ca.key").is_file()
+    assert not (out / "deploy.toml").exists()
+    offline = tmp_path / "offline"
+    (out / "certs").rename(offline)
+    assert main(command) == 0
     capsys.readouterr()
     _assert_keys_apart(out / "certs", parties, ca=ca_folder(out))
     deploy = load_deploy_config(out / "deploy.toml")

@@ -43,6 +43,26 @@ def test_train_config_validation() -> None:
         TrainConfig(validation_fraction=1.0)
 
 
+def test_a_small_table_is_cut_into_min_batches_batches_an_epoch() -> None:
+    """Epochs count passes over the rows: without this, a hundred rows at batch 128 are one step an epoch."""
+    seen: list[int] = []
+
+    def step(idx: np.ndarray) -> float:
+        seen.append(len(idx))
+        return 1.0
+
+    run_epochs(n_train=108, config=TrainConfig(max_epochs=1, patience=0), rng=numpy_rng(0), train_step=step)
+    assert seen == [27] * 4  # min_batches = 4 by default
+    seen.clear()
+    run_epochs(n_train=108, config=TrainConfig(max_epochs=1, patience=0, min_batches=1), rng=numpy_rng(0),
+               train_step=step)
+    assert seen == [108]  # batch_size as given (the papers' settings)
+    assert TrainConfig(batch_size=64).batch_rows(256) == 64 and TrainConfig(batch_size=64).batch_rows(255) == 64
+    assert TrainConfig(batch_size=64).batch_rows(200) == 50 and TrainConfig(batch_size=64).batch_rows(3) == 1
+    with pytest.raises(ConfigError, match="min_batches"):
+        TrainConfig(min_batches=0)
+
+
 def test_split_validation_is_disjoint_and_seeded() -> None:
     tr, va = split_validation(100, 0.1, numpy_rng(0))
     assert len(va) == 10 and not set(tr) & set(va) and len(tr) + len(va) == 100

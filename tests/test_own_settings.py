@@ -228,3 +228,15 @@ def test_a_refusal_reaches_the_coordinator_naming_both() -> None:
     nodes["pas"].settings = {}
     with pytest.raises(RemoteError, match=r"gives? the latent width .* = 256, but the coordinator's proposal needs 4"):
         Session(fed).start(method)
+
+
+def test_the_report_says_which_values_ran_at_which_party() -> None:
+    from vflo.experiments.report import own_settings_section
+
+    rows = [{"status": "ok", "method": "splitnn", "party_settings": json.dumps({"lab": {"passive_bottom": [8]}})},
+            {"status": "ok", "method": "splitnn", "party_settings": json.dumps({"lab": {"passive_bottom": [8]}})},
+            {"status": "ok", "method": "local"}]
+    section = "\n".join(own_settings_section(rows))
+    assert "## Settings a party ran as its own" in section
+    assert section.count('| splitnn | lab | `{"passive_bottom": [8]}` |') == 1
+    assert own_settings_section(rows[2:]) == []

@@ -188,3 +188,41 @@ def test_the_student_refuses_regression_with_the_reason() -> None:
                                           r"'regression'"):
         get_method("vfl_asp_student")().check_task("regression")
     get_method("vfl_asp")().check_task("regression")  # the teacher is split learning: it regresses
+
+
+def _experiment(parties: list[dict[str, object]], samples: dict[str, object]) -> dict[str, object]:
+    return {"name": "asp", "seed": 0, "dataset": {"name": "breast_cancer"},
+            "scenario": {"parties": parties, "samples": samples},
+            "protocol": {"name": "repeated_runs", "runs": 1, "test_fraction": 0.2, "test_from": "aligned"},
+            "methods": [{"name": "vfl_asp", "train": FAST}]}
+
+
+def test_a_run_without_its_hops_is_refused_naming_the_real_parties() -> None:
+    """Before anything trains, and not as a scoring-rows problem: the defaults first_hop = 'p1' and second_hop =
+    'p2' named no party of the config, and the refusal suggested test_from = 'aligned', already set."""
+    from vflo.experiments.config import parse_config
+    from vflo.experiments.runner import run_experiment
+    from vflo.roles import PartyInfo
+
+    two = _experiment([{"name": "hospital", "role": "active", "n_columns": 15}, {"name": "lab", "columns": "rest"}],
+                      {"aligned": 0.6})
+    with pytest.raises(ConfigError) as refused:
+        run_experiment(parse_config(two))
+    text = str(refused.value)
+    assert "this run has one partner, 'lab': there is no second hop" in text
+    assert "Leave vfl_asp out; splitnn trains with 'lab' on the people it shares with 'hospital'" in text
+    assert "test_from" not in text and "scores together with 'p1'" not in text
+
+    blocks = [{"parties": ["near", "far"], "rows": 142}, {"parties": ["near", "bank"], "rows": 284},
+              {"parties": ["bank"], "rows": 143}]
+    three = _experiment([{"name": "far", "share": 1.0}, {"name": "near", "share": 1.0},
+                         {"name": "bank", "role": "active", "share": 1.0}], {"layout": "blocks", "blocks": blocks})
+    with pytest.raises(ConfigError) as refused:
+        run_experiment(parse_config(three))
+    text = str(refused.value)
+    assert "first_hop = 'p1' and second_hop = 'p2' name no partner of this run (its partners: 'far', 'near')" in text
+    assert "set first_hop = '...' to the partner that shares people with 'bank'" in text
+    assert "second_hop = '...' to the one that shares people with the first hop but none with 'bank'" in text
+    assert "test_from" not in text
+    parties = (PartyInfo("bank", "active"), PartyInfo("near", "passive"), PartyInfo("far", "passive"))
+    get_method("vfl_asp")(first_hop="near", second_hop="far").check_parties(parties)  # named: nothing to refuse

@@ -65,7 +65,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _safe_name(name: str, what: str) -> str:
+def safe_name(name: str, what: str) -> str:
     """A folder name from a party name or method label: never a path that leaves the model folder."""
     if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum() or name.startswith("."):
         raise ConfigError(f"{what} {name!r} cannot name a folder: use letters, digits, '-', '_' and '.'")
@@ -141,9 +141,11 @@ class Part:
 
 def write_part(folder: Path, *, party: str, role: str, method: str, label: str, config: str, model_id: str,
                state: Mapping[str, Value], preprocessing: Preprocessing | None) -> str:
-    """Write ``folder`` (replacing it whole, or not at all); return the SHA-256 of its manifest."""
+    """Write ``folder`` (replacing this party's earlier part there whole, or not at all; never a folder it did not
+    write, :func:`replaceable`); return the SHA-256 of its manifest."""
     frame = encode(Message(sender=party, receiver=party, kind="artifact.state", round=0, payload=dict(state)),
                    max_bytes=MAX_STATE_BYTES)
+    replaceable(folder, party=party)
     private_folder(folder.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
@@ -164,6 +166,31 @@ def write_part(folder: Path, *, party: str, role: str, method: str, label: str, 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return sha256_of(folder / MANIFEST)
+
+
+def replaceable(folder: Path, *, party: str) -> None:
+    """Refuse to save over ``folder`` unless it is absent or a part ``party`` saved there and nothing else: a
+    party never replaces a folder it did not write (another party's part, a hand-made folder, foreign files)."""
+    if not folder.exists() and not folder.is_symlink():
+        return
+    why = None
+    if folder.is_symlink() or not folder.is_dir():
+        why = "it is not a folder"
+    else:
+        others = sorted(p.name for p in folder.iterdir() if p.name not in (MANIFEST, STATE_FILE))
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            manifest = None
+        if others:
+            why = f"it holds {others[:3]}, which vflo did not write there"
+        elif not isinstance(manifest, dict) or "model_id" not in manifest:
+            why = "it holds no vflo model part"
+        elif manifest.get("party") != party:
+            why = f"it holds party {manifest.get('party')!r}'s part"
+    if why is not None:
+        raise ArtifactError(f"party {party!r} will not save its part over {folder}: {why}; move it out of the way or "
+                            "save into another folder")
 
 
 def _compatible(saved: str) -> bool:
@@ -279,14 +306,20 @@ class PartStore:
         self.preprocessing = preprocessing
 
     def folder(self, label: str) -> Path:
-        return self.root / _safe_name(label, "method label") / _safe_name(self.party, "party name")
+        return self.root / safe_name(label, "method label") / safe_name(self.party, "party name")
+
+    def part_folder(self, label: str, model_id: str | None) -> Path:
+        """Where this store keeps its part of training ``model_id``: here one model per label (a folder saved by
+        one run); a deployed party's shelf keeps every training (:class:`vflo.shelf.ModelShelf`)."""
+        return self.folder(label)
 
     def save(self, *, label: str, method: str, config: str, model_id: str, state: Mapping[str, Value]) -> str:
-        return write_part(self.folder(label), party=self.party, role=self.role, method=method, label=label,
-                          config=config, model_id=model_id, state=state, preprocessing=self.preprocessing)
+        return write_part(self.part_folder(label, model_id), party=self.party, role=self.role, method=method,
+                          label=label, config=config, model_id=model_id, state=state,
+                          preprocessing=self.preprocessing)
 
     def load(self, *, label: str, model_id: str | None) -> Part:
-        return read_part(self.folder(label), party=self.party, model_id=model_id, label=label)
+        return read_part(self.part_folder(label, model_id), party=self.party, model_id=model_id, label=label)
 
     def serving_rows(self, part: Part) -> PartyData | None:
         """In one process the rows to score are handed to the node already prepared."""
@@ -315,7 +348,7 @@ class CheckpointStore:
     def _folder(self, run: str, epoch: int) -> Path:
         if not run.isalnum():
             raise ConfigError(f"checkpoint run key {run!r} must be letters and digits")
-        return self.root / run / f"epoch-{epoch:05d}" / _safe_name(self.party, "party name")
+        return self.root / run / f"epoch-{epoch:05d}" / safe_name(self.party, "party name")
 
     def save(self, run: str, epoch: int, state: Mapping[str, Value]) -> None:
         """Write the checkpoint after ``epoch`` (an earlier one of that epoch is replaced), then keep only the

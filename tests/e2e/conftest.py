@@ -87,6 +87,23 @@ def spawn(config: Path) -> subprocess.Popen[str]:
                             stderr=subprocess.STDOUT, text=True, env=env)
 
 
+def drain(proc: subprocess.Popen[str], seen: list[str] | None = None) -> list[str]:
+    """Read what ``proc`` prints from now on, in a thread, into a list (returned): a serving party talks at INFO, and
+    a pipe nobody reads would block it once full."""
+    import threading
+
+    lines: list[str] = [] if seen is None else seen
+    stream = proc.stdout
+    assert stream is not None
+
+    def read() -> None:
+        for line in stream:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
 def wait_listening(processes: dict[str, subprocess.Popen[str]]) -> None:
     deadline = time.monotonic() + STARTUP_SECONDS
     for name, proc in processes.items():

@@ -22,7 +22,7 @@ seed = 0
 [dataset]
 name = "breast_cancer"
 [compare]
-aligned = [0.25, 1.0]
+aligned = [0.5, 1.0]
 passives = [1, 2]
 splits = ["random", "correlation"]
 second_hop = [1.0]
@@ -71,6 +71,8 @@ def test_compare_writes_a_report_that_renders_in_a_browser(tmp_path: Path) -> No
     assert "scores together with its partners" in report and "paired t-test" in report
     assert "What the runs say about the papers' claims" in report and "VFL-ASP's claim" in report
     assert "no spread to tell by" not in report  # three repeats: every cell names a best method
+    assert report.index("## The answer for the base scenario") < report.index("## Which method when")
+    assert "Scoring people every party holds: use " in report
     browser = chromium()
     if browser is None:
         pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); .ci/run installs it")
@@ -82,6 +84,8 @@ def test_compare_writes_a_report_that_renders_in_a_browser(tmp_path: Path) -> No
     dom = done.stdout
     assert dom.count("<svg") >= 5 and "plot-metric_missing" in dom, "the plots are missing"
     assert len(re.findall(r"<table", dom)) >= 4 and "Which method when" in dom
+    # The page opens with the answer for the base scenario, before any plot or table.
+    assert dom.index('id="answer"') < min(dom.index("<svg"), dom.index("<table"))
     assert "% " in dom or "%<" in dom  # the log axes' ticks are labelled as percentages
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]
     assert console == [], console

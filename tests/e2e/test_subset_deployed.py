@@ -68,8 +68,9 @@ def test_a_partner_killed_during_scoring_is_absent_for_the_rest(
         # The same scores in one process, for the same pattern: every part in one folder.
         here = tmp_path / "here"
         shutil.copytree(tmp_path / "models", here)
-        for party in ("p1", "p2"):
-            shutil.copytree(federation.directory / f"{party}_models" / name / party, here / name / party)
+        model_id = pd.read_json(here / name / "model.json", typ="series")["model_id"]
+        for party in ("p1", "p2"):  # each partner keeps its part under the training's model ID
+            shutil.copytree(federation.directory / f"{party}_models" / name / model_id / party, here / name / party)
         saved = SavedModel.load(here, name)
         monkeypatch.setattr(cls, "predict_by", predict_by)
         rows = {"a": federation.deploy.test_file, **{p: federation.directory / f"{p}_serve.csv" for p in ("p1", "p2")}}

@@ -90,7 +90,8 @@ def _context(tls: LinkTLS, purpose: ssl.Purpose) -> ssl.SSLContext:
         context.load_cert_chain(tls.certificate, tls.key)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         raise ConfigError(f"the PSI link cannot use this party's TLS files ({tls.certificate}, {tls.key}, "
-                          f"{tls.ca}): {exc}; check its [tls] dir (`vflo certs init` makes them)") from exc
+                          f"{tls.ca}): {exc}; check its [tls] dir: its own key, its certificate "
+                          "signed by the federation's CA (`vflo certs sign`) and that CA's ca.pem") from exc
     return context
 
 

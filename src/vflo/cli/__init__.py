@@ -9,30 +9,57 @@ cannot run on this scenario; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from vflo.cli import align, catalog, certs, common, compare, flower, holdout, party, predict, probe, run, scenario
+from vflo.cli import (
+    align,
+    catalog,
+    certs,
+    common,
+    compare,
+    flower,
+    holdout,
+    models,
+    party,
+    predict,
+    probe,
+    run,
+    scenario,
+)
 from vflo.errors import VfloError
 from vflo.private import owner_only_umask
 from vflo.version import __version__
 
 #: Each command's module, in the order ``vflo --help`` lists them: each adds its parser (and its handler, by
 #: ``set_defaults(func=...)``) to the ``vflo`` command.
-COMMANDS = (run, compare, align, certs, party, flower, predict, scenario, probe, holdout, catalog)
+COMMANDS = (run, compare, align, certs, party, models, flower, predict, scenario, probe, holdout, catalog)
+
+
+class _Parser(argparse.ArgumentParser):
+    """The ``vflo`` command's parser and every (sub)command's: each takes the global flags
+    (:func:`vflo.cli.common.global_flags`), so that ``vflo -v run CONFIG`` and ``vflo run CONFIG -v`` (README's
+    synopsis) say the same. A subcommand's go under names of their own, one set per depth (``vflo certs -v sign
+    ... -v`` is ``-vv``), merged with the command's by :func:`vflo.cli.common.merge_global_flags`."""
+
+    def __init__(self, *args: Any, depth: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.depth = depth
+        common.global_flags(self, depth=depth)
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        kwargs.setdefault("parser_class", functools.partial(_Parser, depth=self.depth + 1))
+        return super().add_subparsers(**kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="vflo", description="Vertical federated learning for parties whose records only partly overlap.",
         epilog=common.exit_code_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"vflo {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="threads for PyTorch's CPU kernels (default: $OMP_NUM_THREADS, else 1, and all cores for "
-                             "predict: vflo's networks are small, and one thread each is fastest when parties share "
-                             "a machine)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add(sub)
@@ -40,11 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = common.merge_global_flags(build_parser().parse_args(argv))
     # What vflo's commands write (rows, IDs, keys, models, scores, results) is for the user who ran them only.
     owner_only_umask()
-    common.configure_logging(args.verbose)
-    common.quiet_grpc(args.verbose)
+    verbosity = args.verbose - args.quiet
+    common.configure_logging(verbosity)
+    common.quiet_grpc(verbosity)
     common.configure_threads(args.threads, all_cores=args.command == "predict")
     try:
         code: int = args.func(args)

@@ -21,10 +21,15 @@ def add(sub: Any) -> None:
     align.add_argument("--serve", type=Path, metavar="FILE",
                        help="the active party's rows to score later (its own file, as for vflo predict --data): "
                             "aligned with each party's rows to score (default: the deploy config's test_file)")
-    align.add_argument("--engine", choices=["auto", "vflo", "rr22", "kkrt", "ecdh", "unbalanced"], default="auto",
-                       help="which PSI runs (default auto: the PSI library's RR22 where both parties have it; "
-                            "unbalanced: the library's ECDH-OPRF for a small active party against large partners, "
-                            "their evaluated IDs prepared once and kept here)")
+    engine = align.add_argument(
+        "--engine", choices=["auto", "vflo", "rr22", "kkrt", "ecdh", "unbalanced"], default="auto",
+        help="which PSI runs (default auto: the PSI library's RR22 where the active party asks about at least "
+             "%(library_from)s IDs, both parties have the library and the partner's policy takes it; vflo's own "
+             "ECDH otherwise, as below that many IDs it costs less than the library's fixed start-up; unbalanced: "
+             "the library's ECDH-OPRF for a small active party against large partners, their evaluated IDs "
+             "prepared once and kept here)")
+    # The help's %(library_from)s is the action's attribute of that name, as %(default)s is.
+    engine.library_from = _LibraryFrom()
     align.add_argument("--fresh", action="store_true",
                        help="intersect afresh even where a kept intersection still holds (and keep the new one)")
     align.add_argument("--mode", choices=["both", "active"], default="both",
@@ -38,6 +43,16 @@ def add(sub: Any) -> None:
                        help="with --stream: the most memory one bucket's intersection may take at each party "
                             "(default 256)")
     align.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
+
+
+class _LibraryFrom:
+    """``auto``'s threshold (:data:`vflo.federation.coordinator.AUTO_LIBRARY_FROM`) for the help, read only when the
+    help is shown: the coordinator's imports take longer than every other command's parser is built in."""
+
+    def __str__(self) -> str:
+        from vflo.federation.coordinator import AUTO_LIBRARY_FROM
+
+        return f"{AUTO_LIBRARY_FROM:,}"
 
 
 def _align(args: argparse.Namespace) -> int:

@@ -96,7 +96,9 @@ def _certs(args: argparse.Namespace) -> int:
     if args.certs_command == "revoke":
         serials = pki.revoke(args.ca_dir, args.party, serial=args.serial)
         print(f"revoked {args.party}'s certificate(s) {', '.join(serials)}; hand {args.ca_dir / pki.CRL_FILE} to every "
-              "party (into its [tls] dir): each refuses the revoked certificate from then on")
+              f"party (into its [tls] dir): each refuses the revoked certificate from then on. Its key stays revoked: "
+              f"for a new certificate, {args.party} makes a new key (`vflo certs request NEW_DIR --party "
+              f"{args.party}`) and the CA signs that request")
         return 0
     if args.certs_command == "list":
         try:

@@ -18,6 +18,43 @@ def exit_code_text() -> str:
     return "exit codes:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_CODES.items())
 
 
+#: The ``vflo`` command's own flags, which every (sub)command takes too: before the command or after it.
+GLOBAL_FLAGS = ("verbose", "quiet", "threads")
+_AFTER = "_after_"
+
+
+def flag_dest(name: str, depth: int) -> str:
+    """Where a global flag given at ``depth`` goes (0: before the command; 1: after it; 2: after its action)."""
+    return name if depth == 0 else f"{name}{_AFTER}{depth}"
+
+
+def global_flags(parser: argparse.ArgumentParser, *, depth: int) -> None:
+    """Add the global flags to ``parser``: with their defaults on the ``vflo`` command itself (``depth`` 0), with
+    none on a (sub)command's (``depth`` >= 1), so that only what was given there is merged in
+    (:func:`merge_global_flags`)."""
+    after = depth > 0
+    parser.add_argument("-v", "--verbose", action="count", dest=flag_dest("verbose", depth),
+                        default=argparse.SUPPRESS if after else 0, help="more log output (-vv for debug)")
+    parser.add_argument("-q", "--quiet", action="count", dest=flag_dest("quiet", depth),
+                        default=argparse.SUPPRESS if after else 0, help="less log output: errors only")
+    parser.add_argument("--threads", type=int, dest=flag_dest("threads", depth), metavar="N",
+                        default=argparse.SUPPRESS if after else None,
+                        help="threads for PyTorch's CPU kernels (default: $OMP_NUM_THREADS, else 1, and all cores for "
+                             "predict: vflo's networks are small, and one thread each is fastest when parties share "
+                             "a machine)")
+
+
+def merge_global_flags(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with the global flags given after a (sub)command merged into the command's own: counts added up,
+    the value given last (after the deepest command) winning for ``--threads``."""
+    after = sorted((int(depth), name, value) for key, value in vars(args).items()
+                   for name, sep, depth in [key.partition(_AFTER)] if sep and name in GLOBAL_FLAGS)
+    for depth, name, value in after:
+        delattr(args, flag_dest(name, depth))
+        setattr(args, name, value if name == "threads" else getattr(args, name) + value)
+    return args
+
+
 def run_flags() -> argparse.ArgumentParser:
     """The flags every command that runs methods from a config takes (``run``, ``compare``)."""
     flags = output_flags()
@@ -41,7 +78,7 @@ def quiet_grpc(verbose: int) -> None:
     Its lines come back with -v. (Read when gRPC is first imported, which is after this.)"""
     import os
 
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE" if verbose == 0 else "INFO")
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE" if verbose <= 0 else "INFO")
 
 
 def configure_threads(threads: int | None, *, all_cores: bool = False) -> None:
@@ -86,7 +123,9 @@ class _Printable(logging.Filter):
 
 
 def configure_logging(verbose: int) -> None:
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    """``verbose``: how many -v less how many -q: errors only below 0, warnings at 0, then info, then debug."""
+    level = (logging.ERROR if verbose < 0 else logging.WARNING if verbose == 0 else logging.INFO if verbose == 1
+             else logging.DEBUG)
     from rich.logging import RichHandler
 
     handler = RichHandler(show_path=False, console=new_console(stderr=True), markup=False)

@@ -65,7 +65,8 @@ def _holdout(args: argparse.Namespace) -> int:
             print(f"{name}: {f.path} ({f.rows} rows{'; missing values in ' + holes if holes else ''})")
     if gaps:
         print("some files have missing values: their party fills them itself, from its training rows, with "
-              "impute = 'mean' (or 'median', 'most_frequent', a number) under [data] in its config, or leaves the "
-              "columns out (drop_columns); without either it refuses them, naming the column")
+              "impute = 'mean' (or 'median', 'most_frequent', a number) under [data] in its own config, NAME.toml "
+              "(the active party: under [active.data] in deploy.toml), or leaves the columns out (drop_columns); "
+              "without either it refuses them, naming the column")
     print(f"give each party its own files; {names[0]}_test.csv (with labels) stays with the active party {names[0]!r}")
     return 0

@@ -38,6 +38,7 @@ def _party(args: argparse.Namespace) -> int:
     if args.party_command == "audit":
         return _party_audit(args.file, args.run)
     config = load_party_config(args.config)
+    _talk(args.verbose - args.quiet)
     if args.insecure:
         config = insecure_tls(config)
     if args.save is not None:
@@ -45,6 +46,16 @@ def _party(args: argparse.Namespace) -> int:
     if args.checkpoints is not None:
         config = replace(config, checkpoints=str(args.checkpoints))
     return serve_forever(config)
+
+
+def _talk(verbosity: int) -> None:
+    """A serving party says what it does at INFO by default (each setup with its own settings, refusal, save,
+    scoring session and end of run): its operator watches its terminal. ``-q``: warnings (refusals) and errors;
+    ``-qq``: errors only; ``-v``: as for every command."""
+    import logging
+
+    if verbosity in (0, -1):
+        logging.getLogger("vflo").setLevel(logging.INFO if verbosity == 0 else logging.WARNING)
 
 
 def _party_audit(path: Path, run: str | None) -> int:

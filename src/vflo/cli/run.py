@@ -88,7 +88,7 @@ def _run_deployed(args: argparse.Namespace) -> int:
     if args.save is not None:
         check_out_dir(args.save, overwrite=args.overwrite)
     rows = run_and_write(experiment, Deployment(deploy), out_dir, overwrite=args.overwrite or args.resume,
-                         save=args.save, checkpoints=args.checkpoints, resume=args.resume)
+                         save=args.save, checkpoints=args.checkpoints, resume=args.resume, command=_again(args))
     console = new_console()
     for r in rows:
         if r["status"] == "failed":
@@ -98,6 +98,16 @@ def _run_deployed(args: argparse.Namespace) -> int:
                       + f"; {r['fit_bytes'] / 1e6:.3f} MB in {r['fit_rounds']} training rounds")
     console.print(f"results written to {out_dir}/")
     return next((int(r["exit_code"]) for r in rows if r["status"] == "failed"), 0)
+
+
+def _again(args: argparse.Namespace) -> list[str]:
+    """This deployed run's command line, as the user would type it again (a run that failed because a party went
+    away says it, with --resume, where it kept checkpoints)."""
+    line = ["vflo", "run", str(args.config), "--deploy", str(args.deploy)]
+    line += ["--insecure"] if args.insecure else []
+    for flag, value in (("--out", args.out), ("--save", args.save), ("--checkpoints", args.checkpoints)):
+        line += [flag, str(value)] if value is not None else []
+    return line + (["--resume"] if args.resume else [])
 
 
 def _check_checkpoints(args: argparse.Namespace, methods: Sequence[Any]) -> None:

@@ -124,7 +124,7 @@ def diagnose(details: str, receiver: str, address: str, *, secure: bool) -> str:
     text = details.lower()
     if "certificate signature failure" in text or "certificate_verify_failed" in text or "bad_signature" in text:
         return ("its certificate was not signed by this party's CA (ca.pem): the two come from different "
-                "`vflo certs init` runs; give every party certificates from one CA")
+                "CAs; give every party a certificate signed by the federation's one CA (`vflo certs sign`)")
     if "hostname verification" in text or "no match found for server name" in text or "peer name" in text:
         return (f"the party listening at {address} is not {receiver!r} (its certificate names another party): "
                 f"check the address given for {receiver!r}; every party has its own port")

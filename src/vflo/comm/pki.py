@@ -284,6 +284,8 @@ def sign_request(ca_folder: Path, request: Path, *, days: int = 365, out: Path |
                               f"{party}`, --san only for host names that are no party's)")
     check_san(known, {party: hosts})
     fingerprint = key_fingerprint(csr.public_key())
+    folder = out or request.parent
+    _recognise_keys(records, party, folder / f"{party}.pem", ca)
     for r in records:
         if r.get("key") != fingerprint:
             continue
@@ -306,7 +308,6 @@ def sign_request(ca_folder: Path, request: Path, *, days: int = 365, out: Path |
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(party), *_hosts(hosts)]), critical=False)
         .sign(ca.key, hashes.SHA256())
     )
-    folder = out or request.parent
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{party}.pem"
     if target.exists():
@@ -323,6 +324,30 @@ def sign_request(ca_folder: Path, request: Path, *, days: int = 365, out: Path |
                     "not_after": cert.not_valid_after_utc.isoformat(), "revoked": None})
     _record(ca_folder, records)
     return written
+
+
+def _recognise_keys(records: list[dict[str, Any]], party: str, previous: Path, ca: CA) -> None:
+    """Give the records that predate key fingerprints (a CA folder from before vflo kept them) the key of the
+    certificate a renewal would replace (``previous``, the party's current PARTY.pem, where it is one this CA
+    signed), so that a revoked key is refused there too; warn of a revoked certificate of ``party`` whose key stays
+    unknown: the CA cannot tell whether a request reuses it."""
+    unknown = {str(r["serial"]): r for r in records if not r.get("key")}
+    if not unknown:
+        return
+    try:
+        cert = x509.load_pem_x509_certificate(previous.read_bytes()) if previous.is_file() else None
+        if cert is not None:
+            cert.verify_directly_issued_by(ca.cert)
+    except Exception:  # not a certificate, or not this CA's (InvalidSignature has no common base)
+        cert = None
+    if cert is not None and format(cert.serial_number, "x") in unknown:
+        unknown.pop(format(cert.serial_number, "x"))["key"] = key_fingerprint(cert.public_key())
+    for r in unknown.values():
+        if r["revoked"] is not None and r["party"] == party:
+            logger.warning("the CA's record of %r's revoked certificate (serial %s) keeps no key (it was signed "
+                           "before vflo recorded keys): the CA cannot tell whether this request reuses that key. Sign "
+                           "only a request made with a new key (`vflo certs request` into a new folder)",
+                           r["party"], r["serial"])
 
 
 def revoke(ca_folder: Path, party: str, *, serial: str | None = None) -> list[str]:

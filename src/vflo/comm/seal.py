@@ -81,7 +81,8 @@ class Keyring:
         self._ca = x509.load_pem_x509_certificate(self.credentials.ca)
         key = serialization.load_pem_private_key(self.credentials.key, password=None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise PartyBoundaryError(f"party {self.party!r}'s key is not an elliptic-curve key from vflo certs init")
+            raise PartyBoundaryError(f"party {self.party!r}'s key is not an elliptic-curve key as `vflo certs request` "
+                                     "makes")
         self._key: ec.EllipticCurvePrivateKey = key
         # The CA's revocation list in this party's [tls] dir, read again when it changes: a peer revoked after
         # it connected is refused from its next frame on, as over vflo's gRPC.

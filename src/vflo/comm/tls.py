@@ -56,6 +56,18 @@ and not ca.key.
 """
 
 
+def how_to_certify(party: str) -> str:
+    """How ``party`` gets its key and certificate, for an error that sends a user there: the real way (each party
+    makes its own key, the federation's CA signs its request, :mod:`vflo.comm.pki`), then the one-machine demo."""
+    return (f"each party makes its own key and the federation's CA signs it: `vflo certs request DIR --party "
+            f"{party}` at {party!r} (DIR, a new folder, becomes its [tls] dir; {party}.key never leaves it), `vflo "
+            f"certs sign CA_DIR DIR/{party}.csr` at the CA (made once with `vflo certs ca CA_DIR --parties ...`; a "
+            f"party that joins later goes on its roster first, `vflo certs roster CA_DIR --add {party}`), and "
+            f"{party}.pem, ca.pem and crl.pem go back into DIR (docs/deploy.md). Only for a demo on one machine: "
+            f"`vflo certs init DIR --parties ... --split` makes every party's key at once, party {party!r} getting "
+            f"DIR/{party}/")
+
+
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "vflo federation"),
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -202,10 +214,7 @@ class PartyCredentials:
         paths = {"ca": directory / "ca.pem", "cert": directory / f"{party}.pem", "key": directory / f"{party}.key"}
         missing = [str(p) for p in paths.values() if not p.is_file()]
         if missing:
-            raise ConfigError(
-                f"TLS files {missing} are missing; make them with `vflo certs init DIR --parties ... --split` "
-                f"and give party {party!r} the folder DIR/{party}/ (or pass --insecure for a loopback experiment)"
-            )
+            raise ConfigError(_missing_tls(directory, party, missing))
         ca_pem, cert_pem, key_pem = (paths[k].read_bytes() for k in ("ca", "cert", "key"))
         try:
             ca = x509.load_pem_x509_certificate(ca_pem)
@@ -213,12 +222,12 @@ class PartyCredentials:
         except ValueError as exc:
             raise ConfigError(f"{paths['cert']} or {paths['ca']} is not a PEM certificate: {exc}") from exc
         now = dt.datetime.now(dt.UTC)
+        renew = {"the CA certificate": "the federation needs a new CA (`vflo certs ca`) and every party a "
+                                       "certificate from it", f"party {party!r}'s certificate": "renew it"}
         for label, c in (("the CA certificate", ca), (f"party {party!r}'s certificate", cert)):
             if c.not_valid_after_utc < now:
                 raise ConfigError(
-                    f"{label} expired on {c.not_valid_after_utc:%Y-%m-%d}; make new certificates with "
-                    "`vflo certs init`"
-                )
+                    f"{label} expired on {c.not_valid_after_utc:%Y-%m-%d}; {renew[label]}: {how_to_certify(party)}")
             if c.not_valid_before_utc > now:
                 raise ConfigError(f"{label} is not valid before {c.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")
         try:
@@ -234,6 +243,30 @@ class PartyCredentials:
             raise ConfigError(f"party {party!r}'s certificate {paths['cert']} was revoked by the CA "
                               f"({revocations.path}); ask the CA to sign a new request (`vflo certs request`)")
         return credentials
+
+
+def _missing_tls(directory: Path, party: str, missing: list[str]) -> str:
+    """Why ``party``'s TLS files are not in ``directory`` (its ``[tls] dir``), as far as the folder tells, and the
+    fix: for an error."""
+    where = f"[tls] dir {str(directory)!r}"
+    if (directory / f"{party}.key").is_file():  # its own key, made here: the CA's answer has not come back
+        csr = directory / f"{party}.csr"
+        return (f"TLS files {missing} are missing: {where} holds {party}.key, but not yet what the CA signs for it: "
+                f"sign its request at the CA (`vflo certs sign CA_DIR {csr}`) and put the {party}.pem, ca.pem and "
+                f"crl.pem it writes into {directory}")
+    if not directory.is_dir():
+        why = f"{where} does not exist (a relative [tls] dir starts at the config file's folder)"
+    elif (directory / "ca.key").is_file():
+        why = (f"{where} is the CA's folder (it holds ca.key, which never goes on a party's host), not the folder of "
+               f"party {party!r}")
+    elif (directory / party / f"{party}.pem").is_file():
+        why = f"{where} holds a folder per party: the folder of party {party!r} is {directory / party}"
+    elif others := sorted(p.stem for p in directory.glob("*.key") if p.stem != party):
+        why = f"{where} holds the key of {others}, not of party {party!r}"
+    else:
+        why = f"{where} is not the folder of party {party!r}"
+    return (f"TLS files {missing} are missing: {why}. Point [tls] dir at the folder that holds ca.pem, {party}.pem "
+            f"and {party}.key; to make them, {how_to_certify(party)} (or pass --insecure for a loopback experiment)")
 
 
 def certificate_names(cert: x509.Certificate) -> tuple[list[str], list[str]]:
@@ -268,7 +301,8 @@ def check_certificate_names(names: tuple[list[str], list[str]], parties: Collect
             raise PartyBoundaryError(
                 f"{holder} names {name!r}, which is the party {party!r}{spelled}, but it is the certificate of "
                 f"{whose}: a certificate may name only its own party, spelled as "
-                "that party is; refused. Make certificates with `vflo certs init`, which never issues such a name")
+                "that party is; refused. Have the federation's CA sign the party's own request (`vflo certs sign` "
+                "refuses such a name, and `vflo certs init` never makes one)")
 
 
 def check_peer_certificate(cert: x509.Certificate, *, peer: str, parties: Collection[str],

@@ -58,7 +58,19 @@ def read_table(path: str | Path, *, party: str, id_column: str) -> pd.DataFrame:
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise DataFileError(f"party {party!r}: could not read {path}: {exc}") from exc
     frame.columns = [str(c) for c in frame.columns]
+    if id_column in frame.columns:
+        _unique_ids(frame[id_column], party=party, path=path, id_column=id_column)
     return frame
+
+
+def _unique_ids(ids: pd.Series, *, party: str, path: Path, id_column: str) -> None:
+    """Refuse a file that names a person twice, naming the IDs and the file (a party's rows are one per person;
+    what checks the rows later knows neither the file nor, for a few, which IDs)."""
+    repeated = ids[ids.duplicated()].dropna().unique()
+    if len(repeated):
+        raise DataError(f"party {party!r}: duplicate sample IDs {list(repeated[:5])} ({len(repeated)} in all) in "
+                        f"{path} (ID column {id_column!r}); each sample must appear once in a party's file: drop or "
+                        "merge the duplicates")
 
 
 class ColumnFile:
@@ -176,6 +188,40 @@ def _is_integer_valued(values: pd.Series) -> bool:
 Impute = Literal["mean", "median", "most_frequent"] | float | None
 IMPUTE_RULES = ("mean", "median", "most_frequent")
 
+#: Where a party's ``impute`` is written, by where its settings are: a deployed party's own config (the active
+#: party's: its table in deploy.toml), an experiment config's entry for the party, or the call that reads its table.
+IMPUTE_PLACES = {
+    "party": "under [data] in the party's own config, NAME.toml (what `vflo party serve` reads)",
+    "active": "under [active.data] in the active party's deploy config, deploy.toml",
+    "experiment": "in the party's [[scenario.parties]] entry of the experiment config",
+    "api": "in the call that reads its table (vflo.PartyData.from_file or from_frame)",
+}
+ImputePlace = Literal["party", "active", "experiment", "api"]
+
+
+class MissingValuesError(DataError):
+    """A numerical column has missing values and its party fills none (it has no ``impute``). The fix is written
+    where the party's settings are, which only the caller that read them knows: a deployed party's config (what
+    this module assumes: ``"active"`` for the label holder, ``"party"`` otherwise), an experiment config or a call
+    (:meth:`placed`). Like any :class:`DataError` it can be made from a message alone (a caller adding the file's
+    name keeps the class)."""
+
+    def __init__(self, message: str, *, party: str = "", column: str = "", count: int = 0) -> None:
+        super().__init__(message)
+        self.party, self.column, self.count = party, column, count
+
+    @classmethod
+    def of(cls, party: str, column: str, count: int, place: ImputePlace) -> MissingValuesError:
+        true = "True" if place == "api" else "true"  # a keyword argument, or a key of a TOML table
+        return cls(f"party {party!r}: column {column!r} has {count} missing values; fill them here, at their owner: "
+                   f"impute = 'mean' (or 'median', 'most_frequent', a number) {IMPUTE_PLACES[place]}, optionally "
+                   f"with missing_indicator = {true}; or leave the column out (drop_columns = [{column!r}] there)",
+                   party=party, column=column, count=count)
+
+    def placed(self, place: ImputePlace) -> MissingValuesError:
+        """The same refusal, its fix written for settings kept in ``place`` (itself when made from a message)."""
+        return self if not self.column else self.of(self.party, self.column, self.count, place)
+
 
 @dataclass(frozen=True)
 class TableEncoding:
@@ -193,13 +239,16 @@ class TableEncoding:
     # later are filled alike; ``indicators``: columns that also get a 0/1 column ``NAME=missing``.
     fills: Mapping[str, float | str] = field(default_factory=dict)
     indicators: tuple[str, ...] = ()
+    # Numerical columns that already hold whole-number category codes (an exported party's one-hot columns): kept
+    # as they are, and marked categorical for the methods that treat categories apart (RAP's projections).
+    codes: tuple[str, ...] = ()
 
     @classmethod
     def fit(
         cls, frame: Table, *, party: str, id_column: str, label_column: str | None = None,
         feature_columns: Sequence[str] | None = None, drop_columns: Sequence[str] = (),
         categorical: Sequence[str] = (), task: Task | None = None, impute: Impute = None,
-        missing_indicator: bool = False,
+        missing_indicator: bool = False, category_codes: Sequence[str] = (),
     ) -> TableEncoding:
         """Learn the feature columns, categories and classes from ``frame`` (the party's training rows); with
         ``impute``, how each column's missing values are filled (``"mean"``, ``"median"``, ``"most_frequent"`` or
@@ -250,8 +299,13 @@ class TableEncoding:
                             "(the label holder) says what its labels are")
         fills = _fills(frame, columns, categories, impute, party=party) if impute is not None else {}
         indicators = tuple(c for c in columns if missing_indicator and bool(frame[c].isna().any()))
+        coded = [c for c in category_codes if c not in columns or c in categories]
+        if coded:
+            raise DataError(f"party {party!r}: category_codes {coded} must be numerical feature columns of the file "
+                            "(not the ID, the label, a dropped column or one listed under categorical)")
         return cls(party=party, id_column=id_column, columns=tuple(columns), categories=categories,
-                   label_column=label_column, task=label_task, classes=classes, fills=fills, indicators=indicators)
+                   label_column=label_column, task=label_task, classes=classes, fills=fills, indicators=indicators,
+                   codes=tuple(category_codes))
 
     # -- applying it ---------------------------------------------------------------------------------
 
@@ -268,6 +322,11 @@ class TableEncoding:
     @property
     def one_hot_names(self) -> tuple[str, ...]:
         return tuple(f"{c}={v}" for c in self.columns if c in self.categories for v in self.categories[c])
+
+    @property
+    def categorical_names(self) -> tuple[str, ...]:
+        """Encoded columns that hold categories: each one-hot column, and the columns of ``codes``."""
+        return (*self.one_hot_names, *self.codes)
 
     def features(self, frame: Table) -> np.ndarray:
         """The encoded feature matrix of ``frame`` (float32); a category never seen in training is all zeros."""
@@ -292,10 +351,8 @@ class TableEncoding:
                     at += 1
             else:
                 if gaps.any() and c not in self.fills:
-                    raise DataError(f"party {self.party!r}: column {c!r} has {int(gaps.sum())} missing values; fill "
-                                    "them here, at their owner: impute = 'mean' (or 'median', 'most_frequent', a "
-                                    "number) under [data], optionally with missing_indicator = true; or drop the "
-                                    f"column (drop_columns = [{c!r}])")
+                    raise MissingValuesError.of(self.party, c, int(gaps.sum()),
+                                                "active" if self.label_column is not None else "party")
                 try:
                     out[at] = pd.to_numeric(column).to_numpy(dtype=np.float64)
                 except (TypeError, ValueError) as exc:
@@ -346,7 +403,7 @@ class TableEncoding:
         return {"party": self.party, "id_column": self.id_column, "columns": list(self.columns),
                 "categories": {k: list(v) for k, v in self.categories.items()}, "label_column": self.label_column,
                 "task": self.task, "classes": list(self.classes), "fills": dict(self.fills),
-                "indicators": list(self.indicators)}
+                "indicators": list(self.indicators), **({"codes": list(self.codes)} if self.codes else {})}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TableEncoding:
@@ -357,7 +414,8 @@ class TableEncoding:
                        label_column=None if raw["label_column"] is None else str(raw["label_column"]),
                        task=raw["task"], classes=tuple(str(c) for c in raw["classes"]),
                        fills={str(k): v for k, v in raw.get("fills", {}).items()},
-                       indicators=tuple(str(c) for c in raw.get("indicators", ())))
+                       indicators=tuple(str(c) for c in raw.get("indicators", ())),
+                       codes=tuple(str(c) for c in raw.get("codes", ())))
         except (KeyError, TypeError, AttributeError) as exc:
             raise DataError(f"a table encoding is malformed: {exc}") from exc
 

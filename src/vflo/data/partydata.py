@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vflo.data.files import Table, TableEncoding, open_table
+from vflo.data.files import MissingValuesError, Table, TableEncoding, open_table
 from vflo.data.order import in_order
 from vflo.errors import DataError
 
@@ -312,14 +312,17 @@ class PartyData:
                                      feature_columns=feature_columns, drop_columns=drop_columns,
                                      categorical=categorical, task=task,  # type: ignore[arg-type]
                                      impute=impute, missing_indicator=missing_indicator)  # type: ignore[arg-type]
-        return cls.encoded(frame, encoding)
+        try:
+            return cls.encoded(frame, encoding)
+        except MissingValuesError as exc:  # its fix is an argument of this call, not a config's key
+            raise exc.placed("api") from None
 
     @classmethod
     def encoded(cls, frame: Table, encoding: TableEncoding, *, labelled: bool = True) -> PartyData:
         """The party's rows from a table of its own, read as ``encoding`` says (columns, categories, fills)."""
         ids, X, y = encoding.arrays(frame, labelled=labelled)
         return cls(party=encoding.party, ids=ids, X=X, columns=encoding.feature_names, y=y,
-                   categorical=encoding.one_hot_names, encoding=encoding)
+                   categorical=encoding.categorical_names, encoding=encoding)
 
     @classmethod
     def from_file(

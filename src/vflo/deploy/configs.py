@@ -46,6 +46,9 @@ class DataConfig:
     # "mean", "median", "most_frequent" or a number; left out, a file with gaps is refused, naming the column.
     impute: Literal["mean", "median", "most_frequent"] | float | None = None
     missing_indicator: bool = False
+    # Numerical columns that already hold whole-number category codes (0/1 one-hot columns, as an export writes a
+    # party's categories): kept as they are and treated as categories by the methods that treat them apart.
+    category_codes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.file is None and self.serve_file is None:
@@ -54,8 +57,9 @@ class DataConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TLSConfig:
-    """``dir`` holds ca.pem and NAME.pem / NAME.key (the party's own folder from ``vflo certs init --split``, or
-    the folder of ``vflo certs init``); ``insecure`` turns TLS off."""
+    """``dir`` holds ca.pem and NAME.pem / NAME.key (and the CA's crl.pem): the party's own folder, where
+    ``vflo certs request`` made its key and ``vflo certs sign`` at the CA its certificate (for a demo on one
+    machine, its folder from ``vflo certs init --split``); ``insecure`` turns TLS off."""
 
     dir: str | None = None
     insecure: bool = False
@@ -136,7 +140,11 @@ class PartyConfig:
     def check_grpc(self) -> None:
         """What vflo's own gRPC needs beyond the party itself (Flower needs neither): TLS and peer addresses."""
         if not self.tls.insecure and not self.tls.dir:
-            raise ConfigError(f"party {self.name!r}: give [tls] dir (from `vflo certs init`) or insecure = true")
+            from vflo.comm.tls import how_to_certify
+
+            raise ConfigError(f"party {self.name!r}: give [tls] dir, the folder with its ca.pem, {self.name}.pem and "
+                              f"{self.name}.key ({how_to_certify(self.name)}), or insecure = true for a loopback "
+                              "experiment")
         missing = [n for n, a in self.addresses.items() if not a]
         if missing:
             raise ConfigError(f"party {self.name!r}: give the address of {missing} (NAME = {{ address = \"HOST:PORT\", "
@@ -243,13 +251,30 @@ def _audit_default(party: dict[str, Any]) -> dict[str, Any]:
     return party
 
 
+#: Keys of a deploy config that a party's own config never has: given to `party serve`, the file is the wrong one.
+DEPLOY_ONLY_KEYS = ("active", "parties", "test_file", "n_classes")
+
+
 def load_party_config(path: str | Path) -> PartyConfig:
-    return schema.build(PartyConfig, _relative(_audit_default(_read_toml(path)), Path(path).parent))
+    raw = _read_toml(path)
+    if any(k in raw for k in DEPLOY_ONLY_KEYS) and "name" not in raw:
+        keys = ", ".join(k for k in DEPLOY_ONLY_KEYS if k in raw)
+        raise ConfigError(
+            f"{path} is the active party's deploy config ({keys}): it is for `vflo run CONFIG --deploy {path}`, "
+            "which the active party runs to coordinate. `vflo party serve` (and `vflo flower party`) takes a "
+            "passive party's own config, NAME.toml, or a server's or dealer's (name = ..., role, listen, [data], "
+            "[tls], [peers]; an export writes one per party beside deploy.toml): give each other party its own")
+    return schema.build(PartyConfig, _relative(_audit_default(raw), Path(path).parent))
 
 
 def load_deploy_config(path: str | Path) -> DeployConfig:
     raw = _read_toml(path)
     base = Path(path).parent
+    if "name" in raw and "active" not in raw:
+        raise ConfigError(
+            f"{path} is a party's own config (name = {raw['name']!r}): it is for `vflo party serve {path}`. "
+            "`--deploy` takes the active party's deploy config, DEPLOY.toml ([active] with its own settings and "
+            "[[parties]] with every other party's name and address; an export writes it as deploy.toml)")
     if isinstance(raw.get("active"), dict):
         # The [active] table is the active party; saying so again is allowed, anything else is refused below.
         raw["active"] = _relative(_audit_default({"role": "active", **raw["active"]}), base)

@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from vflo.comm.tls import CA_FOLDER
 from vflo.data.partydata import PartyData
 from vflo.dp import DEFAULT_BUDGET
-from vflo.private import make_private, private_folder
+from vflo.errors import ConfigError
+from vflo.private import private_folder
 from vflo.roles import Role
 
 logger = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ def own_settings_toml(proposals: Sequence[Any], role: Role) -> list[str]:
 def export_federation(
     data: Any, directory: Path, *, base_port: int = 50051, extra_roles: dict[str, Role] | None = None,
     tls: bool = True, host: str = "127.0.0.1", methods: Sequence[str] = (), proposals: Sequence[Any] = (),
+    seeds: Mapping[str, int] | None = None, addresses: Mapping[str, str] | None = None, overwrite: bool = False,
 ) -> dict[str, Path]:
     """Write what each party of a simulated split would bring to a real deployment.
 
@@ -73,28 +77,66 @@ def export_federation(
     it (:func:`ca_folder`: it belongs offline, never on a party's host). Data is written already standardised, so
     parties do not rescale it. Every party's config carries a privacy budget (:data:`vflo.dp.DEFAULT_BUDGET`), and
     everything is written for its owner only (files 0600, folders 0700).
+
+    ``seeds``: each party's own seed (``seed = ...`` in its config), as the in-process run draws its secrets
+    (:func:`vflo.federation.simulation.simulated_seeds`), so the deployment trains to the same numbers; none:
+    each party draws from the operating system. ``addresses``: each party's listening address (default ``host``
+    at ``base_port`` onwards). Nothing that is already there is replaced unless this export wrote it and it is
+    unchanged, and then only with ``overwrite`` (:func:`vflo.deploy.published.publish`); a refused export writes
+    nothing.
     """
-    from vflo.comm.tls import init_certs
     from vflo.data.layout import FederatedData
+    from vflo.deploy.published import check, publish
 
     assert isinstance(data, FederatedData)
-    private_folder(directory)
+    if tls:
+        _refuse_loose_keys(directory)
+    roles: dict[str, Role] = {p.name: p.role for p in data.parties} | (extra_roles or {})
+    ports = {name: f"{host}:{base_port + i}" for i, name in enumerate(roles)}
+    addresses = {**ports, **(addresses or {})}
+    private_folder(directory.resolve().parent)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.resolve().name}.", suffix=".export",
+                                    dir=directory.resolve().parent))
+    try:
+        written = _write(data, staging, roles=roles, addresses=addresses, tls=tls, methods=methods,
+                         proposals=proposals, seeds=seeds or {})
+        if tls:
+            # Both folders are checked before either is written: a refusal leaves everything as it was.
+            check(staging, directory, overwrite=overwrite, command=COMMAND, leave=f"certs/{CA_FOLDER}")
+            check(staging / "certs" / CA_FOLDER, ca_folder(directory), overwrite=overwrite, command=COMMAND)
+            # The CA signs for any party: it leaves the folder the parties' configs and keys are handed out from.
+            publish(staging / "certs" / CA_FOLDER, ca_folder(directory), overwrite=overwrite,
+                    command=COMMAND)
+            shutil.rmtree(staging / "certs" / CA_FOLDER)
+        publish(staging, directory, overwrite=overwrite, command=COMMAND)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {name: directory / path.name for name, path in written.items()}
+
+
+def _refuse_loose_keys(directory: Path) -> None:
+    """A CA key, or a key outside its party's own folder, in the folder handed out to parties: an export next to
+    it would hand it out with the rest, so it refuses until the key is moved (never deleting it: it is not the
+    export's to delete)."""
+    if not directory.is_dir():
+        return
+    loose = sorted({*directory.rglob("ca.key"), *directory.glob("*.key"), *(directory / "certs").glob("*.key")},
+                   key=lambda p: (p.name != "ca.key", p))
+    if loose:
+        raise ConfigError(f"{loose[0]} lies in {directory}, the folder whose files are handed to the parties (an "
+                          "export before keys were kept apart, or a `vflo certs init` without --split, left it "
+                          "there): move it out (a CA's key offline: it signs for any party), then export again")
+
+
+def _write(data: Any, directory: Path, *, roles: Mapping[str, Role], addresses: Mapping[str, str], tls: bool,
+           methods: Sequence[str], proposals: Sequence[Any], seeds: Mapping[str, int]) -> dict[str, Path]:
+    """Every file of the export, into ``directory`` (an empty staging folder)."""
+    from vflo.comm.tls import init_certs
+
     # Private keys and party data: git must never pick them up, wherever the folder is.
     (directory / ".gitignore").write_text("# written by vflo scenario --export: keys and party data, never commit\n*\n")
-    roles: dict[str, Role] = {p.name: p.role for p in data.parties} | (extra_roles or {})
-    addresses = {name: f"{host}:{base_port + i}" for i, name in enumerate(roles)}
     if tls:
-        certs = directory / "certs"
-        # An export before keys were kept apart left them all in certs/: none may stay next to the party folders.
-        for stale in ("ca.pem", "ca.key", "roster.json", *(f"{n}.{ext}" for n in roles for ext in ("pem", "key"))):
-            (certs / stale).unlink(missing_ok=True)
-        init_certs(certs, list(roles), overwrite=True, split=True)
-        # The CA signs for any party: it leaves the folder the parties' configs and keys are handed out from.
-        outside = ca_folder(directory)
-        if outside.exists():
-            shutil.rmtree(outside)
-        (certs / "ca").replace(outside)
-        make_private(outside)
+        init_certs(directory / "certs", list(roles), split=True)
     active = data.active
     written: dict[str, Path] = {}
     for name, role in roles.items():
@@ -102,25 +144,29 @@ def export_federation(
         if name in data.train:
             data.train[name].to_frame("id", "label").to_csv(directory / f"{name}_train.csv", index=False)
             data.serve[name].to_frame("id").to_csv(directory / f"{name}_serve.csv", index=False)
+            codes = list(data.train[name].categorical)
             data_table = {"file": f"{name}_train.csv", "id_column": "id",
                           **({"label_column": "label"} if name == active else {}),
-                          "serve_file": f"{name}_serve.csv", "standardize": False}
+                          "serve_file": f"{name}_serve.csv", "standardize": False,
+                          **({"category_codes": codes} if codes else {})}
         tls_table: dict[str, Any] = {"dir": f"certs/{name}"} if tls else {"insecure": True}
+        seed = {"seed": int(seeds[name])} if name in seeds else {}
         if name == active:
             test = PartyData(party=name, ids=data.test_ids, X=data.serve[name].subset(data.test_ids).X,
                              columns=data.serve[name].columns, y=data.test_y)
             test.to_frame("id", "label").to_csv(directory / f"{name}_test.csv", index=False)
             text = toml_document({
                 "test_file": f"{name}_test.csv",
-                "active": {"name": name, "role": "active", "listen": addresses[name], "data": data_table,
+                "active": {"name": name, "role": "active", "listen": addresses[name], **seed, "data": data_table,
                            "tls": tls_table, "privacy": dict(PRIVACY)},
                 "parties": [{"name": n, "role": r, "address": addresses[n]} for n, r in roles.items() if n != name],
-            }, comments=["The active party coordinates: vflo run EXPERIMENT.toml --deploy deploy.toml"])
+            }, comments=["The active party coordinates: vflo run EXPERIMENT.toml --deploy deploy.toml",
+                         *(SEED_NOTE if seed else ())])
             path = directory / "deploy.toml"
         else:
             sections, notes = own_settings(proposals, role)
             document: dict[str, Any] = {
-                "name": name, "role": role, "listen": addresses[name], "models": f"{name}_models",
+                "name": name, "role": role, "listen": addresses[name], **seed, "models": f"{name}_models",
                 "checkpoints": f"{name}_checkpoints", **({"data": data_table} if data_table else {}), "tls": tls_table,
                 "privacy": dict(PRIVACY),
                 **({"policy": {"methods": list(dict.fromkeys(methods))}} if methods else {}),
@@ -129,12 +175,20 @@ def export_federation(
             text = toml_document(document, comments=[
                 f"vflo party serve {name}.toml",
                 "Its own folders: the parts of models it trains (run --save) and its checkpoints (run --checkpoints).",
+                *(SEED_NOTE if seed else ()),
                 *([OWN_SIDE, *notes] if sections else [])])
             path = directory / f"{name}.toml"
         path.write_text(text)
         written[name] = path
-    make_private(directory)
     return written
+
+
+COMMAND = "vflo scenario --export"
+
+#: What an exported config says above the seed it carries.
+SEED_NOTE = ("seed: the secret seed the in-process run gave this party (derived from the experiment's seed), so this",
+             "deployment trains to the same numbers. Anyone who knows the experiment's seed can derive it: delete the",
+             "line before a deployment on real data, and the party draws its secrets from the operating system.")
 
 
 #: The budget every exported party's config carries (``[privacy]``): the default a deployed party gets anyway,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vflo.align.kept import AlignmentStore
 from vflo.align.stream import IdFile
-from vflo.artifacts import CheckpointStore, Part, PartStore, Preprocessing
+from vflo.artifacts import CheckpointStore, Part, Preprocessing
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer
 from vflo.comm.tls import PartyCredentials
 from vflo.comm.transport import Transport
@@ -28,6 +28,7 @@ from vflo.federation.simulation import party_node
 from vflo.party.node import Node
 from vflo.roles import PartyInfo
 from vflo.seeding import PartySecret
+from vflo.shelf import ModelShelf
 from vflo.spill import configure as configure_spill
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def load_party_data(party: str, config: DataConfig, *, extra: str | None = None)
                                  id_column=config.id_column, label_column=config.label_column,
                                  feature_columns=config.feature_columns, drop_columns=config.drop_columns,
                                  categorical=config.categorical, task=config.task, impute=config.impute,
-                                 missing_indicator=config.missing_indicator)
+                                 missing_indicator=config.missing_indicator, category_codes=config.category_codes)
     def rows(path: str, *, labelled: bool = True) -> PartyData:
         try:
             data = PartyData.encoded(open_table(path, party=party, id_column=config.id_column), encoding,
@@ -79,9 +80,10 @@ def load_party_data(party: str, config: DataConfig, *, extra: str | None = None)
                        preprocessing=Preprocessing(columns=train.columns, encoding=encoding, scaler=scaler))
 
 
-class DeployedStore(PartStore):
-    """A deployed party's model folder; when it loads a part it also reads its rows to score (``serve_file``)
-    with that part's saved encoding and standardisation, so scoring does not depend on today's training file."""
+class DeployedStore(ModelShelf):
+    """A deployed party's model folder, where every training keeps its own part (:class:`~vflo.shelf.ModelShelf`);
+    when it loads a part it also reads its rows to score (``serve_file``) with that part's saved encoding and
+    standardisation, so scoring does not depend on today's training file."""
 
     def __init__(self, root: Path, *, party: str, role: str, preprocessing: Preprocessing | None,
                  serve_file: str | None) -> None:
@@ -126,6 +128,11 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
     if data is None and serve is None and config.data is not None:
         tables = load_party_data(config.name, config.data)
         data, serve, preprocessing = tables.train, tables.serve, tables.preprocessing
+    if config.seed is not None:
+        logger.warning("party %s draws its secrets from the seed in its config (seed = ...), not from the operating "
+                       "system: its runs repeat exactly, and whoever reads that config, or derives the seed (an export "
+                       "writes the one the in-process run derived from the experiment's seed), can recompute its "
+                       "masks and noise. Delete the line before a deployment on real data", config.name)
     store = None
     if config.models is not None:
         store = DeployedStore(Path(config.models), party=config.name, role=config.role, preprocessing=preprocessing,

@@ -33,18 +33,27 @@ second-hop cells: the active party and the first hop) and people only the active
 overlap varies only among the training people, so every cell is scored on the same people.
 
 Each cell is a regular experiment (``repeated_runs``), so every row is what ``vflo run`` records; the report
-adds a "which method when" table computed from the runs.
+opens with the answer for the base cell and adds a "which method when" table, both computed from the runs.
+
+A config whose parties read their own files (``[[scenario.parties]]`` with ``file``, as ``vflo run`` takes
+them) is compared around the real overlap of those files instead (:mod:`vflo.experiments.compare_own`).
+
+A method whose settings need an optional library this Python lacks (:func:`missing_library`) is left out of
+the whole comparison with one line saying how to install it. ``--quick`` (a config's ``[quick]`` table) makes
+a comparison short with fewer cells, methods, rows or epochs, never with fewer than ``MIN_REPEATS`` repeats:
+every cell still names a best method, a tie, or why it cannot.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -57,11 +66,15 @@ from vflo.experiments.runner import ExperimentResult, run_experiment
 from vflo.methods.base import Layout
 from vflo.methods.registry import active_only, get_method, method_names
 
+if TYPE_CHECKING:
+    from vflo.experiments.compare_own import OwnCompareSettings, OwnFiles
+
 logger = logging.getLogger(__name__)
 
 Split = Literal["random", "importance", "correlation"]
 Scored = Literal["aligned", "active_only", "missing"]
-Axis = Literal["aligned", "passives", "split", "second_hop", "p_miss", "absent"]
+#: ``dropped`` and ``without`` are the own-files axes (columns a partner leaves out, a partner left out).
+Axis = Literal["aligned", "passives", "split", "second_hop", "p_miss", "absent", "dropped", "without"]
 #: The names of the passive parties in a second-hop cell.
 FIRST_HOP, SECOND_HOP = "passive1", "passive2"
 
@@ -145,7 +158,8 @@ class Cell:
     value: Any
     scored: Scored
     passives: int
-    split: Split
+    #: ``"own"``: the parties' own columns, as their files have them.
+    split: Split | Literal["own"]
 
     @property
     def label(self) -> str:
@@ -169,27 +183,90 @@ class Comparison:
     rows: pd.DataFrame
     skipped: dict[str, str]
     seconds: float
-    settings: CompareSettings
+    settings: CompareSettings | OwnCompareSettings
     results: list[ExperimentResult] = field(default_factory=list)
     #: Held-out test people of each kind (the same in every cell and repeat).
     test_people: int = 0
     #: The settings methods ran with in second-hop cells (their own, from ``Method.layout_settings``).
     second_hop_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The cell the report answers first (axis and value, as the rows spell them): the base scenario.
+    base: dict[str, str] = field(default_factory=dict)
+    #: Methods left out of every cell because an optional library they need is not installed: name -> the line.
+    unavailable: dict[str, str] = field(default_factory=dict)
+    #: Axes that did not run, with why (on the parties' own files, those that need one pooled table).
+    left_out: dict[str, str] = field(default_factory=dict)
+    #: On the parties' own files: what the comparison varied around (:class:`~vflo.experiments.compare_own.OwnFiles`).
+    own: OwnFiles | None = None
+
+    @property
+    def base_cell(self) -> dict[str, str]:
+        """The base cell's axis and value: ``base``, or the aligned share the settings name as the base."""
+        if self.base or not isinstance(self.settings, CompareSettings):
+            return self.base
+        return {"axis": "aligned", "value": str(float(self.settings.base_aligned))}
 
 
 def load_compare(raw: Mapping[str, Any], *, quick: bool = False) -> tuple[dict[str, Any], CompareSettings]:
     """The base experiment tables (name, seed, dataset) and the compare settings of a compare config; with
-    ``quick``, its ``[quick]`` table overrides ``[compare]`` keys (e.g. ``repeats = 1``)."""
+    ``quick``, its ``[quick]`` table overrides ``[compare]`` keys (e.g. ``aligned = [0.1, 1.0]``)."""
     raw = dict(raw)
     known = {"name", "seed", "description", "dataset", "compare", "quick"}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"a compare config takes {sorted(known)}, not {unknown}")
+        raise ConfigError(f"a compare config takes {sorted(known)}, not {unknown} (a config whose "
+                          "[[scenario.parties]] read their own files takes scenario, methods and the rest of "
+                          "vflo run's tables)")
     quick_table = raw.pop("quick", None) or {}
     table = dict(raw.pop("compare", None) or {})
     if quick:
         table |= {k.removeprefix("compare."): v for k, v in dict(quick_table).items()}
+        check_quick_repeats(table.get("repeats", CompareSettings.repeats))
     return raw, schema.build(CompareSettings, table, where="compare")
+
+
+def check_quick_repeats(repeats: object) -> None:
+    """``--quick`` answers every cell, so it never runs fewer repeats than a best method needs."""
+    if isinstance(repeats, int) and repeats < MIN_REPEATS:
+        raise ConfigError(f"[quick] repeats = {repeats}: a quick comparison still names a best method in every "
+                          f"cell, which takes a spread over at least {MIN_REPEATS} repeats; set repeats = "
+                          f"{MIN_REPEATS} or more in [quick] (or leave it out), and make it quicker with fewer "
+                          "cells, methods, rows or epochs")
+
+
+def missing_library(name: str, settings: Mapping[str, Any]) -> str | None:
+    """The line that says how to install the optional library method ``name`` needs with ``settings`` and this
+    Python lacks; None when it can run. (Homomorphic encryption, as SecureBoost's ``he`` settings ask for it,
+    needs SecretFlow's HEU, the ``he`` extra.)"""
+    from vflo.trees.crypto import HESettings
+
+    config = schema.build(get_method(name).Config, dict(settings), where=f"compare.settings.{name}")
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, HESettings) and value.scheme != "plaintext" and not _importable("heu"):
+            return (f"{name} left out: its homomorphic encryption ({f.name}.scheme = {value.scheme!r}) needs "
+                    "SecretFlow's HEU, not installed here; pip install 'vflo[he]' to compare it")
+    return None
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def unavailable_methods(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Of the comparison's methods (label -> table with ``name`` and settings), those an optional library they
+    need is missing for, each with its one line, said once in the log."""
+    out = {}
+    for label, table in tables.items():
+        line = missing_library(str(table.get("name", label)),
+                               {k: v for k, v in table.items() if k not in ("name", "label", "fallback")})
+        if line is not None:
+            out[label] = line
+            logger.warning("compare: %s", line)
+    return out
 
 
 def column_split(dataset: Dataset, split: Split, passives: int, active_share: float, seed: int) -> list[list[str]]:
@@ -231,9 +308,11 @@ def _deal(order: list[str], n_active: int, passives: int) -> list[list[str]]:
 
 
 def cells(settings: CompareSettings) -> list[Cell]:
+    """The comparison's cells; the base share always among the aligned axis's, since the report answers it first."""
     out = []
+    aligned = sorted({*settings.aligned, settings.base_aligned})
     for scored in settings.scored:
-        out += [Cell("aligned", a, scored, 1, "random") for a in settings.aligned]
+        out += [Cell("aligned", a, scored, 1, "random") for a in aligned]
         out += [Cell("passives", n, scored, n, "random") for n in settings.passives if n != 1]
         out += [Cell("split", s, scored, 1, s) for s in settings.splits if s != "random"]
         out += [Cell("second_hop", v, scored, 2, "random") for v in settings.second_hop]
@@ -250,31 +329,41 @@ def held_out_people(settings: CompareSettings, n_rows: int) -> int:
                int(settings.test_fraction * n_rows))
 
 
-def applicable(settings: CompareSettings, task: str, cell: Cell) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """The methods that run in a cell with their settings, and every other one with the reason."""
-    names = list(settings.methods) or method_names()
+def cannot_run(name: str, task: str, cell: Cell) -> dict[str, Any] | str:
+    """The settings method ``name`` gives itself for the cell's layout, or why it cannot run in the cell."""
+    cls = get_method(name)
+    own = cls.layout_settings(cell.layout, first_hop=FIRST_HOP, second_hop=SECOND_HOP)
+    if isinstance(own, str):
+        return own
+    if task not in cls.tasks:
+        return f"does not support {task} tasks"
+    if cell.scored == "active_only" and cls.inference != "active_only" and not cls.any_subset:
+        return "scores together with its partners, who have never seen these people"
+    return own
+
+
+def applicable(settings: CompareSettings, task: str, cell: Cell, *,
+               unavailable: Collection[str] = ()) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The methods that run in a cell with their settings, and every other one with the reason (methods in
+    ``unavailable`` are left out, said once elsewhere)."""
+    names = [n for n in (list(settings.methods) or method_names()) if n not in unavailable]
     run, skipped = {}, {}
     for name in names:
-        cls = get_method(name)
-        own = cls.layout_settings(cell.layout, first_hop=FIRST_HOP, second_hop=SECOND_HOP)
+        own = cannot_run(name, task, cell)
         if isinstance(own, str):
             skipped[name] = own
-        elif task not in cls.tasks:
-            skipped[name] = f"does not support {task} tasks"
-        elif cell.scored == "active_only" and cls.inference != "active_only" and not cls.any_subset:
-            skipped[name] = "scores together with its partners, who have never seen these people"
         else:
             run[name] = {**settings.settings.get(name, {}), **own}
     if cell.layout == "missing":
         for label, table in settings.missing_variants.items():
             base = str(table["name"])
-            if base in names and task in get_method(base).tasks:
+            if base in names and label not in unavailable and task in get_method(base).tasks:
                 run[label] = {**settings.settings.get(base, {}), **table, "label": label}
-        run, skipped = _with_fallback(run, skipped)
+        run, skipped = with_fallback(run, skipped)
     return run, skipped
 
 
-def _with_fallback(run: dict[str, dict[str, Any]],
+def with_fallback(run: dict[str, dict[str, Any]],
                    skipped: dict[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Missing-partner cells: the fallbacks methods name (``fallback = NAME``, an active-only method scoring the
     test people a partner lacks) first; a method whose fallback is not in the comparison cannot run there."""
@@ -328,9 +417,21 @@ def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: 
     return raw
 
 
+def reads_own_files(raw: Mapping[str, Any]) -> bool:
+    """Whether a config's parties read their own files (``[[scenario.parties]]`` with ``file``)."""
+    scenario = raw.get("scenario")
+    parties = scenario.get("parties") if isinstance(scenario, Mapping) else None
+    return isinstance(parties, list) and any(isinstance(p, Mapping) and "file" in p for p in parties)
+
+
 def compare(raw: Mapping[str, Any], *, data_dir: str | None = None, quick: bool = False,
             on_cell: Callable[[Cell, int, int], None] | None = None) -> Comparison:
-    """Run every cell of a compare config (the tables of its TOML file)."""
+    """Run every cell of a compare config (the tables of its TOML file) on a named dataset. A config whose parties
+    read their own files is compared around their real overlap by
+    :func:`vflo.experiments.compare_own.compare_own` (``vflo compare`` picks the one the config needs)."""
+    if reads_own_files(raw):
+        raise ConfigError("this config's parties read their own files: compare them with "
+                          "vflo.experiments.compare_own.compare_own (vflo compare does)")
     base, settings = load_compare(raw, quick=quick)
     seed = int(base.get("seed", 0))
     probe = parse_config({**base, "scenario": {"parties": [{"name": "a", "role": "active", "share": 1.0}]},
@@ -340,6 +441,8 @@ def compare(raw: Mapping[str, Any], *, data_dir: str | None = None, quick: bool 
         raise ConfigError("a compare config needs a [dataset]")
     task = probe.task
     started = time.perf_counter()
+    unavailable = unavailable_methods({n: {"name": n, **settings.settings.get(n, {})}
+                                       for n in (list(settings.methods) or method_names())})
     frames: list[pd.DataFrame] = []
     skipped_all: dict[str, str] = {}
     results: list[ExperimentResult] = []
@@ -348,7 +451,7 @@ def compare(raw: Mapping[str, Any], *, data_dir: str | None = None, quick: bool 
     for k, cell in enumerate(plan):
         if on_cell is not None:
             on_cell(cell, k, len(plan))
-        methods, skipped = applicable(settings, task, cell)
+        methods, skipped = applicable(settings, task, cell, unavailable=unavailable)
         where = {"second_hop": f"{cell.scored}, second hop", "missing": "partners missing"}.get(cell.layout,
                                                                                                    cell.scored)
         for name, why in skipped.items():
@@ -358,27 +461,38 @@ def compare(raw: Mapping[str, Any], *, data_dir: str | None = None, quick: bool 
                                                                  second_hop=SECOND_HOP) for m in methods}
         if not methods:
             continue
-        try:
-            columns = column_split(dataset, cell.split, cell.passives, settings.active_share, seed)
-            config = parse_config(experiment_tables(base, settings, cell, columns, methods, len(dataset.ids)))
-            result = run_experiment(config, data_dir=data_dir)
-        except Exception as exc:  # a scenario a cell cannot make (e.g. too few shared people): recorded, go on
-            logger.warning("compare: %s could not run: %s", cell.label, exc)
-            frames.append(pd.DataFrame([{"method": m, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-                                        for m in methods]).assign(axis=cell.axis, value=str(cell.value),
-                                                                  scored=cell.scored, passives=cell.passives,
-                                                                  split=cell.split))
-            continue
-        results.append(result)
-        frame = pd.DataFrame(result.rows).assign(axis=cell.axis, value=str(cell.value), scored=cell.scored,
-                                                 passives=cell.passives, split=cell.split)
+
+        def build(cell: Cell = cell, methods: dict[str, dict[str, Any]] = methods) -> Any:
+            split: Split = "random" if cell.split == "own" else cell.split
+            columns = column_split(dataset, split, cell.passives, settings.active_share, seed)
+            return parse_config(experiment_tables(base, settings, cell, columns, methods, len(dataset.ids)))
+
+        frame, result = run_cell(cell, methods, build, data_dir=data_dir)
         frames.append(frame)
+        if result is not None:
+            results.append(result)
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     metric = results[0].config.metric if results else "accuracy"
     return Comparison(name=str(base.get("name", "compare")), dataset=dataset, task=task, metric=metric, rows=rows,
                       skipped=skipped_all, seconds=time.perf_counter() - started, settings=settings,
                       results=results, test_people=held_out_people(settings, settings.rows or len(dataset.ids)),
-                      second_hop_settings={m: v for m, v in hop_settings.items() if isinstance(v, dict) and v})
+                      second_hop_settings={m: v for m, v in hop_settings.items() if isinstance(v, dict) and v},
+                      base={"axis": "aligned", "value": str(float(settings.base_aligned))}, unavailable=unavailable)
+
+
+def run_cell(cell: Cell, methods: Collection[str], build: Callable[[], Any], *,
+             data_dir: str | None = None) -> tuple[pd.DataFrame, ExperimentResult | None]:
+    """One cell's rows, its axes as columns: the experiment ``build()`` makes, run; a cell that cannot be made
+    or run (e.g. too few shared people) gives a failed row per method, and the comparison goes on."""
+    where: dict[str, Any] = {"axis": cell.axis, "value": str(cell.value), "scored": cell.scored,
+                             "passives": cell.passives, "split": cell.split}
+    try:
+        result = run_experiment(build(), data_dir=data_dir)
+    except Exception as exc:  # recorded, go on
+        logger.warning("compare: %s could not run: %s", cell.label, exc)
+        return pd.DataFrame([{"method": m, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+                             for m in methods]).assign(**where), None
+    return pd.DataFrame(result.rows).assign(**where), result
 
 
 def summary(comparison: Comparison) -> pd.DataFrame:
@@ -501,3 +615,64 @@ def which_method(comparison: Comparison, table: pd.DataFrame) -> pd.DataFrame:
         out.append({**row, "best": best["method"], metric: float(best[metric]), "std": float(best[f"{metric}_std"]),
                     "ties": ", ".join(ties)})
     return pd.DataFrame(out)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer for one cell (the user's own situation: the base cell), computed from its rows: the best
+    deployable method, what it costs, the runner-up and what the paired test says between them, the methods it
+    cannot be told from, and the best oracle's score for scale; or why no method can be named."""
+
+    cell: dict[str, str]
+    why_none: str = ""
+    best: str = ""
+    mean: float = math.nan
+    std: float = math.nan
+    runs: int = 0
+    test_rows: float = 0.0
+    fit_bytes: float = 0.0
+    fit_rounds: float = 0.0
+    runner_up: Paired | None = None
+    ties: tuple[str, ...] = ()
+    #: Of the methods tied with the best, the one that sends the least in training, when that is not the best:
+    #: (method, its training bytes, its rounds).
+    cheaper: tuple[str, float, float] | None = None
+    oracle: tuple[str, float] | None = None
+
+
+def answer(comparison: Comparison, table: pd.DataFrame, scored: str) -> Answer | None:
+    """The answer for the base cell scored ``scored``; None where that cell did not run."""
+    from vflo.metrics import higher_is_better
+
+    metric, cell = comparison.metric, {**comparison.base_cell, "scored": scored}
+    if table.empty or not cell.get("axis"):
+        return None
+    here = table[(table["axis"] == cell["axis"]) & (table["value"].astype(str) == cell["value"])
+                 & (table["scored"] == scored)]
+    if here.empty:
+        return None
+    better = higher_is_better(metric)
+    oracles = here[here["simulation_only"].astype(bool)].sort_values(metric, ascending=not better)
+    oracle = (str(oracles.iloc[0]["method"]), float(oracles.iloc[0][metric])) if len(oracles) else None
+    verdict = which_method(comparison, here)
+    if verdict.empty:
+        return Answer(cell, why_none="no deployable method ran in this cell", oracle=oracle)
+    row = verdict.iloc[0]
+    if math.isnan(float(row[metric])):  # which_method names none here: its text says why
+        return Answer(cell, why_none=str(row["best"]), oracle=oracle, test_rows=float(row["test_rows"]))
+    candidates = here[~here["simulation_only"].astype(bool)]
+    name = str(row["best"])
+    best = candidates[candidates["method"].astype(str) == name].iloc[0]
+    others = candidates[candidates["method"].astype(str) != name].sort_values(metric, ascending=not better,
+                                                                               kind="stable")
+    runner = paired(comparison.rows, metric, cell, name, str(others.iloc[0]["method"])) if len(others) else None
+    ties = tuple(t for t in str(row["ties"]).split(", ") if t)
+    tied = candidates[candidates["method"].astype(str).isin(ties)]
+    cheaper = None
+    if len(tied):
+        low = tied.sort_values(["fit_bytes", "fit_rounds"]).iloc[0]
+        if (float(low["fit_bytes"]), float(low["fit_rounds"])) < (float(best["fit_bytes"]), float(best["fit_rounds"])):
+            cheaper = (str(low["method"]), float(low["fit_bytes"]), float(low["fit_rounds"]))
+    return Answer(cell, best=name, mean=float(best[metric]), std=float(best[f"{metric}_std"]), runs=int(best["runs"]),
+                  test_rows=float(best["test_rows"]), fit_bytes=float(best["fit_bytes"]),
+                  fit_rounds=float(best["fit_rounds"]), runner_up=runner, ties=ties, cheaper=cheaper, oracle=oracle)

@@ -136,11 +136,22 @@ class ExperimentConfig:
     def layout(self, variant: Variant, seed: int, dataset: Dataset | None) -> Layout:
         """Who holds which rows and columns in ``variant``: a split of ``dataset``, or the parties' own files."""
         if self.dataset is None:
-            tables = variant.spec.load_tables(self.base_dir, self._tables)
+            tables = own_tables(variant.spec, self.base_dir, self._tables)
             return variant.spec.build_from_tables(tables, seed, name=self.name)
         if dataset is None:
             raise ConfigError(f"experiment {self.name!r} splits dataset {self.dataset.name!r}; load it first")
         return variant.spec.build(dataset, seed=seed)
+
+
+def own_tables(spec: ScenarioSpec, base: Path | None, cache: dict[tuple[object, ...], Any]) -> list[Any]:
+    """:meth:`ScenarioSpec.load_tables`, a refusal of missing values saying where an experiment config fills them
+    (each party's entry under [[scenario.parties]], not a deployed party's [data] table)."""
+    from vflo.data.files import MissingValuesError
+
+    try:
+        return spec.load_tables(base, cache)
+    except MissingValuesError as exc:
+        raise exc.placed("experiment") from None
 
 
 # -- paths ----------------------------------------------------------------------------------------
@@ -252,7 +263,7 @@ def parse_config(
         if raw.get("dataset") is not None:
             raise ConfigError("the scenario's parties read their own files, so there is no dataset to split: remove "
                               "[dataset]")
-        encodings = [enc for _, enc in variants[0].spec.load_tables(base, tables)]
+        encodings = [enc for _, enc in own_tables(variants[0].spec, base, tables)]
         task: Task = next(enc.task for enc in encodings if enc.task is not None)
     else:
         dataset = schema.build(DatasetConfig, raw.get("dataset"), where="dataset")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from vflo.experiments.runner import ExperimentResult
-from vflo.experiments.styles import legend_outside, method_style
+from vflo.experiments.styles import label_ends, method_style
 
 
 def _x_axis(result: ExperimentResult, summary: pd.DataFrame) -> tuple[str, list[Any], list[str]]:
@@ -56,38 +56,46 @@ def write_plots(result: ExperimentResult, summary: pd.DataFrame, out_dir: Path) 
 
     repeats = result.config.protocol.repetitions()
     fig, ax = plt.subplots(figsize=(8.5, 4.2))
+    ends = []
     for method, sub in summary.groupby("method", sort=False):
         sub = sub.sort_values(xcol, key=lambda s: s.map(xvalues.index))
         xs = [positions[v] for v in sub[xcol]]
         colour, marker = styles[method]
         ax.errorbar(xs, sub[metric], yerr=sub[f"{metric}_std"], marker=marker, capsize=3, label=name(method),
                     color=colour, linestyle="--" if str(method) in oracles else "-")
+        ends.append((name(method), float(xs[-1]), float(sub[metric].iloc[-1]), colour))
     paths.append(_finish(fig, ax, out_dir / "metric_vs_x.png", xcol=xcol, ylabel=metric,
                          title=f"{title}\nerror bars: ± 1 standard deviation over {repeats} repeat(s)",
-                         xlabels=xlabels))
+                         xlabels=xlabels, ends=ends))
 
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     fig, ax = plt.subplots(figsize=(8.5, 4.2))
     silent = []
+    ends = []
     for method, sub in summary.groupby("method", sort=False):
         if (sub["fit_bytes"] <= 0).all():
             silent.append(name(method))
             continue
         sub = sub.sort_values(xcol, key=lambda s: s.map(xvalues.index))
-        ax.plot([positions[v] for v in sub[xcol]], sub["fit_bytes"] / 1e6, marker=styles[method][1],
+        xs = [positions[v] for v in sub[xcol]]
+        ax.plot(xs, sub["fit_bytes"] / 1e6, marker=styles[method][1],
                 label=name(method), color=styles[method][0], linestyle="--" if str(method) in oracles else "-")
+        ends.append((name(method), float(xs[-1]), float(sub["fit_bytes"].iloc[-1] / 1e6), styles[method][0]))
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g} MB"))
     note = f"\nno training messages: {', '.join(silent)}" if silent else ""
     paths.append(_finish(fig, ax, out_dir / "bytes_vs_x.png", xcol=xcol,
-                         ylabel="training traffic, MB (measured; log scale)", title=title + note, xlabels=xlabels))
+                         ylabel="training traffic, MB (measured; log scale)", title=title + note, xlabels=xlabels,
+                         ends=ends))
     return paths
 
 
-def _finish(fig: Any, ax: Any, path: Path, *, xcol: str, ylabel: str, title: str, xlabels: list[str]) -> Path:
-    """Labels, ticks, grid and legend; save and close."""
+def _finish(fig: Any, ax: Any, path: Path, *, xcol: str, ylabel: str, title: str, xlabels: list[str],
+            ends: list[tuple[str, float, float, str]]) -> Path:
+    """Labels, ticks, grid and each line's name at its end (``ends``: name, last x and y, colour); save and
+    close."""
     import matplotlib.pyplot as plt
 
     ax.set_xlabel(xcol)
@@ -96,7 +104,7 @@ def _finish(fig: Any, ax: Any, path: Path, *, xcol: str, ylabel: str, title: str
     if xlabels:
         ax.set_xticks(range(len(xlabels)), xlabels)
     ax.grid(alpha=0.3, which="both")
-    legend_outside(ax, fontsize=8)
+    label_ends(ax, ends, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -7,8 +7,9 @@ repeats.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -132,6 +133,8 @@ def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
             f"{r['fit_seconds']:.2f}", r["inference"],
         ])
     lines += [markdown_table(header, body), ""]
+    lines += _majority_section(result)
+    lines += own_settings_section(result.rows)
     failures = result.failures
     if failures:
         lines += ["## Failures", "",
@@ -160,6 +163,48 @@ def render_markdown(result: ExperimentResult, summary: pd.DataFrame) -> str:
         "ledger detail, environment), plots `metric_vs_x.png` and `bytes_vs_x.png`.", "",
     ]
     return "\n".join(lines)
+
+
+def own_settings_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where a party ran its own side of a method other than the experiment proposed (its config's
+    ``[methods.NAME]``): which values ran at which party, as each party's setup reply said (``party_settings``)."""
+    seen: dict[tuple[str, str, str], None] = {}
+    for row in rows:
+        if row.get("status") == "ok" and row.get("party_settings"):
+            for party, settings in json.loads(str(row["party_settings"])).items():
+                seen[(str(row["method"]), party, json.dumps(settings, sort_keys=True))] = None
+    if not seen:
+        return []
+    return ["## Settings a party ran as its own", "",
+            "These parties ran their side of the method with their own settings (their configs' [methods.NAME]) "
+            "where the experiment proposed others; every other value ran as proposed.", "",
+            markdown_table(["method", "party", "its own settings"],
+                           [[method, party, f"`{settings}`"] for method, party, settings in seen]), ""]
+
+
+def _majority_section(result: ExperimentResult) -> list[str]:
+    """Classification runs whose model scored no better than always answering the most frequent class of its
+    training rows (``no_better_than_majority``, compared on the test rows)."""
+    ran = pd.DataFrame([r for r in result.rows if r.get("status") == "ok" and "no_better_than_majority" in r])
+    if ran.empty or not ran["no_better_than_majority"].any():
+        return []
+    body = []
+    for (variant, method), group in ran.groupby(["variant", "method"], sort=False):
+        flagged = group[group["no_better_than_majority"].astype(bool)]
+        if flagged.empty:
+            continue
+        body.append([variant, method, f"{len(flagged)} of {len(group)}", _fmt(float(flagged["accuracy"].mean())),
+                     _fmt(float(flagged["majority_accuracy"].mean())),
+                     f"{int(flagged['answers_one_class'].astype(bool).sum())} of {len(flagged)}"])
+    return ["## Runs no better than the majority class", "",
+            "These runs ended no better than always answering one class: their accuracy on the test rows is no "
+            "better than always answering the most frequent class of their training rows scores there, or they "
+            "answer one class for every test row. Compared on the test rows (the models' accuracy on their own "
+            "training rows is not measured). Such a model has learned nothing it can use: look at its training "
+            "settings (learning rate, epochs, batch size; how its training ended is below) or at the noise a "
+            "privacy setting adds.", "",
+            markdown_table(["variant", "method", "runs", "accuracy", "majority class's accuracy",
+                            "one class for all"], body), ""]
 
 
 def _training_section(result: ExperimentResult) -> list[str]:

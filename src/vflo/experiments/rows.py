@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from vflo.comm.ledger import Ledger
 from vflo.errors import VfloError
 from vflo.federation.session import RunOutput
@@ -51,6 +53,41 @@ def ok_row(label: str, method: Method, out: RunOutput, metrics: Mapping[str, flo
         row["party_settings"] = json.dumps(out.party_settings, sort_keys=True)
     mark_resumed(row)
     return row
+
+
+def majority_columns(train_y: np.ndarray, test_y: np.ndarray, scores: np.ndarray) -> dict[str, Any]:
+    """A classification run against always answering one class: the most frequent class of its training labels
+    (``majority_class``, its code), its share of the training rows, the accuracy answering it would have on the
+    test rows (``majority_accuracy``), whether the model answers one class for every test row
+    (``answers_one_class``), and whether it learned nothing it can use (``no_better_than_majority``: its test
+    accuracy is no better than ``majority_accuracy``, or it answers one class for all). Measured on the test rows:
+    the model's accuracy on its training rows is not known (a collaborative method would need another round with
+    its partners to score them)."""
+    codes = np.asarray(train_y).astype(np.int64)
+    counts = np.bincount(codes)
+    majority = int(np.argmax(counts))
+    truth = np.asarray(test_y).astype(np.int64)
+    answered = np.asarray(scores).argmax(axis=1)
+    accuracy = float(np.mean(answered == truth)) if len(truth) else float("nan")
+    baseline = float(np.mean(truth == majority)) if len(truth) else float("nan")
+    one_class = len(truth) > 1 and len(np.unique(answered)) == 1
+    return {"majority_class": majority, "majority_share_train": float(counts[majority] / len(codes)),
+            "majority_accuracy": baseline, "answers_one_class": bool(one_class),
+            "no_better_than_majority": bool(accuracy <= baseline or one_class)}
+
+
+def majority_warning(label: str, row: Mapping[str, Any], *, n_train: int, n_test: int,
+                     class_names: tuple[str, ...] = ()) -> str:
+    """What the terminal says of a run :func:`majority_columns` flagged, naming exactly what was compared."""
+    code = int(row["majority_class"])
+    name = class_names[code] if code < len(class_names) else str(code)
+    share = row["majority_share_train"]
+    one = " and answers one class for every test row" if row["answers_one_class"] else ""
+    return (f"{label} ended no better than always answering one class{one}: accuracy {row['accuracy']:.3f} on the "
+            f"{n_test} test rows, where always answering the most frequent class of its training rows, class {name} "
+            f"({share:.0%} of the {n_train}), scores {row['majority_accuracy']:.3f} (its accuracy on its own training "
+            "rows is not measured). It has learned nothing it can use: look at its training settings (learning "
+            "rate, epochs, batch size: the report's 'How training ended'), or at the noise a privacy setting adds")
 
 
 def failed_row(label: str, cls: type[Method], exc: Exception, *, context: Mapping[str, Any]) -> dict[str, Any]:

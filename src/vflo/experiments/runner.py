@@ -26,7 +26,7 @@ from vflo.data.layout import FederatedData, Layout
 from vflo.errors import AlignmentError, ConfigError, VfloError
 from vflo.experiments.config import ExperimentConfig, MethodEntry, Variant
 from vflo.experiments.protocols import ActiveCV, pool
-from vflo.experiments.rows import failed_row, ok_row
+from vflo.experiments.rows import failed_row, majority_columns, majority_warning, ok_row
 from vflo.federation.session import RunOutput, Session
 from vflo.federation.simulation import build_federation, held_by_all, run_method
 from vflo.methods.base import Method
@@ -162,20 +162,24 @@ def run_key(*parts: object) -> str:
 
 
 def check_scoring_rows(config: ExperimentConfig, data: FederatedData) -> None:
-    """Before anything trains: every party a collaborative method scores with holds the rows to score."""
+    """Before anything trains: every method's settings name parties the run has, and every party a collaborative
+    method scores with holds the rows to score."""
     for entry in config.methods:
+        method = entry.instantiate()
+        method.check_parties(data.parties)
         if entry.fallback is not None:  # the people its partners lack are scored by the fallback
             continue
-        method = entry.instantiate()
         for party in method.scoring_parties(data.parties):
             held = held_by_all(data.serve, [party], data.test_ids)
             if not held.all():
                 missing = data.test_ids[~held]
+                # Test rows already drawn from the shared people: suggesting that again would point nowhere.
+                draw = ("" if getattr(config.protocol, "test_from", "") == "aligned" else
+                        "draw test rows every party holds (protocol test_from = 'aligned', or aligned_holdout), ")
                 raise AlignmentError(
                     f"{entry.label} scores together with {party!r}, which does not hold {len(missing)} of the "
-                    f"{len(data.test_ids)} rows to score (e.g. {missing[:5].tolist()}); draw test rows every party "
-                    "holds (protocol test_from = 'aligned', or aligned_holdout), give the method a fallback "
-                    "(fallback = 'local': an active-only method listed before it), or leave the method out")
+                    f"{len(data.test_ids)} rows to score (e.g. {missing[:5].tolist()}); {draw}give the method a "
+                    "fallback (fallback = 'local': an active-only method listed before it), or leave the method out")
 
 
 def _collect(result: ExperimentResult, rows: list[dict[str, Any]], comm: dict[str, Any],
@@ -209,7 +213,9 @@ def _context(config: ExperimentConfig, dataset: Dataset, variant: Variant, repea
 
 def _row(config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: int, fold: int, seed: int,
          entry: MethodEntry, method: Method, facts: dict[str, Any], metrics: dict[str, float], out: RunOutput,
-         wall: float) -> dict[str, Any]:
+         wall: float, labels: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+    """A finished run's row; ``labels``: the training rows' and the test rows' labels (a classification run is
+    compared with always answering the training rows' most frequent class)."""
     row = ok_row(entry.label, method, out, metrics, wall=wall,
                  context=_context(config, dataset, variant, repeat, fold, seed, facts))
     logger.info(
@@ -217,6 +223,13 @@ def _row(config: ExperimentConfig, dataset: Dataset, variant: Variant, repeat: i
         config.name, variant.label, repeat, fold, entry.label, config.metric,
         metrics.get(config.metric, float("nan")), row["comm_bytes"], row["comm_rounds"], wall,
     )
+    train_y, test_y = labels
+    if dataset.task != "regression" and len(train_y) and "accuracy" in row:
+        row |= majority_columns(train_y, test_y, out.scores)
+        if row["no_better_than_majority"]:
+            logger.warning("%s | %s | repeat %d fold %d | %s", config.name, variant.label, repeat, fold,
+                           majority_warning(entry.label, row, n_train=len(train_y), n_test=len(test_y),
+                                            class_names=dataset.classes))
     return row
 
 
@@ -263,7 +276,9 @@ def _run_one(
     scored[entry.label] = out.scores
     wall = time.perf_counter() - t0
     metrics = compute_metrics(data.task, data.test_y, out.scores)
-    row = _row(config, dataset, variant, repeat, fold, seed, entry, method, facts, metrics, out, wall)
+    train_y = data.train[data.active].y
+    row = _row(config, dataset, variant, repeat, fold, seed, entry, method, facts, metrics, out, wall,
+               labels=(np.empty(0) if train_y is None else train_y, data.test_y))
     return row, _comm(variant, repeat, fold, entry, out.ledger)
 
 
@@ -300,6 +315,7 @@ def _run_transductive(
         out = RunOutput(scores=scores, ledger=fed.transport.ledger, fit_seconds=represent_seconds + t2 - t1,
                         predict_seconds=t3 - t2, rounds=fed.rounds, fit_entries=len(fed.transport.ledger), stats={})
         rows.append(_row(config, dataset, variant, repeat, fold, seed, entry, method,
-                         {**facts, "n_test": int(test.sum())}, metrics, out, represent_seconds + t3 - t1))
+                         {**facts, "n_test": int(test.sum())}, metrics, out, represent_seconds + t3 - t1,
+                         labels=(y[~test], y[test])))
     ledger, _ = session.finish()
     return rows, _comm(variant, repeat, 0, entry, ledger)

@@ -68,7 +68,14 @@ def party_secret(seed: int, party: str, party_seeds: Mapping[str, int] | None = 
     harness. The coordinator's setup message never carries it."""
     if party_seeds is not None and party in party_seeds:
         return PartySecret(party_seeds[party])
-    return PartySecret(derive_seed(seed, "party-secret", party))
+    return PartySecret(simulated_seed(seed, party))
+
+
+def simulated_seed(seed: int, party: str) -> int:
+    """The seed a party's secrets come from in simulation, where none is given: derived from the run seed and its
+    name. An export writes it into the party's config (``seed = ...``), so the deployment draws the same numbers;
+    anyone who knows the run seed can derive it, so it is for rehearsals, not real data."""
+    return derive_seed(seed, "party-secret", party)
 
 
 def preprocessing_of(data: FederatedData, party: str) -> Preprocessing | None:

@@ -26,6 +26,7 @@ import grpc
 
 from vflo.comm.relay import RelayedParty
 from vflo.comm.seal import Keyring
+from vflo.comm.tls import how_to_certify
 from vflo.data.partydata import PartyData
 from vflo.deploy import PartyConfig, announce, build_node, credentials_for, stop_on_signal
 from vflo.errors import AddressInUseError, ConfigError, PartyBoundaryError
@@ -59,8 +60,9 @@ def keyring_for(config: PartyConfig) -> Keyring | None:
                        "sealed and senders are taken at their word. Use this only for experiments.", config.name)
         return None
     if not config.tls.dir:
-        raise ConfigError(f"party {config.name!r}: give [tls] dir (from `vflo certs init`): over Flower its keys seal "
-                          "what it says to other parties and prove who it is; or insecure = true for an experiment")
+        raise ConfigError(f"party {config.name!r}: give [tls] dir: over Flower its keys seal what it says to other "
+                          "parties and prove who it is (or insecure = true for an experiment). To make them, "
+                          f"{how_to_certify(config.name)}")
     credentials = credentials_for(config.name, config.tls)
     assert credentials is not None
     return Keyring(credentials)

@@ -146,6 +146,11 @@ class Method(HandlerSet, ABC):
 
     # -- what a party runs -----------------------------------------------------------------------
 
+    def check_parties(self, parties: tuple[PartyInfo, ...]) -> None:
+        """Refuse, before anything trains, settings that name parties the run does not have: a
+        :class:`ConfigError` that names the parties it does have and a fix open to the user. Nothing to check
+        for a method that names no party in its settings."""
+
     def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
         """The parties whose rows a prediction needs besides the active party's: none for a method that
         scores from the active party alone, the passive parties it trains with otherwise."""

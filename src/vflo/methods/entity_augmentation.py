@@ -451,7 +451,9 @@ class _HostTrainer(RemoteBottomsTrainer):
         self.m = method
         self.shared = shared
         self.counts = counts
-        self.steps = int(np.ceil(max(counts.values()) / self.config.batch_size))
+        # Each guest walks its own entities: an epoch is one pass over the largest guest's, in batches sized for it.
+        self.batch = self.config.batch_rows(max(counts.values()))
+        self.steps = int(np.ceil(max(counts.values()) / self.batch))
         own_params = [] if method.host_bottom_ is None else list(method.host_bottom_.parameters())
         self.optimizer = adam([*method.host_.parameters(), *own_params], self.config)
         host = fed.data
@@ -470,13 +472,13 @@ class _HostTrainer(RemoteBottomsTrainer):
 
     @property
     def n_train(self) -> int:
-        return self.counts[self.m.guests_[0]] if self.shared else self.steps * self.config.batch_size
+        return self.counts[self.m.guests_[0]] if self.shared else self.steps * self.batch
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         if self.shared:  # one shared order over the aligned entities
             return super().batches(epoch)
         # Each guest picks its own next entities: the host asks only for how many.
-        return [np.arange(self.config.batch_size)] * self.steps
+        return [np.arange(self.batch)] * self.steps
 
     def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float | None:
         m, guests = self.m, self.m.guests_

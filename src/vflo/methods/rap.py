@@ -41,9 +41,15 @@ class RAPConfig(MethodConfig):
     ``model = 'logistic'`` / ``'linear'``), RAP's convergence rule, an optional learning-rate grid
     (chosen on the server's validation split), and how unseen categories are handled at serving."""
 
+    # The server's validation loss is on the hidden labels (each class one of two server classes drawn per person,
+    # or y mixed with a pseudo label), and what a network can memorise of them on a small table (which of the two,
+    # the pseudo label's noise) is what decoding throws away: that loss rises from the first epoch while the decoded
+    # prediction improves, so on a small table its best epoch is an untrained network. The last epoch is kept
+    # (restore_best off); the plateau rule still decides when to stop.
     estimator: EstimatorConfig = field(default_factory=lambda: EstimatorConfig(
         model="mlp", hidden=(128,), train=TrainConfig(lr=1e-3, batch_size=512, max_epochs=200, patience=5,
-                                                      validation_fraction=0.125, stop="plateau", plateau=1e-4)))
+                                                      validation_fraction=0.125, stop="plateau", plateau=1e-4,
+                                                      restore_best=False)))
     lr_grid: tuple[float, ...] = ()
     unseen: Literal["error", "other"] = "error"
     one_feature_pseudo: bool = True

@@ -162,11 +162,16 @@ class SplitNN(SplitParty, Method):
 
     def _partners(self, fed: Federation) -> list[str]:
         """The passive parties that take part: those named in ``partners``, else all of them."""
-        passives = fed.names("passive")
+        self.check_parties(fed.parties)
+        return list(self.config.partners) or fed.names("passive")
+
+    def check_parties(self, parties: tuple[PartyInfo, ...]) -> None:
+        passives = [p.name for p in parties if p.role == "passive"]
         unknown = [p for p in self.config.partners if p not in passives]
         if unknown:
-            raise ConfigError(f"partners {unknown} are not passive parties of this federation ({passives})")
-        return list(self.config.partners) or passives
+            raise ConfigError(f"{self.name}: partners {unknown} are not passive parties of this run (its passive "
+                              f"parties: {passives}); name some of those in partners, or leave partners out to train "
+                              "with all of them")
 
     def scoring_parties(self, parties: tuple[PartyInfo, ...]) -> list[str]:
         if self.config.party_dropout > 0:

@@ -229,12 +229,32 @@ class VFLASP(MaskedSVD, SplitNN):
 
     # -- active party -----------------------------------------------------------------------------
 
+    def check_parties(self, parties: tuple[PartyInfo, ...]) -> None:
+        cfg = self.config
+        active = next((p.name for p in parties if p.role == "active"), "")
+        passives = [p.name for p in parties if p.role == "passive"]
+        wrong = [f"{role} = {name!r}" for role, name in (("first_hop", cfg.first_hop), ("second_hop", cfg.second_hop))
+                 if name not in passives]
+        if not wrong:
+            return
+        named = " and ".join(wrong)
+        if len(passives) < 2:
+            having = f"one partner, {passives[0]!r}" if passives else "no partner"
+            raise ConfigError(
+                f"{self.name} learns from a second-hop party (one that shares people with a partner of "
+                f"{active!r} but none with {active!r}) through that partner, and this run has {having}: there is no "
+                f"second hop ({named} name no party of it). Leave {self.name} out"
+                + (f"; splitnn trains with {passives[0]!r} on the people it shares with {active!r}" if passives
+                   else ""))
+        raise ConfigError(
+            f"{self.name}: {named} name no partner of this run (its partners: "
+            f"{', '.join(repr(p) for p in passives)}). In {self.name}'s settings, set first_hop = '...' to the "
+            f"partner that shares people with {active!r} and second_hop = '...' to the one that shares people with "
+            f"the first hop but none with {active!r}, or leave {self.name} out")
+
     def fit(self, fed: Federation) -> None:
         cfg = self.config
-        passives = fed.names("passive")
-        for role, name in (("first_hop", cfg.first_hop), ("second_hop", cfg.second_hop)):
-            if name not in passives:
-                raise ConfigError(f"{role} = {name!r} is not a passive party of this federation ({passives})")
+        self.check_parties(fed.parties)
         if cfg.on_overlap != "skip":
             overlap = len(fed.align(fed.data.ids, [cfg.second_hop]).ids)
             if overlap:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -58,6 +59,12 @@ class TrainConfig:
     # Save a checkpoint at every party after every this many epochs (0: never), where the run is given a
     # checkpoint folder (`vflo run --checkpoints DIR`); `--resume` continues from the last common one.
     checkpoint_every: int = 0
+    # An epoch is at least this many batches: a table with fewer than min_batches x batch_size training rows is
+    # cut into min_batches smaller batches. Epochs, patience and the epoch cap count passes over the rows, so
+    # without this a table of a hundred people is one optimiser step an epoch: patience is then a few noisy steps,
+    # and early stopping can keep a network that has not learned anything. 1: batch_size as given on every table
+    # (the papers' settings).
+    min_batches: int = 4
 
     def __post_init__(self) -> None:
         if not self.lr > 0:
@@ -74,6 +81,16 @@ class TrainConfig:
             raise ConfigError("train.weight_decay and train.min_delta must be non-negative")
         if self.checkpoint_every < 0:
             raise ConfigError(f"train.checkpoint_every must be 0 (never) or more epochs, got {self.checkpoint_every}")
+        if self.min_batches < 1:
+            raise ConfigError(f"train.min_batches must be at least 1 (1: batch_size on every table), got "
+                              f"{self.min_batches}")
+
+    def batch_rows(self, n_rows: int) -> int:
+        """The rows of one batch on a table of ``n_rows`` training rows: ``batch_size``, or fewer where that
+        would make an epoch less than ``min_batches`` batches."""
+        if n_rows < self.min_batches * self.batch_size:
+            return max(1, math.ceil(n_rows / self.min_batches))
+        return self.batch_size
 
 
 @dataclass
@@ -218,9 +235,10 @@ class Trainer(ABC):
         None when the step was skipped (it then counts toward neither the loss nor the rows)."""
 
     def batches(self, epoch: int) -> list[np.ndarray]:
-        """This epoch's batches: a fresh shuffle of the training rows, ``batch_size`` at a time."""
+        """This epoch's batches: a fresh shuffle of the training rows, ``batch_size`` at a time (fewer on a small
+        table: :meth:`TrainConfig.batch_rows`)."""
         perm = self.rng.permutation(self.n_train)
-        bs = self.config.batch_size
+        bs = self.config.batch_rows(self.n_train)
         return [perm[start : start + bs] for start in range(0, self.n_train, bs)]
 
     def validation_loss(self) -> float | None:

@@ -381,7 +381,8 @@ class Node:
         if kind in (SETUP, LOAD):
             self._authorize_control(message)
             self._start_run(message)
-            reply = (self._setup if kind == SETUP else self._load)(Fields(kind, message.payload), message.run)
+            reply = (self._setup if kind == SETUP else self._load)(Fields(kind, message.payload), message.run,
+                                                                    message.sender)
             self._run, self._rounds, self._run_kind = message.run, {}, kind
             self._coordinator, self._last_heard = message.sender, time.monotonic()
             return reply
@@ -391,8 +392,9 @@ class Node:
             if kind == SAVE:
                 return self._save(Fields(kind, message.payload))
             if kind == TEARDOWN:
-                logger.info("party %s: run %s of %s ended (teardown)", self.name, self._run,
-                            getattr(self.method, "name", "?"))
+                if self._run:  # a teardown with no run going on ends nothing
+                    logger.info("party %s: run %s of %s ended (teardown)", self.name, self._run,
+                                getattr(self.method, "name", "?"))
                 self.context, self.method, self._handlers, self._coordinator = None, None, {}, None
                 self._run, self._rounds, self._run_kind = "", {}, ""
                 return {}
@@ -532,10 +534,11 @@ class Node:
         state = with_release_key(method.party_state(self.context), self.context)
         sha = self._require_store().save(label=payload.text("label"), method=method.name, config=method.config_json(),
                                          model_id=payload.text("model_id"), state=state)
-        logger.info("party %s saved its part of %s (model %s)", self.name, payload["label"], payload["model_id"])
+        logger.info("party %s saved its part of %s (model %s) beside its other trainings", self.name,
+                    payload["label"], payload["model_id"])
         return {"manifest": sha}
 
-    def _load(self, payload: Fields, run: str) -> Payload:
+    def _load(self, payload: Fields, run: str, sender: str) -> Payload:
         """Set the method up from this party's saved part, ready to score (its training data is not needed)."""
         check_payload(LOAD, payload, LOAD_SPEC)
         part = self._require_store().load(label=payload.text("label"), model_id=payload.text("model_id"))
@@ -558,11 +561,11 @@ class Node:
         self.install(method, seed=payload.integer("seed"), parties=self._checked_parties(payload), run=run)
         assert self.context is not None
         method.load_party_state(self.context, take_release_key(part.state, self.context))
-        logger.info("party %s loaded its part of %s (model %s) to score with (run %s)", self.name, payload["label"],
-                    payload["model_id"], run)
+        logger.info("party %s: %s opened a scoring session (run %s) with its part of %s (model %s)", self.name,
+                    sender, run, payload["label"], payload["model_id"])
         return {"manifest": part.manifest_sha256}
 
-    def _setup(self, payload: Fields, run: str) -> Payload:
+    def _setup(self, payload: Fields, run: str, sender: str) -> Payload:
         """Install the method the coordinator proposes, with this party's own settings for its own side; reply
         with those that differ from the proposal (JSON), so the coordinator records what ran."""
         check_payload(SETUP, payload, SETUP_SPEC)
@@ -575,8 +578,11 @@ class Node:
         if payload.flag("save"):
             self._require_store()
         self.install(method, seed=payload.integer("seed"), parties=parties, run=run)
-        logger.info("party %s runs %s %s (within its policy: %s)", self.name, name, method.config_json(),
-                    self.policy.describe())
+        own = (f"; its own settings where they differ from the proposal: {json.dumps(differs, sort_keys=True)}"
+               if differs else "")
+        logger.info("party %s: %s set up %s (run %s%s)%s; within its policy (%s)", self.name, sender, name, run,
+                    ", saving its part" if payload.flag("save") else "", own, self.policy.describe())
+        logger.debug("party %s runs %s as %s", self.name, name, method.config_json())
         return {"own": json.dumps(differs, sort_keys=True)}
 
     def _checked_parties(self, payload: Fields) -> tuple[PartyInfo, ...]:
