@@ -13,16 +13,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from vflo.artifacts import sha256_of
 from vflo.errors import ConfigError
 from vflo.private import make_private, private_folder
 
 RECORD = ".vflo-written"
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def written(target: Path) -> dict[str, str]:
@@ -50,7 +45,7 @@ def conflicts(staging: Path, target: Path, *, leave: str = "") -> tuple[list[str
         there = target / rel
         if not there.exists() and not there.is_symlink():
             continue
-        if there.is_file() and not there.is_symlink() and record.get(rel) == _sha256(there):
+        if there.is_file() and not there.is_symlink() and record.get(rel) == sha256_of(there):
             own.append(rel)
         else:
             foreign.append(rel)
@@ -83,7 +78,7 @@ def publish(staging: Path, target: Path, *, overwrite: bool, command: str) -> li
     for rel in _staged(staging):
         source, there = staging / rel, target / rel
         private_folder(there.parent)
-        record[rel] = _sha256(source)
+        record[rel] = sha256_of(source)
         make_private(source)
         source.replace(there)
         placed.append(there)
