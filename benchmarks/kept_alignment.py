@@ -28,8 +28,8 @@ import numpy as np
 from benchmarks.marked import write_marked
 from benchmarks.psi_engines import people, timed_align, two_parties
 from vflo.align import spu
+from vflo.align.engines import AlignmentConfig
 from vflo.align.kept import AlignmentStore
-from vflo.federation.coordinator import AlignmentConfig
 
 MARK_BEGIN, MARK_END = "<!-- kept-alignment:begin -->", "<!-- kept-alignment:end -->"
 

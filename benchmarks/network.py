@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from vflo.align.engines import AlignmentConfig
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer
 from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials, init_certs
 from vflo.deploy import Deployment, export_federation, load_deploy_config
-from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, party_node, run_method
 from vflo.methods.local import Local

@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 import vflo
+from vflo.align.engines import AlignmentConfig
 from vflo.data.partydata import PartyData
-from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.registry import get_method

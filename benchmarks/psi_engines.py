@@ -7,7 +7,7 @@ library run on its own, on this machine in the same run (benchmark, not a test).
 
 Each party holds ``--rows`` text IDs, half of them shared. ``library P``: the library's ``psi_execute`` with
 protocol P, both sides in threads of this process, over its link on loopback, IDs from CSV files it reads
-(what a peer's user runs). ``vflo P``: ``Federation.align`` with ``[alignment] method = 'psi'`` and engine P,
+(what a peer's user runs). ``vflo P``: ``Coordinator.align`` with ``[alignment] method = 'psi'`` and engine P,
 the active party and its partner each a node of an in-process federation: vflo's messages set the intersection
 up, its link's bytes are counted by vflo's relay, and the result is vflo's alignment (which people, in which
 order, at both parties). ``vflo vflo``: vflo's own ECDH over its messages. Every run's intersection is checked
@@ -32,13 +32,14 @@ import numpy as np
 
 from benchmarks.marked import write_marked
 from vflo.align import spu
+from vflo.align.engines import AlignmentConfig
 from vflo.align.kept import AlignmentStore
 from vflo.align.link_relay import LinkRelays
 from vflo.align.linked import closing
 from vflo.align.plain import Alignment
 from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
-from vflo.federation.coordinator import AlignmentConfig, Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.registry import get_method
@@ -118,8 +119,8 @@ def two_parties(ids: tuple[np.ndarray, np.ndarray], partner: str = "passive") ->
 
 
 def timed_align(data: FederatedData, alignment: AlignmentConfig, *, asked: np.ndarray | None = None,
-                stores: dict[str, AlignmentStore] | None = None) -> tuple[float, Alignment, Federation]:
-    """One ``Federation.align`` of ``asked`` (default: every ID of the active party) with its partner, over a new
+                stores: dict[str, AlignmentStore] | None = None) -> tuple[float, Alignment, Coordinator]:
+    """One ``Coordinator.align`` of ``asked`` (default: every ID of the active party) with its partner, over a new
     in-process federation (``stores``: where the parties keep their alignments): seconds, the alignment, the
     federation. The alignment is checked against the true intersection."""
     partner = next(name for name in data.train if name != "active")
@@ -139,7 +140,7 @@ def timed_align(data: FederatedData, alignment: AlignmentConfig, *, asked: np.nd
 
 
 def through_vflo(ids: tuple[np.ndarray, np.ndarray], engine: str) -> tuple[float, int, int]:
-    """``Federation.align`` with ``engine``: seconds, people found, bytes the ledger counted for the intersection."""
+    """``Coordinator.align`` with ``engine``: seconds, people found, bytes the ledger counted for the intersection."""
     seconds, found, fed = timed_align(two_parties(ids), AlignmentConfig(method="psi", engine=engine))  # type: ignore[arg-type]
     return seconds, len(found.ids), sum(e.nbytes for e in fed.transport.ledger.entries if e.kind.startswith("align."))
 

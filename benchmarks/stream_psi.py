@@ -42,7 +42,7 @@ import numpy as np
 from benchmarks.psi_engines import two_parties
 from vflo.align import stream
 from vflo.align.kept import AlignmentStore
-from vflo.federation.coordinator import AlignmentConfig
+from vflo.align.engines import AlignmentConfig
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.registry import get_method

@@ -270,8 +270,8 @@ def _stop(work: Path, name: str, process: subprocess.Popen[bytes]) -> float:
 def deployed(name: str, paths: dict[str, Path], epochs: int, work: Path) -> dict[str, Any]:
     """One method with each party its own process over gRPC and mutual TLS (this process the bank): the bank's
     stages as in one process, and every party's peak resident memory."""
+    from vflo.align.engines import AlignmentConfig
     from vflo.deploy import Deployment, load_deploy_config
-    from vflo.federation.coordinator import AlignmentConfig
 
     shutil.rmtree(work, ignore_errors=True)  # a run's certificates and configs are its own
     work.mkdir(parents=True)

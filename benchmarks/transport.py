@@ -28,7 +28,7 @@ from vflo.comm.local import LocalTransport
 from vflo.comm.message import INT, Message, Payload
 from vflo.data.datasets import load_dataset
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
-from vflo.federation.coordinator import Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.simulation import party_node, run_method
 from vflo.methods.base import Method, MethodConfig, handles
 from vflo.methods.splitnn import SplitNN
@@ -75,10 +75,10 @@ class Ping(Method):
     def ping(self, ctx: NodeContext, payload: Payload) -> Payload:
         return {"n": payload["n"]}
 
-    def fit(self, fed: Federation) -> None:  # pragma: no cover
+    def fit(self, fed: Coordinator) -> None:  # pragma: no cover
         pass
 
-    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:  # pragma: no cover
+    def predict(self, fed: Coordinator, ids: np.ndarray) -> np.ndarray:  # pragma: no cover
         return ids
 
 
@@ -89,7 +89,7 @@ def transport_figures(repeats: int) -> dict[str, float]:
     method = Ping()
     nodes["p"].install(method, seed=0, parties=(a, p))
     nodes["a"].install(method, seed=0, parties=(a, p))
-    fed = Federation(node=nodes["a"], transport=transport, parties=(a, p), seed=0, task="binary", n_classes=2)
+    fed = Coordinator(node=nodes["a"], transport=transport, parties=(a, p), seed=0, task="binary", n_classes=2)
     per_round = timeit(lambda: fed.request("p", "ping.ping", {"n": 1}), repeats, 2000)
     big = np.zeros((128, 256), np.float32)  # one SplitNN activation batch
 

@@ -32,10 +32,10 @@ import numpy as np
 from benchmarks.marked import write_marked
 from benchmarks.psi_engines import timed_align, two_parties
 from vflo.align import spu
+from vflo.align.engines import AlignmentConfig
 from vflo.align.ids import digest
 from vflo.align.kept import AlignmentStore
 from vflo.data.layout import FederatedData
-from vflo.federation.coordinator import AlignmentConfig
 
 MARK_BEGIN, MARK_END = "<!-- unbalanced-psi:begin -->", "<!-- unbalanced-psi:end -->"
 

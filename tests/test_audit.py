@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tests.test_methods import data_for, quick
+from vflo.align.engines import AlignmentConfig
 from vflo.audit import deployable, handler_infos
 from vflo.comm.message import Message
 from vflo.data.layout import FederatedData
-from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
 

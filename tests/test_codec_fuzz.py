@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_methods import data_for, quick
+from vflo.align.engines import AlignmentConfig
 from vflo.comm.codec import _PREFIX, _decode, decode, encode
 from vflo.comm.message import Message
 from vflo.errors import CodecError
-from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method, method_names
 

@@ -166,7 +166,13 @@ def test_a_host_with_features_is_its_own_guest() -> None:
     assert accuracy["use"] > accuracy["ignore"] + 0.05, accuracy
 
 
-def test_a_host_with_features_resumes_and_saves_its_bottom(tmp_path: Path) -> None:
+@pytest.mark.parametrize("counters", ["arrays", "json text"])
+def test_a_host_with_features_resumes_and_saves_its_bottom(tmp_path: Path, counters: str) -> None:
+    """Resumed from its checkpoint, the run ends as the uninterrupted one; the host's fault counters are kept as
+    arrays, and a checkpoint that holds them as one JSON text (as vflo wrote them before) resumes alike."""
+    import json
+
+    from vflo.artifacts import CheckpointStore
     from vflo.nn.train import CheckpointPlan
 
     data = _host_with_features()
@@ -183,10 +189,25 @@ def test_a_host_with_features_resumes_and_saves_its_bottom(tmp_path: Path) -> No
     with pytest.raises(ProtocolError, match="killed"):
         run_method(get_method("entity_augmentation")(**settings), data, seed=2, observers=(killer,),
                    checkpoint=(tmp_path, CheckpointPlan(run="r")))
+    store = CheckpointStore(tmp_path, party="host", role="active")
+    assert store.epochs("r")
+    for epoch in store.epochs("r"):
+        state = store.load("r", epoch)
+        assert "counters" not in state and state["counters.guests"].tolist() == ["g"]
+        assert state["counters.reuses"].dtype == np.int64 and int(state["counters.skipped"]) == 0
+        # Counts no fault-free run reaches, which the resumed run must carry on from.
+        if counters == "json text":
+            for key in ("counters.guests", "counters.reuses", "counters.skipped"):
+                del state[key]
+            state["counters"] = json.dumps({"reuses": {"g": 5}, "skipped": 2})
+        else:
+            state |= {"counters.reuses": np.asarray([5], dtype=np.int64), "counters.skipped": 2}
+        store.save("r", epoch, state)
     resumed = run_method(get_method("entity_augmentation")(**settings), data, seed=2,
                          checkpoint=(tmp_path, CheckpointPlan(run="r", resume=True)))
     assert "resumed_after_epoch" in resumed.stats
     assert np.array_equal(resumed.scores, reference.scores)  # the host's own walk and bottom resumed bit for bit
+    assert (resumed.stats["reused_activations"], resumed.stats["skipped_steps"]) == (5.0, 2.0)
 
 
 def test_bad_networks() -> None:

@@ -12,6 +12,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from tests.conftest import PARTY_SEEDS, own_sections, vertical_split
+from vflo.align.engines import DEPLOYED_ALIGNMENT
 from vflo.cli import main
 from vflo.comm.codec import decode
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer, pack_frames, unpack_frames
@@ -39,7 +40,6 @@ from vflo.errors import (
     RemoteError,
     TransportError,
 )
-from vflo.federation.coordinator import DEPLOYED_ALIGNMENT
 from vflo.federation.simulation import party_node, run_method
 from vflo.methods.registry import get_method
 from vflo.roles import PartyInfo

@@ -13,12 +13,13 @@ import pytest
 
 from tests.conftest import make_dataset, two_party_spec
 from vflo.align import kept
+from vflo.align.engines import AlignmentConfig
 from vflo.align.kept import AlignmentStore
 from vflo.align.plain import Aligned
 from vflo.comm.message import Message
 from vflo.data.layout import FederatedData
 from vflo.errors import RemoteError
-from vflo.federation.coordinator import AlignmentConfig, Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
@@ -32,7 +33,7 @@ def split() -> FederatedData:
 
 
 def federation(data: FederatedData, root: Path, *, mode: str = "both", keeping: tuple[str, ...] = ("act", "pas"),
-               reuse: bool = True, seen: list[Message] | None = None) -> tuple[Federation, dict[str, Node]]:
+               reuse: bool = True, seen: list[Message] | None = None) -> tuple[Coordinator, dict[str, Node]]:
     method = get_method("local")()
     observers = () if seen is None else (seen.append,)
     fed, nodes = build_federation(data, method, seed=0, observers=observers,

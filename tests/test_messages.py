@@ -381,7 +381,7 @@ def test_a_partner_refused_for_its_certificate_gets_no_resume_advice(
 def test_align_help_states_the_threshold_auto_uses(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from vflo.federation import coordinator
+    from vflo.align import engines
 
     def shown() -> str:
         with pytest.raises(SystemExit) as done:
@@ -389,8 +389,8 @@ def test_align_help_states_the_threshold_auto_uses(
         assert done.value.code == 0
         return " ".join(capsys.readouterr().out.split())
 
-    assert f"at least {coordinator.AUTO_LIBRARY_FROM:,} IDs" in shown()
-    monkeypatch.setattr(coordinator, "AUTO_LIBRARY_FROM", 12_345)  # the constant's value, not a copy of it
+    assert f"at least {engines.AUTO_LIBRARY_FROM:,} IDs" in shown()
+    monkeypatch.setattr(engines, "AUTO_LIBRARY_FROM", 12_345)  # the constant's value, not a copy of it
     text = shown()
     assert "the PSI library's RR22 where the active party asks about at least 12,345 IDs" in text
     assert "vflo's own ECDH otherwise" in text

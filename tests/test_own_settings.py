@@ -157,12 +157,13 @@ def test_a_coordinator_that_proposes_other_settings_changes_nothing_at_the_parti
     attack = adversarial(name, honest, data.train[data.parties[1].name].n_features)
     assert party_section(cls, "passive", attack.config_json()) != party_section(cls, "passive", honest.config_json())
     fed, nodes = build_federation(data, attack, seed=1, party_config=honest)
-    Session(fed).start(attack)
+    session = Session(fed)
+    session.start(attack)
     for party in fed.names("passive"):
         ran = nodes[party].method.config_json()  # type: ignore[union-attr]
         assert party_section(cls, "passive", ran) == party_section(cls, "passive", honest.config_json())
-        assert fed.party_settings[party]  # each said what it ran instead
-    Session(fed).teardown()
+        assert session.party_settings[party]  # each said what it ran instead
+    session.teardown()
 
 
 def test_a_setup_over_the_wire_runs_the_partys_own_and_says_so() -> None:

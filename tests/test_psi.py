@@ -7,12 +7,12 @@ import pytest
 
 from tests.conftest import make_dataset, vertical_split
 from vflo.align import psi
+from vflo.align.engines import AlignmentConfig
 from vflo.align.plain import Aligned
 from vflo.align.psi import blind, hash_ids, new_key
 from vflo.comm.message import Message
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import DataError, RemoteError
-from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method

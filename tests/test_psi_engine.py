@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_dataset
-from vflo.align import spu, spu_side
+from vflo.align import engines, spu, spu_side
+from vflo.align.engines import AlignmentConfig
 from vflo.align.ids import check_unique, tagged, tagged_array
 from vflo.align.link_relay import LinkRelays, LinkTLS
 from vflo.align.linked import closing
@@ -24,8 +25,6 @@ from vflo.comm.message import Message
 from vflo.comm.pki import create_ca, make_request, sign_request
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, DataError, ProtocolError, RemoteError
-from vflo.federation import coordinator
-from vflo.federation.coordinator import AlignmentConfig
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
@@ -116,7 +115,7 @@ def test_a_method_trains_the_same_on_either_psi() -> None:
 @needs_library
 def test_a_partner_runs_only_the_protocols_its_policy_names_and_auto_falls_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(coordinator, "AUTO_LIBRARY_FROM", 0)  # auto asks for the library however few the IDs
+    monkeypatch.setattr(engines, "AUTO_LIBRARY_FROM", 0)  # auto asks for the library however few the IDs
     data = _layout(1).materialize()
     for engine, expect in (("rr22", "refused"), ("auto", "vflo")):
         method = get_method("local")()
@@ -139,7 +138,7 @@ def test_auto_runs_the_library_from_a_size_and_vflos_own_below_it(monkeypatch: p
     data = _layout(1).materialize()
     ids = data.train["a"].ids
     for threshold, expect in ((len(ids) + 1, "vflo"), (len(ids), "rr22")):
-        monkeypatch.setattr(coordinator, "AUTO_LIBRARY_FROM", threshold)
+        monkeypatch.setattr(engines, "AUTO_LIBRARY_FROM", threshold)
         method = get_method("local")()
         seen: list[Message] = []
         fed, _ = build_federation(data, method, seed=0, observers=(seen.append,),
@@ -168,7 +167,7 @@ def test_bad_engine_settings_are_refused_with_the_choices() -> None:
     with pytest.raises(ConfigError, match="choose 'vflo', 'auto', 'rr22'"):
         AlignmentConfig(method="psi", engine="rr23")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="psi_protocols names \\['rr23'\\]"):
-        Policy(psi_protocols=("rr23",))
+        engines.check_policy(Policy(psi_protocols=("rr23",)))
     with pytest.raises(ConfigError, match="is not HOST:PORT"):
         Policy(psi_link="7000")
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import PARTY_SEEDS, vertical_split
+from vflo.align.engines import DEPLOYED_ALIGNMENT, AlignmentConfig
 from vflo.comm.tls import init_certs
 from vflo.deploy import (
     DataConfig,
@@ -30,7 +31,6 @@ from vflo.deploy.party import RunningParty
 from vflo.dp import DEFAULT_BUDGET, GaussianNoise, PrivacyAccount, PrivacyBudget, gdp_epsilon
 from vflo.errors import ConfigError, PrivacyBudgetError, RefusedError, RemoteError
 from vflo.experiments.config import load_deployment_experiment
-from vflo.federation.coordinator import DEPLOYED_ALIGNMENT, AlignmentConfig
 from vflo.methods.registry import get_method
 from vflo.methods.split_learning import Bottom
 from vflo.nn.train import TrainConfig

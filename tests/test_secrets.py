@@ -24,7 +24,7 @@ from vflo.data.partydata import PartyData
 from vflo.deploy import DataConfig, DeployConfig, Deployment, PartyConfig, PeerConfig, PeerEntry, TLSConfig, start_party
 from vflo.dp import GaussianNoise, PrivacyAccount, PrivacyBudget, RowNoise
 from vflo.errors import RemoteError
-from vflo.federation.coordinator import Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.base import Method
@@ -39,7 +39,7 @@ NOISE = GaussianNoise(clip=1.0, noise_multiplier=1.0)
 
 
 def fitted(method: Method, data: FederatedData, *, seed: int = 0, party_seeds: dict[str, int] | None = None,
-           seen: list[Message] | None = None) -> tuple[Federation, dict[str, Node]]:
+           seen: list[Message] | None = None) -> tuple[Coordinator, dict[str, Node]]:
     observers = () if seen is None else (seen.append,)
     fed, nodes = build_federation(data, method, seed=seed, party_seeds=party_seeds, observers=observers)
     Session(fed).start(method)

@@ -257,10 +257,10 @@ def test_a_helper_process_reports_its_failure_and_ends_with_its_pipe() -> None:
 
     helper = Helper()
     try:
-        with pytest.raises(HelperError, match="no_such_call: KeyError"):
-            helper.call("no_such_call")
-        with pytest.raises(HelperError, match="sum_rows: KeyError"):  # nothing held yet: a clear error, not a hang
-            helper.call("sum_rows", np.arange(3))
+        with pytest.raises(HelperError, match="no_such_call: HelperError: vflo.trees.crypto registers no helper"):
+            helper.call(("vflo.trees.crypto", "no_such_call"))
+        with pytest.raises(HelperError, match="sb.sum_rows: HelperError: this worker holds no evaluator"):
+            helper.call(crypto.sum_rows, np.arange(3))  # nothing held yet: a clear error, not a hang
     finally:
         helper.close()
     assert helper._process.returncode == 0

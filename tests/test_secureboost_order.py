@@ -12,7 +12,7 @@ import pytest
 
 from tests.test_secureboost import _blocks
 from vflo.errors import ProtocolError, RefusedError, RemoteError
-from vflo.federation.coordinator import Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
@@ -153,7 +153,7 @@ def test_shuffled_candidates_grow_the_trees_of_unshuffled_ones(monkeypatch: pyte
 class Attack:
     """A label holder that speaks to partner p1 directly: the protocol's messages, in an order of its choosing."""
 
-    fed: Federation
+    fed: Coordinator
     nodes: dict[str, Node]
     rows: np.ndarray
 

@@ -238,7 +238,7 @@ def test_handlers_declare_who_may_send_them() -> None:
 def test_a_party_that_requires_psi_refuses_plain_alignment_and_runs_with_psi() -> None:
     """[policy] alignment = 'psi': a plain alignment request (guessed IDs, any split) is refused, naming the
     setting and the fix; the same method aligned by PSI runs."""
-    from vflo.federation.coordinator import AlignmentConfig
+    from vflo.align.engines import AlignmentConfig
 
     data = data_for("splitnn")
     for alignment, refused in ((None, True), (AlignmentConfig(method="psi"), False)):

@@ -277,3 +277,36 @@ def test_ascii_text_places_every_block_of_rows() -> None:
     assert text is not None and text.tolist() == column.to_pylist()
     assert files.ascii_text(pa.array(["é"])) is None
 
+
+
+def test_two_parties_in_one_process_each_keep_matrices_by_their_own_spill_setting(tmp_path: Path) -> None:
+    """Two fake parties, as in simulation: each handles its messages under its own [spill], one inside the other's
+    handler (a call in one process) and both at once from two threads; outside them the process's default holds."""
+    import threading
+
+    default = spill.current()
+    own = {"a": SpillConfig(limit_mb=0, folder=str(tmp_path / "a")), "b": SpillConfig(limit_mb=-1)}
+    seen: dict[str, list[tuple[int, bool]]] = {"a": [], "b": []}
+    both_inside = threading.Barrier(2, timeout=30)
+
+    def handle(party: str, *, then: str | None = None, wait: bool = False) -> None:
+        with spill.using(own[party]):
+            sink = RowSink(4, 3, np.float32, what=f"{party}'s rows")
+            sink.write(np.ones((4, 3), dtype=np.float32))
+            if wait:
+                both_inside.wait()
+            if then is not None:
+                handle(then)
+            seen[party].append((spill.current().limit_mb, isinstance(sink.finish(), DiskRows)))
+
+    handle("a", then="b")
+    assert seen == {"a": [(0, True)], "b": [(-1, False)]} and spill.current() is default
+    threads = [threading.Thread(target=handle, args=(p,), kwargs={"wait": True}) for p in own]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert seen == {"a": [(0, True)] * 2, "b": [(-1, False)] * 2} and spill.current() is default
+    assert not (tmp_path / "b").exists()  # b keeps every matrix in memory; a's files went with its matrices
+    with spill.using(None):
+        assert spill.current() is default

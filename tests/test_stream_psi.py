@@ -17,13 +17,13 @@ from vflo.align.kept import AlignmentStore
 from vflo.comm.message import Message
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, DataError, ProtocolError, RemoteError
-from vflo.federation.coordinator import Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.registry import get_method
 
 
-def federation(root: Path, partner_file: Path | None, seen: list[Message] | None = None) -> Federation:
+def federation(root: Path, partner_file: Path | None, seen: list[Message] | None = None) -> Coordinator:
     # The parties' rows in memory do not matter here: streaming PSI reads their files.
     ds = make_dataset(n=60, n_features=4)
     spec = ScenarioSpec(parties=(PartySpec(name="a", role="active", n_columns=2), PartySpec(name="b", n_columns=2)),

@@ -12,7 +12,7 @@ from vflo.comm.local import LocalTransport
 from vflo.comm.message import INT, Message, Payload, Reply, floats
 from vflo.data.partydata import PartyData
 from vflo.errors import PayloadError, ProtocolError, RemoteError
-from vflo.federation.coordinator import Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import party_node
 from vflo.methods.base import Method, MethodConfig, handles
@@ -66,14 +66,14 @@ class Echo(Method):
     def fail(self, ctx: NodeContext, payload: Payload) -> Payload:
         raise ValueError("boom")
 
-    def fit(self, fed: Federation) -> None:  # pragma: no cover - not used
+    def fit(self, fed: Coordinator) -> None:  # pragma: no cover - not used
         pass
 
-    def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:  # pragma: no cover - not used
+    def predict(self, fed: Coordinator, ids: np.ndarray) -> np.ndarray:  # pragma: no cover - not used
         return ids
 
 
-def _federation(monkeypatch: pytest.MonkeyPatch, ledger: Ledger | None = None) -> tuple[Federation, dict[str, Node]]:
+def _federation(monkeypatch: pytest.MonkeyPatch, ledger: Ledger | None = None) -> tuple[Coordinator, dict[str, Node]]:
     from vflo.methods import registry
 
     monkeypatch.setitem(registry._METHODS, "echo", f"{__name__}:Echo")
@@ -83,7 +83,7 @@ def _federation(monkeypatch: pytest.MonkeyPatch, ledger: Ledger | None = None) -
     nodes = {"a": party_node(ACTIVE, own, peers=parties), "p": party_node(PASSIVE, other, peers=parties),
              "r": party_node(RELAY, peers=parties)}
     transport = LocalTransport(nodes, ledger=ledger)
-    fed = Federation(node=nodes["a"], transport=transport, parties=(ACTIVE, PASSIVE, RELAY), seed=1,
+    fed = Coordinator(node=nodes["a"], transport=transport, parties=(ACTIVE, PASSIVE, RELAY), seed=1,
                      task="binary", n_classes=2)
     Session(fed).start(Echo(scale=3.0))
     return fed, nodes

@@ -12,13 +12,14 @@ import pytest
 
 from tests.conftest import make_dataset
 from vflo.align import spu
+from vflo.align.engines import AlignmentConfig
 from vflo.align.kept import AlignmentStore
 from vflo.align.plain import Aligned
 from vflo.comm.message import Message
 from vflo.data.layout import FederatedData
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError, RemoteError
-from vflo.federation.coordinator import AlignmentConfig, Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.registry import get_method
@@ -38,7 +39,7 @@ def unbalanced_split() -> FederatedData:
 
 
 def federation(data: FederatedData, root: Path | None, *, mode: str = "both", engine: str = "unbalanced",
-               reuse: bool = False, seen: list[Message] | None = None) -> tuple[Federation, dict[str, Node]]:
+               reuse: bool = False, seen: list[Message] | None = None) -> tuple[Coordinator, dict[str, Node]]:
     method = get_method("local")()
     stores = None if root is None else {p: AlignmentStore(root / p, p) for p in ("a", "big")}
     fed, nodes = build_federation(data, method, seed=0, observers=() if seen is None else (seen.append,),

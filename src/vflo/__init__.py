@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 from vflo.version import __version__
 
 if TYPE_CHECKING:
+    from vflo.align.engines import AlignmentConfig
     from vflo.api import FittedModel, SavedModel, evaluate, fit, load, run_experiment, split
     from vflo.data.datasets import Dataset, load_dataset
     from vflo.data.layout import FederatedData, Layout
     from vflo.data.partydata import PartyData
     from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
     from vflo.errors import VfloError
-    from vflo.federation.coordinator import AlignmentConfig
     from vflo.methods.registry import method_names
 
 _EXPORTS = {

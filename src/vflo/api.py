@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from vflo.align.engines import AlignmentConfig
 from vflo.align.kept import AlignmentStore
 from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.data.layout import Count, FederatedData, Layout
@@ -33,7 +34,7 @@ from vflo.errors import ConfigError
 from vflo.experiments.config import ExperimentConfig, load_config, parse_config
 from vflo.experiments.protocols import Holdout, TestFrom
 from vflo.experiments.runner import ExperimentResult
-from vflo.federation.coordinator import AlignmentConfig, Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, give_stores, save_model
 from vflo.methods.base import Method
@@ -80,7 +81,7 @@ class FittedModel:
 
     method: Method
     data: FederatedData
-    federation: Federation = field(repr=False)
+    federation: Coordinator = field(repr=False)
     nodes: Mapping[str, Node] = field(repr=False)
     fit_seconds: float
     fit_entries: int

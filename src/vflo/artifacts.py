@@ -334,7 +334,7 @@ class CheckpointStore:
     """
 
     #: Checkpoints a party keeps of one run: the newest ones. A coordinator asking for checkpoints at epochs of its
-    #: choosing (25 of them wrote 38 MB at a lab) fills no more than this many slots.
+    #: choosing (each a whole copy of the party's state, on the party's disk) fills no more than this many slots.
     KEEP = 3
 
     def __init__(self, root: Path, *, party: str, role: str, keep: int = KEEP) -> None:

@@ -35,7 +35,7 @@ def handler_infos(method: str | None = None) -> dict[str, HandlerInfo]:
     """Every kind a party may be asked, with its declaration: control, alignment, and ``method``'s (or every
     deployable method's)."""
     infos: dict[str, HandlerInfo] = dict(CONTROL_INFO)
-    infos |= {kind: info for kind, (info, _) in ALIGNMENT.handler_table().items()}
+    infos |= {kind: info for handlers in ALIGNMENT for kind, (info, _) in handlers.handler_table().items()}
     for name in [method] if method else deployable():
         infos |= {kind: info for kind, (info, _) in get_method(name).handler_table().items()}
     return infos

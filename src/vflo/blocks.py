@@ -1,10 +1,10 @@
 """Scoring many rows a block at a time, the blocks spread over worker threads.
 
-APC-VFL's student (24 -> 256 -> 256, SELU) scored a million rows in 2.4 s as one PyTorch call per 100,000 rows on
-this project's 2-core machine, most of it passes over 100 MB intermediates that do not fit in a cache; its
-classifier took 1.1 s more, most of it copying the latents to float64. A block of :data:`BLOCK` rows keeps every
-intermediate in the cache; each worker runs whole blocks with one thread of its own (PyTorch and BLAS release the
-GIL): 1.0 s and 0.15 s.
+In one PyTorch call per 100,000 rows, APC-VFL's student (24 -> 256 -> 256, SELU) spends most of its time passing
+over 100 MB intermediates that do not fit in a cache, and its classifier most of its own copying the latents to
+float64. A block of :data:`BLOCK` rows keeps every intermediate in the cache; each worker runs whole blocks with one
+thread of its own (PyTorch and BLAS release the GIL). ``python -m benchmarks.executor`` times scoring by blocks with
+one worker and with every core (its table is in docs/deploy.md).
 
 One thread per block also keeps the numbers: PyTorch's single-threaded matrix products give a block's rows what
 one single-threaded pass over all rows gives them, however many workers there are (NumPy's BLAS does not: a row's

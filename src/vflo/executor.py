@@ -1,34 +1,47 @@
-"""Where a party's data-parallel work runs: its PSI blinding and hashing, and the blocks of rows its encoders and
-classifiers score (:func:`in_blocks`).
+"""Where a party's data-parallel work runs: its PSI blinding and hashing, SecureBoost's bin sums and decryption,
+and the blocks of rows its encoders and classifiers score (:func:`in_blocks`).
 
 One interface, two kinds:
 
-- ``processes`` (the default): this host's cores. Blinding goes to the party's helper processes
-  (:mod:`vflo.helpers`), scoring to worker threads of its own process.
+- ``processes`` (the default): this host's cores. Blinding, bin sums and decryption go to the party's helper
+  processes (:mod:`vflo.helpers`), scoring to worker threads of its own process.
 - ``ray``: a Ray cluster the party runs (``address``: ``""`` starts one on this host, ``"auto"`` joins the one
-  this host belongs to, ``"ray://HOST:PORT"`` a remote one). Blinding and scoring go to Ray tasks; what they
+  this host belongs to, ``"ray://HOST:PORT"`` a remote one). Blinding and scoring go to Ray tasks, bin sums and
+  decryption to Ray actors (each holds a tree's ciphertexts, or the key, as a helper process does); what they
   compute is the same, bit for bit (each block of rows scored on one thread, as locally).
 
-A party sets it in its own config (``[executor]`` in PARTY.toml or ``[active.executor]`` in deploy.toml); it is
-the party's process's setting, as its cores are. Nothing here crosses to another party: the cluster is the
-party's own, and it sees only what the party computes on anyway.
+What a worker may run is what :func:`vflo.helpers.call` registered, wherever it runs.
+
+A party sets it in its own config (``[executor]`` in PARTY.toml or ``[active.executor]`` in deploy.toml). It is the
+party's setting, not its process's: a party's node makes the party's executor current (:func:`using`) around each
+message it handles, and the coordinating party around its own training and scoring, so parties that share a
+process (in simulation) each use their own. :func:`configure` sets the process's default, for code run outside
+any party. Nothing here crosses to another party: the cluster is the party's own, and it sees only what the party
+computes on anyway (with SecureBoost, the label holder's secret key reaches its own decrypting actors in Ray's task
+messages: use Ray's TLS for a cluster of several hosts).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from vflo.blocks import BLOCK, run_here
 from vflo.errors import ConfigError
+from vflo.helpers import HelperError, HelperPool, Target, perform, perform_map, registration, shared_pool
 
 logger = logging.getLogger(__name__)
+
+#: An argument this large goes once into a Ray cluster's object store for all the actors it is broadcast to.
+SHARE_FROM = 1 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,8 +62,33 @@ class ExecutorConfig:
             raise ConfigError("[executor] address names a Ray cluster: set kind = 'ray' too, or leave address out")
 
 
+class WorkerGroup(Protocol):
+    """Workers that keep state between calls (a helper process each, or a Ray actor each): set each up with the
+    same call (:meth:`broadcast`), then give each its own share (:meth:`send`, then :meth:`receive`). Every call
+    is a registered one (:func:`vflo.helpers.call`); :meth:`close` ends the workers and what they hold."""
+
+    @property
+    def size(self) -> int: ...
+
+    def broadcast(self, fn: Callable[..., Any], *args: Any) -> list[Any]: ...
+
+    def send(self, i: int, fn: Callable[..., Any], *args: Any) -> None: ...
+
+    def receive(self, i: int) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+def cores() -> int:
+    """The cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 class Executor:
-    """This host's cores: helper processes for named calls, threads for row blocks."""
+    """This host's cores: helper processes for registered calls, threads for row blocks."""
 
     kind = "processes"
 
@@ -59,17 +97,21 @@ class Executor:
 
     @property
     def workers(self) -> int:
-        return self.configured or (os.cpu_count() or 1)
+        return self.configured or cores()
 
-    def submit(self, name: str, head: Sequence[Any], chunks: Sequence[Any], *,
+    def submit(self, fn: Callable[..., Any], head: Sequence[Any], chunks: Sequence[Any], *,
                workers: int) -> Callable[[], list[Any]]:
-        """Start ``name(*head, chunk)`` (a call :data:`vflo.helpers.CALLS` names) for every chunk over ``workers``;
-        call the result for their results, in order. The caller holds :data:`vflo.helpers.SHARED_USE`."""
-        from vflo.helpers import shared_pool
-
+        """Start ``fn(*head, chunk)`` (a registered call: :func:`vflo.helpers.call`) for every chunk over
+        ``workers``; call the result for their results, in order. The caller holds :data:`vflo.helpers.SHARED_USE`."""
+        registration(fn)
         pool = shared_pool(workers)
-        job = pool.submit(name, head, chunks)
+        job = pool.submit(fn, head, chunks)
         return lambda: pool.result(job)
+
+    def group(self, size: int) -> WorkerGroup:
+        """``size`` workers of this party's own, each keeping what it is given (:class:`WorkerGroup`): helper
+        processes of its own, not the shared ones (what they hold, a key among it, ends with them)."""
+        return HelperPool(size)
 
     def rows(self, fn: Callable[[np.ndarray], Any], X: np.ndarray, width: int, dtype: Any) -> np.ndarray | None:
         """``fn`` over blocks of ``X``'s rows elsewhere, or None to run them in this process's threads."""
@@ -80,7 +122,7 @@ class Executor:
 
 
 class RayExecutor(Executor):
-    """A Ray cluster's CPUs: named calls and row blocks as Ray tasks."""
+    """A Ray cluster's CPUs: registered calls and row blocks as Ray tasks, stateful workers as Ray actors."""
 
     kind = "ray"
 
@@ -101,26 +143,29 @@ class RayExecutor(Executor):
             if address:
                 options["address"] = address
             else:  # a cluster of this host alone, sized as asked
-                options |= {"num_cpus": workers or (os.cpu_count() or 1), "object_store_memory": 256 * 2**20}
+                options |= {"num_cpus": workers or cores(), "object_store_memory": 256 * 2**20}
             ray.init(**options)
             self._started = True
         self._map = ray.remote(num_cpus=1)(_ray_map)
         self._blocks = ray.remote(num_cpus=1)(_ray_blocks)
+        # An actor needs a free CPU to be placed but holds none while it lives (Ray's default for actors): the
+        # actors of parties sharing one cluster in simulation never wait for each other's to end.
+        self._actor = ray.remote(_RayWorker)
 
     @property
     def workers(self) -> int:
-        return self.configured or max(1, int(self._ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]
+        return self.configured or max(1, int(self._ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]  # ray's API is untyped
 
-    def submit(self, name: str, head: Sequence[Any], chunks: Sequence[Any], *,
+    def submit(self, fn: Callable[..., Any], head: Sequence[Any], chunks: Sequence[Any], *,
                workers: int) -> Callable[[], list[Any]]:
-        from vflo.helpers import CALLS
-
-        if name not in CALLS:
-            raise ConfigError(f"no executor call named {name!r}")
+        target = registration(fn).target
         per = -(-len(chunks) // workers) if chunks else 1
         head_ref = self._ray.put(tuple(head))
-        refs = [self._map.remote(name, head_ref, list(chunks[i:i + per])) for i in range(0, len(chunks), per)]
+        refs = [self._map.remote(target, head_ref, list(chunks[i:i + per])) for i in range(0, len(chunks), per)]
         return lambda: [r for part in self._ray.get(refs) for r in part]
+
+    def group(self, size: int) -> WorkerGroup:
+        return _RayGroup(self._ray, [self._actor.remote() for _ in range(size)])
 
     def rows(self, fn: Callable[[np.ndarray], Any], X: np.ndarray, width: int, dtype: Any) -> np.ndarray | None:
         blocks = -(-X.shape[0] // BLOCK)
@@ -137,10 +182,66 @@ class RayExecutor(Executor):
             self._started = False
 
 
-def _ray_map(name: str, head: tuple[Any, ...], chunks: list[Any]) -> list[Any]:
-    from vflo.helpers import _map
+class _RayWorker:
+    """A Ray actor running registered calls, with a state of its own between them (as a helper process has)."""
 
-    return _map(name, head, chunks)
+    def __init__(self) -> None:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        self.state: dict[str, Any] = {}
+
+    def call(self, target: Target, *args: Any) -> Any:
+        return perform(target, args, self.state)
+
+
+class _RayGroup:
+    """Ray actors as a :class:`WorkerGroup`."""
+
+    def __init__(self, ray: Any, actors: list[Any]) -> None:
+        self._ray = ray
+        self._actors = actors
+        self._pending: list[Any] = [None] * len(actors)
+
+    @property
+    def size(self) -> int:
+        return len(self._actors)
+
+    def _get(self, refs: Any) -> Any:
+        try:
+            return self._ray.get(refs)
+        except self._ray.exceptions.RayError as exc:
+            raise HelperError(f"a Ray worker of this party failed: {exc}") from exc
+
+    def broadcast(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        target = registration(fn).target
+        # A large argument (a tree's ciphertexts) goes into the object store once, not once per actor.
+        shared = tuple(self._ray.put(a) if _nbytes(a) >= SHARE_FROM else a for a in args)
+        out: list[Any] = self._get([actor.call.remote(target, *shared) for actor in self._actors])
+        return out
+
+    def send(self, i: int, fn: Callable[..., Any], *args: Any) -> None:
+        self._pending[i] = self._actors[i].call.remote(registration(fn).target, *args)
+
+    def receive(self, i: int) -> Any:
+        ref, self._pending[i] = self._pending[i], None
+        if ref is None:
+            raise HelperError(f"nothing was sent to Ray worker {i} to receive")
+        return self._get(ref)
+
+    def close(self) -> None:
+        for actor in self._actors:
+            with contextlib.suppress(Exception):  # an actor already gone, or its cluster shut down
+                self._ray.kill(actor)
+        self._actors, self._pending = [], []
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    return int(value.nbytes) if isinstance(value, np.ndarray) else 0
+
+
+def _ray_map(target: Target, head: tuple[Any, ...], chunks: list[Any]) -> list[Any]:
+    return perform_map(target, head, chunks, {})
 
 
 def _ray_blocks(fn: Callable[[np.ndarray], Any], X: np.ndarray, width: int, dtype: str) -> np.ndarray:
@@ -150,37 +251,64 @@ def _ray_blocks(fn: Callable[[np.ndarray], Any], X: np.ndarray, width: int, dtyp
     return run_here(fn, X, width, np.dtype(dtype))
 
 
-class _Current:
-    """This process's executor, set once by its party's config and read by whatever runs bulk work."""
+def make(config: ExecutorConfig | None) -> Executor:
+    """A new executor as ``config`` says (None: this host's cores); whoever makes one closes it."""
+    if config is None or config.kind == "processes":
+        return Executor(0 if config is None else config.workers)
+    made = RayExecutor(config.address, config.workers)
+    logger.info("this party's bulk work runs on Ray: %d workers", made.workers)
+    return made
+
+
+class _Default:
+    """The process's executor, for code run outside any party's (:func:`configure`)."""
 
     def __init__(self) -> None:
         self.executor: Executor | None = None
         self.lock = threading.Lock()
 
 
-_CURRENT = _Current()
+_DEFAULT = _Default()
+#: The party's executor, where a party's code runs (:func:`using`): a context variable, so each thread, and each
+#: party's handler however nested in another's (as calls are in one process), sees its own party's.
+_PARTY: ContextVar[Executor | None] = ContextVar("vflo_party_executor", default=None)
 
 
 def current() -> Executor:
-    """This process's executor (this host's cores unless :func:`configure` set another)."""
-    with _CURRENT.lock:
-        if _CURRENT.executor is None:
-            _CURRENT.executor = Executor()
-        return _CURRENT.executor
+    """The executor of the party whose code runs here (:func:`using`), else the process's (this host's cores
+    unless :func:`configure` set another)."""
+    party = _PARTY.get()
+    if party is not None:
+        return party
+    with _DEFAULT.lock:
+        if _DEFAULT.executor is None:
+            _DEFAULT.executor = Executor()
+        return _DEFAULT.executor
+
+
+@contextlib.contextmanager
+def using(executor: Executor | None) -> Iterator[Executor]:
+    """``executor`` as the current one (:func:`current`) for the code run inside, in this thread and context
+    alone: a party's node enters it around each message it handles. None changes nothing (the current one
+    stays). The executor is not closed on leaving: its owner closes it."""
+    if executor is None:
+        yield current()
+        return
+    token = _PARTY.set(executor)
+    try:
+        yield executor
+    finally:
+        _PARTY.reset(token)
 
 
 def configure(config: ExecutorConfig | None) -> Executor:
-    """Make ``config`` this process's executor (None: this host's cores); the one it replaces is closed."""
-    if config is None or config.kind == "processes":
-        made = Executor(0 if config is None else config.workers)
-    else:
-        made = RayExecutor(config.address, config.workers)
-    with _CURRENT.lock:
-        old, _CURRENT.executor = _CURRENT.executor, made
+    """Make ``config`` the process's default executor (None: this host's cores), for code run outside any
+    party's :func:`using`; the one it replaces is closed."""
+    made = make(config)
+    with _DEFAULT.lock:
+        old, _DEFAULT.executor = _DEFAULT.executor, made
     if old is not None and old is not made:
         old.close()
-    if made.kind == "ray":
-        logger.info("this party's bulk work runs on Ray: %d workers", made.workers)
     return made
 
 

@@ -5,8 +5,10 @@ A helper is a fresh Python running :func:`serve`, started rather than forked: a 
 or PyTorch's threads may hang (a forked PSI worker of a party serving over gRPC was seen waiting forever on a
 lock its parent's threads held), and ``multiprocessing``'s spawn re-runs the caller's script, which breaks
 scripts without an ``if __name__ == "__main__"`` guard. It reads calls from its stdin and writes their results
-to its stdout, length-prefixed pickles between a party and its own children, and runs only the functions
-:data:`CALLS` names. It ends when its stdin closes.
+to its stdout, length-prefixed pickles between a party and its own children, and runs only the functions that
+their own modules register with :func:`call` (``@call("psi.blind")`` where the function is defined). A call names
+its module and its registered name; the helper imports that module (vflo's own, nothing else) and runs what it
+registered under that name, and refuses anything else. It ends when its stdin closes.
 
 A helper runs in Python's isolated mode (:func:`isolated_command`): neither the party's working folder nor
 ``PYTHONPATH`` nor the user's site folder is on its import path, so a module planted there (a ``pickle.py`` in
@@ -23,25 +25,102 @@ import pickle
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from vflo.errors import VfloError
 
 _LENGTH = 8
 
-#: What a helper may be asked to run: name -> "module:function" (imported in the helper when first called).
-CALLS: dict[str, str] = {
-    "psi.hash_blind": "vflo.align.psi:_hash_blind_chunk", "psi.blind": "vflo.align.psi:_blind_chunk",
-    "sb.start_summer": "vflo.trees.crypto:_start_summer", "sb.hold": "vflo.trees.crypto:_hold",
-    "sb.sum_rows": "vflo.trees.crypto:_sum_rows", "sb.start_decrypter": "vflo.trees.crypto:_start_decrypter",
-    "sb.decrypt_pieces": "vflo.trees.crypto:_decrypt_pieces",
-}
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: What a call is known by between a party and its helpers: its module and the name it is registered under.
+Target = tuple[str, str]
 
 
 class HelperError(VfloError):
-    """A helper process failed or ended (its error, or how it ended, is in the message)."""
+    """A helper process failed or ended, or was asked for something that is not a helper call (the message says
+    which, and what to do)."""
+
+
+@dataclass(frozen=True)
+class Registration:
+    """The mark :func:`call` leaves on a function a helper may run. ``stateful``: the function takes the helper's
+    own state (a dict kept for as long as the helper lives) as its first argument."""
+
+    name: str
+    module: str
+    stateful: bool
+
+    @property
+    def target(self) -> Target:
+        return (self.module, self.name)
+
+
+_MARK = "__vflo_helper_call__"
+_REGISTERED: dict[str, Callable[..., Any]] = {}
+
+
+def call(name: str, *, stateful: bool = False) -> Callable[[F], F]:
+    """Register the decorated function as the helper call ``name`` (``"psi.blind"``), in the module that defines
+    it: a helper, or a Ray worker of the party's executor, may then run it, and nothing unregistered. With
+    ``stateful``, it takes the worker's own state (a dict) first, as a set-up call leaves it for later ones."""
+
+    def register(fn: F) -> F:
+        mark = Registration(name=name, module=fn.__module__, stateful=stateful)
+        known = _REGISTERED.get(name)
+        if known is not None and (known.__module__, known.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise HelperError(f"helper call {name!r} is registered by {known.__module__}.{known.__qualname__} and "
+                              f"again by {fn.__module__}.{fn.__qualname__}: give one of them another name")
+        setattr(fn, _MARK, mark)
+        _REGISTERED[name] = fn
+        return fn
+
+    return register
+
+
+def registration(fn: Callable[..., Any]) -> Registration:
+    """``fn``'s registration; a function not registered is refused (before anything is sent anywhere)."""
+    mark = getattr(fn, _MARK, None)
+    if not isinstance(mark, Registration):
+        raise HelperError(f"{getattr(fn, '__qualname__', fn)!r} is not a helper call: register it with "
+                          "@vflo.helpers.call(NAME) where it is defined")
+    return mark
+
+
+def _target(fn: Callable[..., Any] | Target) -> Target:
+    return fn if isinstance(fn, tuple) else registration(fn).target
+
+
+def resolve(target: Target) -> tuple[Callable[..., Any], Registration]:
+    """The function ``target`` names, in the worker that runs it: its module (one of vflo's) imported, and the
+    function it registered under that name; anything else is refused."""
+    module, name = target
+    if not (isinstance(module, str) and isinstance(name, str)) or module.split(".")[0] != "vflo":
+        raise HelperError(f"{target!r}: a helper runs vflo's registered calls only")
+    importlib.import_module(module)
+    fn = _REGISTERED.get(name)
+    mark = getattr(fn, _MARK, None)
+    if fn is None or not isinstance(mark, Registration) or mark.module != module:
+        raise HelperError(f"{module} registers no helper call named {name!r}: a helper runs only the functions "
+                          "their modules register with @vflo.helpers.call")
+    return fn, mark
+
+
+def perform(target: Target, args: Sequence[Any], state: dict[str, Any]) -> Any:
+    """The registered call ``target`` with ``args`` (and, for a stateful one, the worker's ``state`` first)."""
+    fn, mark = resolve(target)
+    return fn(state, *args) if mark.stateful else fn(*args)
+
+
+def perform_map(target: Target, head: Sequence[Any], chunks: Sequence[Any], state: dict[str, Any]) -> list[Any]:
+    """``target(*head, chunk)`` for each chunk, in order."""
+    fn, mark = resolve(target)
+    if mark.stateful:
+        return [fn(state, *head, chunk) for chunk in chunks]
+    return [fn(*head, chunk) for chunk in chunks]
 
 
 def _write(stream: IO[bytes], value: Any) -> None:
@@ -71,19 +150,28 @@ def isolated_command(code: str) -> list[str]:
 
 
 class Helper:
-    """One helper process; :meth:`send` a call, then :meth:`receive` its result (one call at a time)."""
+    """One helper process; :meth:`send` a call, then :meth:`receive` its result (one call at a time). A call is
+    a registered function (:func:`call`), or its :data:`Target`."""
 
     def __init__(self) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self._process = subprocess.Popen(isolated_command("from vflo.helpers import serve; serve()"),
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
-    def send(self, name: str, *args: Any) -> None:
+    def _send(self, message: tuple[str, Target, Any]) -> None:
         assert self._process.stdin is not None
         try:
-            _write(self._process.stdin, (name, args))
+            _write(self._process.stdin, message)
         except (BrokenPipeError, OSError) as exc:
-            raise HelperError(f"a helper process ended (exit code {self._process.poll()}) before {name}") from exc
+            raise HelperError(f"a helper process ended (exit code {self._process.poll()}) before "
+                              f"{message[1][1]}") from exc
+
+    def send(self, fn: Callable[..., Any] | Target, *args: Any) -> None:
+        self._send(("call", _target(fn), args))
+
+    def send_map(self, fn: Callable[..., Any] | Target, head: Sequence[Any], chunks: Sequence[Any]) -> None:
+        """``fn(*head, chunk)`` for each chunk; :meth:`receive` gives their results, in order."""
+        self._send(("map", _target(fn), (tuple(head), list(chunks))))
 
     def receive(self) -> Any:
         assert self._process.stdout is not None
@@ -99,8 +187,8 @@ class Helper:
     def alive(self) -> bool:
         return self._process.poll() is None
 
-    def call(self, name: str, *args: Any) -> Any:
-        self.send(name, *args)
+    def call(self, fn: Callable[..., Any] | Target, *args: Any) -> Any:
+        self.send(fn, *args)
         return self.receive()
 
     def close(self) -> None:
@@ -116,10 +204,11 @@ class Helper:
 
 
 class HelperPool:
-    """``size`` helpers: each given the same call (:meth:`broadcast`, as a stateful helper is set up), or sharing
-    out a job's chunks (``name(*head, chunk)`` for each), a contiguous run of chunks each; a job is submitted, and
-    its results collected later. One job at a time is out: submitting another first collects the one out (a
-    helper busy on one job reads no other, so sending it more could deadlock both pipes)."""
+    """``size`` helpers: each given the same call (:meth:`broadcast`, as a stateful helper is set up), one given
+    its own (:meth:`send`, then :meth:`receive`), or sharing out a job's chunks (``fn(*head, chunk)`` for each), a
+    contiguous run of chunks each; a job is submitted, and its results collected later. One job at a time is out:
+    submitting another first collects the one out (a helper busy on one job reads no other, so sending it more
+    could deadlock both pipes)."""
 
     def __init__(self, size: int) -> None:
         self.helpers: list[Helper] = []
@@ -132,14 +221,26 @@ class HelperPool:
         self._done: dict[int, list[Any]] = {}
         self._jobs = 0
 
-    def broadcast(self, name: str, *args: Any) -> list[Any]:
-        """``name(*args)`` in every helper (each then holds what it set up); their results, in order."""
+    @property
+    def size(self) -> int:
+        return len(self.helpers)
+
+    def broadcast(self, fn: Callable[..., Any] | Target, *args: Any) -> list[Any]:
+        """``fn(*args)`` in every helper (each then holds what it set up); their results, in order."""
         self._collect()
         for helper in self.helpers:
-            helper.send(name, *args)
+            helper.send(fn, *args)
         return [helper.receive() for helper in self.helpers]
 
-    def submit(self, name: str, head: Sequence[Any], chunks: Sequence[Any]) -> int:
+    def send(self, i: int, fn: Callable[..., Any] | Target, *args: Any) -> None:
+        """``fn(*args)`` in helper ``i`` alone; :meth:`receive` its result."""
+        self._collect()
+        self.helpers[i].send(fn, *args)
+
+    def receive(self, i: int) -> Any:
+        return self.helpers[i].receive()
+
+    def submit(self, fn: Callable[..., Any] | Target, head: Sequence[Any], chunks: Sequence[Any]) -> int:
         self._collect()
         job, self._jobs = self._jobs, self._jobs + 1
         per = -(-len(chunks) // len(self.helpers))
@@ -148,7 +249,7 @@ class HelperPool:
             mine = list(chunks[i * per:(i + 1) * per])
             counts.append(len(mine))
             if mine:
-                helper.send("map", name, tuple(head), mine)
+                helper.send_map(fn, head, mine)
         self._out = (job, counts)
         return job
 
@@ -186,9 +287,9 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_pool(size: int) -> HelperPool:
-    """This process's pool of ``size`` stateless helpers, started on first use and kept (starting one costs a
-    third of a second; a party that aligns once usually aligns again), ended when the process exits. Callers
-    hold :data:`SHARED_USE` while they use it."""
+    """This process's pool of ``size`` stateless helpers, started on first use and kept (each start is a fresh
+    Python importing vflo's modules; a party that aligns once usually aligns again), ended when the process exits.
+    Callers hold :data:`SHARED_USE` while they use it."""
     with _SHARED_LOCK:
         pool = _SHARED.get(size)
         if pool is None or not all(h.alive() for h in pool.helpers):
@@ -209,16 +310,6 @@ def _close_shared() -> None:
     _SHARED.clear()
 
 
-def _resolve(name: str) -> Any:
-    module, _, function = CALLS[name].partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
-def _map(name: str, head: tuple[Any, ...], chunks: list[Any]) -> list[Any]:
-    fn = _resolve(name)
-    return [fn(*head, chunk) for chunk in chunks]
-
-
 def serve() -> None:
     """The helper's loop: a call in, its result out, until the caller closes the pipe."""
     inp = sys.stdin.buffer
@@ -227,16 +318,28 @@ def serve() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    state: dict[str, Any] = {}  # what stateful calls set up in this helper, for the later ones
     while True:
         try:
-            name, args = _read(inp)
+            kind, target, payload = _read(inp)
         except EOFError:
             return
         try:
-            _write(out, (True, _map(*args) if name == "map" else _resolve(name)(*args)))
+            if kind == "map":
+                head, chunks = payload
+                result = perform_map(target, head, chunks, state)
+            elif kind == "call":
+                result = perform(target, payload, state)
+            else:
+                raise HelperError(f"unknown message {kind!r}: send 'call' or 'map'")
+            _write(out, (True, result))
         except Exception as exc:
-            _write(out, (False, f"{name}: {type(exc).__name__}: {exc}"))
+            named = target[1] if isinstance(target, tuple) and len(target) == 2 else repr(target)
+            _write(out, (False, f"{named}: {type(exc).__name__}: {exc}"))
 
 
 if __name__ == "__main__":
-    serve()
+    # As vflo.helpers, not __main__: the registrations its calls' modules make are vflo.helpers's.
+    from vflo.helpers import serve as _serve
+
+    _serve()

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, get_args
 
+from vflo.errors import ConfigError
+
 Role = Literal["active", "passive", "server", "dealer"]
 ROLES: tuple[str, ...] = get_args(Role)
 DATA_ROLES = ("active", "passive")
@@ -26,6 +28,14 @@ SAME_NAME = "ignoring case, a trailing dot and Unicode look-alikes that NFKC fol
 
 
 @lru_cache(maxsize=4096)
+def as_role(text: str) -> Role:
+    """``text`` as a role, or the error that names the roles there are (a role read from a file or a message)."""
+    for role in get_args(Role):
+        if text == role:
+            return role  # type: ignore[no-any-return]  # get_args loses the Literal: each value is one of Role's
+    raise ConfigError(f"unknown role {text!r}: a party is one of {', '.join(map(repr, ROLES))}")
+
+
 def normal_name(name: str) -> str:
     """The one form in which party names and certificate names are compared everywhere.
 

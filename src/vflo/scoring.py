@@ -28,18 +28,20 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from vflo.align.engines import AlignmentConfig
 from vflo.artifacts import CARD, MANIFEST, ArtifactError, ModelCard, Part, PartStore, read_part
 from vflo.comm.local import LocalTransport
 from vflo.comm.transport import Transport
+from vflo.data.catalog import as_task
 from vflo.data.partydata import PartyData
 from vflo.errors import AlignmentError, ConfigError
-from vflo.federation.coordinator import AlignmentConfig, Federation
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import held_by_all, party_node
 from vflo.methods.base import Method
 from vflo.methods.registry import active_only, get_method
 from vflo.party.node import Node
-from vflo.roles import PartyInfo
+from vflo.roles import PartyInfo, as_role
 
 Missing = Literal["refuse", "active_only", "subset"]
 #: Rows scored per call of a method's predict (and per message to each partner).
@@ -93,21 +95,20 @@ class SavedModel:
 
     @property
     def parties(self) -> tuple[PartyInfo, ...]:
-        return tuple(PartyInfo(name, role) for name, role in self.card.parties)  # type: ignore[arg-type]
+        return tuple(PartyInfo(name, as_role(role)) for name, role in self.card.parties)
 
     def restore(self, node: Node, transport: Transport, *, alignment: AlignmentConfig | None = None,
-                missing: Missing = "refuse") -> tuple[Federation, Method]:
+                missing: Missing = "refuse") -> tuple[Coordinator, Method]:
         """A federation of the card's parties over ``transport``, with every party's part restored; ``alignment``:
         how the rows to score are matched with the other parties' (plain unless given). With ``missing =
         "subset"``, a partner whose part does not load is absent for the session (see :func:`check_subset`)."""
         parties = (PartyInfo(self.card.active, "active"),) if self.active_only else self.parties
-        fed = Federation(node=node, transport=transport, parties=parties, seed=self.card.seed,
-                         task=self.card.task, n_classes=self.card.n_classes,  # type: ignore[arg-type]
-                         alignment=alignment)
         method = self.new_method()
         if missing == "subset":
             check_subset(self, method)
-            fed.whoever_answers = True
+        fed = Coordinator(node=node, transport=transport, parties=parties, seed=self.card.seed,
+                          task=as_task(self.card.task), n_classes=self.card.n_classes, alignment=alignment,
+                          whoever_answers=missing == "subset")
         for party, sha in Session(fed).load(method, self.label, self.card.model_id, self.active.state).items():
             _check_manifest(self.card, party, sha)
         return fed, method

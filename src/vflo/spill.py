@@ -11,6 +11,11 @@ A file is read with ``pread`` into the arrays asked for, never mapped, so what t
 reads (the kernel may keep the file in its page cache, which it gives up under pressure: a machine with less memory
 reads it from disk again). Each file is the party's own, in its own folder, and is removed when its matrix is no
 longer used; nothing in it leaves the party.
+
+The setting is the party's, not its process's: a party's node makes its ``[spill]`` current (:func:`using`) around
+each message it handles, and the coordinating party around its own training, so parties that share a process (in
+simulation) each keep their own limit and folder. :func:`configure` sets the process's default, for code run
+outside any party.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import logging
 import os
 import tempfile
 import weakref
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +37,7 @@ from vflo.errors import ConfigError
 from vflo.private import private_folder
 
 logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, kw_only=True)
 class SpillConfig:
@@ -47,18 +55,38 @@ class SpillConfig:
         return self.limit_mb >= 0 and nbytes > self.limit_mb * (1 << 20)
 
 
-_config = SpillConfig()
+_default = SpillConfig()  # the process's, for code run outside any party's using()
+#: The party's setting, where a party's code runs (:func:`using`): a context variable, so each thread, and each
+#: party's handler however nested in another's (as calls are in one process), sees its own party's.
+_PARTY: ContextVar[SpillConfig | None] = ContextVar("vflo_party_spill", default=None)
 
 
 def configure(config: SpillConfig) -> SpillConfig:
-    """Make ``config`` the process's setting (a party's process: its ``[spill]``); returns the one it replaces."""
-    global _config
-    before, _config = _config, config
+    """Make ``config`` the process's default, for code run outside any party's :func:`using`; returns the one it
+    replaces."""
+    global _default
+    before, _default = _default, config
     return before
 
 
 def current() -> SpillConfig:
-    return _config
+    """The setting of the party whose code runs here (:func:`using`), else the process's (:func:`configure`)."""
+    party = _PARTY.get()
+    return party if party is not None else _default
+
+
+@contextlib.contextmanager
+def using(config: SpillConfig | None) -> Iterator[SpillConfig]:
+    """``config`` as the current setting (:func:`current`) for the code run inside, in this thread and context
+    alone: a party's node enters it, with its ``[spill]``, around each message it handles. None changes nothing."""
+    if config is None:
+        yield current()
+        return
+    token = _PARTY.set(config)
+    try:
+        yield config
+    finally:
+        _PARTY.reset(token)
 
 
 def _remove(path: str, closers: list[Any]) -> None:
@@ -73,13 +101,14 @@ class DiskRows:
     rows); both return ordinary arrays. The file is removed when this object is collected.
 
     Rows are read with ``pread`` into the array returned, a run of consecutive rows at a time: the process maps
-    none of the file (a memory map would: reading 4,096 rows at random from a 2 GB file cached by the kernel mapped
-    all 2 GB into the process, as the kernel maps whole cached folios around each fault)."""
+    none of the file (a memory map would: the kernel maps whole cached folios around each fault, so rows read at
+    random from a file it has cached map most of that file into the process)."""
 
     ndim = 2
 
-    def __init__(self, path: Path, rows: int, width: int, dtype: Any) -> None:
+    def __init__(self, path: Path, rows: int, width: int, dtype: Any, *, limit_mb: int | None = None) -> None:
         self.path = path
+        self._limit_mb = limit_mb  # the limit it was kept on disk under (the current one where not given)
         self.dtype = np.dtype(dtype)
         self.shape = (rows, width)
         self._row_bytes = width * self.dtype.itemsize
@@ -135,9 +164,10 @@ class DiskRows:
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        limit = current().limit_mb if self._limit_mb is None else self._limit_mb
         raise ConfigError(
             f"a {self.shape[0]:,} x {self.shape[1]} matrix is kept on disk ({self.nbytes / 1e9:.1f} GB, over the "
-            f"party's [spill] limit_mb = {current().limit_mb}) and this step needs it in memory at once; use a model "
+            f"party's [spill] limit_mb = {limit}) and this step needs it in memory at once; use a model "
             "that reads it by rows (classifier = {model = 'mlp'}, hidden = [] for a linear one), or raise limit_mb")
 
     def __repr__(self) -> str:
@@ -157,6 +187,7 @@ class RowSink:
         self.dtype = np.dtype(dtype)
         self.written = 0
         config = current()
+        self._limit_mb = config.limit_mb
         nbytes = rows * width * self.dtype.itemsize
         self._memory: np.ndarray | None = None
         self._file: Any = None
@@ -195,7 +226,7 @@ class RowSink:
             return self._memory
         self._file.close()
         self._finalizer.detach()
-        return DiskRows(self._path, *self.shape, self.dtype)
+        return DiskRows(self._path, *self.shape, self.dtype, limit_mb=self._limit_mb)
 
 
 class Slotted:

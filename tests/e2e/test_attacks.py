@@ -14,13 +14,13 @@ import pytest
 from tests.conftest import PARTY_SEEDS, vertical_split
 from tests.e2e.conftest import Federation, start_federation, stopped
 from tests.test_security import identity_masks
+from vflo.align.engines import DEPLOYED_ALIGNMENT
 from vflo.comm.codec import decode, encode
 from vflo.comm.grpc_transport import GrpcTransport
 from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials
 from vflo.deploy import Deployment
 from vflo.errors import RemoteError
-from vflo.federation.coordinator import DEPLOYED_ALIGNMENT
 from vflo.federation.simulation import run_method
 from vflo.methods.registry import get_method
 from vflo.party.node import parties_payload

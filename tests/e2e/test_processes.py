@@ -14,12 +14,12 @@ from tests.conftest import PARTY_SEEDS, assert_same_run, chain_data, make_datase
 from tests.e2e.conftest import Federation, restart, start_federation, stopped, write_deploy
 from tests.test_methods import needs_second_hop
 from vflo.align import spu
+from vflo.align.engines import DEPLOYED_ALIGNMENT, AlignmentConfig
 from vflo.cli import main
 from vflo.comm.codec import decode
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.deploy import Deployment, score_deployed
 from vflo.errors import MethodError, TransportError
-from vflo.federation.coordinator import DEPLOYED_ALIGNMENT, AlignmentConfig
 from vflo.federation.simulation import run_method
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method, method_names

@@ -1,9 +1,9 @@
 """X25519 (RFC 7748) on many points under one scalar, the whole cost of vflo's ECDH PSI.
 
 Two implementations give the same bytes: vflo's compiled extension (``vflo.align._x25519``, eight points at a
-time in AVX-512 IFMA lanes, about 5 µs a point on one core here) where the CPU has those instructions and the
-install could compile it, else OpenSSL's X25519 through ``cryptography``, one point at a time (about 26 µs;
-``python -m benchmarks.x25519`` measures both).
+time in AVX-512 IFMA lanes, several times as fast on one core) where the CPU has those instructions and the
+install could compile it, else OpenSSL's X25519 through ``cryptography``, one point at a time
+(``python -m benchmarks.x25519`` times both; its figures are in docs/deploy.md).
 :func:`backend` names the one in use; the tests check the two against each other and RFC 7748's vectors.
 """
 

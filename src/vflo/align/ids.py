@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -10,6 +12,14 @@ import pyarrow.compute as pc
 
 from vflo.data.order import in_order
 from vflo.errors import DataError
+
+
+@dataclass(frozen=True)
+class IdFile:
+    """Where a party's IDs for one purpose are: its file (Parquet or CSV) and the ID column's name."""
+
+    path: Path
+    id_column: str
 
 
 def tagged(ids: np.ndarray) -> list[str]:
@@ -23,8 +33,8 @@ def tagged(ids: np.ndarray) -> list[str]:
 
 
 def tagged_array(ids: np.ndarray) -> pa.Array:
-    """:func:`tagged` as an Arrow string array, built without a Python object per ID (ten million text IDs on this
-    project's machine: 0.75 s and the bytes of their text, against 1.1 s and about 0.75 GB as a list)."""
+    """:func:`tagged` as an Arrow string array, built without a Python object per ID: quicker than a list of
+    tagged strings, and holding the bytes of their text where a list holds a Python string per ID."""
     if ids.dtype.kind in "iu":
         out = pc.binary_join_element_wise("i:", pc.cast(pa.array(ids), pa.string()), "")
     elif ids.dtype.kind == "U":
@@ -39,8 +49,8 @@ def tagged_array(ids: np.ndarray) -> pa.Array:
 
 def _ascii_tagged(ids: np.ndarray) -> pa.Array | None:
     """Text IDs that are all ASCII (most are), tagged straight from NumPy's fixed-width code points into Arrow's
-    buffers: a third of the time of converting them to UTF-8 and joining the tag (1M IDs of 16 characters here:
-    0.07 s against 0.22 s). None when some character is not ASCII."""
+    buffers: a fraction of the time of converting them to UTF-8 and joining the tag. None when some character is
+    not ASCII."""
     n, width = len(ids), ids.dtype.itemsize // 4
     points = np.ascontiguousarray(ids).view(np.uint32).reshape(n, width)
     if n == 0 or width == 0 or int(points.max()) >= 128:
@@ -75,8 +85,8 @@ def untagged(names: list[str], like: np.ndarray) -> np.ndarray:
 def check_unique(names: list[str] | pa.Array, whose: str = "this party's", *, ids: np.ndarray | None = None) -> None:
     """Refuse a list that names someone twice: an intersection of sets cannot say which row is theirs.
 
-    With ``ids`` (the IDs ``names`` tags), sorted numbers or texts are checked by comparing neighbours (1M IDs:
-    0.01 s against 0.18 s for a hash of every name); the active party's IDs come sorted."""
+    With ``ids`` (the IDs ``names`` tags), sorted numbers or texts are checked by comparing neighbours, far
+    quicker than a hash of every name; the active party's IDs come sorted."""
     if ids is not None and ids.dtype.kind in "iuU" and in_order(ids, strictly=True):
         return  # tagging keeps a type's order and its distinctness: each above the one before, none repeats
     distinct = len(pc.unique(names)) if isinstance(names, pa.Array) else len(set(names))
@@ -102,7 +112,7 @@ def digest(ids: np.ndarray) -> str:
     break. What a party compares to know that the people it holds are those a kept alignment was made on.
 
     Sorted and joined in Arrow, a block at a time: ten million IDs take their tagged text and one index each, not
-    a Python string each (about 0.75 GB more)."""
+    a Python string each (an object's overhead more per ID)."""
     names = tagged_array(ids)
     order = pc.sort_indices(names)
     h = hashlib.sha256()

@@ -33,17 +33,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vflo.align.ids import canonical, digest
-from vflo.align.plain import Aligned, Alignment
+from vflo.align.ids import IdFile, canonical, digest
+from vflo.align.plain import Aligned
 from vflo.comm.message import BOOL, INT, STR, ArraySpec, Fields, FieldSpec, Payload
 from vflo.data.order import sorted_ids
 from vflo.errors import DataError, ProtocolError
+from vflo.party.port import Alignment
 from vflo.private import private_file, private_folder
 
 if TYPE_CHECKING:
-    from vflo.align.stream import IdFile
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Aligning, Rounds
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def _covering(store: AlignmentStore, peer: str, purpose: str, mode: str,
     return None
 
 
-def reuse(fed: Federation, store: AlignmentStore, ids: np.ndarray, parties: Sequence[str], *, purpose: str,
+def reuse(fed: Rounds, store: AlignmentStore, ids: np.ndarray, parties: Sequence[str], *, purpose: str,
           mode: str) -> tuple[dict[str, np.ndarray], dict[str, int], dict[str, Kept]]:
     """Ask each of ``parties`` with a kept intersection covering ``ids`` to reuse it: which of ``ids`` each one
     that agreed holds, its width and the record reused. A party that declines (its people changed, or it kept
@@ -210,7 +210,7 @@ def reuse(fed: Federation, store: AlignmentStore, ids: np.ndarray, parties: Sequ
     return held, widths, used
 
 
-def keep(fed: Federation, store: AlignmentStore, found: Alignment, parties: Sequence[str], *, purpose: str,
+def keep(fed: Rounds, store: AlignmentStore, found: Alignment, parties: Sequence[str], *, purpose: str,
          mode: str, engine: str) -> dict[str, Kept]:
     """After a fresh intersection: each partner that keeps alignments records its side under one new token, and
     then this party records its own (the records it wrote)."""
@@ -249,9 +249,19 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
+def store_of(where: NodeContext | Aligning) -> AlignmentStore | None:
+    """The party's kept-alignments folder that ``where`` carries (None where it keeps none): a context carries it
+    by the little it needs of it (:class:`vflo.party.context.AlignmentFolder`); alignment owns its type."""
+    store = where.alignments
+    if store is not None and not isinstance(store, AlignmentStore):
+        raise ProtocolError(f"party {where.party!r} was given {type(store).__name__} as its kept alignments; "
+                            "expected a vflo.align.kept.AlignmentStore")
+    return store
+
+
 def handle_keep(ctx: NodeContext, payload: Fields) -> Payload:
     """A partner: record its side of the intersection it just ran with the sender, if it keeps alignments."""
-    store = ctx.alignments
+    store = store_of(ctx)
     if store is None:
         return {"kept": False, "why": f"party {ctx.party!r} keeps no alignments (alignments = '' in its config)"}
     purpose, mode = payload.text("purpose"), payload.text("mode")
@@ -274,7 +284,7 @@ def handle_keep(ctx: NodeContext, payload: Fields) -> Payload:
 
 def handle_reuse(ctx: NodeContext, payload: Fields) -> Payload:
     """A partner: reuse a kept intersection with the sender if the people it holds are those it was made on."""
-    store, purpose, mode = ctx.alignments, payload.text("purpose"), payload.text("mode")
+    store, purpose, mode = store_of(ctx), payload.text("purpose"), payload.text("mode")
     token, pick = payload.text("token"), payload.array("pick")
     declined: Payload = {"reused": False, "n_features": 0, "count": 0}
     if store is None:

@@ -16,15 +16,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vflo.align import spu
+from vflo.align.engine import Engine
 from vflo.align.link_relay import LinkRelays, LinkTLS
-from vflo.align.plain import Aligned, Alignment
+from vflo.align.plain import Aligned
 from vflo.comm.message import INT, STR, Fields, FieldSpec, Payload, Reply
 from vflo.data.order import sorted_ids
 from vflo.errors import ProtocolError, RefusedError
+from vflo.party.handlers import HandlerSet, handles
+from vflo.party.port import Alignment
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Aligning
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +57,8 @@ def closing(relays: LinkRelays, work: Callable[[], np.ndarray]) -> Callable[[], 
 
 def consent(ctx: NodeContext, protocol: str) -> None:
     """A partner runs a protocol of the PSI library only if its own policy names it and the library is here."""
-    if protocol not in ctx.policy.psi_protocols:
-        raise RefusedError(f"party {ctx.party!r} runs PSI by {list(ctx.policy.psi_protocols)} only ([policy] "
+    if not ctx.policy.runs_psi(protocol):
+        raise RefusedError(f"party {ctx.party!r} runs PSI by {list(ctx.policy.psi_protocols or ())} only ([policy] "
                            f"psi_protocols in its config), not {protocol!r}")
     if problem := spu.missing():
         raise RefusedError(f"party {ctx.party!r} cannot run {protocol}: {problem}")
@@ -124,7 +127,7 @@ class LinkedPart:
     mode: str = ""
 
 
-def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, protocol: str, purpose: str = "train",
+def intersect(fed: Aligning, ids: np.ndarray, parties: Sequence[str], *, protocol: str, purpose: str = "train",
               mode: str = "both") -> Alignment:
     """The subset of ``ids`` every party in ``parties`` holds: one intersection with each, by ``protocol``."""
     if not parties:
@@ -146,7 +149,7 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, proto
     return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
 
 
-def over_link(fed: Federation, party: str, kind: str, request: Payload, side: Callable[[str, str], spu.Side],
+def over_link(fed: Aligning, party: str, kind: str, request: Payload, side: Callable[[str, str], spu.Side],
               prepared: spu.Prepared, *, label: str) -> tuple[Reply, np.ndarray | None]:
     """One intersection with ``party`` over the PSI library's link: ``kind`` asks it to start its side (``request``
     and this party's inbound port), this party runs ``side(own address, peer address)`` on ``prepared``, and
@@ -164,9 +167,9 @@ def over_link(fed: Federation, party: str, kind: str, request: Payload, side: Ca
             return reply, None
         relays.connect(fed.transport.peer_host(party), reply.integer("port"))
         # This side starts once the partner's listens. A side that dials a peer not yet listening is refused,
-        # and its link then waits about 3 s before it dials again: seen in 3 runs of 5 at 1M IDs when this
-        # side's process, started ahead, went first. The partner, which dials first instead, finds this side
-        # listening within the link's quick redials.
+        # and its link then waits for its health check before it dials again (vflo.align.link_relay), as it often
+        # did at large intersections when this side's process, started ahead, went first. The partner, which
+        # dials first instead, finds this side listening within the link's quick redials.
         if not relays.wait_listening(START_WAIT_S) and relays.failure:
             raise ProtocolError(relays.failure)
         mask = side(relays.own, relays.to_peer).run(prepared)
@@ -181,3 +184,42 @@ def over_link(fed: Federation, party: str, kind: str, request: Payload, side: Ca
     logger.info("PSI (%s) with %s: %d of %d shared (it counts %d) in %.2f s; link %d bytes out, %d in", label,
                 party, int(mask.sum()), len(prepared.names), count, time.perf_counter() - started, sent, received)
     return reply, mask
+
+
+class LinkedHandlers(HandlerSet):
+    """A party's side of the PSI library's balanced protocols, set up and closed by messages."""
+
+    @handles(OPEN_KIND,
+             served="before or during a run, with [policy] psi_protocols naming the protocol: starts this party's "
+                    "side of one intersection over the PSI library's own link",
+             senders=("coordinator",), carries={}, replies={"port": "control", "n_features": "control"},
+             **OPEN)
+    def _engine_open(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return handle_open(ctx, payload)
+
+    @handles(RESULT_KIND,
+             served="after this party's own align.engine_open, align.ub_prepare or align.ub_open: ends its side",
+             senders=("coordinator",), carries={}, replies={"count": "control"}, **RESULT)
+    def _engine_result(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return handle_result(ctx, payload)
+
+
+HANDLERS = LinkedHandlers()
+
+
+def _unavailable(fed: Aligning) -> str:
+    return spu.missing() or ("" if fed.transport.direct_links else
+                             "the parties reach each other only through a hub (Flower), and the PSI library's link "
+                             "dials the other party directly; use engine = 'vflo'")
+
+
+def _engine(protocol: str, about: str) -> Engine:
+    return Engine(name=protocol, about=about, library=True, handlers=HANDLERS, unavailable=_unavailable,
+                  intersect=lambda fed, ids, parties, purpose, mode: intersect(fed, ids, parties, protocol=protocol,
+                                                                                purpose=purpose, mode=mode))
+
+
+#: The PSI library's balanced protocols, each over its own link (:mod:`vflo.align.spu`).
+ENGINES = (_engine("rr22", "the PSI library's RR22 (OKVS-based, the fastest at scale)"),
+           _engine("kkrt", "the PSI library's KKRT (OT-based)"),
+           _engine("ecdh", "the PSI library's ECDH"))

@@ -22,10 +22,11 @@ import numpy as np
 
 from vflo.comm.message import IDS, INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
 from vflo.errors import ProtocolError, RefusedError
+from vflo.party.port import Alignment
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Rounds
 
 KIND = "align.plain"
 REQUEST: dict[str, FieldSpec] = {"ids": IDS, "purpose": STR}
@@ -44,26 +45,6 @@ class Aligned:
     psi_order: np.ndarray | None = None
     asked: dict[str, str] = field(default_factory=dict)
     source: tuple[str, str, str] | None = None
-
-
-@dataclass(frozen=True)
-class Alignment:
-    """The IDs every addressed party holds (in the coordinator's order) and what each party said."""
-
-    ids: np.ndarray
-    asked: np.ndarray
-    held: dict[str, np.ndarray]
-    widths: dict[str, int]
-
-    def holding(self, party: str, ids: np.ndarray) -> np.ndarray:
-        """Which of ``ids``, in the caller's order (the alignment asked them sorted), ``party`` holds."""
-        return np.isin(ids, self.asked[self.held[party]])
-
-    def selector(self, party: str) -> np.ndarray:
-        """A mask over ``party``'s held list that picks the shared IDs, in order."""
-        held = self.held[party]
-        shared = np.isin(self.asked, self.ids)
-        return np.asarray(shared[held], dtype=bool)
 
 
 def handle(ctx: NodeContext, payload: Fields) -> Payload:
@@ -115,7 +96,7 @@ def selected_ids(ctx: NodeContext, selector: np.ndarray) -> np.ndarray:
     return ids
 
 
-def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train") -> Alignment:
+def intersect(fed: Rounds, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train") -> Alignment:
     """The subset of ``ids`` (order kept) that every party in ``parties`` holds; one alignment round."""
     if not parties:
         return Alignment(ids=ids, asked=ids, held={}, widths={})

@@ -2,25 +2,26 @@
 
 Finding the shared IDs runs before a method's own exchanges (and some methods align again
 mid-run), so a node serves these kinds next to the method's; they are handed to the node by
-whoever builds it, like any other protocol.
+whoever builds it, like any other protocol. Each engine's own kinds come from its module, through
+:mod:`vflo.align.engines`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vflo.align import kept, linked, plain, psi, stream, unbalanced
+from vflo.align import engines, kept, plain, stream
 from vflo.comm.message import Fields, Payload
 from vflo.party.handlers import HandlerSet, handles
 
 if TYPE_CHECKING:
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
 
 
 class AlignmentHandlers(HandlerSet):
-    """Plain alignment (the coordinator's IDs in the clear), vflo's ECDH private set intersection, the PSI
-    library's protocols (set up and closed by messages, run over its own link), and kept intersections (recorded
-    by each party, reused while neither side's people changed)."""
+    """What every node serves whatever the engine: plain alignment (the coordinator's IDs in the clear), kept
+    intersections (recorded by each party, reused while neither side's people changed) and vflo's ECDH streamed
+    from a party's own file."""
 
     @handles(plain.KIND,
              served=("before or during a run; training rows: one set of IDs per asker a run; refused unless "
@@ -29,51 +30,6 @@ class AlignmentHandlers(HandlerSet):
              replies={"held": "membership", "n_features": "control"}, **plain.REQUEST)
     def _plain(self, ctx: NodeContext, payload: Fields) -> Payload:
         return plain.handle(ctx, payload)
-
-    @handles(psi.KIND,
-             served="before or during a run",
-             senders=("coordinator", "delegate"), carries={"points": "blinded ids", "salt": "control"},
-             replies={"double": "blinded ids", "points": "blinded ids", "n_features": "control"}, **psi.REQUEST)
-    def _psi(self, ctx: NodeContext, payload: Fields) -> Payload:
-        return psi.handle(ctx, payload)
-
-    @handles(psi.RESULT_KIND,
-             served="after this party's own align.psi in the same run",
-             senders=("coordinator", "delegate"), carries={"matched": "membership"}, replies={"count": "control"},
-             **psi.RESULT)
-    def _psi_result(self, ctx: NodeContext, payload: Fields) -> Payload:
-        return psi.handle_result(ctx, payload)
-
-    @handles(linked.OPEN_KIND,
-             served="before or during a run, with [policy] psi_protocols naming the protocol: starts this party's "
-                    "side of one intersection over the PSI library's own link",
-             senders=("coordinator",), carries={}, replies={"port": "control", "n_features": "control"},
-             **linked.OPEN)
-    def _engine_open(self, ctx: NodeContext, payload: Fields) -> Payload:
-        return linked.handle_open(ctx, payload)
-
-    @handles(linked.RESULT_KIND,
-             served="after this party's own align.engine_open, align.ub_prepare or align.ub_open: ends its side",
-             senders=("coordinator",), carries={}, replies={"count": "control"}, **linked.RESULT)
-    def _engine_result(self, ctx: NodeContext, payload: Fields) -> Payload:
-        return linked.handle_result(ctx, payload)
-
-    @handles(unbalanced.PREPARE_KIND,
-             served="before or during a run, with [policy] psi_protocols naming 'unbalanced' and an alignments "
-                    "folder: starts this party's offline stage of unbalanced PSI (its IDs evaluated under its own "
-                    "key, sent over the PSI library's link)",
-             senders=("coordinator",), carries={}, replies={"port": "control", "token": "control",
-                                                            "n_features": "control"}, **unbalanced.PREPARE)
-    def _ub_prepare(self, ctx: NodeContext, payload: Fields) -> Payload:
-        return unbalanced.handle_prepare(ctx, payload)
-
-    @handles(unbalanced.ONLINE_KIND,
-             served="before or during a run: one unbalanced intersection against a preparation this party made for "
-                    "the sender, only while the people it holds are those it was made on",
-             senders=("coordinator",), carries={}, replies={"port": "control", "why": "control",
-                                                            "n_features": "control"}, **unbalanced.ONLINE)
-    def _ub_online(self, ctx: NodeContext, payload: Fields) -> Payload:
-        return unbalanced.handle_online(ctx, payload)
 
     @handles(kept.KEEP_KIND,
              served="right after this party's own private set intersection with the sender, for the same rows and "
@@ -119,4 +75,5 @@ class AlignmentHandlers(HandlerSet):
         return stream.handle_close(ctx, payload)
 
 
-ALIGNMENT = AlignmentHandlers()
+#: Every alignment protocol a node serves: the common ones, and each registered engine's party side.
+ALIGNMENT: tuple[HandlerSet, ...] = (AlignmentHandlers(), *engines.handler_sets())

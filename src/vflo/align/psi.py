@@ -28,15 +28,18 @@ import pyarrow as pa
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from vflo.align import curve
+from vflo.align.engine import Engine
 from vflo.align.ids import check_unique, tagged_array
-from vflo.align.plain import Aligned, Alignment
+from vflo.align.plain import Aligned
 from vflo.comm.message import INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
 from vflo.errors import ProtocolError
-from vflo.helpers import SHARED_USE
+from vflo.helpers import SHARED_USE, call
+from vflo.party.handlers import HandlerSet, handles
+from vflo.party.port import Alignment
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Rounds
 
 logger = logging.getLogger(__name__)
 Mode = Literal["both", "active"]
@@ -70,13 +73,16 @@ def _hash_chunk(salt: bytes, names: list[str] | pa.Array) -> bytes:
     return b"".join(hashlib.sha256(salt + n.encode("utf-8")).digest() for n in names)
 
 
-def _blind_chunk(key: bytes, points: bytes) -> bytes:
+@call("psi.blind")
+def blind_chunk(key: bytes, points: bytes) -> bytes:
+    """Points (32 bytes each, joined) raised to ``key``: a chunk of a job, in a worker of the party's executor."""
     return curve.blind(key, points)
 
 
-def _hash_blind_chunk(key: bytes, salt: bytes, names: list[str] | pa.Array) -> bytes:
+@call("psi.hash_blind")
+def hash_blind_chunk(key: bytes, salt: bytes, names: list[str] | pa.Array) -> bytes:
     """Hash to the curve and blind in one pass, in the worker (the parent only splits and joins)."""
-    return _blind_chunk(key, _hash_chunk(salt, names))
+    return blind_chunk(key, _hash_chunk(salt, names))
 
 
 def _joined(parts: list[bytes], n: int) -> np.ndarray:
@@ -99,8 +105,9 @@ class Blinder:
     or its Ray cluster).
 
     Each job is cut into one run of chunks per helper, and a party's two jobs of one step (its own IDs and the
-    other party's points) share one pool. The four blindings of a 1M x 1M intersection are its whole cost: about
-    5 µs per point per core here with vflo's eight-lane X25519, 26 µs with OpenSSL's (:mod:`vflo.align.curve`).
+    other party's points) share one pool. The four blindings of a 1M x 1M intersection are its whole cost; what a
+    point costs on one core, with vflo's eight-lane X25519 and with OpenSSL's (:mod:`vflo.align.curve`), is what
+    ``python -m benchmarks.x25519`` measures (its line is in docs/deploy.md).
     """
 
     def __init__(self, key: bytes, *, size: int, workers: int | None = None) -> None:
@@ -127,13 +134,13 @@ class Blinder:
         """Items per chunk: one run of chunks per worker, each its share."""
         return max(1, -(-n // self.workers))
 
-    def _start(self, fn: Any, name: str, head: tuple[object, ...], chunks: list[Any],
+    def _start(self, fn: Callable[..., bytes], head: tuple[object, ...], chunks: list[Any],
                n: int) -> Callable[[], np.ndarray]:
         if not self._held:
             out = _joined([fn(*head, c) for c in chunks], n)
             return lambda: out
         # This party's helper processes, or its Ray cluster ([executor] in its config).
-        results = self._executor.submit(name, head, chunks, workers=self.workers)
+        results = self._executor.submit(fn, head, chunks, workers=self.workers)
         return lambda: _joined(results(), n)
 
     def points(self, points: np.ndarray) -> Callable[[], np.ndarray]:
@@ -143,7 +150,7 @@ class Blinder:
         step = self._chunks(len(points))
         # Each chunk's bytes of its own rows: no copy of the whole list besides them.
         chunks = [points[i : i + step].tobytes() for i in range(0, len(points), step)]
-        return self._start(_blind_chunk, "psi.blind", (self.key,), chunks, len(points))
+        return self._start(blind_chunk, (self.key,), chunks, len(points))
 
     def ids(self, ids: np.ndarray, salt: bytes) -> Callable[[], np.ndarray]:
         """Start hashing ``ids`` to the curve with ``salt`` and blinding them; call the result for the points."""
@@ -156,7 +163,7 @@ class Blinder:
         # A slice of an Arrow array pickles its whole buffers: each chunk is its own array.
         chunks = [pa.concat_arrays([names[i : i + step]]) if isinstance(names, pa.Array) else names[i : i + step]
                   for i in range(0, len(names), step)]
-        return self._start(_hash_blind_chunk, "psi.hash_blind", (self.key, salt), chunks, len(names))
+        return self._start(hash_blind_chunk, (self.key, salt), chunks, len(names))
 
 
 def blind(points: np.ndarray, key: bytes, *, workers: int | None = None) -> np.ndarray:
@@ -170,8 +177,8 @@ def matches(queries: np.ndarray, pool: np.ndarray) -> np.ndarray:
 
     Blinded points look random, so their first 8 bytes almost never repeat: a binary search over those of
     ``pool`` (sorted), then the whole 32 bytes compared where they meet. That holds an 8-byte key and an index
-    per point where sorting the rows themselves held several copies of them (2M x 2M points, NumPy's peak
-    allocations: 82 MB against 447 MB). In the rare list where two keys of ``pool`` repeat, the rows themselves
+    per point where sorting the rows themselves held several copies of them (at 2M x 2M points, NumPy's peak
+    allocations several times smaller). In the rare list where two keys of ``pool`` repeat, the rows themselves
     are compared."""
     queries, pool = np.ascontiguousarray(queries), np.ascontiguousarray(pool)
     if not len(queries) or not len(pool):
@@ -247,7 +254,7 @@ def handle_result(ctx: NodeContext, payload: Fields) -> Payload:
     return {"count": int(matched.sum())}
 
 
-def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train",
+def intersect(fed: Rounds, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train",
               mode: Mode = "both") -> Alignment:
     """The subset of ``ids`` that every party holds, found by PSI with each (one round, plus one in 'both')."""
     if not parties:
@@ -277,3 +284,31 @@ def intersect(fed: Federation, ids: np.ndarray, parties: Sequence[str], *, purpo
         fed.exchange(RESULT_KIND, results)
     keep = np.logical_and.reduce([held[p] for p in parties])
     return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
+
+
+class PsiHandlers(HandlerSet):
+    """A party's side of vflo's own ECDH PSI."""
+
+    @handles(KIND,
+             served="before or during a run",
+             senders=("coordinator", "delegate"), carries={"points": "blinded ids", "salt": "control"},
+             replies={"double": "blinded ids", "points": "blinded ids", "n_features": "control"}, **REQUEST)
+    def _psi(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return handle(ctx, payload)
+
+    @handles(RESULT_KIND,
+             served="after this party's own align.psi in the same run",
+             senders=("coordinator", "delegate"), carries={"matched": "membership"}, replies={"count": "control"},
+             **RESULT)
+    def _psi_result(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return handle_result(ctx, payload)
+
+
+def _intersect(fed: Rounds, ids: np.ndarray, parties: Sequence[str], purpose: str, mode: str) -> Alignment:
+    if mode not in ("both", "active"):
+        raise ProtocolError(f"PSI mode {mode!r}: 'both' or 'active'")
+    return intersect(fed, ids, parties, purpose=purpose, mode="both" if mode == "both" else "active")
+
+
+ENGINE = Engine(name="vflo", about="vflo's own ECDH over its messages (X25519, :mod:`vflo.align.curve`)",
+                intersect=_intersect, handlers=PsiHandlers())

@@ -51,11 +51,10 @@ import pyarrow.compute as pc
 from pyarrow import csv as pa_csv
 
 from vflo.align.ids import check_unique, tagged_array
-from vflo.align.spu_side import PROTOCOLS
+from vflo.align.spu_side import PROTOCOLS, UNBALANCED
 from vflo.align.spu_side import libraries as _libraries
 from vflo.errors import ConfigError, ProtocolError
 from vflo.helpers import isolated_command
-from vflo.party.policy import UNBALANCED
 
 logger = logging.getLogger(__name__)
 
@@ -188,8 +187,7 @@ def _stop_child(process: subprocess.Popen[bytes]) -> None:
 def _run_child(prepared: Prepared, order: dict[str, Any], timeout_s: float) -> int | None:
     """Hand ``order`` to ``prepared``'s child (:func:`vflo.align.spu_side.child`) and wait until it has written its
     result or ended (killed if it outlives ``timeout_s``): its exit status, or None while it still closes its link
-    (a tenth of a second here; :class:`Prepared` waits for that, and removes the library's trace, when it is done
-    with)."""
+    (briefly; :class:`Prepared` waits for that, and removes the library's trace, when it is done with)."""
     process = prepared.take_child()
     try:
         assert process.stdin is not None

@@ -2,8 +2,8 @@
 (:mod:`vflo.align.spu` starts it and hands it its order), and the loading of the library.
 
 Kept apart from :mod:`vflo.align.spu` so that the child imports the standard library and the two native modules
-only: importing NumPy and pyarrow as well tripled its start (0.18 s against 0.06 s here), and the party waits for
-that start.
+only: importing NumPy and pyarrow as well made its start several times as long, and the party waits for that
+start (``python -m benchmarks.psi_engines`` times a side's start: docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -19,10 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from vflo.errors import ConfigError
-from vflo.party.policy import PSI_PROTOCOLS, UNBALANCED
 
 #: The protocols vflo runs through the library: the name a config gives, and the library's.
-PROTOCOLS = {name: f"PROTOCOL_{name.upper()}" for name in PSI_PROTOCOLS}
+#: The PSI library's balanced protocols vflo runs, by the name a config gives (each an engine of
+#: :mod:`vflo.align.linked`), and the library's name for each.
+PROTOCOLS = {name: f"PROTOCOL_{name.upper()}" for name in ("rr22", "kkrt", "ecdh")}
+#: The library's unbalanced PSI (ECDH-OPRF): the large side's evaluated set prepared once, then each intersection
+#: costs what the small side holds (:mod:`vflo.align.unbalanced`).
+UNBALANCED = "unbalanced"
 INSTALL = "pip install --no-deps spu==0.9.5"
 
 
@@ -83,8 +87,8 @@ def child() -> None:
         # The library's unbalanced PSI connects the link to its peer a second time (its handshake, under the same
         # key as create_brpc's). A handshake that arrives while the first one is still unread is dropped, so a side
         # that raced ahead into the second could leave a slower one (a loaded machine) waiting for it until the
-        # timeout: seen in 2 of 7 runs of its tests beside two busy processes, the stacks showing one side in
-        # the second connect and the other past it. A barrier first lets neither side on before both have read
+        # timeout, as its tests did now and then beside busy processes, the stacks showing one side in the
+        # second connect and the other past it. A barrier first lets neither side on before both have read
         # the first handshake.
         context.barrier()
         count = _unbalanced(libpsi, order, context)

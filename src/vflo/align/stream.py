@@ -49,16 +49,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vflo.align import psi
-from vflo.align.ids import check_unique
-from vflo.align.kept import now
+from vflo.align.ids import IdFile, check_unique
+from vflo.align.kept import now, store_of
 from vflo.comm.message import INT, STR, ArraySpec, Fields, FieldSpec, Payload, check_payload
 from vflo.data.files import SUFFIXES, file_format
 from vflo.errors import ConfigError, DataError, DataFileError, ProtocolError
 from vflo.private import private_folder
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Aligning
 
 logger = logging.getLogger(__name__)
 
@@ -75,20 +75,13 @@ CLOSE: dict[str, FieldSpec] = {"token": STR, "matched": MATCHED}
 CLOSED: dict[str, FieldSpec] = {"count": INT}
 
 #: Bytes one ID of a bucket costs the process that runs both sides of its intersection (its text, its point, the
-#: points blinded and matched): measured with tracemalloc at about 450 (tests/test_stream_psi.py), rounded up.
+#: points blinded and matched): what tracemalloc traces per ID, rounded well up; tests/test_stream_psi.py checks
+#: that a streamed intersection sized by it stays under its ceiling.
 BYTES_PER_ID = 800
 #: The fewest bytes a ceiling may give: below it, the bookkeeping alone would not fit.
 MIN_MEMORY_MB = 1
 #: The most buckets a partner spills into (a billion IDs under 8 MB each).
 MAX_BUCKETS = 100_000
-
-
-@dataclass(frozen=True)
-class IdFile:
-    """Where a party's IDs for one purpose are: its file (Parquet or CSV) and the ID column's name."""
-
-    path: Path
-    id_column: str
 
 
 def _columns(source: IdFile, batch_rows: int) -> Iterator[Any]:
@@ -320,11 +313,11 @@ class StreamPart:
     def reset(self) -> None:
         if self.spill is not None:
             self.spill.close()
-        self.__init__()  # type: ignore[misc]
+        self.__init__()  # type: ignore[misc]  # every field back to its start; mypy refuses __init__ on an instance
 
 
 def _id_file(ctx: NodeContext, purpose: str) -> IdFile:
-    store = ctx.alignments
+    store = store_of(ctx)
     files = store.files if store is not None else {}
     if store is None or purpose not in files:
         raise ConfigError(f"party {ctx.party!r} streams no {purpose!r} IDs: streaming PSI reads the party's own "
@@ -368,7 +361,7 @@ def handle_split(ctx: NodeContext, payload: Fields) -> Payload:
     if not 1 <= n_buckets <= MAX_BUCKETS:  # the larger party's rows decide: a small partner may get more than its own
         raise ProtocolError(f"{n_buckets} buckets: between 1 and {MAX_BUCKETS:,}")
     part.memory_mb = part.rows * BYTES_PER_ID / n_buckets / 2**20
-    store = ctx.alignments
+    store = store_of(ctx)
     assert store is not None
     part.key = psi.new_key()  # this party's own, for this intersection only
     part.salt = payload.array("salt").tobytes()
@@ -420,7 +413,7 @@ def handle_close(ctx: NodeContext, payload: Fields) -> Payload:
             raise ProtocolError(f"{CLOSE_KIND} after {len(part.done)} of {part.spill.n_buckets} buckets")
         if part.source[2] == "both":
             _apply(part, payload.array("matched"))
-        store = ctx.alignments
+        store = store_of(ctx)
         assert store is not None
         file, size, modified = _file_facts(part.file)
         count = int(part.shared.sum()) if part.shared is not None else -1
@@ -444,7 +437,7 @@ class StreamResult:
     shared: np.ndarray  # one flag per row of the asker's file
 
 
-def stream_intersect(fed: Federation, own: IdFile, partner: str, *, folder: Path, purpose: str = "train",
+def stream_intersect(fed: Aligning, own: IdFile, partner: str, *, folder: Path, purpose: str = "train",
                      mode: str = "both", memory_mb: float = 256.0) -> StreamResult:
     """Intersect the IDs of ``own`` (this party's file) with those of ``partner``'s file for ``purpose``, a
     bucket at a time, each party's working memory for a bucket under ``memory_mb``; both parties keep the

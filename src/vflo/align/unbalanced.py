@@ -28,18 +28,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vflo.align import spu
+from vflo.align.engine import Engine
 from vflo.align.ids import untagged
-from vflo.align.kept import now
+from vflo.align.kept import now, store_of
 from vflo.align.linked import TIMEOUT_S, LinkedPart, check_mode, closing, consent, over_link, partner_side
-from vflo.align.plain import Aligned, Alignment
+from vflo.align.plain import Aligned
+from vflo.align.spu_side import UNBALANCED
 from vflo.comm.message import INT, STR, Fields, FieldSpec, Payload
 from vflo.errors import ConfigError, ProtocolError, RefusedError
-from vflo.party.policy import UNBALANCED
+from vflo.party.handlers import HandlerSet, handles
+from vflo.party.port import Alignment
 
 if TYPE_CHECKING:
     from vflo.align.kept import AlignmentStore
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Aligning
 
 logger = logging.getLogger(__name__)
 
@@ -100,10 +103,11 @@ def _working(store: AlignmentStore) -> Path:
 
 def _require(ctx: NodeContext) -> AlignmentStore:
     consent(ctx, UNBALANCED)
-    if ctx.alignments is None:
+    store = store_of(ctx)
+    if store is None:
         raise RefusedError(f"party {ctx.party!r} keeps no alignments (alignments = '' in its config), and unbalanced "
                            "PSI keeps its prepared set there: name a folder, or use another engine")
-    return ctx.alignments
+    return store
 
 
 def handle_prepare(ctx: NodeContext, payload: Fields) -> Payload:
@@ -166,7 +170,7 @@ def handle_online(ctx: NodeContext, payload: Fields) -> Payload:
     return {"port": relays.port, "n_features": rows.n_features, "why": ""}
 
 
-def intersect(fed: Federation, store: AlignmentStore, ids: np.ndarray, parties: Sequence[str], *, purpose: str,
+def intersect(fed: Aligning, store: AlignmentStore, ids: np.ndarray, parties: Sequence[str], *, purpose: str,
               mode: str) -> Alignment:
     """The subset of ``ids`` every party in ``parties`` holds: with each, an online intersection against what this
     party kept of its preparation, after preparing (once) where there is none or the partner's people changed."""
@@ -180,7 +184,7 @@ def intersect(fed: Federation, store: AlignmentStore, ids: np.ndarray, parties: 
     return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
 
 
-def _with(fed: Federation, store: AlignmentStore, ids: np.ndarray, party: str, *, purpose: str,
+def _with(fed: Aligning, store: AlignmentStore, ids: np.ndarray, party: str, *, purpose: str,
           mode: str) -> tuple[np.ndarray, int]:
     with spu.prepare(ids, "the active party's") as prepared:
         for attempt in range(2):
@@ -205,7 +209,7 @@ def _with(fed: Federation, store: AlignmentStore, ids: np.ndarray, party: str, *
     raise ProtocolError(f"party {party!r} refused the preparation it had just made for unbalanced PSI")
 
 
-def _prepare(fed: Federation, store: AlignmentStore, party: str, *, purpose: str) -> tuple[Preparation, Path]:
+def _prepare(fed: Aligning, store: AlignmentStore, party: str, *, purpose: str) -> tuple[Preparation, Path]:
     """The offline stage with ``party``: what it sends, kept in this party's folder under the token it chose."""
     work = _working(store)
     try:
@@ -228,16 +232,55 @@ def _prepare(fed: Federation, store: AlignmentStore, party: str, *, purpose: str
         shutil.rmtree(work, ignore_errors=True)
 
 
-def check_ready(fed: Federation) -> AlignmentStore:
+def check_ready(fed: Aligning) -> AlignmentStore:
     """What the coordinator needs for ``engine = 'unbalanced'``: the library, direct links, a folder of its own."""
     if problem := spu.missing():
         raise ConfigError(problem)
     if not fed.transport.direct_links:
         raise ConfigError("the parties reach each other only through a hub (Flower), and the PSI library's link "
                           "dials the other party directly; use engine = 'vflo'")
-    store = fed.alignments
+    store = store_of(fed)
     if store is None:
         raise ConfigError(f"unbalanced PSI keeps the partner's evaluated set at the active party {fed.party!r}, in its "
                           "alignments folder: give it one (alignments = 'DIR' in its config; in one process, "
                           "vflo.fit(..., alignments=DIR)), or use another engine")
     return store
+
+
+class UnbalancedHandlers(HandlerSet):
+    """A party's side of the PSI library's unbalanced PSI: preparation and online stages."""
+
+    @handles(PREPARE_KIND,
+             served="before or during a run, with [policy] psi_protocols naming 'unbalanced' and an alignments "
+                    "folder: starts this party's offline stage of unbalanced PSI (its IDs evaluated under its own "
+                    "key, sent over the PSI library's link)",
+             senders=("coordinator",), carries={}, replies={"port": "control", "token": "control",
+                                                            "n_features": "control"}, **PREPARE)
+    def _ub_prepare(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return handle_prepare(ctx, payload)
+
+    @handles(ONLINE_KIND,
+             served="before or during a run: one unbalanced intersection against a preparation this party made for "
+                    "the sender, only while the people it holds are those it was made on",
+             senders=("coordinator",), carries={}, replies={"port": "control", "why": "control",
+                                                            "n_features": "control"}, **ONLINE)
+    def _ub_online(self, ctx: NodeContext, payload: Fields) -> Payload:
+        return handle_online(ctx, payload)
+
+
+def _unavailable(fed: Aligning) -> str:
+    try:
+        check_ready(fed)
+    except ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+def _intersect(fed: Aligning, ids: np.ndarray, parties: Sequence[str], purpose: str, mode: str) -> Alignment:
+    store = check_ready(fed)
+    return intersect(fed, store, ids, parties, purpose=purpose, mode=mode)
+
+
+ENGINE = Engine(name=UNBALANCED, about="the PSI library's unbalanced PSI (ECDH-OPRF): the large side's set prepared "
+                "once, each intersection then costs what the small side holds", library=True,
+                handlers=UnbalancedHandlers(), unavailable=_unavailable, intersect=_intersect)

@@ -46,11 +46,11 @@ def add(sub: Any) -> None:
 
 
 class _LibraryFrom:
-    """``auto``'s threshold (:data:`vflo.federation.coordinator.AUTO_LIBRARY_FROM`) for the help, read only when the
-    help is shown: the coordinator's imports take longer than every other command's parser is built in."""
+    """``auto``'s threshold (:data:`vflo.align.engines.AUTO_LIBRARY_FROM`) for the help, read only when the
+    help is shown: alignment's imports take longer than every other command's parser is built in."""
 
     def __str__(self) -> str:
-        from vflo.federation.coordinator import AUTO_LIBRARY_FROM
+        from vflo.align.engines import AUTO_LIBRARY_FROM
 
         return f"{AUTO_LIBRARY_FROM:,}"
 
@@ -58,10 +58,10 @@ class _LibraryFrom:
 def _align(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from vflo.align.engines import AlignmentConfig
     from vflo.data.files import read_table
     from vflo.deploy import Deployment, load_deploy_config
     from vflo.errors import ConfigError, DataError
-    from vflo.federation.coordinator import AlignmentConfig
 
     if args.stream and (args.serve is not None or args.engine != "auto" or args.fresh):
         raise ConfigError("--stream intersects the training files afresh with vflo's own ECDH, a bucket at a time: "

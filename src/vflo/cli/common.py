@@ -83,7 +83,8 @@ def quiet_grpc(verbose: int) -> None:
 
 def configure_threads(threads: int | None, *, all_cores: bool = False) -> None:
     """One PyTorch thread by default: on small networks extra threads only spin, and on a loaded machine
-    they stall (APC-VFL on 150 rows: 1.5 s with one thread, 58 s with two while the other core was busy).
+    they stall (APC-VFL on 150 rows took many times as long with two threads as with one while the other core
+    was busy).
     Scoring (``all_cores``) runs large batches through the network, where every core helps."""
     import os
 
@@ -133,7 +134,7 @@ def configure_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(message)s", handlers=[handler], force=True)
 
 
-def new_console(*, stderr: bool = False):  # type: ignore[no-untyped-def]
+def new_console(*, stderr: bool = False):  # type: ignore[no-untyped-def]  # rich loads lazily, so its type is not named
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout

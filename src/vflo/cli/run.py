@@ -127,7 +127,7 @@ def _check_checkpoints(args: argparse.Namespace, methods: Sequence[Any]) -> None
                        "%s table", tables)
 
 
-def _print_summary(console, result, summary) -> None:  # type: ignore[no-untyped-def]
+def _print_summary(console, result, summary) -> None:  # type: ignore[no-untyped-def]  # rich objects, loaded lazily
     from rich.table import Table
 
     metric = result.config.metric

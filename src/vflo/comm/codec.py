@@ -30,7 +30,7 @@ _PREFIX = struct.Struct("<4sB3xI")
 ALIGN = 8
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: The largest JSON header a frame may have, checked before the header is parsed: parsing JSON costs many times
-#: its size in memory (a 120 MB header took a party from 147 MB to 3.5 GB), and arrays travel outside it.
+#: its size in memory (a large header once took a party's memory to gigabytes), and arrays travel outside it.
 MAX_HEADER_BYTES = 32 * 1024 * 1024
 MAX_RUN_ID = 64
 
@@ -122,7 +122,7 @@ def encode(message: Message, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     if total > max_bytes:
         raise encoded_size_limit_error(total, max_bytes, message.kind)
     # Joined straight into the frame: each array's bytes copied once. Building a bytearray and then bytes of it
-    # held the frame twice at once (a 640 MB PSI reply briefly took 1.3 GB).
+    # held the frame twice at once (a large PSI reply briefly took twice its size).
     frame = b"".join([_PREFIX.pack(MAGIC, VERSION, len(head)), head, b"\0" * head_pad, *buffers])
     assert len(frame) == total
     return frame

@@ -84,7 +84,7 @@ def _options(max_bytes: int, *, receive: int | None = None) -> list[tuple[str, A
     # The codec enforces the real limit; gRPC's must not be the smaller one.
     limit = min(max_bytes + (1 << 20), 2**31 - 1)
     # A larger HTTP/2 look-ahead window lets a batch of activations (128 KB and up) cross without waiting
-    # for a window update: about 20% off a 128 KB round trip on loopback here.
+    # for a window update, a wait that shows in such a round trip even on loopback.
     return [("grpc.max_receive_message_length", limit if receive is None else receive),
             ("grpc.max_send_message_length", limit), ("grpc.http2.lookahead_bytes", 8 << 20)]
 
@@ -327,8 +327,9 @@ class PartyServer:
 
     def _stranger(self, auth: Mapping[str, Sequence[bytes]]) -> bytes | None:
         """An error reply for a client whose certificate (``auth``: the call's auth context) names no peer of this
-        party, or was revoked, from its certificate alone: nothing it sent has been read (a stranger's 120 MB header
-        was once parsed, at 3.5 GB, before its sender was checked; later its whole body was still read first)."""
+        party, or was revoked, from its certificate alone: nothing it sent has been read (a stranger's large header
+        was once parsed, at many times its size in memory, before its sender was checked; later its whole body was
+        still read first)."""
         if not self.secure:
             return None
         names = [n.decode(errors="replace") for n in (auth.get("x509_common_name") or [])]

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
+import numpy as np
+
 from vflo.comm.message import ALIGN_PREFIX, CONTROL_PREFIX
 
 Direction = Literal["request", "reply"]
@@ -52,6 +54,11 @@ class LedgerEntry:
     @property
     def is_method(self) -> bool:
         return not (self.is_control or self.is_align)
+
+
+#: Each field of a ledger entry and its type, in order: the columns a party hands its ledger over in.
+COLUMNS: dict[str, type] = {"seq": int, "round": int, "sender": str, "receiver": str, "kind": str, "direction": str,
+                            "nbytes": int, "seconds": float, "reply_to": int, "framing": int}
 
 
 @dataclass(frozen=True)
@@ -171,11 +178,22 @@ class Ledger:
             out[e.receiver]["received_messages"] += 1
         return out
 
-    def to_records(self) -> list[dict[str, Any]]:
-        return [asdict(e) for e in self.entries]
+    @staticmethod
+    def to_columns(entries: Sequence[LedgerEntry]) -> dict[str, np.ndarray]:
+        """``entries`` as one array per field (:data:`COLUMNS`): how a party hands its own ledger over, in the
+        codec's own arrays rather than as text to parse."""
+        return {f"ledger.{name}": np.asarray([getattr(e, name) for e in entries],
+                                            dtype=str if kind is str else np.float64 if kind is float else np.int64)
+                for name, kind in COLUMNS.items()}
 
-    @classmethod
-    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> Ledger:
-        ledger = cls()
-        ledger.extend(LedgerEntry(**dict(r)) for r in records)
-        return ledger
+    @staticmethod
+    def from_columns(columns: Mapping[str, Any]) -> list[LedgerEntry]:
+        """The entries :meth:`to_columns` wrote; a :class:`ValueError` where the columns are not a ledger."""
+        arrays = {name: np.asarray(columns[f"ledger.{name}"]) for name in COLUMNS}
+        n = {len(a) for a in arrays.values()}
+        if len(n) != 1 or any(a.ndim != 1 for a in arrays.values()):
+            raise ValueError("the ledger's columns differ in length")
+        if not set(arrays["direction"].tolist()) <= {"request", "reply"}:
+            raise ValueError("a ledger entry's direction is 'request' or 'reply'")
+        return [LedgerEntry(**{name: kind(arrays[name][i]) for name, kind in COLUMNS.items()})
+                for i in range(n.pop())]

@@ -45,7 +45,7 @@ class Revocations:
                 return self._serials
             try:
                 crl = x509.load_pem_x509_crl(self.path.read_bytes())
-                if not crl.is_signature_valid(self._ca.public_key()):  # type: ignore[arg-type]
+                if not crl.is_signature_valid(self._ca.public_key()):  # type: ignore[arg-type]  # a CA key signs CRLs; its union type names keys that cannot
                     raise ValueError("it is not signed by this party's CA")
             except ValueError as exc:
                 if strict:

@@ -7,8 +7,10 @@ through that hub is therefore *sealed*: encrypted to the receiver's certificate 
 P-256, HKDF-SHA256, AES-256-GCM) and signed with the sender's key (ECDSA P-256), the same keys and
 certificates ``vflo certs init`` makes for TLS. The receiver checks that the signer's certificate comes
 from the federation's CA and names the sender the message claims, that the frame is addressed to it, is
-fresh (within :data:`FRESH_SECONDS` of its clock) and was not seen before. Frames to or from the hub's own
-party need no seal: the hub is that party, and Flower's TLS protects each link.
+fresh (within :data:`FRESH_SECONDS` of its clock) and was not seen before. The hub's own party seals what it
+sends each party too: the receiver then checks the coordinator's certificate, against the CA's revocation list
+as it is now, on every frame, as vflo's gRPC server checks its client's on every call. What a party sends the
+hub's party goes plain: the hub is that party, and Flower's TLS protects each link.
 
 A sealed frame: ``MAGIC | time (ms, 8) | sender | receiver | ephemeral key (65) | nonce (12) | signature |
 ciphertext`` (names and signature behind 2-byte lengths); the signature covers everything before it and
@@ -31,9 +33,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.x509.oid import NameOID
 
-from vflo.comm.tls import PartyCredentials
+from vflo.comm.tls import PartyCredentials, check_peer_certificate
 from vflo.errors import PartyBoundaryError
 
 MAGIC = b"VSEAL1"
@@ -93,26 +94,30 @@ class Keyring:
         return self.credentials.certificate
 
     def check_certificate(self, name: str, pem: bytes) -> x509.Certificate:
-        """``pem`` parsed, if the CA signed it, it is in date and it names party ``name``; refused otherwise."""
+        """``pem`` parsed, if the CA signed it, it is in date, it names party ``name`` (and no other party in any
+        spelling) and the CA has not revoked it; refused otherwise, by the checks vflo's gRPC makes of a peer."""
         try:
             cert = x509.load_pem_x509_certificate(pem)
             cert.verify_directly_issued_by(self._ca)
         except (ValueError, TypeError, InvalidSignature) as exc:
             raise PartyBoundaryError(f"the certificate given for {name!r} was not issued by {self.party!r}'s CA: "
                                      f"{exc}") from exc
-        names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-        if names != [name]:
-            raise PartyBoundaryError(f"the certificate given for {name!r} names {names}")
         now = time.time()
         if not cert.not_valid_before_utc.timestamp() <= now <= cert.not_valid_after_utc.timestamp():
             raise PartyBoundaryError(f"{name!r}'s certificate is not valid now")
-        self._refuse_revoked(name, cert)
+        revoked = self._revocations.serials() if self._revocations is not None else frozenset()
+        check_peer_certificate(cert, peer=name, parties={self.party, *self.peers}, revoked=revoked,
+                               holder=f"the certificate given for {name!r}")
         return cert
 
     def _refuse_revoked(self, name: str, cert: x509.Certificate) -> None:
-        if self._revocations is not None and cert.serial_number in self._revocations.serials():
-            raise PartyBoundaryError(f"{name!r}'s certificate (serial {cert.serial_number:x}) was revoked by the "
-                                     f"federation's CA ({self._revocations.path}); refused")
+        # The check vflo's gRPC server makes of a client on every call, against the list as it is now.
+        if self._revocations is not None:
+            self._revocations.check(cert.public_bytes(serialization.Encoding.PEM), f"party {name!r}'s")
+
+    def check_peer(self, name: str) -> None:
+        """Refuse ``name`` unless this party holds its checked certificate and the CA has not revoked it since."""
+        self._peer_key(name)
 
     def add_peers(self, certificates: dict[str, bytes]) -> None:
         """Learn peers' certificates (each checked); the hub hands them over, but cannot forge one."""

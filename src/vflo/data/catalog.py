@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,14 @@ from vflo.data.datadir import DataFile
 from vflo.errors import DataError
 
 Task = Literal["binary", "multiclass", "regression"]
+
+
+def as_task(text: str) -> Task:
+    """``text`` as a task, or the error that names the tasks there are (a task read from a saved model card)."""
+    for task in get_args(Task):
+        if text == task:
+            return task  # type: ignore[no-any-return]  # get_args loses the Literal: each value is one of Task's
+    raise DataError(f"unknown task {text!r}: one of {', '.join(map(repr, get_args(Task)))}")
 
 
 def infer_task(y: np.ndarray) -> Task:
@@ -93,11 +101,11 @@ class DatasetSpec:
         return self.standin_for is not None
 
 
-_REGISTRY: dict[str, DatasetSpec] = {}
+DATASETS: dict[str, DatasetSpec] = {}
 
 
 def register_dataset(spec: DatasetSpec) -> DatasetSpec:
-    if spec.name in _REGISTRY:
+    if spec.name in DATASETS:
         raise ValueError(f"dataset {spec.name!r} registered twice")
-    _REGISTRY[spec.name] = spec
+    DATASETS[spec.name] = spec
     return spec

@@ -15,7 +15,7 @@ import pandas as pd
 
 # Datasets defined in their own modules register in the catalogue when imported here, before any lookup.
 from vflo.data import images, multiview, standins  # noqa: F401
-from vflo.data.catalog import _REGISTRY, Dataset, DatasetSpec, Task, infer_task, register_dataset
+from vflo.data.catalog import DATASETS, Dataset, DatasetSpec, Task, infer_task, register_dataset
 from vflo.data.datadir import DataFile, locate
 from vflo.errors import ConfigError, unknown_name
 
@@ -25,14 +25,14 @@ __all__ = ["Dataset", "DatasetSpec", "Task", "dataset_specs", "get_spec", "infer
 
 
 def dataset_specs() -> dict[str, DatasetSpec]:
-    return dict(_REGISTRY)
+    return dict(DATASETS)
 
 
 def get_spec(name: str) -> DatasetSpec:
     try:
-        return _REGISTRY[name]
+        return DATASETS[name]
     except KeyError:
-        raise ConfigError(unknown_name("dataset", name, _REGISTRY)) from None
+        raise ConfigError(unknown_name("dataset", name, DATASETS)) from None
 
 
 def load_dataset(name: str, data_dir: str | Path | None = None) -> Dataset:

@@ -112,8 +112,8 @@ class ColumnFile:
 
     def id_values(self) -> np.ndarray | None:
         """The ID column as NumPy text straight from the file when it is ASCII text there (most ID columns): no
-        Python string per ID on the way, which at ten million IDs is 0.7 GB the process keeps after they are
-        freed. None otherwise (numbers, other text: ``file[id_column]`` reads them as before)."""
+        Python string per ID on the way, whose memory (many times that of their text) the process keeps after they
+        are freed. None otherwise (numbers, other text: ``file[id_column]`` reads them as before)."""
         import pyarrow as pa
 
         try:
@@ -434,7 +434,7 @@ def _fills(frame: Table, columns: Sequence[str], categories: Mapping[str, tuple[
                 fills[c] = str(known.astype(str).mode().iloc[0])
             continue
         if not isinstance(impute, str):
-            fills[c] = float(impute)  # type: ignore[arg-type]
+            fills[c] = float(impute)  # type: ignore[arg-type]  # a number here: every text rule returned above
             continue
         if not len(known):
             raise DataError(f"party {party!r}: column {c!r} has no value in the training file to impute from; drop "

@@ -113,7 +113,8 @@ class PartyData:
             dupes = sorted({c for c in columns if columns.count(c) > 1})
             raise DataError(f"party {self.party!r}: column names repeated: {dupes}; rename them")
         # A hash index checks uniqueness and later finds rows by ID. Of many text IDs it is a Python string each
-        # (ten million: about 1 GB the process keeps), so those are checked without one and indexed on first use.
+        # (many times the bytes of their text, which the process keeps), so those are checked without one and
+        # indexed on first use.
         index = None if ids.dtype.kind == "U" and len(ids) >= INDEX_LATER_FROM else pd.Index(ids)
         if not (_unique_text(ids) if index is None else index.is_unique):
             index = pd.Index(ids)  # the repeated IDs, by name (and the last word where Arrow's check said so)
@@ -310,8 +311,8 @@ class PartyData:
         """
         encoding = TableEncoding.fit(frame, party=party, id_column=id_column, label_column=label_column,
                                      feature_columns=feature_columns, drop_columns=drop_columns,
-                                     categorical=categorical, task=task,  # type: ignore[arg-type]
-                                     impute=impute, missing_indicator=missing_indicator)  # type: ignore[arg-type]
+                                     categorical=categorical, task=task,  # type: ignore[arg-type]  # checked by TableEncoding.fit
+                                     impute=impute, missing_indicator=missing_indicator)  # type: ignore[arg-type]  # checked by fit
         try:
             return cls.encoded(frame, encoding)
         except MissingValuesError as exc:  # its fix is an argument of this call, not a config's key

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vflo import schema
+from vflo.align.engines import check_policy
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.comm.departures import DepartureLog
 from vflo.comm.grpc_transport import DEFAULT_DEADLINE
@@ -122,6 +123,7 @@ class PartyConfig:
     def __post_init__(self) -> None:
         for name in (self.name, *self.peers):
             check_party_name(name)
+        check_policy(self.policy)
         if self.methods:
             from vflo.methods.own_settings import check_section
             from vflo.methods.registry import get_method

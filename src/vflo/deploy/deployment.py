@@ -10,11 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vflo.align import kept
+from vflo.align.engines import DEPLOYED_ALIGNMENT, AlignmentConfig
 from vflo.align.stream import StreamResult, stream_intersect
 from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing
 from vflo.comm.ledger import Ledger
 from vflo.comm.message import Message
-from vflo.data.datasets import Dataset, infer_task
+from vflo.data.datasets import Task, infer_task
 from vflo.data.order import in_order
 from vflo.data.partydata import PartyData
 from vflo.deploy.configs import DeployConfig
@@ -28,7 +30,7 @@ from vflo.errors import (
     RemoteError,
     TransportError,
 )
-from vflo.federation.coordinator import DEPLOYED_ALIGNMENT, AlignmentConfig, Federation
+from vflo.federation.coordinator import Aligner, Coordinator
 from vflo.federation.session import RunOutput, Session
 from vflo.federation.simulation import write_model
 from vflo.methods.base import Method
@@ -48,7 +50,7 @@ def _refuse_leaks(party: str, leaked: np.ndarray, where: str) -> None:
             "from the training files (vflo holdout cuts train, test and serve files that never overlap)")
 
 
-def _task_of(train: PartyData, test: PartyData | None, deploy: DeployConfig) -> tuple[str, int | None]:
+def _task_of(train: PartyData, test: PartyData | None, deploy: DeployConfig) -> tuple[Task, int | None]:
     y = train.require_labels()
     task = deploy.task if deploy.task is not None else infer_task(y)
     if task == "regression":
@@ -133,8 +135,8 @@ class Deployment:
                               "of its `vflo party serve`; over Flower its `vflo flower party` runs a SuperNode), or "
                               "leave the method out")
         own = self.train
-        fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
-                         task=self.task, n_classes=self.n_classes, alignment=alignment or DEPLOYED_ALIGNMENT)  # type: ignore[arg-type]
+        fed = Aligner(node=self.party.node, transport=self.party.transport, parties=self.data_parties,
+                      alignment=alignment or DEPLOYED_ALIGNMENT)
         if save or checkpoints:
             self._check_folders(methods, save=save, checkpoints=checkpoints)
         test_ids = self._test_ids()
@@ -183,7 +185,7 @@ class Deployment:
         the test rows and the active party's own, together."""
         own, test = self.train.ids, self._test_ids()
         if not len(test) and in_order(own, strictly=True):
-            return own  # already sorted and distinct: no sorted copy (two of ten million text IDs, 0.9 GB)
+            return own  # already sorted and distinct: no sorted copy (np.unique's: two more copies of every ID)
         return np.unique(np.concatenate([test.astype(own.dtype), own]))
 
     def align_ahead(self, alignment: AlignmentConfig, *, serve: np.ndarray | None = None,
@@ -199,9 +201,8 @@ class Deployment:
         if self.party.node.alignments is None:
             raise ConfigError(f"the active party {self.train.party!r} keeps no alignments: its config sets "
                               "alignments = ''; name a folder (alignments = 'DIR' under [active]) to keep them")
-        fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
-                         task=self.task, n_classes=self.n_classes, alignment=alignment)  # type: ignore[arg-type]
-        fed.offer_kept = not fresh
+        fed = Aligner(node=self.party.node, transport=self.party.transport, parties=self.data_parties,
+                      alignment=alignment, reuse_kept=not fresh)
         done: list[AlignedWith] = []
         asks = (("train", self._asked()), ("serve", self._test_ids() if serve is None else serve))
         for name in self._passives():
@@ -228,13 +229,12 @@ class Deployment:
         """``vflo align --stream``: the active party's training file intersected with each partner's, both read
         from disk a bucket at a time with each party's working memory under ``memory_mb``
         (:mod:`vflo.align.stream`); every party keeps its own rows' flags in its alignments folder."""
-        store = self.party.node.alignments
+        fed = Aligner(node=self.party.node, transport=self.party.transport, parties=self.data_parties)
+        store = kept.store_of(fed)
         own = store.files.get("train") if store is not None else None
         if store is None or own is None:
             raise ConfigError(f"streaming PSI reads the active party {self.train.party!r}'s own file and keeps the "
                               "result in its alignments folder: give [active.data] file and alignments")
-        fed = Federation(node=self.party.node, transport=self.party.transport, parties=self.data_parties, seed=0,
-                         task=self.task, n_classes=self.n_classes)  # type: ignore[arg-type]
         return [stream_intersect(fed, own, name, folder=store.folder, mode=mode, memory_mb=memory_mb)
                 for name in self._passives()]
 
@@ -257,7 +257,7 @@ class Deployment:
             save: tuple[Path, str] | None = None, checkpoint: tuple[Path, CheckpointPlan] | None = None) -> RunOutput:
         """Fit ``method`` over the network and score the test rows; the ledger holds every party's messages.
         ``alignment``: how the shared people are found (None: a deployment's default, private set intersection,
-        :data:`~vflo.federation.coordinator.DEPLOYED_ALIGNMENT`).
+        :data:`~vflo.align.engines.DEPLOYED_ALIGNMENT`).
 
         With ``save`` (a folder and a label) every party writes its own part in its own folder (the others in
         the folder their configs name) and this party writes its part and the model card here. With
@@ -269,8 +269,8 @@ class Deployment:
         parties = self.parties_for(method)
         transport = self.party.transport
         transport.ledger = Ledger()
-        fed = Federation(node=self.party.node, transport=transport, parties=parties, seed=seed,
-                         task=self.task, n_classes=self.n_classes, alignment=alignment or DEPLOYED_ALIGNMENT)  # type: ignore[arg-type]
+        fed = Coordinator(node=self.party.node, transport=transport, parties=parties, seed=seed,
+                          task=self.task, n_classes=self.n_classes, alignment=alignment or DEPLOYED_ALIGNMENT)
         if checkpoint is not None:
             self.party.node.checkpoints = CheckpointStore(checkpoint[0], party=self.train.party, role="active")
         ids = np.empty(0, dtype=np.int64) if self.test is None else self.test.ids
@@ -283,26 +283,21 @@ class Deployment:
         classes = () if self.preprocessing.encoding is None else self.preprocessing.encoding.classes
         return write_model(session, own, method, folder, label=label, classes=tuple(classes))
 
-    def as_dataset(self) -> Dataset:
-        """The active party's own data, shaped as a dataset for the report."""
-        frame = pd.DataFrame(self.train.X, columns=list(self.train.columns))
-        return Dataset(name=f"deployment:{self.train.party}", X=frame, y=self.train.require_labels(),
-                       ids=self.train.ids, task=self.task, n_classes=self.n_classes,  # type: ignore[arg-type]
-                       standin=False, source="the active party's own data (deployment)")
-
     def close(self) -> None:
         self.party.stop()
 
 
 
 def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *, missing: Missing = "refuse",
-                   fallback: SavedModel | None = None, deadline: float | None = None) -> pd.DataFrame:
+                   fallback: SavedModel | None = None, deadline: float | None = None,
+                   link: Link | None = None) -> pd.DataFrame:
     """Score the active party's ``rows`` with a saved model over a deployment: every party loads its own saved
     part (``vflo party serve ... --save DIR``) and scores the rows of its ``serve_file`` it holds.
 
     ``missing = "subset"``: each row is scored by the partners that hold it and answer; ``deadline`` (seconds,
     default the deploy config's) bounds each request, retries included, and a partner past it is absent for
-    that batch (one that cannot load its part, for the session). The output's ``scored_by`` says who scored."""
+    that batch (one that cannot load its part, for the session). The output's ``scored_by`` says who scored.
+    ``link``: the other parties reached some other way than vflo's gRPC (Flower), as for :class:`Deployment`."""
     active = deploy.active
     if active.name != model.card.active:
         raise ConfigError(f"the model was saved with {model.card.active!r} as the active party, but deploy.toml's "
@@ -316,7 +311,7 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
     if deadline is not None:
         config = replace(config, deadline=deadline)
     try:
-        party = start_party(config, data=None, serve=serving)
+        party = start_party(config, data=None, serve=serving, link=link)
     except AddressInUseError as exc:
         raise TransportError(f"{exc}. If `vflo run --deploy` is training at {active.name!r} now, it holds that "
                              "address, and the other parties serve one run at a time: they refuse a scoring session "
@@ -337,7 +332,7 @@ def score_deployed(deploy: DeployConfig, model: SavedModel, rows: str | Path, *,
         party.stop()
 
 
-def held_rows(fed: Federation, ids: np.ndarray, party: str, method: str) -> np.ndarray:
+def held_rows(fed: Coordinator, ids: np.ndarray, party: str, method: str) -> np.ndarray:
     """Which of ``ids`` (in their order) ``party`` holds among its rows to score: one alignment exchange."""
     try:
         alignment = fed.align(ids, [party], purpose="serve")

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vflo.align.ids import IdFile
 from vflo.align.kept import AlignmentStore
-from vflo.align.stream import IdFile
 from vflo.artifacts import CheckpointStore, Part, Preprocessing
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer
 from vflo.comm.tls import PartyCredentials
@@ -23,13 +23,12 @@ from vflo.dp import DEFAULT_BUDGET, PrivacyBudget
 from vflo.errors import (
     DataError,
 )
-from vflo.executor import configure as configure_executor
+from vflo.executor import make as make_executor
 from vflo.federation.simulation import party_node
 from vflo.party.node import Node
 from vflo.roles import PartyInfo
 from vflo.seeding import PartySecret
 from vflo.shelf import ModelShelf
-from vflo.spill import configure as configure_spill
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +114,8 @@ class RunningParty:
         self.transport.close()
         if self.server is not None:
             self.server.stop()
+        if self.node.executor is not None:  # the party's own (a Ray instance it started ends with it)
+            self.node.executor.close()
 
 
 # Connects a party's node to the others some other way than vflo's own gRPC (Flower): the transport it uses.
@@ -123,8 +124,9 @@ Link = Callable[[Node], Transport]
 
 def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
                preprocessing: Preprocessing | None = None) -> Node:
-    """The party's node with its rows (read as its config says, unless given), its peers' roles, its policy and
-    its own model and checkpoint folders."""
+    """The party's node with its rows (read as its config says, unless given), its peers' roles, its policy, its
+    own model and checkpoint folders, and its own executor and spill setting (``[executor]``, ``[spill]``: the
+    node's, not the process's, so parties that share a process keep their own)."""
     if data is None and serve is None and config.data is not None:
         tables = load_party_data(config.name, config.data)
         data, serve, preprocessing = tables.train, tables.serve, tables.preprocessing
@@ -145,7 +147,9 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
     return party_node(PartyInfo(config.name, config.role), data, serve, peers=config.peer_roles, policy=config.policy,
                       store=store, checkpoints=checkpoints, secret=PartySecret(config.seed), budget=budget(config),
                       settings=config.methods, idle_run_seconds=config.deadline, alignments=alignments,
-                      privacy_journal=Path(config.privacy_account) if config.privacy_account else None)
+                      privacy_journal=Path(config.privacy_account) if config.privacy_account else None,
+                      executor=None if config.executor is None else make_executor(config.executor),
+                      spill=config.spill)
 
 
 def budget(config: PartyConfig) -> PrivacyBudget:
@@ -180,10 +184,6 @@ def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: Pa
     through ``link`` (then nothing listens here; the link's hub reaches the others)."""
     if link is None:
         config.check_grpc()
-    if config.executor is not None:
-        configure_executor(config.executor)
-    if config.spill is not None:
-        configure_spill(config.spill)
     node = build_node(config, data=data, serve=serve, preprocessing=preprocessing)
     departures = config.departures()
     if link is not None:

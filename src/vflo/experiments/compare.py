@@ -67,7 +67,7 @@ from vflo.methods.base import Layout
 from vflo.methods.registry import active_only, get_method, method_names
 
 if TYPE_CHECKING:
-    from vflo.experiments.compare_own import OwnCompareSettings, OwnFiles
+    from vflo.experiments.own_files import OwnFiles
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +86,32 @@ def registered_variants() -> dict[str, dict[str, Any]]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CompareSettings:
-    """The ``[compare]`` table: the axes, the base point, and the methods (empty: every one that can run)."""
+class CompareCommon:
+    """What the ``[compare]`` table of a simulated split (:class:`CompareSettings`) and of the parties' own files
+    (:class:`vflo.experiments.compare_own.OwnCompareSettings`) share: the aligned shares, whose people are scored,
+    the test draws and the methods."""
 
     aligned: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
+    scored: tuple[Scored, ...] = ("aligned", "active_only")
+    repeats: int = 3
+    test_rows: int = 50
+    test_fraction: float = 0.2
+    rows: int | None = None
+    methods: tuple[str, ...] = ()
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1 or self.test_rows < 1 or not 0 < self.test_fraction < 0.5:
+            raise ConfigError("compare.repeats and compare.test_rows must be at least 1, and compare.test_fraction "
+                              "(the most of the rows each test set may take) in (0, 0.5)")
+        for name in self.methods:
+            get_method(name)  # an unknown name fails here, with a "did you mean"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareSettings(CompareCommon):
+    """The ``[compare]`` table: the axes, the base point, and the methods (empty: every one that can run)."""
+
     passives: tuple[int, ...] = (1, 2, 4)
     splits: tuple[Split, ...] = ("random", "importance", "correlation")
     second_hop: tuple[float, ...] = (0.25, 0.5, 1.0)
@@ -101,17 +123,11 @@ class CompareSettings:
     #: Extra entries in the missing-partner cells, by label: a method's name and settings (by default the
     #: variants the methods name themselves, e.g. PlugVFL: SplitNN with party-wise dropout).
     missing_variants: dict[str, dict[str, Any]] = field(default_factory=registered_variants)
-    scored: tuple[Scored, ...] = ("aligned", "active_only")
     base_aligned: float = 0.5
     active_share: float = 0.3
-    repeats: int = 3
-    test_rows: int = 50
-    test_fraction: float = 0.2
-    rows: int | None = None
-    methods: tuple[str, ...] = ()
-    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.aligned or any(not 0 < a <= 1 for a in self.aligned):
             raise ConfigError(f"compare.aligned: shares of the active party's people in (0, 1], got {self.aligned}")
         if not 0 < self.base_aligned <= 1:
@@ -135,10 +151,7 @@ class CompareSettings:
         if any(v not in ("aligned", "active_only") for v in self.scored):
             raise ConfigError(f"compare.scored: 'aligned' and/or 'active_only', got {self.scored} (the "
                               "missing-partner cells come with p_miss and absent)")
-        if self.repeats < 1 or self.test_rows < 1 or not 0 < self.test_fraction < 0.5:
-            raise ConfigError("compare.repeats and compare.test_rows must be at least 1, and compare.test_fraction "
-                              "(the most of the rows each test set may take) in (0, 0.5)")
-        for name in (*self.methods, *self.settings):
+        for name in self.settings:
             get_method(name)  # an unknown name fails here, with a "did you mean"
         for name, overrides in self.settings.items():
             schema.build(get_method(name).Config, overrides, where=f"compare.settings.{name}")  # bad settings too
@@ -183,7 +196,7 @@ class Comparison:
     rows: pd.DataFrame
     skipped: dict[str, str]
     seconds: float
-    settings: CompareSettings | OwnCompareSettings
+    settings: CompareCommon
     results: list[ExperimentResult] = field(default_factory=list)
     #: Held-out test people of each kind (the same in every cell and repeat).
     test_people: int = 0
@@ -195,7 +208,7 @@ class Comparison:
     unavailable: dict[str, str] = field(default_factory=dict)
     #: Axes that did not run, with why (on the parties' own files, those that need one pooled table).
     left_out: dict[str, str] = field(default_factory=dict)
-    #: On the parties' own files: what the comparison varied around (:class:`~vflo.experiments.compare_own.OwnFiles`).
+    #: On the parties' own files: what the comparison varied around (`~vflo.experiments.own_files.OwnFiles`).
     own: OwnFiles | None = None
 
     @property

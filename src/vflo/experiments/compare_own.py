@@ -23,7 +23,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +33,13 @@ import pandas as pd
 from vflo import schema
 from vflo.data.layout import Layout
 from vflo.data.partydata import PartyData
-from vflo.data.scenario import ScenarioSpec, can_stratify
+from vflo.data.scenario import ScenarioSpec
 from vflo.errors import ConfigError, ScenarioError
 from vflo.experiments.compare import (
     MIN_REPEATS,
     Cell,
+    CompareCommon,
     Comparison,
-    Scored,
     cannot_run,
     check_quick_repeats,
     run_cell,
@@ -47,8 +47,9 @@ from vflo.experiments.compare import (
     with_fallback,
 )
 from vflo.experiments.config import TOP_LEVEL, ExperimentConfig, Variant, parse_config
+from vflo.experiments.own_files import OwnFiles
 from vflo.experiments.runner import ExperimentResult
-from vflo.methods.registry import active_only, get_method, method_names
+from vflo.methods.registry import active_only, method_names
 from vflo.seeding import numpy_rng
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ QUICK = {"repeats": MIN_REPEATS, "aligned": [0.25, 1.0], "rows": 2000}
 
 
 @dataclass(frozen=True, kw_only=True)
-class OwnCompareSettings:
+class OwnCompareSettings(CompareCommon):
     """The ``[compare]`` table of a config whose parties read their own files (every key optional).
 
     ``aligned``: shares of the real overlap's training people kept shared (1.0, the real overlap, always runs);
@@ -82,17 +83,12 @@ class OwnCompareSettings:
     over the config's."""
 
     aligned: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
+    repeats: int = 5
     dropped: tuple[float, ...] = (0.5,)
     without: bool = True
-    scored: tuple[Scored, ...] = ("aligned", "active_only")
-    repeats: int = 5
-    test_rows: int = 50
-    test_fraction: float = 0.2
-    rows: int | None = None
-    methods: tuple[str, ...] = ()
-    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if any(not 0 < a <= 1 for a in self.aligned):
             raise ConfigError(f"compare.aligned: shares of the real overlap kept shared, in (0, 1]; got "
                               f"{self.aligned}")
@@ -101,13 +97,8 @@ class OwnCompareSettings:
                               f"{self.dropped}")
         if not self.scored or any(v not in ("aligned", "active_only") for v in self.scored):
             raise ConfigError(f"compare.scored: 'aligned' and/or 'active_only', got {self.scored}")
-        if self.repeats < 1 or self.test_rows < 1 or not 0 < self.test_fraction < 0.5:
-            raise ConfigError("compare.repeats and compare.test_rows must be at least 1, and compare.test_fraction "
-                              "(the most of the active party's people each test set may take) in (0, 0.5)")
         if self.rows is not None and self.rows < 10:
             raise ConfigError(f"compare.rows: a sample of at least 10 of the active party's people, got {self.rows}")
-        for name in self.methods:
-            get_method(name)  # an unknown name fails here, with a "did you mean"
 
 
 def load_own(raw: Mapping[str, Any], *, quick: bool = False) -> OwnCompareSettings:
@@ -151,55 +142,6 @@ def method_tables(raw: Mapping[str, Any], settings: OwnCompareSettings) -> dict[
         label = str(table.get("label", table["name"]))
         out[label] = own(label, table)
     return out or {n: own(n, {"name": n}) for n in method_names()}
-
-
-@dataclass(frozen=True, eq=False)
-class OwnFiles:
-    """The parties' files as the comparison varies them: who holds whom (after the ``rows`` sample), where each
-    kind of test people is drawn from and how many, the columns each ``dropped`` share leaves out."""
-
-    active: str
-    partners: tuple[str, ...]
-    files: dict[str, str]
-    people: dict[str, int]
-    columns: dict[str, tuple[str, ...]]
-    #: party -> the IDs it keeps in the ``rows`` sample (None: every one).
-    sample: dict[str, np.ndarray] | None
-    #: The active party's people before the sample.
-    active_rows: int
-    #: kind (``aligned``: every party holds them; ``active_only``) -> the IDs and labels test people come from.
-    pools: dict[str, tuple[np.ndarray, np.ndarray]]
-    #: kind -> test people of that kind in each repeat.
-    tests: dict[str, int]
-    #: share -> partner -> the columns it leaves out in ``dropped`` cells.
-    dropped: dict[float, dict[str, tuple[str, ...]]]
-
-    @property
-    def shared(self) -> int:
-        """People every party holds (the real overlap, after the sample)."""
-        return len(self.pools["aligned"][0])
-
-    def keep(self, parties: Sequence[PartyData]) -> list[PartyData]:
-        """The parties' rows in the ``rows`` sample."""
-        if self.sample is None:
-            return list(parties)
-        return [p.subset(self.sample[p.party]) if p.party in self.sample else p for p in parties]
-
-    def test_people(self, seed: int) -> dict[str, np.ndarray]:
-        """Each kind's test people for the repeat whose layout seed is ``seed`` (the same in every cell)."""
-        from sklearn.model_selection import train_test_split
-
-        out = {}
-        for kind, (ids, y) in self.pools.items():
-            n = self.tests[kind]
-            if n == 0:
-                out[kind] = ids[:0]
-                continue
-            rng = numpy_rng(seed, "compare test people", kind)
-            stratify = y if can_stratify(y, n, len(ids)) else None
-            _, test = train_test_split(ids, test_size=n, random_state=int(rng.integers(2**31)), stratify=stratify)
-            out[kind] = np.sort(np.asarray(test))
-        return out
 
 
 def own_files(spec: ScenarioSpec, tables: Sequence[tuple[PartyData, Any]], settings: OwnCompareSettings,
@@ -292,7 +234,7 @@ class OwnCellConfig(ExperimentConfig):
     data_name: str = "own data"
 
     def layout(self, variant: Variant, seed: int, dataset: Any) -> Layout:
-        tables = variant.spec.load_tables(self.base_dir, self._tables)
+        tables = variant.spec.load_tables(self.base_dir, self.table_cache)
         parties = self.files.keep([data for data, _ in tables])
         tests = self.files.test_people(seed)
         parties = keep_shared(parties, self.files.active, self.share, tests, seed)
@@ -372,7 +314,7 @@ def compare_own(raw: Mapping[str, Any], *, base_dir: str | Path | None = None, q
     real = parse_config({"name": name, "seed": seed, "scenario": scenario, "methods": [{"name": active_only()[0]}]},
                         base_dir=base_dir)
     spec = real.variants[0].spec
-    tables = spec.load_tables(real.base_dir, real._tables)
+    tables = spec.load_tables(real.base_dir, real.table_cache)
     files = own_files(spec, tables, settings, seed)
     full = Layout.from_parties(files.keep([data for data, _ in tables]), seed=seed, name=name,
                                source=", ".join(f"{p}: {f}" for p, f in files.files.items()))

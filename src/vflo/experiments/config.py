@@ -15,19 +15,19 @@ from __future__ import annotations
 import copy
 import itertools
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vflo import schema
+from vflo.align.engines import DEPLOYED_ALIGNMENT, AlignmentConfig
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.data.datasets import Dataset, Task, get_spec, load_dataset
 from vflo.data.layout import Layout
 from vflo.data.scenario import ScenarioSpec
 from vflo.errors import ConfigError, did_you_mean
 from vflo.experiments.protocols import Protocol, parse_protocol
-from vflo.federation.coordinator import DEPLOYED_ALIGNMENT, AlignmentConfig
 from vflo.methods.base import Method
 from vflo.methods.registry import active_only, get_method
 from vflo.metrics import check_metric, default_metric
@@ -117,7 +117,8 @@ class ExperimentConfig:
     raw: Mapping[str, Any] = field(repr=False)
     quick: bool = False
     base_dir: Path | None = None
-    _tables: dict[tuple[object, ...], Any] = field(default_factory=dict, repr=False, compare=False)
+    #: The parties' tables read so far, by what was read (files are read once per experiment, not once per run).
+    table_cache: dict[tuple[object, ...], Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def metric(self) -> str:
@@ -136,7 +137,7 @@ class ExperimentConfig:
     def layout(self, variant: Variant, seed: int, dataset: Dataset | None) -> Layout:
         """Who holds which rows and columns in ``variant``: a split of ``dataset``, or the parties' own files."""
         if self.dataset is None:
-            tables = own_tables(variant.spec, self.base_dir, self._tables)
+            tables = own_tables(variant.spec, self.base_dir, self.table_cache)
             return variant.spec.build_from_tables(tables, seed, name=self.name)
         if dataset is None:
             raise ConfigError(f"experiment {self.name!r} splits dataset {self.dataset.name!r}; load it first")
@@ -292,7 +293,7 @@ def parse_config(
     return ExperimentConfig(
         name=name, description=description, seed=seed, dataset=dataset, task=task, variants=variants,
         sweep_paths=sweep_paths, protocol=protocol, methods=methods, transport=transport, report=report,
-        alignment=alignment, raw=raw, quick=quick, base_dir=base, _tables=tables,
+        alignment=alignment, raw=raw, quick=quick, base_dir=base, table_cache=tables,
     )
 
 
@@ -440,5 +441,4 @@ def _check_fallback(label: str, cls: type[Method], fallback: object, before: lis
                           f"so it must score from the active party alone ({', '.join(active_only())})")
 
 
-def sweep_value_text(values: Sequence[Any]) -> str:
-    return ", ".join(_short(v) for v in values)
+

@@ -75,7 +75,7 @@ def run_deployed(experiment: DeploymentExperiment, deployment: Deployment, *, sa
             rows.append(row)
             continue
         wall = time.perf_counter() - t0
-        metrics = compute_metrics(deployment.task, deployment.test.y, out.scores)  # type: ignore[arg-type]
+        metrics = compute_metrics(deployment.task, deployment.test.y, out.scores)
         row = ok_row(entry.label, method, out, metrics, wall=wall, context={
             "experiment": experiment.name, "n_train_active": deployment.train.n_samples,
             "n_test": deployment.test.n_samples})
@@ -171,7 +171,7 @@ def labels_of(deployment: Deployment) -> dict[str, Any]:
 def write_deployed(experiment: DeploymentExperiment, deployment: Deployment, rows: list[dict[str, Any]],
                    out_dir: Path, *, overwrite: bool = False, communication: list[dict[str, Any]] | None = None,
                    seconds: float | None = None, started: str = "") -> Path:
-    metric = experiment.metric or default_metric(deployment.task)  # type: ignore[arg-type]
+    metric = experiment.metric or default_metric(deployment.task)
     done = [r for r in rows if r["status"] == "ok"]
     failed = [r for r in rows if r["status"] == "failed"]
     labels = labels_of(deployment)

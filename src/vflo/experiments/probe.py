@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from vflo import schema
+from vflo.data.catalog import as_task
 from vflo.data.datasets import load_dataset
 from vflo.data.preprocessing import Standardizer
 from vflo.errors import ConfigError, did_you_mean
@@ -103,9 +104,9 @@ def _cv_scores(X: np.ndarray, y: np.ndarray, settings: ProbeSettings, metric: st
     folds = StratifiedKFold(settings.folds, shuffle=True, random_state=seed % (2**31))
     scores = []
     for train, test in folds.split(X, y):
-        est = make_estimator(settings.classifier, task=task, n_classes=n_classes, seed=seed)  # type: ignore[arg-type]
+        est = make_estimator(settings.classifier, task=as_task(task), n_classes=n_classes, seed=seed)
         est.fit(X[train], y[train])
-        scores.append(compute_metrics(task, y[test], est.predict_scores(X[test]))[metric])  # type: ignore[arg-type]
+        scores.append(compute_metrics(as_task(task), y[test], est.predict_scores(X[test]))[metric])
     return scores
 
 

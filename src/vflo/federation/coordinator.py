@@ -1,94 +1,59 @@
-"""The coordinator's view of a federation: its own party, the others' names, and the transport.
+"""The coordinating party's side of a federation: its own party, the others' names, and the transport.
 
-A method's :meth:`~vflo.methods.base.Method.fit` and ``predict`` receive a
-:class:`Federation`. It exposes the coordinating (active) party's data and
-nothing else; everything about other parties arrives in replies to requests.
-Each :meth:`Federation.exchange` is one communication round.
+:class:`Coordinator` implements the port methods, alignment and trees drive (:class:`vflo.party.port.Federation`):
+it exposes the coordinating (active) party's data and nothing else; everything about other parties arrives in
+replies to requests, and each :meth:`Coordinator.exchange` is one communication round. :class:`Aligner` is the part
+of it that finds shared IDs, built alone where a deployment aligns without a method (``vflo align``, the checks
+before a run). :class:`~vflo.federation.session.Session` drives a run's lifecycle through the small public interface
+below (:meth:`Coordinator.start_run`, :meth:`Aligner.control`, :meth:`Aligner.control_each`); nothing outside this
+module touches their private members.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import secrets
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vflo.align import disclosure, kept, linked, plain, psi, spu, unbalanced
-from vflo.align.kept import AlignmentStore
-from vflo.align.plain import Alignment
+from vflo.align import disclosure, engines, kept, plain
+from vflo.align.engines import AlignmentConfig
 from vflo.comm.message import Message, Payload, Reply
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
-from vflo.errors import ConfigError, MethodError, PartyBoundaryError, RemoteError, TransportError
-from vflo.party.node import Node, NodeContext
-from vflo.party.policy import PSI_ENGINES, UNBALANCED, Policy
+from vflo.errors import MethodError, PartyBoundaryError, RemoteError, TransportError
+from vflo.party.context import AlignmentFolder, NodeContext
+from vflo.party.node import Node
+from vflo.party.policy import Policy
+from vflo.party.port import Alignment
 from vflo.roles import PartyInfo, active_party
 
 if TYPE_CHECKING:
     import torch
 
-
-if TYPE_CHECKING:
     from vflo.data.datasets import Task
     from vflo.data.layout import Oracle
     from vflo.methods.base import Method
     from vflo.nn.train import CheckpointPlan
 
 logger = logging.getLogger(__name__)
-#: With ``engine = "auto"``, the PSI library runs from this many IDs at the active party: below it, its fixed cost
-#: (a process per side, its link's redial when one side starts first: benchmarks.psi_engines's 300-ID
-#: intersection) is more than vflo's own ECDH spends on all the IDs (about 0.1 ms each in the same benchmark).
-AUTO_LIBRARY_FROM = 20_000
 
 
-@dataclass(frozen=True, kw_only=True)
-class AlignmentConfig:
-    """How shared IDs are found: ``plain`` (the coordinator's IDs are revealed to the other parties) or
-    ``psi`` (private set intersection; ``mode = 'both'``: each party learns the intersection, ``'active'``:
-    only the active party does). ``engine``, for PSI: ``'vflo'`` (vflo's own ECDH over its messages),
-    ``'rr22'``, ``'kkrt'`` or ``'ecdh'`` (SecretFlow's PSI library over its own link: :mod:`vflo.align.spu`),
-    or ``'auto'``: RR22 where the library is installed at both ends, the partner's policy takes it and the active
-    party holds at least :data:`AUTO_LIBRARY_FROM` IDs, vflo's ECDH otherwise (the same intersection either way;
-    the run's log and ledger say which ran)."""
+class Aligner:
+    """Finds the IDs the coordinating party shares with others, by the configured protocol, and sends the rounds
+    (and control messages) of whatever runs over it: :class:`vflo.party.port.Aligning`."""
 
-    method: Literal["plain", "psi"] = "plain"
-    mode: Literal["both", "active"] = "both"
-    engine: Literal["vflo", "auto", "rr22", "kkrt", "ecdh", "unbalanced"] = "vflo"
-    #: With PSI, where the parties keep their intersections (a deployed party's ``alignments`` folder): reuse a
-    #: kept one that covers the IDs asked about while neither side's people changed (:mod:`vflo.align.kept`), and
-    #: keep each fresh one. False: intersect afresh and keep nothing.
-    reuse: bool = True
-
-    def __post_init__(self) -> None:
-        choices = ("vflo", "auto", *PSI_ENGINES)
-        if self.engine not in choices:
-            raise ConfigError(f"alignment.engine = {self.engine!r}: choose {', '.join(map(repr, choices[:-1]))} or "
-                              f"{choices[-1]!r}")
-
-
-#: A deployment's alignment where its config says nothing: private set intersection, by the engine that suits the
-#: sizes (vflo's ECDH or the PSI library's RR22). Plain alignment sends the active party's IDs to every partner: a
-#: deployment runs it only where its config asks and every partner's policy accepts it. (In one process, where no ID
-#: leaves the process, :class:`AlignmentConfig`'s own default, plain, stays.)
-DEPLOYED_ALIGNMENT = AlignmentConfig(method="psi", engine="auto")
-
-
-class Federation:
-    """Drives a method's exchanges from the coordinating party."""
-
-    def __init__(
-        self, *, node: Node, transport: Transport, parties: tuple[PartyInfo, ...], seed: int,
-        task: Task, n_classes: int | None, oracle: Oracle | None = None,
-        alignment: AlignmentConfig | None = None,
-    ) -> None:
-        if task != "regression" and (n_classes is None or n_classes < 2):
-            raise MethodError(f"a {task} task needs n_classes >= 2, got {n_classes}")
+    def __init__(self, *, node: Node, transport: Transport, parties: tuple[PartyInfo, ...],
+                 alignment: AlignmentConfig | None = None, reuse_kept: bool = True) -> None:
         self._node = node
         self.alignment = alignment or AlignmentConfig()
+        self.transport = transport
+        self.parties = parties
         # Which PSI ran last ("vflo", or the library's protocol): for the results and the log.
         self.alignment_engine = ""
         # The partners of the last alignment: those its disclosure concerns (revealed()).
@@ -97,26 +62,11 @@ class Federation:
         # or kept just now: vflo.align.kept.
         self.kept: dict[tuple[str, str], tuple[kept.Kept, bool]] = {}
         # False: intersect afresh even where a kept intersection covers the IDs (and keep the new one).
-        self.offer_kept = True
-        self.task: Task = task
-        self.n_classes = n_classes
-        self.transport = transport
-        self.parties = parties
-        self.seed = seed
-        self._oracle = oracle
+        self._reuse_kept = reuse_kept
         self._round = 0
+        self._in_flight: PendingExchange | None = None
         # The current run's ID, chosen at setup: every message of the run carries it, and a party serves one run.
         self.run_id = ""
-        # What each party ran of its own side where it differs from the proposal (its setup reply): path -> value.
-        self.party_settings: dict[str, dict[str, Any]] = {}
-        self._method: Method | None = None
-        self._in_flight: PendingExchange | None = None
-        # Where a method's training keeps checkpoints and whether it resumes (set by the runner): see nn.train.
-        self.checkpoint: CheckpointPlan | None = None
-        # Scoring with whoever answers (``missing = "subset"``): a partner that fails to answer is absent, not an
-        # error. ``absent``: partners out for the whole session (their part did not load), with why.
-        self.whoever_answers = False
-        self.absent: dict[str, str] = {}
         if node.info not in parties:
             raise PartyBoundaryError(f"coordinator {node.name!r} is not one of the parties")
 
@@ -145,9 +95,169 @@ class Federation:
         return self.transport.link_files()
 
     @property
-    def alignments(self) -> AlignmentStore | None:
+    def alignments(self) -> AlignmentFolder | None:
         """Where this party keeps its private set intersections (its own folder), if it keeps them."""
         return self._node.alignments
+
+    @property
+    def rounds(self) -> int:
+        return self._round
+
+    # -- alignment ---------------------------------------------------------------------------------
+
+    def align(self, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train") -> Alignment:
+        """The subset of ``ids`` (sorted) that every party in ``parties`` holds, by the configured protocol; with
+        PSI, from the intersections this party and each partner kept where they cover ``ids``
+        (:mod:`vflo.align.kept`), and afresh with the others (then kept)."""
+        ids = np.sort(ids)
+        self.aligned_with = tuple(parties)
+        store = kept.store_of(self) if self.alignment.method == "psi" and self.alignment.reuse else None
+        if store is None or not parties:
+            return self._intersect(ids, parties, purpose=purpose)
+        mode = self.alignment.mode
+        held: dict[str, np.ndarray] = {}
+        widths: dict[str, int] = {}
+        used: dict[str, kept.Kept] = {}
+        if self._reuse_kept:
+            held, widths, used = kept.reuse(self, store, ids, parties, purpose=purpose, mode=mode)
+        self.kept.update({(p, purpose): (r, True) for p, r in used.items()})
+        rest = [p for p in parties if p not in held]
+        if rest:
+            fresh = self._intersect(ids, rest, purpose=purpose)
+            written = kept.keep(self, store, fresh, rest, purpose=purpose, mode=mode, engine=self.alignment_engine)
+            self.kept.update({(p, purpose): (r, False) for p, r in written.items()})
+            held.update(fresh.held)
+            widths.update(fresh.widths)
+        else:
+            self.alignment_engine = "reused"
+        keep = np.logical_and.reduce([held[p] for p in parties])
+        return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
+
+    def _intersect(self, ids: np.ndarray, parties: Sequence[str], *, purpose: str) -> Alignment:
+        if self.alignment.method == "psi":
+            found, self.alignment_engine = engines.intersect(self, self.alignment, ids, parties, purpose=purpose)
+            return found
+        if parties and not self.transport.shared_ledger:
+            # The default of a deployment is PSI (vflo.align.engines.DEPLOYED_ALIGNMENT): this one was chosen.
+            logger.warning("plain alignment: %d IDs of %s go in the clear to %s ([alignment] method = 'plain' in the "
+                           "experiment config; leave it out for private set intersection)", len(ids), self.party,
+                           ", ".join(parties))
+        return plain.intersect(self, ids, parties, purpose=purpose)
+
+    def revealed(self) -> str:
+        """What the last alignment revealed, to whom (one sentence; empty before any)."""
+        if not self.aligned_with:
+            return ""
+        return disclosure.revealed(method=self.alignment.method, mode=self.alignment.mode, engine=self.alignment_engine,
+                                   coordinator=self.party, partners=self.aligned_with)
+
+    # -- rounds ------------------------------------------------------------------------------------
+
+    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Reply]:
+        """One communication round: send each party its payload, return each reply's payload."""
+        self._round += 1
+        return self._send_all(kind, payloads, round_no=self._round)
+
+    def control(self, kind: str, payloads: Mapping[str, Payload], *, first: bool = False) -> dict[str, Reply]:
+        """A control message to each party (a run's setup, save, ledger or end): no round of its own, sent in the
+        current round, or round 0 with ``first`` (a new run's setup or a scoring session's load)."""
+        return self._send_all(kind, payloads, round_no=0 if first else self._round)
+
+    def control_each(self, kind: str, payloads: Mapping[str, Payload], *,
+                     first: bool = False) -> dict[str, Reply | TransportError | RemoteError]:
+        """:meth:`control` where a party may fail: each party's reply, or the error its message met (undelivered,
+        unanswered, or refused by the party)."""
+        messages = self._messages(kind, payloads, round_no=0 if first else self._round)
+        self.settle()
+        out: dict[str, Reply | TransportError | RemoteError] = {}
+        for m, r in zip(messages, self.transport.request_each(messages), strict=True):
+            if isinstance(r, TransportError):
+                out[m.receiver] = r
+                continue
+            try:
+                out[m.receiver] = r.unwrap()
+            except RemoteError as exc:
+                out[m.receiver] = exc
+        return out
+
+    def settle(self) -> None:
+        """Wait for a round started by :meth:`Coordinator.exchange_async` whose replies nobody read yet; an error
+        one of them carries is raised here rather than lost."""
+        pending, self._in_flight = self._in_flight, None
+        if pending is not None and not pending.read:
+            pending.result()
+
+    def abandon(self) -> None:
+        """Let a round a failed run started early end, its outcome kept out of what comes next."""
+        stale, self._in_flight = self._in_flight, None
+        if stale is not None:
+            with contextlib.suppress(Exception):
+                stale.result()
+
+    def _messages(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> list[Message]:
+        if self.party in payloads:
+            raise PartyBoundaryError(f"the coordinator {self.party!r} cannot send {kind!r} to itself")
+        return [
+            Message(sender=self.party, receiver=name, kind=kind, round=round_no, payload=payload, run=self.run_id)
+            for name, payload in payloads.items()
+        ]
+
+    def _send_all(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> dict[str, Reply]:
+        messages = self._messages(kind, payloads, round_no=round_no)
+        self.settle()
+        replies = self.transport.request_many(messages)
+        return {m.receiver: r.unwrap() for m, r in zip(messages, replies, strict=True)}
+
+
+class Coordinator(Aligner):
+    """Drives a method's exchanges from the coordinating party: :class:`vflo.party.port.Federation`."""
+
+    def __init__(
+        self, *, node: Node, transport: Transport, parties: tuple[PartyInfo, ...], seed: int,
+        task: Task, n_classes: int | None, oracle: Oracle | None = None,
+        alignment: AlignmentConfig | None = None, whoever_answers: bool = False,
+    ) -> None:
+        if task != "regression" and (n_classes is None or n_classes < 2):
+            raise MethodError(f"a {task} task needs n_classes >= 2, got {n_classes}")
+        super().__init__(node=node, transport=transport, parties=parties, alignment=alignment)
+        self.task: Task = task
+        self.n_classes = n_classes
+        self.seed = seed
+        self._oracle = oracle
+        self._method: Method | None = None
+        # Where a method's training keeps checkpoints and whether it resumes (the runner's plan): see nn.train.
+        self._checkpoint: CheckpointPlan | None = None
+        # Scoring with whoever answers (``missing = "subset"``): a partner that fails to answer is absent, not an
+        # error. ``absent``: partners out for the whole session (their part did not load), with why.
+        self._whoever_answers = whoever_answers
+        self.absent: dict[str, str] = {}
+
+    # -- a run (Session's interface) -------------------------------------------------------------------
+
+    def start_run(self, method: Method, *, checkpoint: CheckpointPlan | None = None) -> str:
+        """A new run (or scoring session) of ``method``: a fresh run ID, the method installed at the coordinating
+        party, and any round a failed earlier run started early let end; the run ID."""
+        self.abandon()
+        if checkpoint is not None:
+            self._checkpoint = checkpoint
+        self._method = method
+        self.run_id = secrets.token_hex(16)
+        self._node.install(method, seed=self.seed, parties=self.parties, run=self.run_id)
+        return self.run_id
+
+    @property
+    def checkpoint(self) -> CheckpointPlan | None:
+        return self._checkpoint
+
+    @property
+    def whoever_answers(self) -> bool:
+        return self._whoever_answers
+
+    # -- the coordinating party's own --------------------------------------------------------------
+
+    def in_force(self) -> contextlib.AbstractContextManager[None]:
+        """The coordinating party's own executor and spill setting, in force for its side of fit and scoring."""
+        return self._node.in_force()
 
     @property
     def ctx(self) -> NodeContext:
@@ -177,10 +287,6 @@ class Federation:
     def n_outputs(self) -> int:
         """Width of a model's output layer: one per class, or one for regression."""
         return 1 if self.task == "regression" or self.n_classes is None else self.n_classes
-
-    @property
-    def rounds(self) -> int:
-        return self._round
 
     def rng(self, *purpose: int | str) -> np.random.Generator:
         return self.ctx.rng(*purpose)
@@ -213,86 +319,7 @@ class Federation:
         """Those of ``parties`` not absent for the whole session."""
         return [p for p in parties if p not in self.absent]
 
-    # -- alignment ---------------------------------------------------------------------------------
-
-    def align(self, ids: np.ndarray, parties: Sequence[str], *, purpose: str = "train") -> Alignment:
-        """The subset of ``ids`` (sorted) that every party in ``parties`` holds, by the configured protocol; with
-        PSI, from the intersections this party and each partner kept where they cover ``ids``
-        (:mod:`vflo.align.kept`), and afresh with the others (then kept)."""
-        ids = np.sort(ids)
-        self.aligned_with = tuple(parties)
-        store = self.alignments if self.alignment.method == "psi" and self.alignment.reuse else None
-        if store is None or not parties:
-            return self._intersect(ids, parties, purpose=purpose)
-        mode = self.alignment.mode
-        held: dict[str, np.ndarray] = {}
-        widths: dict[str, int] = {}
-        used: dict[str, kept.Kept] = {}
-        if self.offer_kept:
-            held, widths, used = kept.reuse(self, store, ids, parties, purpose=purpose, mode=mode)
-        self.kept.update({(p, purpose): (r, True) for p, r in used.items()})
-        rest = [p for p in parties if p not in held]
-        if rest:
-            fresh = self._intersect(ids, rest, purpose=purpose)
-            written = kept.keep(self, store, fresh, rest, purpose=purpose, mode=mode, engine=self.alignment_engine)
-            self.kept.update({(p, purpose): (r, False) for p, r in written.items()})
-            held.update(fresh.held)
-            widths.update(fresh.widths)
-        else:
-            self.alignment_engine = "reused"
-        keep = np.logical_and.reduce([held[p] for p in parties])
-        return Alignment(ids=ids[keep], asked=ids, held=held, widths=widths)
-
-    def _intersect(self, ids: np.ndarray, parties: Sequence[str], *, purpose: str) -> Alignment:
-        if self.alignment.method == "psi":
-            engine = self.alignment.engine
-            if engine == UNBALANCED and parties:
-                store = unbalanced.check_ready(self)
-                self.alignment_engine = UNBALANCED
-                return unbalanced.intersect(self, store, ids, parties, purpose=purpose, mode=self.alignment.mode)
-            if engine != "vflo" and parties:
-                protocol = "rr22" if engine == "auto" else engine
-                missing = spu.missing() or ("" if self.transport.direct_links else
-                                            "the parties reach each other only through a hub (Flower), and the PSI "
-                                            "library's link dials the other party directly; use engine = 'vflo'")
-                if engine == "auto" and not missing and len(ids) < AUTO_LIBRARY_FROM:
-                    missing = (f"{len(ids)} IDs, fewer than {AUTO_LIBRARY_FROM:,}: the library's fixed cost "
-                               "(two processes, its link's redial) outweighs vflo's own ECDH")
-                if not missing:
-                    try:
-                        found = linked.intersect(self, ids, parties, protocol=protocol, purpose=purpose,
-                                                 mode=self.alignment.mode)
-                        self.alignment_engine = protocol
-                        return found
-                    except RemoteError as exc:
-                        if engine != "auto" or exc.error_type != "RefusedError":
-                            raise
-                        missing = str(exc)
-                elif engine != "auto":
-                    raise ConfigError(missing)
-                logger.info("PSI by vflo's own ECDH: %s", missing)
-            self.alignment_engine = "vflo"
-            return psi.intersect(self, ids, parties, purpose=purpose, mode=self.alignment.mode)
-        if parties and not self.transport.shared_ledger:
-            # The default of a deployment is PSI (vflo.experiments.config.DEPLOYED_ALIGNMENT): this one was chosen.
-            logger.warning("plain alignment: %d IDs of %s go in the clear to %s ([alignment] method = 'plain' in the "
-                           "experiment config; leave it out for private set intersection)", len(ids), self.party,
-                           ", ".join(parties))
-        return plain.intersect(self, ids, parties, purpose=purpose)
-
-    def revealed(self) -> str:
-        """What the last alignment revealed, to whom (one sentence; empty before any)."""
-        if not self.aligned_with:
-            return ""
-        return disclosure.revealed(method=self.alignment.method, mode=self.alignment.mode, engine=self.alignment_engine,
-                                   coordinator=self.party, partners=self.aligned_with)
-
     # -- exchanges ---------------------------------------------------------------------------------
-
-    def exchange(self, kind: str, payloads: Mapping[str, Payload]) -> dict[str, Reply]:
-        """One communication round: send each party its payload, return each reply's payload."""
-        self._round += 1
-        return self._send_all(kind, payloads, round_no=self._round)
 
     def exchange_async(self, kind: str, payloads: Mapping[str, Payload]) -> PendingExchange:
         """:meth:`exchange`, started now: the coordinator may compute while the round is under way.
@@ -301,17 +328,10 @@ class Federation:
         one, so rounds still happen in order; in process the round is done before this returns.
         """
         messages = self._messages(kind, payloads, round_no=self._round + 1)
-        self._settle()
+        self.settle()
         self._round += 1
         self._in_flight = PendingExchange(messages, self.transport.request_many_async(messages))
         return self._in_flight
-
-    def _settle(self) -> None:
-        """Wait for a round started by :meth:`exchange_async` whose replies nobody read yet; an error
-        one of them carries is raised here rather than lost."""
-        pending, self._in_flight = self._in_flight, None
-        if pending is not None and not pending.read:
-            pending.result()
 
     def post(self, kind: str, payloads: Mapping[str, Payload]) -> None:
         """One round whose replies the coordinator does not wait for (they carry nothing).
@@ -320,14 +340,14 @@ class Federation:
         network it costs no round trip of its own; an error it causes is raised there.
         """
         messages = self._messages(kind, payloads, round_no=self._round + 1)
-        self._settle()
+        self.settle()
         self._round += 1
         for message in messages:
             self.transport.post(message)
 
     def flush(self) -> None:
         """Deliver every posted message now (the runner calls this when a method's fit returns)."""
-        self._settle()
+        self.settle()
         self.transport.flush()
 
     def exchange_tolerant(
@@ -339,7 +359,7 @@ class Federation:
         unanswered messages are tolerated.
         """
         messages = self._messages(kind, payloads, round_no=self._round + 1)
-        self._settle()
+        self.settle()
         self._round += 1
         replies: dict[str, Reply] = {}
         failures: dict[str, TransportError] = {}
@@ -375,23 +395,9 @@ class Federation:
                 "aligned rows only (protocol aligned_holdout, or test_from = 'aligned')"
             ) from exc
 
-    def _messages(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> list[Message]:
-        if self.party in payloads:
-            raise PartyBoundaryError(f"the coordinator {self.party!r} cannot send {kind!r} to itself")
-        return [
-            Message(sender=self.party, receiver=name, kind=kind, round=round_no, payload=payload, run=self.run_id)
-            for name, payload in payloads.items()
-        ]
-
-    def _send_all(self, kind: str, payloads: Mapping[str, Payload], *, round_no: int) -> dict[str, Reply]:
-        messages = self._messages(kind, payloads, round_no=round_no)
-        self._settle()
-        replies = self.transport.request_many(messages)
-        return {m.receiver: r.unwrap() for m, r in zip(messages, replies, strict=True)}
-
 
 class PendingExchange:
-    """A round started by :meth:`Federation.exchange_async`; :meth:`result` waits for its replies."""
+    """A round started by :meth:`Coordinator.exchange_async`; :meth:`result` waits for its replies."""
 
     def __init__(self, messages: Sequence[Message], future: Future[list[Message]]) -> None:
         self._messages = list(messages)
@@ -400,7 +406,7 @@ class PendingExchange:
         self.read = False  # whether its sender asked for the replies (and so saw any error)
 
     def result(self) -> dict[str, Reply]:
-        """Each party's reply payload; raises what :meth:`Federation.exchange` would have raised."""
+        """Each party's reply payload; raises what :meth:`Coordinator.exchange` would have raised."""
         self.read = True
         if self._replies is None:
             replies = self._future.result()

@@ -1,6 +1,6 @@
 """One run of a method, whatever carries its messages: setup -> fit -> flush -> save -> score -> ledgers -> teardown.
 
-Every entry point builds its nodes and a transport, then a :class:`~vflo.federation.coordinator.Federation` at
+Every entry point builds its nodes and a transport, then a :class:`~vflo.federation.coordinator.Coordinator` at
 the active party, and hands it to a :class:`Session`: a simulation (:func:`vflo.federation.simulation.run_method`,
 ``vflo.fit``, the transductive protocol, the attack runs), a deployment over vflo's gRPC
 (:meth:`vflo.deploy.Deployment.run`) and one over Flower (which runs a deployment over the Grid). What differs
@@ -11,10 +11,8 @@ entries are put first, as one process records them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from vflo.comm.ledger import Ledger, LedgerEntry, LedgerSummary
+from vflo.comm.ledger import Ledger, LedgerSummary
 from vflo.comm.message import Payload, Value
-from vflo.errors import ProtocolError, RemoteError, TransportError
-from vflo.federation.coordinator import Federation
+from vflo.errors import ProtocolError
+from vflo.federation.coordinator import Coordinator
 from vflo.methods.base import Method
 from vflo.nn.train import CheckpointPlan
 from vflo.party.node import LEDGER, LOAD, SAVE, SETUP, TEARDOWN, parties_payload, take_release_key, with_release_key
@@ -63,10 +61,13 @@ class RunOutput:
 
 class Session:
     """The lifecycle of one run (or one scoring session) over ``fed``: what the runner does, and a method never
-    does. A method sees only its :class:`Federation` (its data, exchanges, alignment, randomness)."""
+    does. A method sees only the port, :class:`vflo.party.port.Federation` (its data, exchanges, alignment,
+    randomness), which has no lifecycle."""
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: Coordinator) -> None:
         self.fed = fed
+        # What each party ran of its own side where it differs from the proposal (its setup reply): path -> value.
+        self.party_settings: dict[str, dict[str, Any]] = {}
         self.fit_seconds = 0.0
         self._fit_round = 0
         self._own_fit = 0
@@ -79,23 +80,18 @@ class Session:
         anything trains."""
         fed = self.fed
         method.check_task(fed.task)
-        if checkpoint is not None:
-            fed.checkpoint = checkpoint
+        fed.abandon()  # a round a failed run started early: let it end, keep its outcome out
         # A transport kept between runs (a deployment) may hold messages a failed run posted; they belong
         # to that run, not to this one.
-        if fed._in_flight is not None:  # a round a failed run started early: let it end, keep its outcome out
-            stale, fed._in_flight = fed._in_flight, None
-            with contextlib.suppress(Exception):
-                stale.result()
         if dropped := fed.transport.drop_posted():
             logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
-        self._install(method)
+        fed.start_run(method, checkpoint=checkpoint)
         payload: Payload = {**self._method_payload(method), "save": save}
         others = fed.names()
-        fed.party_settings = {}
+        self.party_settings = {}
         if not others:
             return
-        replies = fed._send_all(SETUP, {n: payload for n in others}, round_no=0)
+        replies = fed.control(SETUP, {n: payload for n in others}, first=True)
         for name, reply in replies.items():
             try:
                 own = json.loads(reply.text("own"))
@@ -104,27 +100,21 @@ class Session:
             if not isinstance(own, dict):
                 raise ProtocolError(f"party {name!r} answered the setup with settings that are not a table")
             if own:
-                fed.party_settings[name] = own
+                self.party_settings[name] = own
                 logger.warning("party %s runs %s with its own %s (not the experiment's)", name, method.name,
                                ", ".join(f"{k} = {json.dumps(v)}" for k, v in sorted(own.items())))
-
-    def _install(self, method: Method) -> None:
-        """A new run (or scoring session) ID, and ``method`` installed at the coordinator."""
-        fed = self.fed
-        fed._method = method
-        fed.run_id = secrets.token_hex(16)
-        fed._node.install(method, seed=fed.seed, parties=fed.parties, run=fed.run_id)
 
     def _method_payload(self, method: Method) -> Payload:
         fed = self.fed
         return {"method": method.name, "config": method.config_json(), "seed": fed.seed,
                 **parties_payload(fed.parties)}
 
-    def train(self, fit: Callable[[Federation], Any]) -> Any:
+    def train(self, fit: Callable[[Coordinator], Any]) -> Any:
         """Run the coordinator's side of training (``method.fit``, or a representation step), deliver what it
         posted, and mark where training's traffic ends."""
         started = time.perf_counter()
-        out = fit(self.fed)
+        with self.fed.in_force():
+            out = fit(self.fed)
         self.fed.flush()
         self.fit_seconds = time.perf_counter() - started
         self._fit_round, self._own_fit = self.fed.rounds, len(self.fed.transport.ledger)
@@ -139,7 +129,7 @@ class Session:
         if not others:
             return {}
         request: Payload = {"label": label, "model_id": model_id}
-        replies = fed._send_all(SAVE, {name: request for name in others}, round_no=fed._round)
+        replies = fed.control(SAVE, {name: request for name in others})
         return {name: reply.text("manifest") for name, reply in replies.items()}
 
     def own_part(self, method: Method) -> dict[str, Value]:
@@ -151,7 +141,7 @@ class Session:
         """A scoring session: install ``method`` here from this party's saved state ``own`` and have every other
         party restore its saved part; each one's manifest checksum (a partner whose part does not load is absent
         for the session where the federation takes whoever answers)."""
-        self._install(method)
+        self.fed.start_run(method)
         manifests = self._load_others(method, label, model_id)
         method.load_coordinator_state(self.fed, take_release_key(own, self.fed.ctx))
         return manifests
@@ -163,18 +153,15 @@ class Session:
             return {}
         payload: Payload = {**self._method_payload(method), "label": label, "model_id": model_id}
         if not fed.whoever_answers:
-            replies = fed._send_all(LOAD, {name: payload for name in others}, round_no=0)
+            replies = fed.control(LOAD, {name: payload for name in others}, first=True)
             return {name: reply.text("manifest") for name, reply in replies.items()}
         # A partner that left after training (not running, or its part gone) is absent for the whole session.
-        messages = fed._messages(LOAD, {name: payload for name in others}, round_no=0)
         manifests: dict[str, str] = {}
-        for m, r in zip(messages, fed.transport.request_each(messages), strict=True):
-            try:
-                if isinstance(r, TransportError):
-                    raise r
-                manifests[m.receiver] = r.unwrap().text("manifest")
-            except (TransportError, RemoteError) as exc:
-                fed.mark_absent(m.receiver, exc, session=True)
+        for name, answer in fed.control_each(LOAD, {name: payload for name in others}, first=True).items():
+            if isinstance(answer, Exception):
+                fed.mark_absent(name, answer, session=True)
+            else:
+                manifests[name] = answer.text("manifest")
         return manifests
 
     # -- the end --------------------------------------------------------------------------------------------
@@ -188,13 +175,12 @@ class Session:
         others = fed.names()
         if not others:
             return len(fed.transport.ledger)
-        replies = fed._send_all(LEDGER, {n: {} for n in others}, round_no=fed._round)
+        replies = fed.control(LEDGER, {n: {} for n in others})
         start = len(fed.transport.ledger)
         for name, reply in replies.items():
             try:
-                records = json.loads(reply.text("records"))
-                fed.transport.ledger.extend(LedgerEntry(**r) for r in records)
-            except (json.JSONDecodeError, TypeError) as exc:
+                fed.transport.ledger.extend(Ledger.from_columns(reply))
+            except (KeyError, ValueError, TypeError) as exc:
                 raise ProtocolError(f"party {name!r} sent a malformed ledger: {exc}") from exc
         return start
 
@@ -205,11 +191,10 @@ class Session:
         if not others:
             return
         if not fed.whoever_answers:
-            fed._send_all(TEARDOWN, {n: {} for n in others}, round_no=fed._round)
+            fed.control(TEARDOWN, {n: {} for n in others})
             return
         # Whoever is still there ends the session; one that went away meanwhile has nothing to end.
-        fed._settle()
-        fed.transport.request_each(fed._messages(TEARDOWN, {n: {} for n in others}, round_no=fed._round))
+        fed.control_each(TEARDOWN, {n: {} for n in others})
 
     def finish(self) -> tuple[Ledger, int]:
         """Gather the other parties' own records (where they keep their own), end the run at every party, and
@@ -219,8 +204,8 @@ class Session:
         return training_first(self.fed.transport.ledger, self._own_fit, remote, self._fit_round)
 
     def run(self, method: Method, ids: np.ndarray, *, save: Callable[[Session], object] | None = None,
-            checkpoint: CheckpointPlan | None = None, on_fitted: Callable[[Federation], None] | None = None,
-            score: Callable[[Federation], tuple[np.ndarray, dict[str, float]]] | None = None) -> RunOutput:
+            checkpoint: CheckpointPlan | None = None, on_fitted: Callable[[Coordinator], None] | None = None,
+            score: Callable[[Coordinator], tuple[np.ndarray, dict[str, float]]] | None = None) -> RunOutput:
         """The whole run: start, fit, ``save`` (every party its part), score ``ids`` (or as ``score`` does,
         which returns the scores and stats of its own), finish."""
         self.start(method, save=save is not None, checkpoint=checkpoint)
@@ -231,16 +216,17 @@ class Session:
             save(self)
         started = time.perf_counter()
         stats = method.summary_stats()
-        if score is not None:
-            scores, more = score(self.fed)
-            stats |= more
-        else:
-            scores = method.predict(self.fed, ids) if len(ids) else np.empty((0,))
+        with self.fed.in_force():
+            if score is not None:
+                scores, more = score(self.fed)
+                stats |= more
+            else:
+                scores = method.predict(self.fed, ids) if len(ids) else np.empty((0,))
         predict_seconds = time.perf_counter() - started
         ledger, fit_entries = self.finish()
         return RunOutput(scores=scores, ledger=ledger, fit_seconds=self.fit_seconds, predict_seconds=predict_seconds,
                          rounds=self.fed.rounds, fit_entries=fit_entries, stats=stats,
-                         party_settings=self.fed.party_settings, psi_engine=self.fed.alignment_engine,
+                         party_settings=self.party_settings, psi_engine=self.fed.alignment_engine,
                          alignment_revealed=self.fed.revealed())
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from vflo.align.engines import AlignmentConfig
 from vflo.align.kept import AlignmentStore
 from vflo.align.protocol import ALIGNMENT
 from vflo.artifacts import CheckpointStore, ModelCard, PartStore, Preprocessing, new_model_id
@@ -19,16 +20,19 @@ from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyBudget
 from vflo.errors import MethodError
-from vflo.federation.coordinator import AlignmentConfig, Federation
+from vflo.executor import Executor
+from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import RunOutput, Session
 from vflo.methods.base import Method
 from vflo.methods.own_settings import party_section
 from vflo.methods.registry import method_for_party
 from vflo.nn.train import CheckpointPlan
-from vflo.party.node import Node, PartStoreLike
+from vflo.party.context import PartStoreLike
+from vflo.party.node import Node
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role
 from vflo.seeding import PartySecret, derive_seed
+from vflo.spill import SpillConfig
 
 #: A simulated party's policy where none is given: as a deployed party's default, but answering plain alignment,
 #: which in one process shows the coordinator's IDs to no one outside it. A deployed party always has its own
@@ -41,19 +45,22 @@ def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyDat
                store: PartStore | None = None, checkpoints: CheckpointStore | None = None,
                secret: PartySecret | None = None, budget: PrivacyBudget | None = None,
                settings: Mapping[str, Mapping[str, Any]] | None = None, idle_run_seconds: float = 600.0,
-               alignments: AlignmentStore | None = None, privacy_journal: Path | None = None) -> Node:
+               alignments: AlignmentStore | None = None, privacy_journal: Path | None = None,
+               executor: Executor | None = None, spill: SpillConfig | None = None) -> Node:
     """A node that serves every registered method and alignment: what each party runs. ``peers``: the other
     parties and their roles as this party knows them (a mapping, or every party of the federation); ``secret``:
     its own randomness (the OS's unless given); ``budget``: its privacy budget; ``settings``: its own side of each
     method, by method name (its config's ``[methods.NAME]``); ``alignments``: where it keeps its private set
     intersections to reuse them (none in simulation unless given); ``policy``: its own (:data:`IN_PROCESS` unless
-    given); ``privacy_journal``: the file its privacy account is kept in across restarts (none unless given)."""
+    given); ``privacy_journal``: the file its privacy account is kept in across restarts (none unless given);
+    ``executor`` and ``spill``: where its bulk work runs and when it spills (the process's defaults unless given)."""
     if not isinstance(peers, Mapping):
         peers = {p.name: p.role for p in peers if p.name != info.name}
     return Node(info, data, serving, peers=peers, policy=policy if policy is not None else IN_PROCESS,
-                methods=method_for_party, protocols=(ALIGNMENT,),
+                methods=method_for_party, protocols=ALIGNMENT,
                 store=store, checkpoints=checkpoints, secret=secret, budget=budget, settings=settings,
-                idle_run_seconds=idle_run_seconds, alignments=alignments, privacy_journal=privacy_journal)
+                idle_run_seconds=idle_run_seconds, alignments=alignments, privacy_journal=privacy_journal,
+                executor=executor, spill=spill)
 
 
 def own_sections(method: Method, role: str) -> dict[str, dict[str, Any]]:
@@ -130,7 +137,7 @@ def build_federation(
     alignment: AlignmentConfig | None = None, checkpoints: Path | None = None,
     party_seeds: Mapping[str, int] | None = None, party_config: Method | None = None,
     alignments: Mapping[str, AlignmentStore] | None = None, policies: Mapping[str, Policy] | None = None,
-) -> tuple[Federation, dict[str, Node]]:
+) -> tuple[Coordinator, dict[str, Node]]:
     """One node per party built from that party's data only, joined by a :class:`LocalTransport`; with
     ``checkpoints``, each party keeps its own checkpoints in its own subfolder of that folder. Each node draws
     its secrets from its own seed (``party_seeds``, else derived from ``seed`` and its name) and sets its own side
@@ -156,7 +163,7 @@ def build_federation(
     transport = LocalTransport(nodes, ledger=ledger, max_message_bytes=max_message_bytes, observers=observers,
                                faults=faults)
     oracle = data.oracle if method.simulation_only else None
-    fed = Federation(
+    fed = Coordinator(
         node=nodes[data.active], transport=transport, parties=parties, seed=seed, task=data.task,
         n_classes=data.n_classes, oracle=oracle, alignment=alignment,
     )
@@ -165,7 +172,7 @@ def build_federation(
 
 def run_method(
     method: Method, data: FederatedData, *, seed: int, max_message_bytes: int | None = None,
-    observers: tuple[Observer, ...] = (), on_fitted: Callable[[Federation], None] | None = None,
+    observers: tuple[Observer, ...] = (), on_fitted: Callable[[Coordinator], None] | None = None,
     faults: FaultPlan | None = None, alignment: AlignmentConfig | None = None, save: tuple[Path, str] | None = None,
     checkpoint: tuple[Path, CheckpointPlan] | None = None, party_seeds: Mapping[str, int] | None = None,
     party_config: Method | None = None, fallback: np.ndarray | None = None,
@@ -180,7 +187,7 @@ def run_method(
                                   checkpoints=None if checkpoint is None else checkpoint[0], party_seeds=party_seeds,
                                   party_config=party_config, alignments=alignments, policies=policies)
 
-    def scored(fed: Federation) -> tuple[np.ndarray, dict[str, float]]:
+    def scored(fed: Coordinator) -> tuple[np.ndarray, dict[str, float]]:
         assert fallback is not None
         covered = held_by_all(data.serve, method.scoring_parties(data.parties), data.test_ids)
         scores = np.array(fallback, dtype=np.float64, copy=True)

@@ -46,7 +46,7 @@ def call_worker(address: str, op: str, body: bytes, *, timeout: float = WORKER_D
 def forward(message: Message, address: str) -> Message:
     """The worker's answer to ``message``, as the reply Flower carries back to the ServerApp."""
     record = message.content[RECORD]
-    out = call_worker(address, str(record["op"]), bytes(record["body"]))  # type: ignore[arg-type]
+    out = call_worker(address, str(record["op"]), bytes(record["body"]))  # type: ignore[arg-type]  # a Flower record holds loosely typed values; read as the hub wrote them
     return Message(RecordDict({RECORD: ConfigRecord({"body": out, "pid": os.getpid()})}), reply_to=message)
 
 

@@ -91,8 +91,8 @@ class FlowerGrid:
                 raise TransportError(f"the ClientApp on SuperNode {node} failed on {what}: {reply.error.reason} "
                                      f"(code {reply.error.code}); is `vflo flower party` running for that SuperNode?")
             record = reply.content[RECORD]
-            self.reply_pids.append(int(record.get("pid", -1)))  # type: ignore[arg-type]
-            out.append(bytes(record["body"]))  # type: ignore[arg-type]
+            self.reply_pids.append(int(record.get("pid", -1)))  # type: ignore[arg-type]  # a Flower record holds loosely typed values; read as the hub wrote them
+            out.append(bytes(record["body"]))  # type: ignore[arg-type]  # a Flower record holds loosely typed values; read as the hub wrote them
         return out
 
 

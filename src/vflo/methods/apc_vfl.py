@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.align.plain import SELECTOR, Alignment, selected_ids
+from vflo.align.plain import SELECTOR, selected_ids
 from vflo.blocks import CHUNK
 from vflo.comm.message import IDS, Fields, Payload, expect_rows
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
@@ -20,11 +20,13 @@ from vflo.methods.saved import PARTY_NAMES, At, Part, Saved, Saves, autoencoder
 from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
+from vflo.party.handlers import reveals
+from vflo.party.port import Alignment
 from vflo.spill import Rows, RowSink
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Federation
 
 
 #: The largest latent upload in one message (a frame must stay under the transport's limit, 256 MB by default).
@@ -164,6 +166,7 @@ class APCVFL(RepresentationMethod):
             part.g1 = encoder
         return encoder
 
+    @reveals("aligned rows")
     @handles("apc.encode_aligned",
              served="after alignment; trains g1 once a run, then encodes the aligned rows asked",
              carries={"selector": "membership"}, replies={"z": "outputs"}, selector=SELECTOR)
@@ -341,6 +344,7 @@ class APCVFLAligned(APCVFL):
 
     # -- a passive party: its share of scoring -----------------------------------------------------------
 
+    @reveals("scoring rows")
     @handles("apc.encode_serve",
              served="after training: rows to score",
              carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
@@ -400,4 +404,4 @@ def fit_student(fed: Federation, config: APCVFLConfig, *, targets: Rows | None =
                                           "distill": config.distill}
     return fit_autoencoder(fed.data.X, config.student_encoder, activation=config.activation, train=config.train,
                            generator=fed.torch_generator("apc-g3"), rng=fed.rng("apc-g3"),
-                           reduction=config.reduction, **distill)  # type: ignore[arg-type]
+                           reduction=config.reduction, **distill)  # type: ignore[arg-type]  # distill's keys are fit_autoencoder's, typed loosely as a dict

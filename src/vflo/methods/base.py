@@ -6,7 +6,7 @@ A method subclass declares
 * handlers: functions decorated with :func:`handles` that a party runs when a message of
   that kind arrives; each sees only its own :class:`~vflo.party.node.NodeContext`;
 * :meth:`Method.fit`: the coordinator's side, run at the active party through a
-  :class:`~vflo.federation.coordinator.Federation` (which exposes only that party's data);
+  :class:`~vflo.party.port.Federation` (which exposes only that party's data);
 * :meth:`Method.predict`: scores for IDs the active party holds; ``inference`` says
   whether that needs the other parties (``collaborative``) or not (``active_only``).
 
@@ -34,8 +34,8 @@ from vflo.party.handlers import HandlerInfo, HandlerSet, handles
 from vflo.roles import PartyInfo
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Federation
 
 __all__ = ["ALL_TASKS", "Claim", "HandlerInfo", "Inference", "Method", "MethodConfig", "State", "handles", "prefixed",
            "unprefixed"]

@@ -14,7 +14,7 @@ from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, train
 from vflo.seeding import own_seed
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
+    from vflo.party.port import Federation
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,14 +37,15 @@ from vflo.nn.train import (
     split_validation,
 )
 from vflo.nn.words import validate
+from vflo.party.handlers import reveals
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
     from torch.nn import functional as F
 
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Federation
 else:
     from vflo.lazy import functional as F
     from vflo.lazy import torch
@@ -181,9 +182,9 @@ class EntityAugmentation(SplitParty, Method):
         model=(Saved("guests", PARTY_NAMES, "who sends activations"), Saved("widths", WIDTHS, "of what width"),
                Saved("n_out", INTEGER, "the head's outputs"), Saved("host_in", INTEGER, "its own width"),
                Saved("host_width", INTEGER, "its own bottom's width"),
-               Saved("host_bottom", network(lambda at: at.method._host_bottom(at.where, at.method.host_in_)[0]),
+               Saved("host_bottom", network(lambda at: at.method.host_bottom_net(at.where, at.method.host_in_)[0]),
                      "its own bottom, when it holds columns", optional=True),
-               Saved("host", network(lambda at: at.method._host_net(at.where)), "the head")),
+               Saved("host", network(lambda at: at.method.host_net(at.where)), "the head")),
         part=SplitPart, parts={"passive": (BOTTOM,)})
 
     config: EntityAugmentationConfig
@@ -245,6 +246,7 @@ class EntityAugmentation(SplitParty, Method):
         return {"count": int(mask.sum())}
 
 
+    @reveals("training batch")
     @handles("ea.forward",
              served="after ea.entities; a batch of at most [policy] max_rows",
              carries={"positions": "membership"}, replies={"acts": "outputs", "ids": "ids"}, n=INT,
@@ -270,6 +272,7 @@ class EntityAugmentation(SplitParty, Method):
     def restore_extras(self, ctx: NodeContext, state: Mapping[str, Any]) -> None:
         _walk(ctx).restore(state, "walk.")
 
+    @reveals("activations")
     @handles("ea.validate", served="after ea.entities", carries={"ids": "ids"}, replies={"acts": "outputs"},
              ids=ArraySpec(("int64", "str"), (None,)), keep_previous=BOOL)
     def _validate(self, ctx: NodeContext, payload: Fields) -> Payload:
@@ -337,8 +340,8 @@ class EntityAugmentation(SplitParty, Method):
         self.n_out_ = 1 if fed.task == "binary" else int(fed.n_classes or 2)
 
         self.host_in_ = host.n_features if cfg.host_features == "use" else 0
-        self.host_bottom_, self.host_width_ = self._host_bottom(fed, self.host_in_)
-        self.host_ = self._host_net(fed)
+        self.host_bottom_, self.host_width_ = self.host_bottom_net(fed, self.host_in_)
+        self.host_ = self.host_net(fed)
         self.reuses_ = dict.fromkeys(guests, 0)
         self.skipped_steps_ = 0
         if self.host_bottom_ is not None:
@@ -367,7 +370,7 @@ class EntityAugmentation(SplitParty, Method):
         onehot: np.ndarray = np.eye(self.n_out_, dtype=np.float32)[y]
         return onehot
 
-    def _assemble(
+    def assemble_step(
         self, guests: list[str], replies: Mapping[str, Reply], failures: dict[str, TransportError],
         last: dict[str, tuple[np.ndarray, np.ndarray]],
     ) -> tuple[list[torch.Tensor], list[np.ndarray], set[str]] | None:
@@ -391,13 +394,15 @@ class EntityAugmentation(SplitParty, Method):
             ids.append(i)
         return acts, ids, set(replies)
 
-    def _host_net(self, fed: Federation) -> nn.Module:
+    def host_net(self, fed: Federation) -> nn.Module:
+        """A new head over the host's own bottom and every guest's activations (fit, and a saved model's
+        restore)."""
         from vflo.nn.layers import build
 
         return build(self.host_width_ + sum(self.widths_.values()), (*self.config.host, f"linear {self.n_out_}"),
                      generator=fed.torch_generator("ea-host"))
 
-    def _host_bottom(self, fed: Federation, in_dim: int) -> tuple[nn.Module | None, int]:
+    def host_bottom_net(self, fed: Federation, in_dim: int) -> tuple[nn.Module | None, int]:
         """The host's own bottom over its columns (None for a label-only host) and its width."""
         if in_dim == 0:
             return None, 0
@@ -487,7 +492,7 @@ class _HostTrainer(RemoteBottomsTrainer):
         else:
             request = {"n": len(batch), "positions": np.empty(0, dtype=np.int64)}
         replies, failures = self.fed.exchange_tolerant("ea.forward", dict.fromkeys(guests, request))
-        step = m._assemble(guests, replies, failures, self.last)
+        step = m.assemble_step(guests, replies, failures, self.last)
         if step is None:
             m.skipped_steps_ += 1
             return None
@@ -509,7 +514,7 @@ class _HostTrainer(RemoteBottomsTrainer):
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        grads = {g: {"grad": inputs[k].grad.numpy().astype(m.config.payload_dtype)}  # type: ignore[union-attr]
+        grads = {g: {"grad": inputs[k].grad.numpy().astype(m.config.payload_dtype)}  # type: ignore[union-attr]  # backward() just filled grad
                  for k, g in enumerate(guests) if g in answered}
         if grads:
             _, lost = self.fed.exchange_tolerant("split.backward", grads)
@@ -540,7 +545,7 @@ class _HostTrainer(RemoteBottomsTrainer):
 
     def model_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {**module_state(self.m.host_, "host."), **optimizer_state(self.optimizer, "opt."),
-                                 "counters": json.dumps({"reuses": self.m.reuses_, "skipped": self.m.skipped_steps_})}
+                                 **counters_state(self.m.reuses_, self.m.skipped_steps_)}
         if self.m.host_bottom_ is not None:
             state |= {**module_state(self.m.host_bottom_, "host_bottom."), **self.own.state("own.")}
         # The queue of each guest's last activations: a resumed run reuses what the interrupted one would have.
@@ -554,9 +559,7 @@ class _HostTrainer(RemoteBottomsTrainer):
             load_module_state(self.m.host_bottom_, state, "host_bottom.")
             self.own.restore(state, "own.")
         load_optimizer_state(self.optimizer, state, "opt.")
-        counters = json.loads(str(state["counters"]))
-        self.m.reuses_ = {str(g): int(n) for g, n in counters["reuses"].items()}
-        self.m.skipped_steps_ = int(counters["skipped"])
+        self.m.reuses_, self.m.skipped_steps_ = counters_from(state)
         self.last = {g: (np.asarray(state[f"last.{g}.acts"]), np.asarray(state[f"last.{g}.ids"]))
                      for g in self.m.guests_ if f"last.{g}.acts" in state}
 
@@ -564,6 +567,27 @@ class _HostTrainer(RemoteBottomsTrainer):
         self.m.host_.load_state_dict({k: v for k, v in state.items() if not k.startswith("own/")})
         if self.m.host_bottom_ is not None:
             self.m.host_bottom_.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("own/")})
+
+
+def counters_state(reuses: Mapping[str, int], skipped: int) -> dict[str, Any]:
+    """The host's fault counters for a checkpoint, as arrays: each guest's reused activations
+    (``counters.guests``, ``counters.reuses``) and the steps skipped (``counters.skipped``)."""
+    return {"counters.guests": np.asarray(list(reuses), dtype=np.str_),
+            "counters.reuses": np.asarray(list(reuses.values()), dtype=np.int64),
+            "counters.skipped": int(skipped)}
+
+
+def counters_from(state: Mapping[str, Any]) -> tuple[dict[str, int], int]:
+    """The counters :func:`counters_state` kept: (reuses by guest, steps skipped). A checkpoint written before they
+    were arrays holds them as one JSON text, ``counters``, which is read as it was written."""
+    if "counters.guests" not in state and "counters" in state:
+        old = json.loads(str(state["counters"]))
+        return {str(g): int(n) for g, n in old["reuses"].items()}, int(old["skipped"])
+    guests, reuses = np.asarray(state["counters.guests"]), np.asarray(state["counters.reuses"], dtype=np.int64)
+    if guests.shape != reuses.shape or guests.ndim != 1:
+        raise MethodError(f"a checkpoint's counters name {guests.size} guests with {reuses.size} reuse counts: it "
+                          "was not written by this method; delete it to train from the first epoch")
+    return dict(zip(guests.astype(str).tolist(), reuses.tolist(), strict=True)), int(state["counters.skipped"])
 
 
 def interpolated_labels(labels: np.ndarray, widths: np.ndarray) -> np.ndarray:

@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from vflo.align.plain import Alignment
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import MethodConfig
 from vflo.methods.masked_svd import V_BLOCK, FedSVDSettings, MaskedSVD, RightFactors, SVDPart, SVDResult
 from vflo.methods.representation import CLASSIFIER, RepresentationMethod
 from vflo.methods.saved import ARRAY, INTEGER, PARTY_NAMES, Saved, Saves
 from vflo.nn.estimators import EstimatorConfig
+from vflo.party.port import Alignment
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
+    from vflo.party.port import Federation
 
 __all__ = ["FedSVD", "FedSVDConfig", "FedSVDProtocol", "FedSVDSettings"]
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.nn import functional as F
 
-    from vflo.federation.coordinator import Federation
+    from vflo.party.port import Federation
     from vflo.roles import PartyInfo
 else:
     from vflo.lazy import functional as F
@@ -97,8 +97,8 @@ class LaserVFL(SplitNN):
     any_subset: ClassVar[bool] = True
     saves: ClassVar[Saves] = Saves(
         model=(*(s for s in SplitNN.saves.model if s.name not in ("bottom", "top")),
-               Saved("bottom", network(lambda at: at.method._bottom_net(at.where)), "its own bottom network"),
-               Saved("heads", network(lambda at: at.method._heads_net(at.where)), "one head per party")),
+               Saved("bottom", network(lambda at: at.method.active_bottom_net(at.where)), "its own bottom network"),
+               Saved("heads", network(lambda at: at.method.heads_net(at.where)), "one head per party")),
         part=SplitPart, parts={"passive": (BOTTOM,)})
 
     config: LaserVFLConfig
@@ -137,7 +137,7 @@ class LaserVFL(SplitNN):
                                         f"averages representations of width {cfg.active_bottom[-1]}")
                 widths[name] = width
         self.passives_, self.widths_, self.in_dim_ = passives, widths, data.n_features
-        self.bottom_, self.heads_ = self._bottom_net(fed), self._heads_net(fed)
+        self.bottom_, self.heads_ = self.active_bottom_net(fed), self.heads_net(fed)
         y = data.require_labels()
         self.y_mean_, self.y_scale_ = 0.0, 1.0
         if fed.task == "regression":
@@ -149,14 +149,16 @@ class LaserVFL(SplitNN):
         self.n_train_ = len(train_pos)
         self.observed_ = {"+".join(k): v for k, v in trainer.patterns.items()}
 
-    def _bottom_net(self, fed: Federation) -> nn.Module:
+    def active_bottom_net(self, fed: Federation) -> nn.Module:
+        """A new bottom network over the active party's own columns (fit, and a saved model's restore)."""
         from vflo.nn.models import mlp
 
         cfg = self.config
         return mlp(self.in_dim_, cfg.active_bottom, None, activation=cfg.activation,
                    generator=fed.torch_generator("laser-bottom"))
 
-    def _heads_net(self, fed: Federation) -> nn.ModuleList:
+    def heads_net(self, fed: Federation) -> nn.ModuleList:
+        """New heads, one per party's block (fit, and a saved model's restore)."""
         from vflo.nn.models import mlp
 
         cfg = self.config
@@ -269,7 +271,7 @@ class _LaserTrainer(HeldRowsTrainer):
         self.optimizer.zero_grad()
         loss.backward()
         if remote:
-            self.fed.post("split.backward", {p: {"grad": a.grad.numpy().astype(self.payload_dtype)}  # type: ignore[union-attr]
+            self.fed.post("split.backward", {p: {"grad": a.grad.numpy().astype(self.payload_dtype)}  # type: ignore[union-attr]  # backward() just filled grad
                                              for p, a in remote.items()})
         self.optimizer.step()
         return float(loss.detach())

@@ -13,7 +13,7 @@ from vflo.methods.representation import RepresentationMethod
 from vflo.nn.estimators import EstimatorConfig, training_stats
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
+    from vflo.party.port import Federation
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,12 +37,12 @@ from vflo.dp import GaussianNoise
 from vflo.errors import ConfigError, ProtocolError
 from vflo.methods.masks import OrthogonalMask, block_layout
 from vflo.methods.saved import ARRAY, Part, Saved
-from vflo.party.handlers import HandlerSet, handles
+from vflo.party.handlers import HandlerSet, handles, reveals
 from vflo.party.policy import PolicyError
 from vflo.roles import PartyInfo
 
 if TYPE_CHECKING:
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
 
 SERVER, DEALER = "server", "dealer"
 MATRIX = ArraySpec(("float64", "float32"), (None, None))
@@ -138,6 +138,7 @@ class MaskedSVD(HandlerSet):
 
     # -- dealer -----------------------------------------------------------------------------------
 
+    @reveals("row masks")
     @handles("svd.deal",
              served="dealer: during a run; masks of at most [policy] max_rows rows and max_mask_bytes",
              senders=("coordinator", "delegate"),
@@ -215,6 +216,7 @@ class MaskedSVD(HandlerSet):
         ctx.part(SVDPart).blocks[ctx.sender] = payload.array("block")
         return {}
 
+    @reveals("factors")
     @handles("svd.solve",
              served="server: after the blocks of the same exchange",
              senders=("coordinator", "delegate"), carries={"block": "masked features"},
@@ -306,6 +308,7 @@ class RightFactors(HandlerSet):
         part.V, part.awaiting_right = unmask_right(ctx, v), False
         return {}
 
+    @reveals("scoring rows")
     @handles("svd.project",
              served="after svd.right: rows to score",
              carries={"ids": "ids"}, replies={"p": "outputs"}, ids=IDS)

@@ -20,10 +20,11 @@ from vflo.methods.base import MethodConfig, handles
 from vflo.methods.representation import CLASSIFIER, RepresentationMethod
 from vflo.methods.saved import ARRAY, PARTY_NAMES, Part, Saved, Saves
 from vflo.nn.estimators import EstimatorConfig
+from vflo.party.handlers import reveals
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Federation
 
 __all__ = ["PCAConfig", "PCAUpload"]
 
@@ -108,6 +109,7 @@ class PCAUpload(RepresentationMethod):
         z: np.ndarray = ((X.astype(np.float64) - mean) @ W).astype(np.float32)
         return z
 
+    @reveals("aligned rows")
     @handles("pca.upload", served="after alignment; once a run: the components of the aligned rows",
              carries={"selector": "membership"}, replies={"z": "outputs"}, selector=SELECTOR)
     def _upload(self, ctx: NodeContext, payload: Fields) -> Payload:
@@ -118,6 +120,7 @@ class PCAUpload(RepresentationMethod):
         ctx.part(PCAPart).uploaded = True
         return {"z": z}
 
+    @reveals("scoring rows")
     @handles("pca.project", served="after pca.upload, or from a saved part: rows to score",
              carries={"ids": "ids"}, replies={"z": "outputs"}, ids=IDS)
     def _project_serve(self, ctx: NodeContext, payload: Fields) -> Payload:

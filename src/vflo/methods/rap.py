@@ -19,12 +19,13 @@ from vflo.methods.base import Claim, Method, MethodConfig, State, handles, need,
 from vflo.methods.saved import INTEGER, PARTY_NAMES, TEXT, At, Built, Part, Saved, Saves
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import TrainConfig
+from vflo.party.handlers import reveals
 from vflo.roles import PartyInfo
 from vflo.seeding import derive_seed, own_seed
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Federation
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class RAPConfig(MethodConfig):
     label_max_condition: float = 2.0
     # Regression: the paper trains two models, one per column of [y, y_p] A_Y ("two"). By default one
     # network with two outputs (a shared hidden layer) learns both: it costs what Centralized's model
-    # costs instead of twice that (WOC stand-in: 1.0x against 1.9x Centralized's time), at the same RMSE.
+    # costs instead of twice that, at the same RMSE.
     label_models: Literal["one", "two"] = "one"
     # The pseudo label y_p ~ N(mean y, (scale x std y)^2). The paper's 1 makes y and y_p alike, so the server
     # cannot tell which mixture of its two targets is the label; on nearly noise-free labels y_p then adds
@@ -299,7 +300,7 @@ class LabelTransform:
         if kind not in ("classes", "projection", "plain"):
             raise MethodError(f"a saved RAP label transform has kind {kind!r}")
         pseudo = state.get(prefix + "pseudo")
-        return cls(kind=kind, mapping=state.get(prefix + "mapping"), A=state.get(prefix + "A"),  # type: ignore[arg-type]
+        return cls(kind=kind, mapping=state.get(prefix + "mapping"), A=state.get(prefix + "A"),  # type: ignore[arg-type]  # saved arrays or None, as the fields allow
                    pseudo=None if pseudo is None else (float(pseudo[0]), float(pseudo[1])))
 
     @property
@@ -362,7 +363,7 @@ def _load_models(sub: Mapping[str, Value], at: At) -> list[Estimator]:
         raise MethodError("the server's saved models lack their count")
     kind = "regression" if part.task == "regression" else "multiclass"
     seed = derive_seed(at.where.seed, "rap-server")
-    return [make_estimator(at.method.config.estimator, task=kind, n_classes=part.n_classes, seed=seed)  # type: ignore[arg-type]
+    return [make_estimator(at.method.config.estimator, task=kind, n_classes=part.n_classes, seed=seed)  # type: ignore[arg-type]  # RAP's label kinds are estimator tasks
             .set_state(unprefixed(f"{i}.", sub)) for i in range(count)]
 
 
@@ -448,6 +449,7 @@ class RAP(Method):
                                            what="projected rows")
         return projected
 
+    @reveals("aligned rows")
     @handles("rap.project",
              served="client: once a run, after alignment (training rows)",
              senders=("server",), carries={"selector": "membership"},
@@ -463,6 +465,7 @@ class RAP(Method):
         return {"x": self.released_rows(ctx, ctx.require_data().subset(selected_ids(ctx, selector))),
                 "one_hot": self._transform(ctx).one_hot_width}
 
+    @reveals("scoring rows")
     @handles("rap.project_serve",
              served="client: only IDs of a scoring session the label owner opened, each row once",
              senders=("server",), carries={"ids": "ids"}, replies={"x": "masked features"},
@@ -553,11 +556,11 @@ class RAP(Method):
         grid = self.config.lr_grid
         seed = own_seed(ctx.rng("rap-server"))
         if not grid:
-            return make_estimator(cfg, task=task, n_classes=n_classes, seed=seed).fit(X, y)  # type: ignore[arg-type]
+            return make_estimator(cfg, task=task, n_classes=n_classes, seed=seed).fit(X, y)  # type: ignore[arg-type]  # RAP's label kinds are estimator tasks
         best, best_loss = None, float("inf")
         for lr in grid:
             candidate = replace(cfg, train=replace(cfg.train, lr=lr))
-            est = make_estimator(candidate, task=task, n_classes=n_classes, seed=seed).fit(X, y)  # type: ignore[arg-type]
+            est = make_estimator(candidate, task=task, n_classes=n_classes, seed=seed).fit(X, y)  # type: ignore[arg-type]  # RAP's label kinds are estimator tasks
             history = getattr(est, "history_", None)
             loss = min(history["val_loss"] or history["loss"]) if history is not None else 0.0
             if loss < best_loss:

@@ -73,11 +73,6 @@ def scoring_text(cls: type[Method]) -> str:
     return "together"
 
 
-def method_from_json(name: str, config_json: str) -> Method:
-    """The method ``name`` with the config ``config_json`` (JSON) as it is."""
-    return get_method(name).from_config_json(config_json)
-
-
 def method_for_party(name: str, proposal: str, *, own: Mapping[str, Any] | None, role: str,
                      party: str) -> tuple[Method, dict[str, Any]]:
     """What a node installs for a setup: the coordinator's ``proposal`` with the party's own settings

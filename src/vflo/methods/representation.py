@@ -22,7 +22,7 @@ from vflo.seeding import own_seed
 from vflo.spill import Rows
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
+    from vflo.party.port import Federation
 
 
 #: The classifier the active party fits on the representation.

@@ -14,14 +14,15 @@ from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles
 from vflo.methods.saved import ARRAY, INTEGER, NUMBER, PARTY_NAMES, TEXT, At, Built, Part, Saved, Saves
 from vflo.methods.split_learning import ask_holders
+from vflo.party.handlers import reveals
 from vflo.trees.bins import MAX_BINS
 from vflo.trees.crypto import BLOB_ROW, HESettings, KeyPair, PublicSide, from_wire, new_keys, plain_side, to_wire
 from vflo.trees.growth import Candidate, GrowthRules, HistogramAsk, ShuffledSums, SplitAsk, Tree, grow
 from vflo.trees.lookup import ColumnsParty, LookupTable
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Federation
 
 BYTES = ArraySpec(("uint8",), (None,))
 BLOB = ArraySpec(("uint8",), (None, BLOB_ROW))
@@ -93,7 +94,7 @@ def _load_table(sub: Mapping[str, Value], at: At) -> LookupTable:
     arrays = [sub.get(k) for k in ("column", "threshold", "default_left")]
     if not all(isinstance(a, np.ndarray) for a in arrays):
         raise MethodError("a saved lookup table lacks its columns, thresholds or default branches")
-    return LookupTable.from_arrays(*arrays)  # type: ignore[arg-type]
+    return LookupTable.from_arrays(*arrays)  # type: ignore[arg-type]  # the arrays are checked present just above
 
 
 def _save_trees(trees: list[Tree]) -> State:
@@ -173,6 +174,7 @@ class SecureBoost(Method):
 
     # -- a passive party -----------------------------------------------------------------------------------
 
+    @reveals("row ids")
     @handles("sb.init",
              served="after setup and alignment; once a run",
              carries={"train_ids": "ids"}, replies={"columns": "control", "bins": "control"},
@@ -206,6 +208,7 @@ class SecureBoost(Method):
         party.new_tree(handle, payload.integer("tree"))
         return {}
 
+    @reveals("tree nodes")
     @handles("sb.histograms",
              served=("after the tree's sb.gradients: each node of that tree once, nested as a tree's (the root "
                      "over all this party's people; a child of a split this party chose, one side of it), none with "

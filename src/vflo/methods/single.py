@@ -16,7 +16,7 @@ from vflo.nn.train import split_validation
 from vflo.seeding import own_seed
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
+    from vflo.party.port import Federation
 
 
 @dataclass(frozen=True, kw_only=True)

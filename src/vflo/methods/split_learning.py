@@ -36,14 +36,14 @@ from vflo.nn.train import (
     module_state,
     optimizer_state,
 )
-from vflo.party.handlers import HandlerSet, handles
+from vflo.party.handlers import HandlerSet, handles, reveals
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Federation
 else:
     from vflo.lazy import torch
 
@@ -238,6 +238,7 @@ class SplitParty(HandlerSet):
         ctx.part(SplitPart).bottom = bottom
         return bottom
 
+    @reveals("gradients")
     @handles("split.backward",
              served="after this party's forward pass of the same batch",
              carries={"grad": "gradients"}, grad=floats(None, None))
@@ -282,6 +283,7 @@ class SplitParty(HandlerSet):
         part.x, part.x_ids = {}, {}
         return {}
 
+    @reveals("scoring activations")
     @handles("split.activations",
              served="after training (bottom network built): rows to score or the student's rows",
              carries={"ids": "ids"}, replies={"acts": "outputs"}, ids=IDS, purpose=STR)

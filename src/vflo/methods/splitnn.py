@@ -30,14 +30,15 @@ from vflo.nn.train import (
     as_tensor,
     split_validation,
 )
+from vflo.party.handlers import reveals
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
     from torch.nn import functional as F
 
-    from vflo.federation.coordinator import Federation, PendingExchange
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Federation, Pending
     from vflo.roles import PartyInfo
 else:
     from vflo.lazy import functional as F
@@ -130,8 +131,8 @@ class SplitNN(SplitParty, Method):
                Saved("widths", WIDTHS, "what width each sends"),
                Saved("in_dim", INTEGER, "its own width"),
                Saved("y_mean", NUMBER, "the regression target's mean"), Saved("y_scale", NUMBER, "and scale"),
-               Saved("bottom", network(lambda at: at.method._bottom_net(at.where)), "its own bottom network"),
-               Saved("top", network(lambda at: at.method._top_net(at.where)), "the top network")),
+               Saved("bottom", network(lambda at: at.method.active_bottom_net(at.where)), "its own bottom network"),
+               Saved("top", network(lambda at: at.method.top_net(at.where)), "the top network")),
         part=SplitPart, parts={"passive": (BOTTOM,)})
 
     config: SplitNNConfig
@@ -146,13 +147,15 @@ class SplitNN(SplitParty, Method):
 
     # -- the active party's networks: from the config, its own width and the partners' widths -----------------
 
-    def _bottom_net(self, fed: Federation) -> nn.Module:
+    def active_bottom_net(self, fed: Federation) -> nn.Module:
+        """A new bottom network over the active party's own columns (fit, and a saved model's restore)."""
         from vflo.nn.models import mlp
         cfg = self.config
         return mlp(self.in_dim_, cfg.active_bottom, None, activation=cfg.activation,
                    generator=fed.torch_generator("splitnn-bottom"))
 
-    def _top_net(self, fed: Federation) -> nn.Module:
+    def top_net(self, fed: Federation) -> nn.Module:
+        """A new top network over every bottom's outputs (fit, and a saved model's restore)."""
         from vflo.nn.models import mlp
         cfg = self.config
         return mlp(cfg.active_bottom[-1] + sum(self.widths_.values()), cfg.top, fed.n_outputs,
@@ -192,6 +195,7 @@ class SplitNN(SplitParty, Method):
 
     # -- the passive parties' side -----------------------------------------------------------------
 
+    @reveals("row ids")
     @handles("splitnn.init",
              served="after setup and alignment",
              carries={"train_ids": "ids", "val_ids": "ids"}, replies={"width": "control"},
@@ -207,6 +211,7 @@ class SplitNN(SplitParty, Method):
         part.x_ids = {"train": np.asarray(train_ids), "val": np.asarray(val_ids)}
         return {"width": self.config.passive_bottom[-1]}
 
+    @reveals("training batch")
     @handles("splitnn.forward",
              served="after splitnn.init",
              carries={"rows": "membership"}, replies={"acts": "outputs"}, rows=POSITIONS,
@@ -261,7 +266,7 @@ class SplitNN(SplitParty, Method):
                     raise ProtocolError(f"party {name!r} answered splitnn.init with width {width!r}")
                 widths[name] = width
         self.passives_, self.widths_, self.in_dim_ = passives, widths, data.n_features
-        self.bottom_, self.top_ = self._bottom_net(fed), self._top_net(fed)
+        self.bottom_, self.top_ = self.active_bottom_net(fed), self.top_net(fed)
         y_train = data.subset(train_ids).require_labels()
         y_val = data.subset(val_ids).require_labels()
         # Regression targets are standardised on the training rows, as the MLP estimator does: Adam's steps
@@ -351,7 +356,7 @@ class _SplitTrainer(HeldRowsTrainer):
         self.modules = {"bottom": method.bottom_, "top": method.top_}
         self.optimizer = adam([*method.bottom_.parameters(), *method.top_.parameters()], config)
         self.payload_dtype = method.config.payload_dtype
-        self.upcoming: PendingExchange | None = None
+        self.upcoming: Pending | None = None
         self.fetched_ahead = False
         self.noise_rng = fed.rng("splitnn-gradient-noise")
 
@@ -385,7 +390,7 @@ class _SplitTrainer(HeldRowsTrainer):
             noise = m.config.gradient_noise
             grads = {}
             for name, a in acts.items():
-                grad = a.grad.numpy()  # type: ignore[union-attr]
+                grad = a.grad.numpy()  # type: ignore[union-attr]  # backward() just filled grad
                 if noise is not None:  # label protection: each example's gradient row clipped and noised
                     # The loss is a batch mean, so a row is 1/n of the gradient of that example's own loss: clip
                     # and noise the example's own gradient, as DP-SGD does, then scale back (post-processing).

@@ -18,7 +18,7 @@ from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
 
 if TYPE_CHECKING:
-    from vflo.federation.coordinator import Federation
+    from vflo.party.port import Federation
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     import torch
     from torch.nn import functional as F
 
-    from vflo.federation.coordinator import Federation
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
+    from vflo.party.port import Federation
     from vflo.roles import PartyInfo
 else:
     from vflo.lazy import functional as F
@@ -194,7 +194,7 @@ class VFLASP(MaskedSVD, SplitNN):
             shared = ids[held]
         else:
             # A party's context exchanges as a coordinator does (psi.intersect needs exchange() alone).
-            found = psi.intersect(ctx, ids, [second], mode="both")  # type: ignore[arg-type]  # ctx: see above
+            found = psi.intersect(ctx, ids, [second], mode="both")
             shared = found.ids
         if len(shared) == 0:
             raise MethodError(f"the first-hop party {ctx.party!r} shares no sample with the second-hop party "
@@ -283,7 +283,7 @@ class VFLASP(MaskedSVD, SplitNN):
         own = as_tensor(data.subset(ids).X)
         with torch.no_grad():
             soft = torch.softmax(self.top_(torch.cat([self.bottom_(own), *remote], dim=1)), dim=1)
-        student = self._student_net(fed)
+        student = self.student_net(fed)
 
         def kl(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
             loss: torch.Tensor = F.kl_div(F.log_softmax(model(batch["x"]), dim=1), batch["soft"],
@@ -294,7 +294,8 @@ class VFLASP(MaskedSVD, SplitNN):
         self.student_ = student
         self.student_rows_ = len(ids)
 
-    def _student_net(self, fed: Federation) -> torch.nn.Module:
+    def student_net(self, fed: Federation) -> torch.nn.Module:
+        """A new student network over the active party's own columns (fit, and a saved model's restore)."""
         from vflo.nn.models import mlp
 
         return mlp(self.in_dim_, self.config.student_hidden, fed.n_outputs, activation=self.config.activation,
@@ -345,5 +346,5 @@ class VFLASPStudent(VFLASP):
     # The student alone, at the active party: the others keep nothing.
     saves: ClassVar[Saves] = Saves(model=(
         Saved("in_dim", INTEGER, "its own width"),
-        Saved("student", network(lambda at: at.method._student_net(at.where)), "the network on its own columns")))
+        Saved("student", network(lambda at: at.method.student_net(at.where)), "the network on its own columns")))
     shared_ = components_ = 0  # a loaded student knows nothing of the teacher's embedding

@@ -81,7 +81,7 @@ def build(in_dim: int, spec: Sequence[str], *, generator: torch.Generator) -> nn
         layers.append(layer)
         with torch.no_grad():
             shape = tuple(layer(torch.zeros(1, *shape)).shape[1:])
-    return init_parameters(nn.Sequential(*layers), generator, activation)  # type: ignore[return-value]
+    return init_parameters(nn.Sequential(*layers), generator, activation)  # type: ignore[return-value]  # the Sequential given
 
 
 def output_size(net: nn.Module, in_dim: int) -> int:

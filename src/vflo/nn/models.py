@@ -76,7 +76,7 @@ def mlp(
         width = h
     if out_dim is not None:
         layers.append(nn.Linear(width, out_dim))
-    return init_parameters(nn.Sequential(*layers), generator, activation)  # type: ignore[return-value]
+    return init_parameters(nn.Sequential(*layers), generator, activation)  # type: ignore[return-value]  # the Sequential given
 
 
 def output_width(model: nn.Module, in_dim: int) -> int:
@@ -98,7 +98,7 @@ class Autoencoder(nn.Module):
         return z, self.decoder(z)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        return self.encoder(x)  # type: ignore[no-any-return]
+        return self.encoder(x)  # type: ignore[no-any-return]  # torch types Module.__call__ as Any
 
 
 def autoencoder(

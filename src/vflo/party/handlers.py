@@ -9,13 +9,13 @@ Its handlers are functions marked with :func:`handles`; each receives only its o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from vflo.comm.message import FieldSpec, Payload
 
 if TYPE_CHECKING:
-    from vflo.party.node import NodeContext
+    from vflo.party.context import NodeContext
 
 HandlerFn = Callable[[Any, "NodeContext", Payload], Payload]
 
@@ -44,6 +44,39 @@ Content = Literal[
 ]
 CONTENTS: frozenset[str] = frozenset(get_args(Content))
 
+#: What an exchange of a kind shows an attacker (declared with :func:`reveals`), read by the privacy views
+#: (:mod:`vflo.privacy.views`, which names no kind and reads a run's messages by these declarations alone). Each is
+#: read from the handler's declared fields: "the ID field" is a field declared ``"ids"``, "the rows field" the one
+#: reply field declared ``"outputs"`` or ``"masked features"``, "positions" the request field declared
+#: ``"membership"``; :func:`reveals` refuses a view whose fields the declaration lacks.
+Reveals = Literal[
+    "row ids",              # request: its ID fields, NAME_ids, list the rows of subset NAME that later requests of
+                            # the same sender pick by position
+    "training batch",       # reply: the sender's bottom-model outputs (rows field) for a batch of its rows, named by
+                            # the reply's ID field or else by the request's positions into the rows of its "subset"
+                            # field ("train" without one); unless its "training" flag is off, the batch whose
+                            # gradients the sender's next "gradients" request carries
+    "activations",          # reply: the sender's bottom-model outputs in evaluation mode (rows field) for the rows
+                            # the request's ID field names, during training
+    "scoring activations",  # the same, for rows to score
+    "aligned rows",         # reply: rows of the sender's data (rows field), in the order the receiver aligned on
+    "scoring rows",         # reply: rows of the sender's data (rows field) to score, for the request's ID field
+    "factors",              # reply: U ("u") and Σ ("s") of the rows the requester aligned on, about every party's
+                            # columns, under the requester's own row masks
+    "row masks",            # reply: the requester's own secret row masks (the "p" fields of an orthogonal mask)
+    "gradients",            # request: gradients (the field declared "gradients") for the receiver's last training
+                            # batch
+    "tree nodes",           # request: which of the receiver's "row ids" rows ("rows", by "counts") share a node
+                            # ("nodes", with their "parents" and "siblings") of tree "tree"
+]
+REVEALS: frozenset[str] = frozenset(get_args(Reveals))
+#: The views whose reply carries rows of the sender's data (its rows field), and those of rows to score.
+RELEASES: frozenset[Reveals] = frozenset({"training batch", "activations", "scoring activations", "aligned rows",
+                                      "scoring rows", "factors"})
+SCORING: frozenset[Reveals] = frozenset({"scoring activations", "scoring rows"})
+#: The views of a party's bottom-model outputs.
+ACTIVATIONS: frozenset[Reveals] = frozenset({"training batch", "activations", "scoring activations"})
+
 
 @dataclass(frozen=True)
 class HandlerInfo:
@@ -58,9 +91,27 @@ class HandlerInfo:
     #: When a party serves the kind: the step of its protocol (what the handler enforces; a message outside its
     #: step is refused), for the audit and docs/security.md.
     served: str = ""
+    #: What an exchange of the kind shows an attacker (:data:`Reveals`), if anything the privacy views read.
+    reveals: Reveals | None = None
 
     def request_content(self, name: str) -> Content:
         return self.carries.get(name, "control")
+
+    def request_fields(self, *contents: Content) -> list[str]:
+        """The request's fields declared to carry any of ``contents``."""
+        return [name for name in self.accepts if self.request_content(name) in contents]
+
+    def reply_fields(self, *contents: Content) -> list[str]:
+        """The reply's fields declared to carry any of ``contents``."""
+        return [name for name, content in self.replies.items() if content in contents]
+
+    def rows_field(self) -> str:
+        """The reply field that carries the rows a :data:`RELEASES` view releases."""
+        fields = self.reply_fields("outputs", "masked features")
+        if len(fields) != 1:
+            raise ValueError(f"{self.kind}: {self.reveals!r} is read from one reply field declared 'outputs' or "
+                             f"'masked features'; its replies declare {dict(self.replies)}")
+        return fields[0]
 
 
 F = TypeVar("F", bound=Callable[..., Payload])
@@ -72,6 +123,7 @@ def handles(kind: str, *, served: str, senders: tuple[Sender, ...] = ("coordinat
     """Mark a function as the handler of message ``kind`` from ``senders`` with payload fields ``accepts``;
     ``carries`` says what request fields other than settings carry, ``replies`` what every reply field carries;
     ``served`` says when in its protocol a party serves it (the audit's and docs/security.md's "served when").
+    What an exchange of it shows an attacker is declared beside it with :func:`reveals`.
 
     A party runs it only for a sender its own config places in ``senders`` (the coordinator by default);
     anything else is refused before the handler sees the payload. The message audit holds every message to
@@ -86,13 +138,62 @@ def handles(kind: str, *, served: str, senders: tuple[Sender, ...] = ("coordinat
     bad = {c for c in (*carries.values(), *replies.values()) if c not in CONTENTS}
     if bad:
         raise ValueError(f"{kind}: unknown contents {sorted(bad)}; use some of {sorted(CONTENTS)}")
+    info = HandlerInfo(kind=kind, accepts=accepts, senders=senders, carries=carries, replies=replies, served=served)
 
     def mark(fn: F) -> F:
-        fn._vflo_handler = HandlerInfo(kind=kind, accepts=accepts, senders=senders,  # type: ignore[attr-defined]
-                                       carries=carries, replies=replies, served=served)
+        fn._vflo_handler = info  # type: ignore[attr-defined]  # a mark on the function object, read by handler_table
         return fn
 
     return mark
+
+
+def reveals(view: Reveals) -> Callable[[F], F]:
+    """Declare what an exchange of a kind shows an attacker (:data:`Reveals`), for the privacy views: written
+    right above the kind's ``@handles``, whose declaration it completes. A view read from fields the declaration
+    lacks is refused here, when the handler is defined."""
+
+    def mark(fn: F) -> F:
+        info = getattr(fn, "_vflo_handler", None)
+        if not isinstance(info, HandlerInfo):
+            raise ValueError(f"@reveals({view!r}) on {getattr(fn, '__qualname__', fn)!r}: put it above the @handles "
+                             "whose kind it describes")
+        info = replace(info, reveals=view)
+        _check_reveals(info)
+        fn._vflo_handler = info  # type: ignore[attr-defined]  # a mark on the function object, read by handler_table
+        return fn
+
+    return mark
+
+
+def _check_reveals(info: HandlerInfo) -> None:
+    """That the fields :data:`Reveals` says a view is read from are declared: a view the privacy views could not
+    read is refused where it is declared."""
+    kind, view = info.kind, info.reveals
+    if view not in REVEALS:
+        raise ValueError(f"{kind}: reveals must be one of {sorted(REVEALS)}, got {view!r}")
+    if view in RELEASES and view != "factors":
+        info.rows_field()
+    needs: list[tuple[bool, str]] = []
+    if view in {"activations", "scoring activations", "scoring rows"}:
+        needs.append((len(info.request_fields("ids")) == 1, "one request field declared 'ids' (the rows asked)"))
+    if view == "training batch":
+        needs.append((len(info.reply_fields("ids")) == 1 or len(info.request_fields("membership")) == 1,
+                      "one reply field declared 'ids', or one request field declared 'membership' (positions)"))
+    if view == "row ids":
+        named = info.request_fields("ids")
+        needs.append((bool(named) and all(f.endswith("_ids") for f in named),
+                      "request fields declared 'ids', each named SUBSET_ids"))
+    if view == "gradients":
+        needs.append((len(info.request_fields("gradients")) == 1, "one request field declared 'gradients'"))
+    if view == "factors":
+        needs.append(({"u", "s"} <= set(info.reply_fields("model")), "reply fields u and s declared 'model'"))
+    if view == "row masks":
+        needs.append((bool(info.reply_fields("masks")), "reply fields declared 'masks'"))
+    if view == "tree nodes":
+        needs.append(({"tree", "rows", "nodes", "parents", "siblings", "counts"} <= set(info.accepts),
+                      "request fields tree, rows, nodes, parents, siblings and counts"))
+    if missing := [what for ok, what in needs if not ok]:
+        raise ValueError(f"{kind}: reveals {view!r} is read from {' and '.join(missing)}; declare them")
 
 
 class HandlerSet:

@@ -32,15 +32,6 @@ from typing import Any, Literal
 from vflo.comm.bounds import PeerBounds
 from vflo.errors import ConfigError, ProtocolError
 
-#: The PSI library's balanced protocols vflo runs, by the name a config gives (``[policy] psi_protocols``,
-#: ``[alignment] engine``).
-PSI_PROTOCOLS = ("rr22", "kkrt", "ecdh")
-#: The library's unbalanced PSI (ECDH-OPRF): the large side's evaluated set prepared once, then each intersection
-#: costs what the small side holds (vflo.align.unbalanced).
-UNBALANCED = "unbalanced"
-#: Everything ``[policy] psi_protocols`` may name.
-PSI_ENGINES = (*PSI_PROTOCOLS, UNBALANCED)
-
 
 class PolicyError(ProtocolError):
     """A coordinator asked a party to run what its policy does not allow."""
@@ -54,8 +45,9 @@ class Policy:
     (``OrthogonalMask.check_strength``); ``alignment``: ``"psi"`` (the default) refuses plain alignment (which
     shows this party the coordinator's IDs and tells the coordinator which of them it holds), training and
     scoring alike; ``"plain"`` accepts it (``"any"``, its older name, too): a weaker choice, named in the config;
-    ``psi_protocols``: the PSI library's protocols it runs (``[alignment] engine``, ``"unbalanced"`` included;
-    vflo's own ECDH always);
+    ``psi_protocols``: the PSI library's protocols it runs (engines of :mod:`vflo.align.engines`, ``"unbalanced"``
+    included; None, the default: every one vflo registers; vflo's own ECDH always; the names are checked where
+    the party's config is read, :func:`vflo.align.engines.check_policy`);
     ``psi_link``: ``HOST:PORT`` where its side of such a PSI listens (port 0: any free one; loopback by default,
     ``0.0.0.0:PORT`` with that port open to the other parties in a deployment);
     ``max_peer_calls``, ``max_peer_bytes`` and ``max_arrival_seconds``: what one peer may hold of this party's gRPC
@@ -75,13 +67,17 @@ class Policy:
     # a block) and the masks one deal draws (a block mask of m rows in blocks of b costs m x b x 8 bytes).
     max_rows: int = 1_000_000
     max_mask_bytes: int = 1 << 30
-    psi_protocols: tuple[str, ...] = PSI_ENGINES
+    psi_protocols: tuple[str, ...] | None = None
     psi_link: str = "127.0.0.1:0"
     # Bounds per peer on this party's gRPC server, so that one peer (or a stranger with a certificate) cannot hold
     # its memory or its threads: calls at once, message bytes held at once, seconds for a message to arrive.
     max_peer_calls: int = PeerBounds.max_peer_calls
     max_peer_bytes: int = PeerBounds.max_peer_bytes
     max_arrival_seconds: float = PeerBounds.max_arrival_seconds
+
+    def runs_psi(self, protocol: str) -> bool:
+        """Whether this party runs the PSI library's ``protocol`` (its ``psi_protocols``; None: every one)."""
+        return self.psi_protocols is None or protocol in self.psi_protocols
 
     @property
     def accepts_plain(self) -> bool:
@@ -99,9 +95,6 @@ class Policy:
         if self.alignment not in ("psi", "plain", "any"):
             raise ConfigError(f"policy.alignment = {self.alignment!r}: give 'psi' (the default: IDs only by private "
                               "set intersection) or 'plain' (this party accepts seeing the coordinator's IDs)")
-        if unknown := sorted(set(self.psi_protocols) - set(PSI_ENGINES)):
-            raise ConfigError(f"policy.psi_protocols names {unknown}: give some of "
-                              f"{', '.join(map(repr, PSI_ENGINES))}")
         self.psi_link_address()
         block, mixing = self.min_mask_block, self.min_mask_mixing
         if not isinstance(block, int) or isinstance(block, bool) or block < 2:

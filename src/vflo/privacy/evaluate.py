@@ -14,23 +14,27 @@ from typing import Any
 
 import numpy as np
 
+from vflo.align import plain
 from vflo.comm.message import Message
 from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, VfloError
-from vflo.federation.coordinator import Federation
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
 from vflo.methods.base import Method
 from vflo.metrics import compute_metrics
+from vflo.party.port import Federation
 from vflo.privacy.identity import exposure
 from vflo.privacy.label_inference import gradient_attacks, instance_space_attack, model_completion
 from vflo.privacy.reconstruction import decode, decode_each
 from vflo.privacy.views import (
     activations_sent,
+    exchanges,
     gradients_received,
     ids_received,
     instance_spaces_received,
+    kinds_revealing,
+    projected_rows,
     releases_received,
 )
 
@@ -154,7 +158,7 @@ def _feature_attacks(seen: list[Message], data: FederatedData, known: Sequence[f
     out: dict[str, Any] = {}
     holders = {p.name for p in data.parties if p.holds_data and data.train[p.name].n_features}
     for receiver in sorted({m.receiver for m in seen}):
-        aligned = _aligned_at(seen, data, receiver)
+        aligned = aligned_at(seen, data, receiver)
         for flow in releases_received(seen, receiver, aligned=aligned):
             rows, averaged, counts = flow.first(), flow.averaged(), flow.counts()
             # A server's reply (the SVD's U Σ) is about every other data party's columns.
@@ -189,8 +193,9 @@ def _feature_attacks(seen: list[Message], data: FederatedData, known: Sequence[f
                         for name, fit in fits.items():
                             prefix = "" if name == "message" else f"{name} "
                             result[f"{prefix}{decoder}@{share:g}"] = fit
-                if flow.kind == "rap.project":
-                    # RAP's own server attacks (Zhang et al., Section 3) on the same rows: relative error.
+                if projected_rows(flow.kind):
+                    # The attacks on a secret projection (Zhang et al., RAP, Section 3) on the same rows: relative
+                    # error.
                     from vflo.privacy.attacks import known_means, no_knowledge
 
                     result["rap_no_knowledge"] = {"relative_error": no_knowledge(inputs["message"], X, rng)}
@@ -210,30 +215,30 @@ def _rows_of(data: FederatedData, target: str, ids: np.ndarray) -> tuple[Mapping
     return best
 
 
-def _aligned_at(seen: list[Message], data: FederatedData, party: str) -> np.ndarray | None:
-    """The sorted IDs ``party`` aligned on (as its own alignment answers told it), where it aligned."""
-    from vflo.privacy.views import exchanges
-
+def aligned_at(seen: list[Message], data: FederatedData, party: str) -> np.ndarray | None:
+    """The sorted IDs ``party`` aligned on (as its own alignment answers told it), where it aligned; for a party
+    without data that was sent rows in an aligned order (a server), the order of the active party's alignment,
+    which the selectors it is given follow."""
     for request, reply in exchanges(seen):
-        if request.sender == party and request.kind == "align.plain" and reply is not None and reply.error is None:
+        if request.sender == party and request.kind == plain.KIND and reply is not None and reply.error is None:
             asked = np.asarray(request.payload["ids"])
             held = np.asarray(reply.payload["held"], dtype=bool)
             ids = asked[held]
             # With several partners the party keeps the IDs every one holds.
             for other_request, other_reply in exchanges(seen):
-                if other_request.sender == party and other_request.kind == "align.plain" and \
+                if other_request.sender == party and other_request.kind == plain.KIND and \
                         other_reply is not None and other_reply.error is None and other_request is not request:
                     other = np.asarray(other_request.payload["ids"])[np.asarray(other_reply.payload["held"])]
                     ids = np.intersect1d(ids, other)
             return np.sort(ids)
-    if party == "server":  # RAP's server: the label owner's aligned order, which rap.train's selectors follow
-        for m in seen:
-            if m.kind == "rap.train" and m.receiver == party:
-                return _rap_aligned(data)
+    aligned_rows = kinds_revealing("aligned rows")
+    if party not in data.train and any(m.kind in aligned_rows and m.receiver == party for m in seen):
+        return _shared_order(data)
     return None
 
 
-def _rap_aligned(data: FederatedData) -> np.ndarray:
+def _shared_order(data: FederatedData) -> np.ndarray:
+    """The IDs the active party holds with every passive party, sorted: the order of its alignment."""
     ids = data.train[data.active].ids
     for p in data.parties:
         if p.role == "passive":

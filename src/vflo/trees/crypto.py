@@ -7,18 +7,23 @@ encoder: SecureBoost+'s packing). A party holding only the public key (:class:`P
 per bin of its own columns and subtracts one node's sums from another's; only the key holder decrypts. Sums of
 integers are exact under either backend, so the ``plaintext`` backend grows the same trees, for the
 lossless check; it sends gradients in the clear, which reveals the labels, and exists for tests.
+
+Large bin sums and decryptions are shared out among workers of the party's executor (:mod:`vflo.executor`: helper
+processes of its own, or actors of its Ray cluster with ``[executor] kind = "ray"``), which run the calls this module
+registers (:func:`vflo.helpers.call`). Each party's side uses the executor current where it is made: the party's own.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import numpy as np
 
 from vflo.errors import ConfigError
-from vflo.helpers import HelperPool
+from vflo.executor import Executor, WorkerGroup, current
+from vflo.helpers import HelperError, call
 
 Scheme = Literal["ou", "paillier", "plaintext"]
 SCHEMES: tuple[str, ...] = get_args(Scheme)
@@ -57,28 +62,32 @@ def _encoder(kit: Any) -> Any:
     return kit.batch_integer_encoder(scale=1, padding_bits=32)
 
 
-def processes(workers: int) -> int:
-    """``workers`` processes, 0 meaning one per core this process may use."""
-    return workers or len(os.sched_getaffinity(0))
+def processes(workers: int, executor: Executor | None = None) -> int:
+    """``workers`` processes, 0 meaning as many as the party's executor has workers (one per core this process may
+    use, unless its ``[executor]`` says otherwise)."""
+    return workers or (executor if executor is not None else current()).workers
 
 
-#: Fewest ciphertexts to decrypt worth sharing out among processes (about a third of a second's work in one here),
-#: and fewest ciphertext additions (to sum per bin) worth sharing out.
+#: Fewest ciphertexts to decrypt worth sharing out among processes, and fewest ciphertext additions (to sum per bin)
+#: worth sharing out: batches whose work in one process outweighs handing them out (what a decryption and an addition
+#: cost on a machine is the ``floor`` part of ``python -m benchmarks.secureboost``).
 PARALLEL_MIN = 2048
 PARALLEL_SUMS = 100_000
 
 
 class PublicSide:
     """What a party holding the public key does with ciphertexts: load, sum per bin, dump. With ``workers``
-    above 1, a large bin sum is cut by rows among that many processes (HEU sums on one thread here), each
-    holding the tree's ciphertexts (:meth:`share`); :meth:`close` ends them."""
+    above 1, a large bin sum is cut by rows among this process and ``workers - 1`` workers of the party's executor
+    (current when this side is made; HEU sums on one thread), each holding the tree's ciphertexts (:meth:`share`);
+    :meth:`close` ends them."""
 
     def __init__(self, scheme: str, public_key: bytes, *, workers: int = 1, kit: Any = None) -> None:
         self.scheme = scheme
-        self.processes = processes(workers)
-        self._pool: HelperPool | None = None
+        self._executor = current()
+        self.processes = processes(workers, self._executor)
+        self._pool: WorkerGroup | None = None
         self._shared: Any = None
-        self._sent = False  # whether the helpers hold the shared ciphertexts
+        self._sent = False  # whether the workers hold the shared ciphertexts
         if scheme == "plaintext":
             if public_key != _PLAIN_KEY:
                 raise ConfigError("a plaintext public key that is not the plaintext backend's")
@@ -88,7 +97,7 @@ class PublicSide:
             raise ConfigError(f"unknown encryption scheme {scheme!r}; one of {list(SCHEMES)}")
         hnp, phe = _heu()
         self.public_key_bytes = public_key
-        # Loading a public key costs HEU half a second here; the key holder passes its own kit instead.
+        # Loading a public key is among HEU's slowest steps; the key holder passes its own kit instead.
         self.kit = kit if kit is not None else hnp.setup(phe.PublicKey.load_from(public_key))
         self.evaluator = self.kit.evaluator()
         self._hnp = hnp
@@ -127,16 +136,16 @@ class PublicSide:
             return out
         if handle is not self._shared or self.processes < 2 or len(rows) * columns < PARALLEL_SUMS:
             return _bucket_sum(self.evaluator, handle, rows, codes, buckets, cumulative)
-        helpers = self._started("sb.start_summer", self.scheme, self.public_key_bytes)
-        if not self._sent:  # each helper keeps the tree's ciphertexts, sent once
-            helpers.broadcast("sb.hold", handle.serialize(), codes, buckets)
+        workers = self._started(start_summer, self.scheme, self.public_key_bytes)
+        if not self._sent:  # each worker keeps the tree's ciphertexts, sent once
+            workers.broadcast(hold, handle.serialize(), codes, buckets)
             self._sent = True
         pieces = np.array_split(rows, self.processes)
-        for helper, piece in zip(helpers.helpers, pieces[1:], strict=True):
-            helper.send("sb.sum_rows", piece, cumulative)
+        for i, piece in enumerate(pieces[1:]):
+            workers.send(i, sum_rows, piece, cumulative)
         total = _bucket_sum(self.evaluator, handle, pieces[0], codes, buckets, cumulative)
-        for helper in helpers.helpers:
-            total = self.evaluator.add(total, self._hnp.CiphertextArray.load_from(helper.receive()))
+        for i in range(workers.size):
+            total = self.evaluator.add(total, self._hnp.CiphertextArray.load_from(workers.receive(i)))
         return total
 
     def subtract(self, a: Any, b: Any) -> Any:
@@ -145,10 +154,10 @@ class PublicSide:
             return np.asarray(a) - np.asarray(b)
         return self.evaluator.sub(a, b)
 
-    def _started(self, start: str, *args: Any) -> HelperPool:
-        """``processes - 1`` helpers, started with ``start(*args)`` the first time."""
+    def _started(self, start: Callable[..., None], *args: Any) -> WorkerGroup:
+        """``processes - 1`` workers of the party's executor, set up with ``start(*args)`` the first time."""
         if self._pool is None:
-            pool = HelperPool(self.processes - 1)
+            pool = self._executor.group(self.processes - 1)
             try:
                 pool.broadcast(start, *args)
             except BaseException:
@@ -162,7 +171,7 @@ class PublicSide:
         self._shared, self._sent = handle, False
 
     def close(self) -> None:
-        """Ends the helper processes (this side stays usable, in this process alone until needed again)."""
+        """Ends the workers (this side stays usable, in this process alone until needed again)."""
         if self._pool is not None:
             self._pool.close()
         self._pool, self._sent = None, False
@@ -175,8 +184,9 @@ class PublicSide:
 
 
 class KeyPair(PublicSide):
-    """The label holder's keys: it encrypts rows' statistics and decrypts sums, in ``workers`` processes for
-    large batches (HEU decrypts on one thread here); :meth:`close` ends them."""
+    """The label holder's keys: it encrypts rows' statistics and decrypts sums, large batches shared out among
+    this process and ``workers - 1`` workers of its executor (HEU decrypts on one thread); :meth:`close` ends
+    them."""
 
     def __init__(self, settings: HESettings, *, workers: int = 1) -> None:
         if settings.scheme == "plaintext":
@@ -206,7 +216,7 @@ class KeyPair(PublicSide):
 
     def decrypt_many(self, handles: list[Any]) -> list[np.ndarray]:
         """Each handle decrypted; a batch of :data:`PARALLEL_MIN` ciphertexts or more is cut into one share per
-        process, this one decrypting its own while the helpers do theirs."""
+        process, this one decrypting its own while the workers do theirs."""
         sizes = [int(h.shape[0]) for h in handles] if self.kit is not None else []
         total = sum(sizes)
         if self.kit is None or self.processes < 2 or total < PARALLEL_MIN:
@@ -221,22 +231,19 @@ class KeyPair(PublicSide):
                 start, room = start + take, room - take
                 if room == 0:
                     owner, room = owner + 1, share
-        # The secret key goes to this party's own child processes through a pipe, never to a file or a network.
-        helpers = self._started("sb.start_decrypter", self.public_key,
-                                bytes(self.secret_kit.secret_key().serialize()))
-        for helper, mine in zip(helpers.helpers, pieces[1:], strict=True):
-            helper.send("sb.decrypt_pieces", [handles[i][a:b].serialize() for i, a, b in mine])
+        # The secret key goes to this party's own workers alone: its child processes, through a pipe (never a file
+        # or a network), or, with [executor] kind = "ray", the actors of its own cluster in Ray's task messages.
+        workers = self._started(start_decrypter, self.public_key, bytes(self.secret_kit.secret_key().serialize()))
+        for w, mine in enumerate(pieces[1:]):
+            workers.send(w, decrypt_pieces, [handles[i][a:b].serialize() for i, a, b in mine])
         parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(handles))}
         for i, a, b in pieces[0]:
             parts[i].append(self.decrypt(handles[i][a:b]))
-        for helper, mine in zip(helpers.helpers, pieces[1:], strict=True):
-            for (i, _, _), values in zip(mine, helper.receive(), strict=True):
+        for w, mine in enumerate(pieces[1:]):
+            for (i, _, _), values in zip(mine, workers.receive(w), strict=True):
                 parts[i].append(values)
         return [np.concatenate(parts[i]) if parts[i] else np.zeros((0, 2), dtype=np.int64)
                 for i in range(len(handles))]
-
-
-_WORKER: dict[str, Any] = {}
 
 
 def _bucket_sum(evaluator: Any, handle: Any, rows: np.ndarray, codes: np.ndarray, buckets: int,
@@ -246,32 +253,52 @@ def _bucket_sum(evaluator: Any, handle: Any, rows: np.ndarray, codes: np.ndarray
     return evaluator.feature_wise_bucket_sum(handle, mask, codes, buckets, cumulative)
 
 
-def _start_summer(scheme: str, public_key: bytes) -> None:
+# What a worker of the party's executor runs: each keeps its own state (a dict) between calls, as set up first.
+
+def _held(state: dict[str, Any], *keys: str) -> tuple[Any, ...]:
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise HelperError(f"this worker holds no {', '.join(missing)} yet: set it up first (sb.start_summer and "
+                          "sb.hold before sb.sum_rows, sb.start_decrypter before sb.decrypt_pieces)")
+    return tuple(state[k] for k in keys)
+
+
+@call("sb.start_summer", stateful=True)
+def start_summer(state: dict[str, Any], scheme: str, public_key: bytes) -> None:
+    """Load the public key, to sum ciphertexts with."""
     side = PublicSide(scheme, public_key)
-    _WORKER.update(hnp=side._hnp, evaluator=side.evaluator)
+    state.update(hnp=side._hnp, evaluator=side.evaluator)
 
 
-def _hold(blob: bytes, codes: np.ndarray, buckets: int) -> None:
-    _WORKER.update(handle=_WORKER["hnp"].CiphertextArray.load_from(blob), codes=codes, buckets=buckets)
+@call("sb.hold", stateful=True)
+def hold(state: dict[str, Any], blob: bytes, codes: np.ndarray, buckets: int) -> None:
+    """Keep a tree's ciphertexts and the bins of the party's rows, for the bin sums that follow."""
+    (hnp,) = _held(state, "hnp")
+    state.update(handle=hnp.CiphertextArray.load_from(blob), codes=codes, buckets=buckets)
 
 
-def _sum_rows(rows: np.ndarray, cumulative: bool = False) -> bytes:
-    out: bytes = _bucket_sum(_WORKER["evaluator"], _WORKER["handle"], rows, _WORKER["codes"],
-                             _WORKER["buckets"], cumulative).serialize()
+@call("sb.sum_rows", stateful=True)
+def sum_rows(state: dict[str, Any], rows: np.ndarray, cumulative: bool = False) -> bytes:
+    """The bin sums over ``rows`` (positions) of the ciphertexts held."""
+    evaluator, handle, codes, buckets = _held(state, "evaluator", "handle", "codes", "buckets")
+    out: bytes = _bucket_sum(evaluator, handle, rows, codes, buckets, cumulative).serialize()
     return out
 
 
-def _start_decrypter(public_key: bytes, secret_key: bytes) -> None:
+@call("sb.start_decrypter", stateful=True)
+def start_decrypter(state: dict[str, Any], public_key: bytes, secret_key: bytes) -> None:
+    """Load the key pair, to decrypt with."""
     hnp, phe = _heu()
     kit = hnp.HeKit(phe.setup(phe.PublicKey.load_from(public_key), phe.SecretKey.load_from(secret_key)))
-    _WORKER.update(hnp=hnp, decryptor=kit.decryptor(), encoder=_encoder(kit))
+    state.update(hnp=hnp, decryptor=kit.decryptor(), encoder=_encoder(kit))
 
 
-def _decrypt_pieces(blobs: list[bytes]) -> list[np.ndarray]:
-    hnp, decryptor, encoder = _WORKER["hnp"], _WORKER["decryptor"], _WORKER["encoder"]
+@call("sb.decrypt_pieces", stateful=True)
+def decrypt_pieces(state: dict[str, Any], blobs: list[bytes]) -> list[np.ndarray]:
+    """Each blob of ciphertexts decrypted: rows x 2 integers."""
+    hnp, decryptor, encoder = _held(state, "hnp", "decryptor", "encoder")
     return [np.asarray(decryptor.decrypt(hnp.CiphertextArray.load_from(b)).to_numpy(encoder),
                        dtype=np.int64).reshape(-1, 2) for b in blobs]
-
 
 
 #: Bytes per row of a ciphertext blob on the wire: a party's row bound ([policy] max_rows) counts people, so a
