@@ -14,7 +14,18 @@ from hypothesis.extra import numpy as hnp
 from vflo.comm.codec import ALLOWED_DTYPES, decode, encode
 from vflo.comm.ledger import Ledger
 from vflo.comm.local import LocalTransport
-from vflo.comm.message import IDS, ArraySpec, Fields, Message, MessageError, check_payload, floats
+from vflo.comm.message import (
+    IDS,
+    MAX_TABLE_DEPTH,
+    SETTINGS,
+    ArraySpec,
+    Fields,
+    Message,
+    MessageError,
+    Table,
+    check_payload,
+    floats,
+)
 from vflo.errors import CodecError, PayloadError
 
 NUMERIC = sorted(ALLOWED_DTYPES)
@@ -174,3 +185,39 @@ def test_fields_read_each_field_as_declared_and_say_when_a_handler_disagrees() -
     with pytest.raises(TypeError, match="field 'on' is bool, read as an integer"):
         fields.integer("on")  # a flag is not a count, though Python's bool is an int
 
+
+
+def _frame_with_table(table: object) -> bytes:
+    """A frame whose one field claims to be a table holding ``table`` (as a peer could write it)."""
+    good = encode(Message("a", "b", "control.setup", 0, {"config": Table({"x": 1})}))
+    head_len = struct.unpack_from("<4sB3xI", good, 0)[2]
+    header = json.loads(good[12:12 + head_len])
+    header["fields"]["config"] = {"table": table}
+    head = json.dumps(header).encode()
+    return struct.pack("<4sB3xI", b"VFLO", 1, len(head)) + head + b"\0" * ((-(12 + len(head))) % 8)
+
+
+def test_a_table_of_settings_travels_as_structure_every_number_exact() -> None:
+    settings_ = {"lr": 0.1 + 0.2, "layers": [64, 32], "limit": float("inf"), "none": None, "on": True,
+                 "nested": {"train": {"epochs": 3, "names": ["a", "b"], "rate": 1e-300}}}
+    out = decode(encode(Message("a", "b", "control.setup", 0, {"config": Table(settings_)}))).payload["config"]
+    assert isinstance(out, Table) and out.plain() == settings_
+    assert Fields("control.setup", {"config": out}).table("config")["lr"] == 0.1 + 0.2  # every bit
+    check_payload("control.setup", {"config": out}, {"config": SETTINGS})
+    with pytest.raises(PayloadError, match="table of settings"):
+        check_payload("control.setup", {"config": "{}"}, {"config": SETTINGS})  # JSON text is not a table
+
+
+def test_a_table_that_is_not_settings_is_refused_at_both_ends() -> None:
+    with pytest.raises(PayloadError, match="settings are text"):
+        Table({"x": object()})
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(MAX_TABLE_DEPTH + 2):
+        node["d"] = {}
+        node = node["d"]  # type: ignore[assignment]  # one level further down
+    with pytest.raises(PayloadError, match="nests deeper"):
+        Table(deep)
+    for table in ([1, 2], "{}", deep):
+        with pytest.raises(CodecError, match="is not a table of settings"):
+            decode(_frame_with_table(table))

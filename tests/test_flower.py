@@ -8,31 +8,38 @@ SuperNodes as processes are in tests/e2e/test_flower_deployment.py.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+import numpy as np
+import pandas as pd
 import pytest
+from flwr.app import Error
 from flwr.app import Message as FlowerMessage
 
 from tests.conftest import PARTY_SEEDS, assert_same_run, chain_data, vertical_split
-from tests.flower_parties import FlowerParties, start_workers
+from tests.flower_parties import FlowerParties, revoke_party, start_workers
+from tests.test_laser_vfl import TRAIN, _blocks
+from vflo.align.engines import DEPLOYED_ALIGNMENT
 from vflo.comm.codec import decode, encode
-from vflo.comm.grpc_transport import pack_frames
+from vflo.comm.grpc_transport import pack_frames, unpack_frames
 from vflo.comm.message import Message
 from vflo.comm.relay import FINAL, parse_outcome
 from vflo.comm.seal import MAGIC, Keyring
 from vflo.comm.tls import PartyCredentials
-from vflo.deploy import Deployment, PartyConfig, PeerEntry, TLSConfig
-from vflo.errors import ConfigError, PartyBoundaryError, TransportError
-from vflo.federation.coordinator import DEPLOYED_ALIGNMENT
+from vflo.deploy import Deployment, PartyConfig, PeerEntry, TLSConfig, score_deployed
+from vflo.errors import ConfigError, DeliveryTimeoutError, PartyBoundaryError, TransportError
 from vflo.federation.simulation import RunOutput, run_method
 from vflo.flower.adapter import RECORD, call_worker, forward
-from vflo.flower.apps import FlowerRun, flower_link
+from vflo.flower.apps import FlowerRun, flower_link, scoring_link
 from vflo.flower.simulation import run_in_simulation
 from vflo.flower.transport import FlowerGrid, discover
 from vflo.flower.worker import PartyWorker, check_local, supernode_command
 from vflo.methods.registry import get_method
+from vflo.scoring import SavedModel
 
 QUICK = {"max_epochs": 2, "patience": 0, "batch_size": 64}
 CHAIN_TRAIN = {**QUICK, "validation_fraction": 0.0}
@@ -93,8 +100,12 @@ def test_vfl_asp_second_hop_is_relayed_sealed_and_gives_the_same_results(chain_r
     # outside the frame bytes that match the in-process run.
     relayed = [e for e in out.ledger.entries if {e.sender, e.receiver} == {"p1", "p2"}]
     assert relayed and all(150 < e.framing < 260 for e in relayed)
-    direct = [e for e in out.ledger.entries if e.sender == "a" or e.receiver == "a"]
-    assert all(e.framing in (0, 8) for e in direct)
+    # The coordinator seals what it sends as well (so that every party checks its certificate); its parties'
+    # answers to it go plain, in the framing of a batch at most.
+    sent = [e for e in out.ledger.entries if e.sender == "a" and e.direction == "request"]
+    assert sent and all(150 < e.framing < 260 + 8 for e in sent)
+    answered = [e for e in out.ledger.entries if e.receiver == "a"]
+    assert answered and all(e.framing in (0, 8) for e in answered)
 
 
 def test_masked_svd_uploads_cross_the_hub_sealed(vertical_runs: Any) -> None:
@@ -113,6 +124,8 @@ class LoopbackGrid:
         self.workers = workers
         self.replies: dict[str, FlowerMessage] = {}
         self.outcomes: list[bytes] = []  # every delivery's outcome, as the hub sees it
+        self.delivered: list[bytes] = []  # every delivery's body, as the hub sent it
+        self.silent: set[int] = set()  # SuperNodes that take messages and never answer (gone without a word)
         self._ids = itertools.count(1)
 
     def get_node_ids(self) -> list[int]:
@@ -123,11 +136,19 @@ class LoopbackGrid:
         for m in messages:
             message_id = f"m{next(self._ids)}"
             m.metadata.__dict__["_message_id"] = message_id
-            reply = forward(m, self.workers[m.metadata.dst_node_id])
+            ids.append(message_id)
+            if m.metadata.dst_node_id in self.silent:
+                continue
+            if m.content[RECORD]["op"] == "deliver":
+                self.delivered.append(bytes(m.content[RECORD]["body"]))  # type: ignore[arg-type]
+            try:
+                reply = forward(m, self.workers[m.metadata.dst_node_id])
+            except grpc.RpcError as exc:  # the worker is gone: Flower answers with the ClientApp's error
+                self.replies[message_id] = FlowerMessage(Error(code=0, reason=str(exc.details())), reply_to=m)
+                continue
             if m.content[RECORD]["op"] in ("deliver", "resume"):
                 self.outcomes.append(bytes(reply.content[RECORD]["body"]))  # type: ignore[arg-type]
             self.replies[message_id] = reply
-            ids.append(message_id)
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> list[FlowerMessage]:
@@ -170,7 +191,7 @@ def test_the_loopback_grid_runs_a_relayed_method_like_flower(loopback: Any) -> N
     keyring = _keyring(directory, "a")
     nodes = discover(flower, ["p1", "p2", "server", "dealer"], keyring=keyring, timeout=5)
     deployment = Deployment(parties.deploy, train=parties.train, test=parties.test,
-                            link=flower_link(flower, nodes, deadline=60))
+                            link=flower_link(flower, nodes, deadline=60, keyring=keyring))
     try:
         out = deployment.run(get_method("vfl_asp")(**SETTINGS["vfl_asp"]), seed=3)
     finally:
@@ -244,15 +265,75 @@ def _deliver(address: str, message: Message) -> Message:
 
 
 def test_the_hub_cannot_speak_for_another_party(loopback: Any) -> None:
-    parties, _grid, _directory = loopback
+    parties, _grid, directory = loopback
     p1 = parties.workers[[w.name for w in parties.workers].index("p1")]
-    # A plain frame is the hub's own party's: claiming to be the server (or p2) is refused before any handler.
-    for claimed in ("server", "p2"):
+    # A plain frame is refused whoever it claims to come from: the coordinator seals its own frames too.
+    for claimed in ("a", "server", "p2"):
         reply = _deliver(p1.address, Message(sender=claimed, receiver="p1", kind="control.teardown", round=0))
-        assert reply.error is not None and "was plain" in reply.error.message
+        assert reply.error is not None and "takes only sealed frames" in reply.error.message
+    # Sealed by the coordinator, a message in another party's name is refused before any handler.
+    hub = _keyring(directory, "a")
+    hub.add_peers({"p1": (directory / "certs" / "p1.pem").read_bytes()})
+    call_worker(p1.address, "peers", _directory(directory, ["a", "p1"]))
+    forged = hub.seal(encode(Message(sender="server", receiver="p1", kind="control.teardown", round=0)), "p1")
+    reply = decode(parse_outcome(call_worker(p1.address, "deliver", pack_frames([forged])), max_bytes=1 << 30)[2][0])
+    assert reply.error is not None and "claiming to come from 'server'" in reply.error.message
     # A stranger is refused as over gRPC.
-    reply = _deliver(p1.address, Message(sender="mallory", receiver="p1", kind="control.teardown", round=0))
+    stranger = hub.seal(encode(Message(sender="mallory", receiver="p1", kind="control.teardown", round=0)), "p1")
+    reply = decode(parse_outcome(call_worker(p1.address, "deliver", pack_frames([stranger])),
+                                 max_bytes=1 << 30)[2][0])
     assert reply.error is not None and "not a configured peer" in reply.error.message
+
+
+def _directory(directory: Path, names: list[str]) -> bytes:
+    """The certificates the hub hands every party (``peers``), as discover sends them."""
+    return json.dumps({n: (directory / "certs" / f"{n}.pem").read_text() for n in names}).encode()
+
+
+def test_the_coordinators_frames_are_sealed_and_a_revoked_coordinator_is_refused_from_its_next_frame(
+    loopback: Any,
+) -> None:
+    parties, grid, directory = loopback
+    keyring = _keyring(directory, "a")
+    flower = FlowerGrid(grid)  # type: ignore[arg-type]
+    nodes = discover(flower, ["p1", "p2"], keyring=keyring, timeout=5)
+    deployment = Deployment(parties.deploy, train=parties.train, test=parties.test,
+                            link=flower_link(flower, nodes, deadline=10, keyring=keyring))
+    transport = deployment.party.transport
+    try:
+        teardown = Message(sender="a", receiver="p1", kind="control.teardown", round=0)
+        assert transport.request(teardown).error is None
+        # What the coordinator sent crossed the SuperLink sealed, as every other party's frames do.
+        assert grid.delivered and all(f.startswith(MAGIC) for body in grid.delivered
+                                    for f in unpack_frames(body, max_bytes=1 << 30))
+        revoke_party(directory / "certs", "a")  # the CA's new list reaches the parties
+        refused = transport.request(teardown)
+        assert refused.error is not None and "revoked by the federation's CA" in refused.error.message
+        # A party the CA revoked is refused by the coordinator too, before anything is sent to it.
+        revoke_party(directory / "certs", "p2")
+        with pytest.raises(TransportError, match="'p2' is refused.*revoked.*nothing was sent"):
+            transport.request(Message(sender="a", receiver="p2", kind="control.teardown", round=0))
+    finally:
+        deployment.close()
+
+
+def test_a_coordinator_without_its_keys_or_its_certificate_is_refused(loopback: Any) -> None:
+    parties, grid, directory = loopback
+    p1 = next(w for w in parties.workers if w.name == "p1")
+    # The hub hands out every certificate but the coordinator's own: refused, whatever it sends later.
+    refused = json.loads(call_worker(p1.address, "peers", _directory(directory, ["p1", "p2", "server"])))
+    assert "no certificate of the coordinator 'a'" in refused["error"]
+    # A coordinator that runs without its keys (say, one whose certificate was revoked) sends plain frames: every
+    # party that has its own keys refuses them.
+    nodes = discover(grid, ["p1"], keyring=None, timeout=5)  # type: ignore[arg-type]
+    deployment = Deployment(parties.deploy, train=parties.train, test=parties.test,
+                            link=flower_link(FlowerGrid(grid), nodes, deadline=10))  # type: ignore[arg-type]
+    try:
+        reply = deployment.party.transport.request(Message(sender="a", receiver="p1", kind="control.teardown",
+                                                           round=0))
+        assert reply.error is not None and "takes only sealed frames" in reply.error.message
+    finally:
+        deployment.close()
 
 
 def test_a_sealed_frame_is_checked_against_who_sealed_it(loopback: Any) -> None:
@@ -281,6 +362,84 @@ def test_a_sealed_frame_is_checked_against_who_sealed_it(loopback: Any) -> None:
     out = call_worker(p1.address, "deliver", pack_frames([bytes(tampered)]))
     reply = decode(parse_outcome(out, max_bytes=1 << 30)[2][0])
     assert reply.error is not None and "signature" in reply.error.message
+
+
+def test_a_party_that_does_not_answer_is_absent_alone_within_the_deadline(loopback: Any) -> None:
+    parties, grid, directory = loopback
+    keyring = _keyring(directory, "a")
+    flower = FlowerGrid(grid, deadline=0.5)  # type: ignore[arg-type]
+    nodes = discover(flower, ["p1", "p2"], keyring=keyring, timeout=5)
+    deployment = Deployment(parties.deploy, train=parties.train, test=parties.test,
+                            link=flower_link(flower, nodes, deadline=0.5, keyring=keyring))
+    try:
+        grid.silent.add(nodes["p2"])  # its SuperNode takes the message and is never heard of again
+        asked = [Message(sender="a", receiver=r, kind="control.teardown", round=0) for r in ("p1", "p2", "server")]
+        p1, p2, server = deployment.party.transport.request_each(asked)
+        assert isinstance(p1, Message) and p1.error is None
+        assert isinstance(p2, DeliveryTimeoutError) and "'p2' did not answer" in str(p2)
+        # The server's SuperNode was not found when the run connected: unreachable, as a gRPC peer not listening.
+        assert isinstance(server, TransportError) and "no SuperNode served it" in str(server)
+    finally:
+        deployment.close()
+
+
+LASER = {"train": {**TRAIN, "max_epochs": 2}}
+
+
+def test_scoring_with_whoever_answers_over_flower_goes_on_without_a_partner_that_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scoring session of `vflo predict --missing subset`, over Flower: p2's worker stops once the first batch
+    is scored; the rest is scored without it, each row says who scored it, and the scores are those of the same
+    pattern in one process."""
+    together, _ = _blocks()
+    laser = get_method("laser_vfl")
+    parties = start_workers(tmp_path, together, {}, proposals=[laser(**LASER)], models=True)
+    grid = LoopbackGrid({100 + i: a for i, a in enumerate(parties.addresses)})
+    try:
+        keyring = _keyring(tmp_path, "a")
+        flower = FlowerGrid(grid)  # type: ignore[arg-type]
+        nodes = discover(flower, ["p1", "p2"], keyring=keyring, timeout=5)
+        deployment = Deployment(parties.deploy, train=parties.train, test=parties.test,
+                                link=flower_link(flower, nodes, deadline=60, keyring=keyring))
+        try:
+            deployment.run(laser(**LASER), seed=4, save=(tmp_path / "models", "laser_vfl"))
+        finally:
+            deployment.close()
+        model = SavedModel.load(tmp_path / "models", "laser_vfl")
+        monkeypatch.setattr("vflo.scoring.SCORE_BATCH", 50)
+        p2 = next(w for w in parties.workers if w.name == "p2")
+        predict_by = laser.predict_by
+        batches: list[int] = []
+
+        def score(stop_after: int | None = None) -> pd.DataFrame:
+            def then_stop(self, fed, ids):  # type: ignore[no-untyped-def]
+                out = predict_by(self, fed, ids)
+                batches.append(len(ids))
+                if len(batches) == stop_after:
+                    p2.stop()
+                return out
+
+            batches.clear()
+            monkeypatch.setattr(laser, "predict_by", then_stop)
+            link = scoring_link(grid, parties.deploy, model, missing="subset", deadline=5, timeout=1)  # type: ignore[arg-type]
+            return score_deployed(parties.deploy, model, parties.test, missing="subset",  # type: ignore[arg-type]
+                                  deadline=5, link=link)
+
+        everyone = score()
+        assert set(everyone["scored_by"]) == {"a+p1+p2"}
+        frame = score(stop_after=1)
+        assert batches == [50, 50]
+        assert list(frame["scored_by"]) == ["a+p1+p2"] * 50 + ["a+p1"] * 50
+        # p2 stays away: the next session goes on without it from the start (its worker does not answer).
+        without = score()
+        assert set(without["scored_by"]) == {"a+p1"}
+        cols = model.score_columns
+        expected = np.vstack([everyone[cols].to_numpy()[:50], without[cols].to_numpy()[50:]])
+        assert np.allclose(frame[cols].to_numpy(), expected, atol=1e-6)
+        assert not np.allclose(everyone[cols].to_numpy(), without[cols].to_numpy(), atol=1e-6)
+    finally:
+        parties.stop()
 
 
 def test_a_delivery_cannot_start_while_another_waits_and_resume_needs_one(loopback: Any) -> None:
@@ -324,6 +483,18 @@ def test_the_run_config_names_what_is_missing() -> None:
         FlowerRun.from_run_config({"experiment": "e.toml", "out": "o"})
     run = FlowerRun.from_run_config({"experiment": "e.toml", "deploy": "d.toml", "out": "o", "connect-timeout": 5.0})
     assert run.connect_timeout == 5.0
+    # Scoring with a saved model: the rows to score instead of an experiment, and vflo predict's options.
+    with pytest.raises(ConfigError, match="needs 'data'.*model="):
+        FlowerRun.from_run_config({"model": "m", "deploy": "d.toml", "out": "s.csv", "experiment": ""})
+    with pytest.raises(ConfigError, match="both an experiment.*and a model"):
+        FlowerRun.from_run_config({"model": "m", "data": "r.csv", "deploy": "d.toml", "out": "s.csv",
+                                   "experiment": "e.toml"})
+    with pytest.raises(ConfigError, match="missing"):
+        FlowerRun.from_run_config({"model": "m", "data": "r.csv", "deploy": "d.toml", "out": "s.csv",
+                                   "missing": "some"})
+    run = FlowerRun.from_run_config({"model": "m", "data": "r.csv", "deploy": "d.toml", "out": "s.csv",
+                                     "missing": "subset", "deadline": 30.0})
+    assert (run.missing, run.deadline) == ("subset", 30.0)
 
 
 def test_insecure_parties_still_refuse_strangers_and_give_the_same_results(tmp_path: Path) -> None:

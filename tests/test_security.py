@@ -3,14 +3,13 @@ hide nothing are refused; a refused message leaves the legitimate run untouched.
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
 import pytest
 
 from tests.test_methods import data_for, quick
-from vflo.comm.message import Message
+from vflo.comm.message import Message, Table
 from vflo.data.layout import FederatedData
 from vflo.errors import ConfigError, RemoteError
 from vflo.federation.session import Session
@@ -49,7 +48,7 @@ def test_the_fedsvd_exfiltration_by_a_malicious_server_is_refused_and_the_run_co
     reference = run_method(quick("fedsvd"), data, seed=0)
     pas = data.train["pas"]
     attacks = [
-        ("control.setup", {"method": "fedsvd", "config": method.config_json(), "seed": 0, "save": False,
+        ("control.setup", {"method": "fedsvd", "config": Table(method.config_table()), "seed": 0, "save": False,
                            **parties_payload((PartyInfo("server", "active"), PartyInfo("pas", "passive")))}),
         ("svd.masks", identity_masks(len(pas.ids), pas.n_features)),
         ("svd.right", {"v": np.eye(pas.n_features)}),
@@ -72,7 +71,7 @@ def test_the_fedsvd_exfiltration_by_a_malicious_server_is_refused_and_the_run_co
 
 def test_a_passive_party_cannot_set_up_or_drive_another() -> None:
     data, _method, fed, _nodes = federation("splitnn", data_for("vfl_asp"))
-    for kind, payload in (("control.setup", {"method": "splitnn", "config": "{}", "seed": 0, "save": False,
+    for kind, payload in (("control.setup", {"method": "splitnn", "config": Table({}), "seed": 0, "save": False,
                                              "parties": "[]"}),
                           ("split.activations", {"ids": data.train["p2"].ids, "purpose": "train"})):
         reply = send(fed, "p1", "p2", kind, payload)
@@ -103,7 +102,7 @@ def test_a_stranger_is_refused_before_any_handler_runs(caplog: pytest.LogCapture
 def test_roles_come_from_the_partys_own_config_not_from_the_setup() -> None:
     info = PartyInfo("pas", "passive")
     node = party_node(info, peers={"act": "active", "srv": "server"})
-    setup = {"method": "local", "config": get_method("local")().config_json(), "seed": 0, "save": False,
+    setup = {"method": "local", "config": Table(get_method("local")().config_table()), "seed": 0, "save": False,
              **parties_payload((PartyInfo("act", "active"), PartyInfo("pas", "passive"), PartyInfo("srv", "active")))}
     reply = node.handle(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup,
                                 run="r1"))
@@ -114,7 +113,7 @@ def test_roles_come_from_the_partys_own_config_not_from_the_setup() -> None:
                                               (["act", "pas"], ["active", "owner"])])
 def test_a_setup_whose_party_list_does_not_add_up_is_refused(names: list[str], roles: list[str]) -> None:
     node = party_node(PartyInfo("pas", "passive"), peers={"act": "active"})
-    setup = {"method": "local", "config": get_method("local")().config_json(), "seed": 0, "save": False,
+    setup = {"method": "local", "config": Table(get_method("local")().config_table()), "seed": 0, "save": False,
              "parties": np.asarray(names, dtype=np.str_), "roles": np.asarray(roles, dtype=np.str_)}
     reply = node.handle(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup,
                                 run="r1"))
@@ -155,9 +154,9 @@ def test_a_policy_bound_cannot_be_met_by_switching_the_check_off(value: float) -
     fed, nodes = build_federation(data, method, seed=0)
     nodes["pas"].policy = Policy(methods=("rap",), require={"rap.max_condition": {"max": 10}})
     nodes["pas"].settings = {}
-    config = json.loads(method.config_json())
+    config = method.config_table()
     config["max_condition"] = value
-    setup = {"method": "rap", "config": json.dumps(config), "seed": 0,
+    setup = {"method": "rap", "config": Table(config), "seed": 0,
              **parties_payload(fed.parties), "save": False}
     reply = fed.transport.request(Message(sender="act", receiver="pas", kind="control.setup", round=0, payload=setup,
                                           run="run-1"))
@@ -165,7 +164,7 @@ def test_a_policy_bound_cannot_be_met_by_switching_the_check_off(value: float) -
         assert reply.error is not None and "max_condition" in reply.error.message
         assert nodes["pas"].method is None
         return
-    assert reply.error is None and json.loads(str(reply.payload["own"])) == {"max_condition": 10.0}
+    assert reply.error is None and reply.payload["own"] == {"max_condition": 10.0}
     assert nodes["pas"].method.config.max_condition == 10.0  # type: ignore[union-attr]
 
 
@@ -268,7 +267,7 @@ def test_one_run_at_a_time_other_runs_and_backward_rounds_are_refused() -> None:
     lab.peers["rival"] = "active"  # the lab's config lists a second active peer
     Session(fed).start(method)
     assert len(fed.run_id) == 32
-    setup = {"method": "splitnn", "config": quick("splitnn").config_json(), "seed": 9,
+    setup = {"method": "splitnn", "config": Table(quick("splitnn").config_table()), "seed": 9,
              **parties_payload((PartyInfo("rival", "active"), PartyInfo("pas", "passive"))), "save": False}
     hijack = lab.handle(Message(sender="rival", receiver="pas", kind="control.setup", round=0, payload=setup,
                                 run="rival-run"))
@@ -402,7 +401,7 @@ def test_a_scoring_session_waits_for_the_training_run_it_would_replace() -> None
     that run. The lab refuses, says why and what to do; once the run ends (or falls silent), it scores."""
     _data, method, fed, nodes = federation("splitnn")
     lab = nodes["pas"]
-    load = {"method": "splitnn", "config": method.config_json(), "seed": 0, "label": "m", "model_id": "x",
+    load = {"method": "splitnn", "config": Table(method.config_table()), "seed": 0, "label": "m", "model_id": "x",
             **parties_payload(fed.parties)}
     during = lab.handle(Message("act", "pas", "control.load", 0, load, run="scoring-1"))
     assert during.error is not None and "it scores after that run ends" in during.error.message

@@ -17,7 +17,7 @@ from tests.test_security import identity_masks
 from vflo.align.engines import DEPLOYED_ALIGNMENT
 from vflo.comm.codec import decode, encode
 from vflo.comm.grpc_transport import GrpcTransport
-from vflo.comm.message import Message
+from vflo.comm.message import Message, Table
 from vflo.comm.tls import PartyCredentials
 from vflo.deploy import Deployment
 from vflo.errors import RemoteError
@@ -48,7 +48,7 @@ def impostor(federation: Federation, name: str) -> GrpcTransport:
 def attacks(federation: Federation) -> list[tuple[str, str, dict[str, object]]]:
     """The issue's exfiltration by a malicious server, and what any peer could ask before: (sender, kind, payload)."""
     pas = federation.local.train["pas"]
-    setup = {"method": "fedsvd", "config": get_method("fedsvd")().config_json(), "seed": 0, "save": False,
+    setup = {"method": "fedsvd", "config": Table(get_method("fedsvd")().config_table()), "seed": 0, "save": False,
              **parties_payload((PartyInfo("server", "active"), PartyInfo("pas", "passive")))}
     return [
         ("server", "control.setup", setup),
@@ -114,7 +114,7 @@ def test_a_passive_party_cannot_set_up_another(tmp_path: Path) -> None:
     federation = start_federation(tmp_path, chain_data(), {"server": "server", "dealer": "dealer"})
     try:
         p1 = impostor(federation, "p1")
-        setup = {"method": "splitnn", "config": get_method("splitnn")().config_json(), "seed": 0, "save": False,
+        setup = {"method": "splitnn", "config": Table(get_method("splitnn")().config_table()), "seed": 0, "save": False,
                  **parties_payload((PartyInfo("p1", "active"), PartyInfo("p2", "passive")))}
         reply = p1.request(Message(sender="p1", receiver="p2", kind="control.setup", round=0, payload=setup))
         p1.close()
@@ -163,7 +163,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
 
 
 def _setup(config: str, method: str, parties: list[list[str]]) -> dict[str, object]:
-    return {"method": method, "config": config, "seed": 0, "save": False,
+    return {"method": method, "config": Table(json.loads(config)), "seed": 0, "save": False,
             **parties_payload(tuple(PartyInfo(n, r) for n, r in parties))}  # type: ignore[arg-type]
 
 
@@ -180,7 +180,7 @@ def test_a_malicious_coordinator_cannot_choose_the_lab_s_computation(lab: Federa
         reply = act.request(Message("act", "pas", "control.setup", 0, _setup(json.dumps(splitnn), "splitnn", parties),
                                     run="attack-1"))
         assert reply.error is None
-        assert json.loads(str(reply.payload["own"])) == {"passive_bottom": [64, 64], "activation": "relu",
+        assert reply.payload["own"] == {"passive_bottom": [64, 64], "activation": "relu",
                                                           "train.lr": 0.001}
         ids = lab.local.train["pas"].ids[:16]
         init = act.request(Message("act", "pas", "splitnn.init", 1, {"train_ids": ids, "val_ids": ids[:4]},

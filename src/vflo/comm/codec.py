@@ -5,8 +5,9 @@ Layout of a frame::
     b"VFLO" | version (u8) | 3 zero bytes | header length (u32 LE) | header (UTF-8 JSON) | pad | buffers
 
 The header names sender, receiver, kind, round, an optional error, and each payload
-field: scalars inline; arrays as dtype, shape, offset and length into the buffer
-area; string arrays as UTF-8 bytes plus int64 lengths. Decoding checks everything
+field: scalars inline; tables of settings (a method's config) inline as JSON objects;
+arrays as dtype, shape, offset and length into the buffer area; string arrays as UTF-8
+bytes plus int64 lengths. Decoding checks everything
 against the frame (magic, version, allowed dtypes, shape x itemsize = length,
 bounds, size limit) and never evaluates anything: no pickle, so a frame from the
 network cannot run code.
@@ -21,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from vflo.comm.message import Message, MessageError, Value
-from vflo.errors import CodecError
+from vflo.comm.message import Message, MessageError, Table, Value
+from vflo.errors import CodecError, PayloadError
 
 MAGIC = b"VFLO"
 VERSION = 1
@@ -87,6 +88,9 @@ def encode(message: Message, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
             fields[name] = {"float": float(value).hex()}
         elif isinstance(value, str):
             fields[name] = {"text": value}
+        elif isinstance(value, Table):
+            # JSON writes each float as its shortest exact form (infinities included), and reads it back the same.
+            fields[name] = {"table": value.plain()}
         elif isinstance(value, np.ndarray):
             meta, parts = _plan_array(value, name)
             spans = []
@@ -103,7 +107,7 @@ def encode(message: Message, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
         else:
             raise CodecError(
                 f"field {name!r} of message {message.kind!r} has type {type(value).__name__}; payload values must "
-                "be numpy arrays, int, float, str or bool"
+                "be numpy arrays, int, float, str, bool or a Table of settings"
             )
     header: dict[str, Any] = {
         "sender": message.sender, "receiver": message.receiver, "kind": message.kind,
@@ -240,6 +244,14 @@ def _decode_field(kind: str, name: str, meta: Any, area: memoryview) -> Value:
         if not isinstance(meta["text"], str):
             raise CodecError(f"message {kind!r}: field {name!r} is not text")
         return meta["text"]
+    if "table" in meta:
+        try:
+            table = meta["table"]
+            if not isinstance(table, dict):
+                raise ValueError("not a table")
+            return Table(table)  # checked: text keys, settings only, nesting bounded
+        except (ValueError, PayloadError) as exc:
+            raise CodecError(f"message {kind!r}: field {name!r} is not a table of settings: {exc}") from exc
     shape, count = _shape(kind, name, meta, area)
     if meta.get("str") is True:
         lengths_buf = _span(kind, name, meta, 0, area)

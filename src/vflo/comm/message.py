@@ -1,7 +1,7 @@
 """The typed envelope every exchange between parties travels in.
 
-A :class:`Message` carries a small payload of named numpy arrays and scalars, or an
-error. Handlers declare what they accept with :class:`ArraySpec` / :class:`ScalarSpec`
+A :class:`Message` carries a small payload of named numpy arrays, scalars and tables of
+settings (:class:`Table`), or an error. Handlers declare what they accept with :class:`ArraySpec` / :class:`ScalarSpec`
 so a wrong dtype or shape is refused before any protocol code runs.
 """
 
@@ -16,7 +16,71 @@ import numpy as np
 from vflo.errors import PayloadError, ProtocolError, RemoteError
 
 Scalar = int | float | str | bool
-Value = np.ndarray | Scalar
+#: How deep a table's tables and lists may nest (a method's config nests three or four levels).
+MAX_TABLE_DEPTH = 16
+
+
+class Table(Mapping[str, Any]):
+    """Settings as structure (a method's config, a party's own settings): text keys; values text, numbers, flags,
+    None, lists and tables of the same, nested at most :data:`MAX_TABLE_DEPTH` deep. The codec carries it in the
+    frame's header and checks it on arrival, so no party parses settings out of a text field. Read-only; its
+    ``plain()`` copy is ordinary dicts and lists."""
+
+    def __init__(self, items: Mapping[str, Any] | None = None) -> None:
+        self._items = dict(items or {})
+        check_table(self._items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Table({self._items!r})"
+
+    def plain(self) -> dict[str, Any]:
+        """A deep copy as dicts and lists, for code that changes it."""
+        return {key: _plain(value) for key, value in self._items.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def check_table(value: Mapping[str, Any], depth: int = 0) -> None:
+    """A :class:`PayloadError` unless ``value`` is a table a message may carry (see :class:`Table`)."""
+    if depth > MAX_TABLE_DEPTH:
+        raise PayloadError(f"a table nests deeper than {MAX_TABLE_DEPTH} levels")
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise PayloadError(f"a table's keys are text, got {key!r}")
+        _check_item(item, depth + 1)
+
+
+def _check_item(item: Any, depth: int) -> None:
+    if item is None or isinstance(item, str | bool | int | float):
+        return  # a float keeps every bit, infinities included (the codec sends it as float.hex)
+    if isinstance(item, Mapping):
+        check_table(item, depth)
+        return
+    if isinstance(item, list | tuple):
+        if depth > MAX_TABLE_DEPTH:
+            raise PayloadError(f"a table nests deeper than {MAX_TABLE_DEPTH} levels")
+        for v in item:
+            _check_item(v, depth + 1)
+        return
+    raise PayloadError(f"a table holds {type(item).__name__}: settings are text, numbers, flags, lists or tables")
+
+
+Value = np.ndarray | Scalar | Table
 Payload = Mapping[str, Value]
 
 CONTROL_PREFIX = "control."
@@ -106,7 +170,17 @@ class ScalarSpec:
             raise PayloadError(f"message {kind!r}: field {name!r} must be {names}, got {value!r}")
 
 
-FieldSpec = ArraySpec | ScalarSpec
+@dataclass(frozen=True)
+class TableSpec:
+    """An expected table of settings (:class:`Table`)."""
+
+    def check(self, kind: str, name: str, value: Value) -> None:
+        if not isinstance(value, Table):
+            raise PayloadError(f"message {kind!r}: field {name!r} must be a table of settings, got "
+                               f"{type(value).__name__}")
+
+
+FieldSpec = ArraySpec | ScalarSpec | TableSpec
 
 IDS = ArraySpec(("int64", "str"), (None,))
 #: Party names, as a list (never JSON inside a string).
@@ -117,6 +191,8 @@ INT = ScalarSpec((int,))
 FLOAT = ScalarSpec((float, int))
 STR = ScalarSpec((str,))
 BOOL = ScalarSpec((bool,))
+#: A table of settings (a method's config, a party's own settings), never JSON inside a string.
+SETTINGS = TableSpec()
 
 
 def floats(*shape: int | None) -> ArraySpec:
@@ -169,6 +245,11 @@ class Fields(Mapping[str, Value]):
 
     def flag(self, name: str) -> bool:
         return bool(self._get(name, (bool,), "a flag"))
+
+    def table(self, name: str) -> dict[str, Any]:
+        """A table of settings, as a copy of plain dicts and lists."""
+        value: Table = self._get(name, (Table,), "a table")
+        return value.plain()
 
 
 class Reply(Fields):

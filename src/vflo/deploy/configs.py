@@ -110,11 +110,13 @@ class PartyConfig:
     # party's are unchanged (vflo.align.kept; `vflo align`). A PARTY.toml without the key keeps NAME_alignments/
     # beside the config; "" keeps none (every run intersects afresh).
     alignments: str | None = None
-    # Where its bulk work runs (PSI blinding, scoring's blocks of rows): this host's cores, or a Ray cluster of its
-    # own ([executor] kind = "ray", address = ...; vflo.executor). The process's setting, as its cores are.
+    # Where its bulk work runs (PSI blinding, SecureBoost's bin sums and decryption, scoring's blocks of rows):
+    # this host's cores, or a Ray cluster of its own ([executor] kind = "ray", address = ...; vflo.executor). The
+    # party's own: its node's, not its process's.
     executor: ExecutorConfig | None = None
     # Matrices larger than it wants to hold in memory (ten million rows' latents), kept in files of its own and
-    # read a batch at a time ([spill] limit_mb = 1024, folder = ...; vflo.spill). The process's setting.
+    # read a batch at a time ([spill] limit_mb = 1024, folder = ...; vflo.spill). The party's own: its node's,
+    # not its process's.
     spill: SpillConfig | None = None
     # Its own side of each method ([methods.NAME]: its bottom network, encoder, learning rate, ...): whatever a
     # coordinator proposes, these (else the method's defaults) run here (vflo.methods.own_settings).

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from vflo.comm.ledger import Ledger, LedgerSummary
-from vflo.comm.message import Payload, Value
+from vflo.comm.message import Payload, Table, Value
 from vflo.errors import ProtocolError
 from vflo.federation.coordinator import Coordinator
 from vflo.methods.base import Method
@@ -93,12 +93,7 @@ class Session:
             return
         replies = fed.control(SETUP, {n: payload for n in others}, first=True)
         for name, reply in replies.items():
-            try:
-                own = json.loads(reply.text("own"))
-            except json.JSONDecodeError as exc:
-                raise ProtocolError(f"party {name!r} answered the setup with malformed settings: {exc}") from exc
-            if not isinstance(own, dict):
-                raise ProtocolError(f"party {name!r} answered the setup with settings that are not a table")
+            own = reply.table("own")
             if own:
                 self.party_settings[name] = own
                 logger.warning("party %s runs %s with its own %s (not the experiment's)", name, method.name,
@@ -106,7 +101,7 @@ class Session:
 
     def _method_payload(self, method: Method) -> Payload:
         fed = self.fed
-        return {"method": method.name, "config": method.config_json(), "seed": fed.seed,
+        return {"method": method.name, "config": Table(method.config_table()), "seed": fed.seed,
                 **parties_payload(fed.parties)}
 
     def train(self, fit: Callable[[Coordinator], Any]) -> Any:

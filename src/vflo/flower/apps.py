@@ -4,7 +4,10 @@
 :data:`server_app` where the SuperLink runs: the active party's host, since the coordinator is the active
 party and reads its own data there. It finds which SuperNode serves which party, runs the experiment's
 methods as ``vflo run --deploy`` does (the same checks before training, the same results and report), and
-writes them to ``out``. :data:`client_app` is the stateless adapter of :mod:`vflo.flower.adapter`.
+writes them to ``out``. With ``model='...' data='...'`` instead of ``experiment``, it scores the rows with a
+saved model as ``vflo predict --deploy`` does (``missing``, ``deadline``, ``fallback``, ``method``: its
+options), by the same code (:func:`vflo.deploy.score_deployed`), and writes the scores to ``out``.
+:data:`client_app` is the stateless adapter of :mod:`vflo.flower.adapter`.
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from vflo import schema
+from vflo.comm.seal import Keyring
+from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
-from vflo.deploy import DeployConfig, Deployment, Link, load_deploy_config
+from vflo.deploy import DeployConfig, Deployment, Link, load_deploy_config, score_deployed
 from vflo.errors import ConfigError
 from vflo.experiments.config import load_deployment_experiment
 from vflo.experiments.deployed import run_and_write
@@ -30,10 +36,12 @@ from vflo.flower.transport import FlowerGrid, FlowerTransport, discover
 from vflo.flower.worker import keyring_for
 from vflo.methods.base import Method
 from vflo.party.node import Node
+from vflo.scoring import Missing, SavedModel
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FlowerRun", "client_app", "connect", "flower_link", "run_on_grid", "server_app"]
+__all__ = ["FlowerRun", "client_app", "connect", "flower_link", "run_on_grid", "score_on_grid", "scoring_link",
+           "server_app"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,29 +49,45 @@ class FlowerRun:
     """The run config ``flwr run`` hands the ServerApp (paths on the SuperLink's host, absolute or relative to
     the folder the SuperLink was started in)."""
 
-    experiment: str
     deploy: str
     out: str
+    experiment: str = ""
     save: str = ""
     overwrite: bool = False
     connect_timeout: float = 120.0
+    # Scoring with a saved model instead of training (``vflo predict --deploy``'s options; deadline 0: the deploy
+    # config's).
+    model: str = ""
+    method: str = ""
+    data: str = ""
+    missing: Missing = "refuse"
+    deadline: float = 0.0
+    fallback: str = ""
 
     @classmethod
     def from_run_config(cls, run_config: dict[str, Any]) -> FlowerRun:
         settings = {k.replace("-", "_"): v for k, v in run_config.items()}
-        for key in ("experiment", "deploy", "out"):
+        scoring = bool(settings.get("model"))
+        for key in ("model", "data", "deploy", "out") if scoring else ("experiment", "deploy", "out"):
             if not settings.get(key):
+                example = ("model='runs/models' data='rows.csv' deploy='deploy.toml' out='scores.csv'" if scoring
+                           else "experiment='EXPERIMENT.toml' deploy='deploy.toml' out='runs/NAME'")
                 raise ConfigError(f"the Flower run config needs {key!r}: flwr run APP FEDERATION --run-config "
-                                  "\"experiment='EXPERIMENT.toml' deploy='deploy.toml' out='runs/NAME'\"")
+                                  f"\"{example}\"")
+        if scoring and settings.get("experiment"):
+            raise ConfigError("the Flower run config names both an experiment (to train) and a model (to score): "
+                              "give one of them")
         return schema.build(cls, settings, "the Flower run config")
 
 
-def flower_link(grid: Grid | FlowerGrid, nodes: dict[str, int], *, deadline: float) -> Link:
-    """How the coordinator's node reaches the others: a :class:`FlowerTransport` over ``grid``."""
+def flower_link(grid: Grid | FlowerGrid, nodes: dict[str, int], *, deadline: float,
+                keyring: Keyring | None = None) -> Link:
+    """How the coordinator's node reaches the others: a :class:`FlowerTransport` over ``grid``, sealing what it
+    sends with ``keyring`` (this party's TLS keys) so that every party checks its certificate on every frame."""
 
     def link(node: Node) -> FlowerTransport:
         return FlowerTransport(grid, party=node.name, nodes=nodes, local=node, allowed=set(node.peers),
-                               deadline=deadline)
+                               deadline=deadline, keyring=keyring)
 
     return link
 
@@ -90,7 +114,51 @@ def connect(grid: Grid, deploy: DeployConfig, *, timeout: float = 120.0, train: 
                      optional=[p for p in everyone if p not in needed])
     logger.info("parties on SuperNodes: %s", ", ".join(f"{p} = {n}" for p, n in nodes.items()))
     return Deployment(deploy, train=train, test=test,
-                      link=flower_link(flower, nodes, deadline=deploy.active.deadline))
+                      link=flower_link(flower, nodes, deadline=deploy.active.deadline, keyring=keyring))
+
+
+def scoring_link(grid: Grid, deploy: DeployConfig, model: SavedModel, *, missing: Missing, deadline: float,
+                 timeout: float) -> Link:
+    """The active party's link for a scoring session over Flower: the model's partners found on SuperNodes when
+    the session starts (``timeout``: how long to wait for them). With ``missing = "subset"`` none is required:
+    whoever has connected by then takes part, and a partner that did not is absent, as one that does not answer
+    over gRPC; ``deadline`` bounds every request."""
+    partners = [] if model.active_only else model.card_partners()
+    optional = missing == "subset"
+
+    def link(node: Node) -> Transport:
+        keyring = keyring_for(deploy.active)
+        flower = FlowerGrid(grid, deadline=deadline)
+        nodes = discover(flower, [] if optional else partners, keyring=keyring, timeout=timeout,
+                         optional=partners if optional else [], wait_optional=optional)
+        logger.info("parties on SuperNodes: %s", ", ".join(f"{p} = {n}" for p, n in nodes.items()) or "none")
+        return flower_link(flower, nodes, deadline=deadline, keyring=keyring)(node)
+
+    return link
+
+
+def score_on_grid(grid: Grid, run: FlowerRun) -> pd.DataFrame:
+    """What ``vflo predict MODEL --data ROWS --deploy DEPLOY`` does, over Flower: the scores in ``run.out`` (CSV:
+    id, one column per class, prediction, model, scored_by), returned too."""
+    out = Path(run.out)
+    if out.exists() and not run.overwrite:
+        raise ConfigError(f"{out} exists; give another out in the run config, or overwrite = true")
+    deploy = load_deploy_config(run.deploy)
+    model = SavedModel.load(run.model, run.method or None)
+    fallback = SavedModel.load(run.model, run.fallback) if run.fallback else None
+    deadline = run.deadline if run.deadline else None
+    link = scoring_link(grid, deploy, model, missing=run.missing, timeout=run.connect_timeout,
+                        deadline=deadline if deadline is not None else deploy.active.deadline)
+    frame = score_deployed(deploy, model, run.data, missing=run.missing, fallback=fallback, deadline=deadline,
+                           link=link)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    frame.to_csv(tmp, index=False)
+    tmp.replace(out)
+    by = frame["scored_by"].value_counts().to_dict()
+    logger.info("scored %d rows with %s; scored by %s; written to %s", len(frame), model.label,
+                ", ".join(f"{b} ({n})" for b, n in by.items()), out)
+    return frame
 
 
 def run_on_grid(grid: Grid, run: FlowerRun) -> list[dict[str, Any]]:
@@ -120,4 +188,8 @@ server_app = ServerApp()
 
 @server_app.main()
 def _main(grid: Grid, context: Context) -> None:
-    run_on_grid(grid, FlowerRun.from_run_config(dict(context.run_config)))
+    run = FlowerRun.from_run_config(dict(context.run_config))
+    if run.model:
+        score_on_grid(grid, run)
+    else:
+        run_on_grid(grid, run)

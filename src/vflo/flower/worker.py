@@ -3,10 +3,11 @@
 ``vflo flower party PARTY.toml`` starts one. It loads the party's rows once, holds its node (policy, peers'
 roles, model folder, checkpoints) for as long as it runs, and answers the ClientApp adapter's four calls:
 ``hello`` (which party this is, proved by signing the hub's challenge with its TLS key), ``peers`` (the
-other parties' certificates, each checked against its CA), ``deliver`` (frames to handle) and ``resume``
-(answers to the onward request the last delivery returned); see :mod:`vflo.comm.relay` and
-:mod:`vflo.comm.seal`. It listens only on a Unix socket or a
-loopback address: the SuperNode on the same host is its only client, and the network side is Flower's.
+other parties' certificates and the coordinator's, each checked against its CA and revocation list),
+``deliver`` (frames to handle, every one sealed: see :meth:`PartyWorker.deliver`) and ``resume`` (answers to
+the onward request the last delivery returned); see :mod:`vflo.comm.relay` and :mod:`vflo.comm.seal`. It
+listens only on a Unix socket or a loopback address: the SuperNode on the same host is its only client, and
+the network side is Flower's.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from pathlib import Path
 
 import grpc
 
-from vflo.comm.relay import RelayedParty
-from vflo.comm.seal import Keyring
+from vflo.comm.grpc_transport import pack_frames, unpack_frames
+from vflo.comm.relay import FINAL, RelayedParty
+from vflo.comm.seal import Keyring, is_sealed
+from vflo.comm.serving import error_frame
 from vflo.comm.tls import how_to_certify
 from vflo.data.partydata import PartyData
 from vflo.deploy import PartyConfig, announce, build_node, credentials_for, stop_on_signal
-from vflo.errors import AddressInUseError, ConfigError, PartyBoundaryError
+from vflo.errors import AddressInUseError, CodecError, ConfigError, PartyBoundaryError
 from vflo.flower.adapter import SERVICE, WORKER_KEY
 from vflo.flower.local import stop_process
 
@@ -53,8 +56,9 @@ def check_local(address: str) -> str:
 
 
 def keyring_for(config: PartyConfig) -> Keyring | None:
-    """The party's keys over Flower, from its ``[tls] dir``: a worker's prove its party and seal what it says to
-    other parties; the coordinator's check those proofs (None with ``insecure = true``, said loudly)."""
+    """The party's keys over Flower, from its ``[tls] dir``: a worker's prove its party, seal what it says to
+    other parties and check what the coordinator seals; the coordinator's check those proofs and seal what it
+    sends (None with ``insecure = true``, said loudly)."""
     if config.tls.insecure:
         logger.warning("INSECURE: party %s runs over Flower without its TLS keys: frames between parties are not "
                        "sealed and senders are taken at their word. Use this only for experiments.", config.name)
@@ -99,7 +103,7 @@ class PartyWorker:
         handler = grpc.method_handlers_generic_handler(SERVICE, {
             "hello": grpc.unary_unary_rpc_method_handler(lambda body, ctx: self.hello(body)),
             "peers": grpc.unary_unary_rpc_method_handler(lambda body, ctx: self.learn_peers(body)),
-            "deliver": grpc.unary_unary_rpc_method_handler(lambda body, ctx: self.relay.deliver(body)),
+            "deliver": grpc.unary_unary_rpc_method_handler(lambda body, ctx: self.deliver(body)),
             "resume": grpc.unary_unary_rpc_method_handler(lambda body, ctx: self.relay.resume(body)),
         })
         self._server = grpc.server(ThreadPoolExecutor(max_workers=4), handlers=[handler],
@@ -123,12 +127,39 @@ class PartyWorker:
             return json.dumps({"party": self.name}).encode()
         return self.keyring.prove(challenge)
 
+    def deliver(self, body: bytes) -> bytes:
+        """Frames to handle (see :meth:`RelayedParty.deliver <vflo.comm.relay.RelayedParty.deliver>`). With TLS keys
+        every one must be sealed: the coordinator seals its own too, so its certificate, and the CA's revocation
+        list as it is now, are checked on every frame (:meth:`Keyring.open <vflo.comm.seal.Keyring.open>`), as
+        vflo's gRPC server checks its client's on every call. A plain frame could come from a coordinator whose
+        certificate was revoked, or that has none: the delivery is refused before any handler runs."""
+        if self.keyring is not None:
+            try:
+                frames = unpack_frames(body, max_bytes=self.relay.max_message_bytes)
+            except CodecError:
+                frames = []  # the relay answers a malformed body itself
+            if any(not is_sealed(f) for f in frames):
+                refusal = PartyBoundaryError(
+                    f"party {self.name!r} takes only sealed frames over Flower and this one is plain: the "
+                    f"coordinator {self.relay.hub!r} seals what it sends with its certificate's key, so this frame "
+                    "is not its own (or it runs without its [tls] dir, or with a vflo that does not seal); refused. "
+                    "Give the coordinator its [tls] dir, with a certificate the federation's CA has not revoked")
+                logger.warning("party %s refused a delivery: %s", self.name, refusal)
+                return FINAL + pack_frames([error_frame(self.name, refusal,
+                                                        max_bytes=self.relay.max_message_bytes)])
+        return self.relay.deliver(body)
+
     def learn_peers(self, body: bytes) -> bytes:
-        """Take the federation's certificates from the hub; each must come from this party's CA and name its party."""
+        """Take the federation's certificates from the hub; each must come from this party's CA, name its party and
+        not be revoked, and the coordinator's own must be among them."""
         if self.keyring is None:
             return b"{}"
         try:
             certificates = {str(k): str(v).encode() for k, v in json.loads(body).items()}
+            hub = self.relay.hub
+            if hub not in certificates:
+                raise PartyBoundaryError(f"the hub handed over no certificate of the coordinator {hub!r}, whose frames "
+                                         "this party checks against it; refused")
             self.keyring.add_peers({n: pem for n, pem in certificates.items() if n in self.config.peers})
         except (ValueError, AttributeError, PartyBoundaryError) as exc:
             logger.warning("party %s refused the certificates it was handed: %s", self.name, exc)

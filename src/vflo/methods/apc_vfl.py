@@ -14,13 +14,12 @@ from vflo.blocks import CHUNK
 from vflo.comm.message import IDS, Fields, Payload, expect_rows
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError
-from vflo.methods.base import Claim, Inference, MethodConfig, handles
+from vflo.methods.base import Claim, Inference, MethodConfig, handles, reveals
 from vflo.methods.representation import CLASSIFIER, RepresentationMethod
 from vflo.methods.saved import PARTY_NAMES, At, Part, Saved, Saves, autoencoder
 from vflo.nn.distill import DistillLoss, FittedAutoencoder, Reduction, fit_autoencoder
 from vflo.nn.estimators import EstimatorConfig
 from vflo.nn.train import TrainConfig
-from vflo.party.handlers import reveals
 from vflo.party.port import Alignment
 from vflo.spill import Rows, RowSink
 

@@ -30,7 +30,7 @@ from vflo.comm.message import Value
 from vflo.data.datasets import Task
 from vflo.errors import ConfigError, MethodError
 from vflo.methods import saved
-from vflo.party.handlers import HandlerInfo, HandlerSet, handles
+from vflo.party.handlers import HandlerInfo, HandlerSet, handles, reveals
 from vflo.roles import PartyInfo
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from vflo.party.port import Federation
 
 __all__ = ["ALL_TASKS", "Claim", "HandlerInfo", "Inference", "Method", "MethodConfig", "State", "handles", "prefixed",
+           "reveals",
            "unprefixed"]
 
 # What a fitted model keeps: named arrays and plain values, the kinds the message codec carries.
@@ -203,7 +204,18 @@ class Method(HandlerSet, ABC):
         return {}
 
     def config_json(self) -> str:
+        """The config as JSON text (a model card, a run's key, a log line)."""
         return schema.to_json(self.config)
+
+    def config_table(self) -> dict[str, Any]:
+        """The config as plain dicts and lists: what a setup carries (as a :class:`~vflo.comm.message.Table`)."""
+        plain: dict[str, Any] = schema.to_plain(self.config)
+        return plain
+
+    @classmethod
+    def from_config(cls, raw: Mapping[str, Any]) -> Method:
+        """The method with the config ``raw`` (a table, as :meth:`config_table` gives), checked as any config is."""
+        return cls(schema.build(cls.Config, dict(raw), where=f"methods.{cls.name}"))
 
     @classmethod
     def from_config_json(cls, text: str) -> Method:
@@ -211,7 +223,9 @@ class Method(HandlerSet, ABC):
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{cls.name}: config is not valid JSON: {exc}") from exc
-        return cls(schema.build(cls.Config, raw, where=f"methods.{cls.name}"))
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{cls.name}: config is not a table")
+        return cls.from_config(raw)
 
     # -- the coordinator -------------------------------------------------------------------------
 

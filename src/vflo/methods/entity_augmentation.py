@@ -15,7 +15,7 @@ from vflo.align import psi
 from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Fields, Payload, Reply, expect_rows
 from vflo.data.datasets import Task
 from vflo.errors import MethodError, ProtocolError, RefusedError, TransportError
-from vflo.methods.base import Claim, Method, MethodConfig, handles
+from vflo.methods.base import Claim, Method, MethodConfig, handles, reveals
 from vflo.methods.saved import INTEGER, PARTY_NAMES, WIDTHS, Part, Saved, Saves, network
 from vflo.methods.split_learning import (
     BOTTOM,
@@ -37,7 +37,6 @@ from vflo.nn.train import (
     split_validation,
 )
 from vflo.nn.words import validate
-from vflo.party.handlers import reveals
 
 if TYPE_CHECKING:
     import torch

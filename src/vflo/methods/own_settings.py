@@ -111,12 +111,12 @@ def party_section(cls: type[Method], role: str, config_json: str) -> dict[str, A
     return out
 
 
-def decide(cls: type[Method], proposal: str, own_section: Mapping[str, Any] | None, *, role: str,
+def decide(cls: type[Method], proposal: Mapping[str, Any], own_section: Mapping[str, Any] | None, *, role: str,
            party: str) -> tuple[Method, dict[str, Any]]:
-    """The method this party runs for the coordinator's ``proposal`` (config JSON), given its own config's
+    """The method this party runs for the coordinator's ``proposal`` (its config, as a table), given its own config's
     section; with the own settings it runs where they differ from the proposal (path -> its value)."""
     own, shared = _paths(cls, role)
-    proposed = cls.from_config_json(proposal)
+    proposed = cls.from_config(proposal)
     if not own and not shared:
         return proposed, {}
     where = f"party {party!r}'s [methods.{cls.name}]"
@@ -127,7 +127,7 @@ def decide(cls: type[Method], proposal: str, own_section: Mapping[str, Any] | No
     for path in given:
         _put(section, path, _get(own_section or {}, path))
     mine = _own_json(cls, section, where)
-    asked = json.loads(proposed.config_json())  # every setting spelled out, as the party's own are
+    asked = proposed.config_table()  # every setting spelled out, as the party's own are
     effective = copy.deepcopy(asked)
     differs: dict[str, Any] = {}
     for path in own:
@@ -141,7 +141,7 @@ def decide(cls: type[Method], proposal: str, own_section: Mapping[str, Any] | No
                 f"party {party!r} runs {cls.name} only with {path} = {_show(_get(mine, path))} (its own config's "
                 f"[methods.{cls.name}]), but the coordinator proposes {_show(_get(asked, path))}: refused; set the "
                 f"experiment's methods.{cls.name}.{path} to the party's value, or the party changes its config")
-    method = cls.from_config_json(json.dumps(effective))
+    method = cls.from_config(effective)
     theirs, ours = proposed.agreed(role), method.agreed(role)
     for key in sorted(set(theirs) | set(ours)):
         if theirs.get(key) != ours.get(key):

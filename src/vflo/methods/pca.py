@@ -16,11 +16,10 @@ import numpy as np
 from vflo.align.plain import SELECTOR, selected_ids
 from vflo.comm.message import IDS, Fields, Payload, expect_rows
 from vflo.errors import ConfigError, MethodError, RefusedError
-from vflo.methods.base import MethodConfig, handles
+from vflo.methods.base import MethodConfig, handles, reveals
 from vflo.methods.representation import CLASSIFIER, RepresentationMethod
 from vflo.methods.saved import ARRAY, PARTY_NAMES, Part, Saved, Saves
 from vflo.nn.estimators import EstimatorConfig
-from vflo.party.handlers import reveals
 
 if TYPE_CHECKING:
     from vflo.party.context import NodeContext

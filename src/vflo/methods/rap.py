@@ -15,11 +15,10 @@ from vflo.comm.message import IDS, INT, NAMES, STR, ArraySpec, Fields, Payload, 
 from vflo.data.partydata import PartyData
 from vflo.dp import GaussianNoise, RowNoise, laplace_epsilon
 from vflo.errors import ConfigError, DataError, MethodError, ProtocolError, RefusedError, RemoteError
-from vflo.methods.base import Claim, Method, MethodConfig, State, handles, need, prefixed, unprefixed
+from vflo.methods.base import Claim, Method, MethodConfig, State, handles, need, prefixed, reveals, unprefixed
 from vflo.methods.saved import INTEGER, PARTY_NAMES, TEXT, At, Built, Part, Saved, Saves
 from vflo.nn.estimators import Estimator, EstimatorConfig, make_estimator, training_stats
 from vflo.nn.train import TrainConfig
-from vflo.party.handlers import reveals
 from vflo.roles import PartyInfo
 from vflo.seeding import derive_seed, own_seed
 
@@ -500,7 +499,7 @@ class RAP(Method):
         of the encoded columns behind them are one-hot (training only: serving replies leave it out)."""
         own = payload.array("block")
         blocks = [own]
-        one_hot = int(payload.get("one_hot", 0))
+        one_hot = payload.integer("one_hot") if "one_hot" in payload else 0
         for client, request in requests.items():
             reply = ctx.send(client, kind, request)
             x = expect_rows(reply, "x", party=client, rows=own.shape[0], what="projected rows")

@@ -73,7 +73,7 @@ def scoring_text(cls: type[Method]) -> str:
     return "together"
 
 
-def method_for_party(name: str, proposal: str, *, own: Mapping[str, Any] | None, role: str,
+def method_for_party(name: str, proposal: Mapping[str, Any], *, own: Mapping[str, Any] | None, role: str,
                      party: str) -> tuple[Method, dict[str, Any]]:
     """What a node installs for a setup: the coordinator's ``proposal`` with the party's own settings
     (:func:`vflo.methods.own_settings.decide`)."""

@@ -11,10 +11,9 @@ import numpy as np
 
 from vflo.comm.message import IDS, INT, STR, ArraySpec, Fields, Payload, Value
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles
+from vflo.methods.base import Inference, Layout, Method, MethodConfig, State, handles, reveals
 from vflo.methods.saved import ARRAY, INTEGER, NUMBER, PARTY_NAMES, TEXT, At, Built, Part, Saved, Saves
 from vflo.methods.split_learning import ask_holders
-from vflo.party.handlers import reveals
 from vflo.trees.bins import MAX_BINS
 from vflo.trees.crypto import BLOB_ROW, HESettings, KeyPair, PublicSide, from_wire, new_keys, plain_side, to_wire
 from vflo.trees.growth import Candidate, GrowthRules, HistogramAsk, ShuffledSums, SplitAsk, Tree, grow
@@ -38,8 +37,10 @@ class SecureBoostConfig(MethodConfig):
     ``max_depth``, each leaf's weight shrunk by ``learning_rate``; ``reg_lambda``, ``gamma`` and
     ``min_child_weight`` as in XGBoost. ``n_bins``: quantile bins per column (a passive party's own choice).
     ``min_node_rows``: a passive party sums a node only if it holds at least this many of its people.
-    ``he``: the encryption (:class:`~vflo.trees.crypto.HESettings`). ``workers``: the processes a party
-    decrypts (the label holder) or sums ciphertexts (a partner) in, 0 for one per core (each party's own).
+    ``he``: the encryption (:class:`~vflo.trees.crypto.HESettings`). ``workers``: how many ways a
+    party shares out its decryption (the label holder) or its ciphertext sums (a partner): this process and
+    ``workers - 1`` workers of its executor; 0: as many as its executor has (one per core, unless its
+    ``[executor]`` says otherwise; each party's own).
     ``active_trees``: the first trees grown from
     the label holder's columns alone (SecureBoost's reduced-leakage option: the partners never see the instance
     spaces of the trees nearest the labels). ``aligned_only``: train only on people every partner holds (the

@@ -12,7 +12,7 @@ import numpy as np
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Fields, Payload
 from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError
-from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, handles
+from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, handles, reveals
 from vflo.methods.saved import INTEGER, NUMBER, PARTY_NAMES, WIDTHS, Saved, Saves, network
 from vflo.methods.split_learning import (
     BOTTOM,
@@ -30,7 +30,6 @@ from vflo.nn.train import (
     as_tensor,
     split_validation,
 )
-from vflo.party.handlers import reveals
 
 if TYPE_CHECKING:
     import torch

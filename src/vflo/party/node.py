@@ -21,7 +21,19 @@ from typing import Any, Protocol, TypeVar, cast
 import numpy as np
 
 from vflo.comm.ledger import COLUMNS, Ledger
-from vflo.comm.message import BOOL, INT, NAMES, STR, Fields, FieldSpec, Message, Payload, check_payload
+from vflo.comm.message import (
+    BOOL,
+    INT,
+    NAMES,
+    SETTINGS,
+    STR,
+    Fields,
+    FieldSpec,
+    Message,
+    Payload,
+    Table,
+    check_payload,
+)
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, PrivacyBudget
@@ -70,11 +82,11 @@ def take_release_key(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, An
     if isinstance(key, np.ndarray):
         ctx.release_key = key.astype(np.uint8).tobytes()
     return rest
-SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": NAMES, "roles": NAMES,
+SETUP_SPEC: dict[str, FieldSpec] = {"method": STR, "config": SETTINGS, "seed": INT, "parties": NAMES, "roles": NAMES,
                                     "save": BOOL}
 SAVE_SPEC: dict[str, FieldSpec] = {"label": STR, "model_id": STR}
 READY_SPEC: dict[str, FieldSpec] = {"save": BOOL, "checkpoints": BOOL}
-LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": STR, "seed": INT, "parties": NAMES, "roles": NAMES,
+LOAD_SPEC: dict[str, FieldSpec] = {"method": STR, "config": SETTINGS, "seed": INT, "parties": NAMES, "roles": NAMES,
                                    "label": STR,
                                    "model_id": STR}
 #: What control messages carry and who may send them (the node checks senders itself; this is for the audit).
@@ -100,11 +112,11 @@ class MethodFactory(Protocol):
     this party decides taken from ``own`` (its config's section for that method; vflo.methods.own_settings); and
     those of its settings that differ from the proposal."""
 
-    def __call__(self, name: str, proposal: str, *, own: Mapping[str, Any] | None, role: str,
+    def __call__(self, name: str, proposal: Mapping[str, Any], *, own: Mapping[str, Any] | None, role: str,
                  party: str) -> tuple[HandlerSet, dict[str, Any]]: ...
 
 
-def _no_methods(name: str, proposal: str, *, own: Mapping[str, Any] | None, role: str,
+def _no_methods(name: str, proposal: Mapping[str, Any], *, own: Mapping[str, Any] | None, role: str,
                 party: str) -> tuple[HandlerSet, dict[str, Any]]:
     raise ProtocolError(f"this node serves no methods; it cannot set up {name!r}")
 
@@ -413,7 +425,7 @@ class Node:
         # Its own side as it trained it (the saved part's settings), the rest as the coordinator's model card says.
         saved_config = part.manifest.get("config")
         method: Any
-        method, _ = self._methods(name, payload.text("config"), own=saved_config if isinstance(saved_config, dict)
+        method, _ = self._methods(name, payload.table("config"), own=saved_config if isinstance(saved_config, dict)
                                   else None, role=self.info.role, party=self.name)
         if json.loads(method.config_json()) != saved_config:
             raise ProtocolError(f"party {self.name!r}'s saved part is {name} with another configuration than the "
@@ -431,12 +443,12 @@ class Node:
 
     def _setup(self, payload: Fields, run: str, sender: str) -> Payload:
         """Install the method the coordinator proposes, with this party's own settings for its own side; reply
-        with those that differ from the proposal (JSON), so the coordinator records what ran."""
+        with those that differ from the proposal (a table), so the coordinator records what ran."""
         check_payload(SETUP, payload, SETUP_SPEC)
         parties = self._checked_parties(payload)
         name = payload.text("method")
         method: Any
-        method, differs = self._methods(name, payload.text("config"), own=self.settings.get(name),
+        method, differs = self._methods(name, payload.table("config"), own=self.settings.get(name),
                                         role=self.info.role, party=self.name)
         self.policy.check(self.name, name, method.config_json())
         if payload.flag("save"):
@@ -447,7 +459,7 @@ class Node:
         logger.info("party %s: %s set up %s (run %s%s)%s; within its policy (%s)", self.name, sender, name, run,
                     ", saving its part" if payload.flag("save") else "", own, self.policy.describe())
         logger.debug("party %s runs %s as %s", self.name, name, method.config_json())
-        return {"own": json.dumps(differs, sort_keys=True)}
+        return {"own": Table(differs)}
 
     def _checked_parties(self, payload: Fields) -> tuple[PartyInfo, ...]:
         """The coordinator's list of parties, where it agrees with what this party's own config says of them."""

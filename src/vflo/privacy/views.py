@@ -18,7 +18,7 @@ from functools import cache
 
 import numpy as np
 
-from vflo.comm.message import Message
+from vflo.comm.message import Fields, Message
 from vflo.errors import ConfigError
 from vflo.methods.masks import OrthogonalMask
 from vflo.party.handlers import ACTIVATIONS, SCORING, HandlerInfo, Reveals
@@ -203,7 +203,7 @@ def instance_spaces_received(messages: Sequence[Message], party: str) -> tuple[n
         if info.reveals == "row ids":
             train_ids, trees, members = _subsets(info, payload).get("train"), {}, {}
         elif info.reveals == "tree nodes" and train_ids is not None:
-            tree = int(payload["tree"])
+            tree = int(Fields(info.kind, payload).integer("tree"))
             deepest = trees.setdefault(tree, np.full(len(train_ids), -1, dtype=np.int64))
             rows, at = np.asarray(payload["rows"], dtype=np.int64), 0
             for node, parent, sibling, count in zip(*(np.asarray(payload[k]).tolist() for k in (
