@@ -221,3 +221,16 @@ def test_a_table_that_is_not_settings_is_refused_at_both_ends() -> None:
     for table in ([1, 2], "{}", deep):
         with pytest.raises(CodecError, match="is not a table of settings"):
             decode(_frame_with_table(table))
+
+
+def test_a_ledger_crosses_as_columns_and_a_malformed_one_is_refused() -> None:
+    ledger = Ledger()
+    ledger.record(round=3, sender="a", receiver="b", kind="k", direction="request", nbytes=10)
+    ledger.record(round=3, sender="b", receiver="a", kind="k", direction="reply", nbytes=4, reply_to=0)
+    columns = Ledger.to_columns(ledger.entries)
+    sent = decode(encode(Message("b", "a", "control.ledger", 3, columns))).payload
+    assert Ledger.from_columns(sent) == list(ledger.entries)
+    with pytest.raises(ValueError, match="differ in length"):
+        Ledger.from_columns({**columns, "ledger.kind": np.asarray(["k"])})
+    with pytest.raises(ValueError, match="'request' or 'reply'"):
+        Ledger.from_columns({**columns, "ledger.direction": np.asarray(["request", "sideways"])})

@@ -207,14 +207,15 @@ class LinkedHandlers(HandlerSet):
 HANDLERS = LinkedHandlers()
 
 
-def _unavailable(fed: Aligning) -> str:
+def unavailable(fed: Aligning) -> str:
+    """Why the PSI library cannot run for ``fed`` ("" where it can): not installed, or no direct links."""
     return spu.missing() or ("" if fed.transport.direct_links else
                              "the parties reach each other only through a hub (Flower), and the PSI library's link "
                              "dials the other party directly; use engine = 'vflo'")
 
 
 def _engine(protocol: str, about: str) -> Engine:
-    return Engine(name=protocol, about=about, library=True, handlers=HANDLERS, unavailable=_unavailable,
+    return Engine(name=protocol, about=about, library=True, handlers=HANDLERS, unavailable=unavailable,
                   intersect=lambda fed, ids, parties, purpose, mode: intersect(fed, ids, parties, protocol=protocol,
                                                                                 purpose=purpose, mode=mode))
 

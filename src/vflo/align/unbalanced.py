@@ -32,6 +32,7 @@ from vflo.align.engine import Engine
 from vflo.align.ids import untagged
 from vflo.align.kept import now, store_of
 from vflo.align.linked import TIMEOUT_S, LinkedPart, check_mode, closing, consent, over_link, partner_side
+from vflo.align.linked import unavailable as library_unavailable
 from vflo.align.plain import Aligned
 from vflo.align.spu_side import UNBALANCED
 from vflo.comm.message import INT, STR, Fields, FieldSpec, Payload
@@ -234,16 +235,10 @@ def _prepare(fed: Aligning, store: AlignmentStore, party: str, *, purpose: str) 
 
 def check_ready(fed: Aligning) -> AlignmentStore:
     """What the coordinator needs for ``engine = 'unbalanced'``: the library, direct links, a folder of its own."""
-    if problem := spu.missing():
-        raise ConfigError(problem)
-    if not fed.transport.direct_links:
-        raise ConfigError("the parties reach each other only through a hub (Flower), and the PSI library's link "
-                          "dials the other party directly; use engine = 'vflo'")
+    if why := _unavailable(fed):
+        raise ConfigError(why)
     store = store_of(fed)
-    if store is None:
-        raise ConfigError(f"unbalanced PSI keeps the partner's evaluated set at the active party {fed.party!r}, in its "
-                          "alignments folder: give it one (alignments = 'DIR' in its config; in one process, "
-                          "vflo.fit(..., alignments=DIR)), or use another engine")
+    assert store is not None  # _unavailable says why when there is none
     return store
 
 
@@ -269,10 +264,12 @@ class UnbalancedHandlers(HandlerSet):
 
 
 def _unavailable(fed: Aligning) -> str:
-    try:
-        check_ready(fed)
-    except ConfigError as exc:
-        return str(exc)
+    if why := library_unavailable(fed):
+        return why
+    if store_of(fed) is None:
+        return (f"unbalanced PSI keeps the partner's evaluated set at the active party {fed.party!r}, in its "
+                "alignments folder: give it one (alignments = 'DIR' in its config; in one process, "
+                "vflo.fit(..., alignments=DIR)), or use another engine")
     return ""
 
 

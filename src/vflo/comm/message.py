@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from vflo.errors import PayloadError, ProtocolError, RemoteError
+from vflo.schema import to_plain
 
 Scalar = int | float | str | bool
 #: How deep a table's tables and lists may nest (a method's config nests three or four levels).
@@ -44,21 +45,12 @@ class Table(Mapping[str, Any]):
 
     def plain(self) -> dict[str, Any]:
         """A deep copy as dicts and lists, for code that changes it."""
-        return {key: _plain(value) for key, value in self._items.items()}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+        plain: dict[str, Any] = to_plain(self._items)
+        return plain
 
 
 def check_table(value: Mapping[str, Any], depth: int = 0) -> None:
     """A :class:`PayloadError` unless ``value`` is a table a message may carry (see :class:`Table`)."""
-    if depth > MAX_TABLE_DEPTH:
-        raise PayloadError(f"a table nests deeper than {MAX_TABLE_DEPTH} levels")
     for key, item in value.items():
         if not isinstance(key, str):
             raise PayloadError(f"a table's keys are text, got {key!r}")
@@ -67,13 +59,13 @@ def check_table(value: Mapping[str, Any], depth: int = 0) -> None:
 
 def _check_item(item: Any, depth: int) -> None:
     if item is None or isinstance(item, str | bool | int | float):
-        return  # a float keeps every bit, infinities included (the codec sends it as float.hex)
+        return  # JSON carries a float's every bit (its shortest exact form), infinities included
+    if depth > MAX_TABLE_DEPTH:
+        raise PayloadError(f"a table nests deeper than {MAX_TABLE_DEPTH} levels")
     if isinstance(item, Mapping):
         check_table(item, depth)
         return
     if isinstance(item, list | tuple):
-        if depth > MAX_TABLE_DEPTH:
-            raise PayloadError(f"a table nests deeper than {MAX_TABLE_DEPTH} levels")
         for v in item:
             _check_item(v, depth + 1)
         return

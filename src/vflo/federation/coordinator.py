@@ -236,8 +236,8 @@ class Coordinator(Aligner):
 
     def start_run(self, method: Method, *, checkpoint: CheckpointPlan | None = None) -> str:
         """A new run (or scoring session) of ``method``: a fresh run ID, the method installed at the coordinating
-        party, and any round a failed earlier run started early let end; the run ID."""
-        self.abandon()
+        party; the run ID. A round a failed earlier run started early is the caller's to end first (:meth:`abandon`).
+        """
         if checkpoint is not None:
             self._checkpoint = checkpoint
         self._method = method

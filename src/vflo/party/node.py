@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -55,7 +55,6 @@ from vflo.spill import SpillConfig
 from vflo.spill import using as using_spill
 
 logger = logging.getLogger(__name__)
-P = TypeVar("P")
 
 SETUP = "control.setup"
 TEARDOWN = "control.teardown"
@@ -106,9 +105,9 @@ CONTROL_INFO: dict[str, HandlerInfo] = {
 }
 
 
-# Builds the method a setup message names from its name and config (JSON): the method registry.
+# Builds the method a setup message names from its name and config (a table): the method registry.
 class MethodFactory(Protocol):
-    """Builds the method a setup names for this party: the coordinator's proposal (config JSON) with the settings
+    """Builds the method a setup names for this party: the coordinator's proposal (its config) with the settings
     this party decides taken from ``own`` (its config's section for that method; vflo.methods.own_settings); and
     those of its settings that differ from the proposal."""
 
