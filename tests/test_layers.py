@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.federation.simulation", "vflo.privacy", "vflo.artifacts", "vflo.shelf", "vflo.audit"),
     ("vflo.deploy", "vflo.scoring"),
     ("vflo.experiments", "vflo.api", "vflo.flower"),
+    ("vflo.transports",),
     ("vflo.cli", "vflo.__main__", "vflo"),
 )
 

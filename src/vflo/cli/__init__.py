@@ -67,7 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = common.merge_global_flags(build_parser().parse_args(argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first `--` is another program's command line (a SuperNode's), handed over whole: argparse
+    # would read its options as vflo's once a subcommand has taken its own.
+    extra: list[str] = []
+    if "--" in words:
+        at = words.index("--")
+        words, extra = words[:at], words[at + 1:]
+    parser = build_parser()
+    args = common.merge_global_flags(parser.parse_args(words))
+    if extra and not hasattr(args, "extra"):
+        parser.error(f"vflo {args.command} takes nothing after --")
+    if hasattr(args, "extra"):
+        args.extra = extra
     # What vflo's commands write (rows, IDs, keys, models, scores, results) is for the user who ran them only.
     owner_only_umask()
     verbosity = args.verbose - args.quiet

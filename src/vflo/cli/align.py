@@ -58,6 +58,7 @@ class _LibraryFrom:
 def _align(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from vflo import transports
     from vflo.align.engines import AlignmentConfig
     from vflo.data.files import read_table
     from vflo.deploy import Deployment, load_deploy_config
@@ -78,14 +79,19 @@ def _align(args: argparse.Namespace) -> int:
             raise DataError(f"{args.serve} has no column {active.data.id_column!r} (the active party's id_column): "
                             "give the file of rows to score, with the same ID column as the training file")
         serve = table[active.data.id_column].to_numpy()
-    deployment = Deployment(deploy)
+    kind, _ = transports.of(deploy.active)
     if args.stream:
-        return _streamed(deployment, args)
-    try:
-        done = deployment.align_ahead(AlignmentConfig(method="psi", engine=args.engine, mode=args.mode),
-                                      serve=serve, fresh=args.fresh)
-    finally:
-        deployment.close()
+        return kind.coordinate(deploy, lambda deploy, link: _streamed(Deployment(deploy, link=link), args))
+
+    def align(deploy: Any, link: Any) -> tuple[Any, list[Any]]:
+        deployment = Deployment(deploy, link=link)
+        try:
+            return deployment, deployment.align_ahead(
+                AlignmentConfig(method="psi", engine=args.engine, mode=args.mode), serve=serve, fresh=args.fresh)
+        finally:
+            deployment.close()
+
+    deployment, done = kind.coordinate(deploy, align)
     console = new_console()
     for row in done:
         rows = "training rows" if row.purpose == "train" else "rows to score"

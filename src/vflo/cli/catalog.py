@@ -1,8 +1,9 @@
-"""``vflo datasets`` and ``vflo methods``: what vflo has, and what each method's messages carry."""
+"""``vflo datasets``, ``vflo methods`` and ``vflo transports``: what vflo has, and what each method's messages carry."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,26 @@ def add(sub: Any) -> None:
                               "and what its request and reply carry")
     methods.add_argument("--markdown", action="store_true",
                          help="with --messages: one Markdown table (as in docs/security.md)")
+    transports = sub.add_parser("transports", help="list the ways parties reach each other, and whether each can run "
+                                                   "here")
+    transports.set_defaults(func=lambda args: _transports())
+
+
+def _transports() -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from vflo.transports import DEFAULT, TRANSPORTS
+
+    table = Table(title=escape(f"transports ([transport] kind in a party's config; default {DEFAULT})"))
+    for col in ("name", "what it is", "options ([transport] keys)", "available"):
+        table.add_column(escape(col))
+    for kind in TRANSPORTS.values():
+        why = kind.unavailable()
+        keys = ", ".join(f.name for f in fields(kind.options)) or "-"
+        table.add_row(kind.name, escape(kind.about), keys, escape(f"no: {why}") if why else "yes")
+    new_console().print(table)
+    return 0
 
 
 def _datasets(args: argparse.Namespace) -> int:

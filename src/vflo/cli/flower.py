@@ -13,8 +13,10 @@ def add(sub: Any) -> None:
     flower.set_defaults(func=_flower_party)
     flower_sub = flower.add_subparsers(dest="flower_command", required=True, metavar="ACTION")
     fparty = flower_sub.add_parser(
-        "party", help="serve one party (PARTY.toml) to its Flower SuperNode until interrupted",
-        description="Start this party's worker (its data, model and state, for the whole run) and, with `-- "
+        "party", usage="vflo flower party [options] CONFIG [-- flower-supernode ARGS]",
+        help="serve one party (PARTY.toml) to its Flower SuperNode until interrupted",
+        description="The same as `vflo party serve PARTY.toml --transport flower`, with --worker for its [transport] "
+                    "worker. Start this party's worker (its data, model and state, for the whole run) and, with `-- "
                     "flower-supernode ARGS`, its SuperNode, told where the worker listens. The coordinator is a "
                     "ServerApp: flwr run examples/flower SUPERLINK --run-config \"experiment='...' deploy='...' "
                     "out='...'\" (see docs/flower.md).")
@@ -25,24 +27,24 @@ def add(sub: Any) -> None:
     fparty.add_argument("--save", type=Path, metavar="DIR", help="this party's model folder (as for party serve)")
     fparty.add_argument("--checkpoints", type=Path, metavar="DIR",
                         help="this party's checkpoint folder (as for party serve)")
-    fparty.add_argument("supernode", nargs=argparse.REMAINDER,
-                        help="after --: the SuperNode's command line, e.g. -- flower-supernode --insecure "
-                             "--superlink HOST:9092 (vflo adds --node-config)")
+    # After `--`: the SuperNode's command line, e.g. -- flower-supernode --insecure --superlink HOST:9092 (vflo adds
+    # --node-config); vflo.cli.main hands it over as args.extra.
+    fparty.set_defaults(extra=[])
 
 
 def _flower_party(args: argparse.Namespace) -> int:
+    """``vflo party serve PARTY.toml --transport flower``, with ``--worker`` for its ``[transport] worker``."""
     from dataclasses import replace
 
+    from vflo import transports
     from vflo.deploy import load_party_config
-    from vflo.flower import require_flwr
-
-    require_flwr()
-    from vflo.flower.worker import serve_flower
 
     config = load_party_config(args.config)
     if args.save is not None:
         config = replace(config, models=str(args.save))
     if args.checkpoints is not None:
         config = replace(config, checkpoints=str(args.checkpoints))
-    supernode = [a for a in args.supernode if a != "--"] if args.supernode else []
-    return serve_flower(config, address=args.worker, supernode=supernode)
+    kind, options = transports.of(config, kind="flower")
+    if args.worker:
+        options = replace(options, worker=args.worker)
+    return kind.serve(config, options, args.extra)

@@ -19,7 +19,12 @@ def add(sub: Any) -> None:
                                                "and kind, messages, bytes, rows and refusals")
     audit.add_argument("file", type=Path)
     audit.add_argument("--run", help="one run only (its ID, as the file gives it; 'last': the newest run)")
-    serve = party_sub.add_parser("serve", help="serve one party (PARTY.toml) until interrupted")
+    serve = party_sub.add_parser(
+        "serve", help="serve one party (PARTY.toml) until interrupted",
+        usage="vflo party serve [options] CONFIG [-- ARGS]",
+        description="Serve one party until interrupted, over its transport (`vflo transports` lists them). After --, "
+                    "what the transport starts beside the party: over Flower, its SuperNode's command line (-- "
+                    "flower-supernode --superlink HOST:9092 ...; vflo adds --node-config).")
     serve.add_argument("config", type=Path)
     serve.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
     serve.add_argument("--save", type=Path, metavar="DIR",
@@ -28,12 +33,19 @@ def add(sub: Any) -> None:
     serve.add_argument("--checkpoints", type=Path, metavar="DIR",
                        help="this party's checkpoint folder, for runs started with --checkpoints (overrides "
                             "checkpoints = ... in PARTY.toml)")
+    serve.add_argument("--transport", metavar="NAME",
+                       help="how the party is reached (`vflo transports` lists them; default: PARTY.toml's "
+                            "[transport] kind, else grpc)")
+    # After `--`: what the transport starts beside the party (--transport flower: its SuperNode, e.g.
+    # -- flower-supernode --superlink HOST:9092 ...); vflo.cli.main hands it over as args.extra.
+    serve.set_defaults(extra=[])
 
 
 def _party(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from vflo.deploy import load_party_config, serve_forever
+    from vflo import transports
+    from vflo.deploy import load_party_config
 
     if args.party_command == "audit":
         return _party_audit(args.file, args.run)
@@ -45,7 +57,8 @@ def _party(args: argparse.Namespace) -> int:
         config = replace(config, models=str(args.save))
     if args.checkpoints is not None:
         config = replace(config, checkpoints=str(args.checkpoints))
-    return serve_forever(config)
+    kind, options = transports.of(config, kind=args.transport)
+    return kind.serve(config, options, args.extra)
 
 
 def _talk(verbosity: int) -> None:

@@ -59,13 +59,15 @@ def _predict(args: argparse.Namespace) -> int:
             raise ConfigError("--deadline bounds the partners' answers: it needs --deploy")
         frame = model.score(args.data, missing=args.missing, fallback=fallback)
     else:
+        from vflo import transports
         from vflo.deploy import load_deploy_config, score_deployed
 
         deploy = load_deploy_config(args.deploy)
         if args.insecure:
             deploy = replace(deploy, active=insecure_tls(deploy.active))
-        frame = score_deployed(deploy, model, args.data, missing=args.missing, fallback=fallback,
-                               deadline=args.deadline)
+        kind, _ = transports.of(deploy.active)
+        frame = kind.coordinate(deploy, lambda deploy, link: score_deployed(
+            deploy, model, args.data, missing=args.missing, fallback=fallback, deadline=args.deadline, link=link))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(f".{args.out.name}.tmp")
     import pyarrow as pa

@@ -73,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_deployed(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from vflo import transports
     from vflo.deploy import Deployment, load_deploy_config
     from vflo.experiments.config import load_deployment_experiment
     from vflo.experiments.deployed import run_and_write
@@ -87,8 +88,10 @@ def _run_deployed(args: argparse.Namespace) -> int:
     check_out_dir(out_dir, overwrite=args.overwrite or args.resume)
     if args.save is not None:
         check_out_dir(args.save, overwrite=args.overwrite)
-    rows = run_and_write(experiment, Deployment(deploy), out_dir, overwrite=args.overwrite or args.resume,
-                         save=args.save, checkpoints=args.checkpoints, resume=args.resume, command=_again(args))
+    kind, _ = transports.of(deploy.active)
+    rows = kind.coordinate(deploy, lambda deploy, link: run_and_write(
+        experiment, Deployment(deploy, link=link), out_dir, overwrite=args.overwrite or args.resume, save=args.save,
+        checkpoints=args.checkpoints, resume=args.resume, command=_again(args)))
     console = new_console()
     for r in rows:
         if r["status"] == "failed":

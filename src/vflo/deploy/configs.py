@@ -121,6 +121,9 @@ class PartyConfig:
     # Its own side of each method ([methods.NAME]: its bottom network, encoder, learning rate, ...): whatever a
     # coordinator proposes, these (else the method's defaults) run here (vflo.methods.own_settings).
     methods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # How it is reached ([transport] kind = "grpc" | "flower" | ..., and that transport's own keys: vflo.transports);
+    # left out, vflo's own gRPC with mutual TLS.
+    transport: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in (self.name, *self.peers):
@@ -208,7 +211,7 @@ class DeployConfig:
                            peers={**active.peers, **peers}, deadline=active.deadline,
                            max_message_bytes=active.max_message_bytes, seed=active.seed, privacy=active.privacy,
                            audit_log=active.audit_log, alignments=active.alignments, executor=active.executor,
-                           spill=active.spill, privacy_account=active.privacy_account)
+                           spill=active.spill, privacy_account=active.privacy_account, transport=active.transport)
 
     def check_grpc(self) -> None:
         """What vflo's own gRPC needs (Flower needs neither): the active party's TLS and every party's address."""

@@ -110,6 +110,11 @@ class RunningParty:
     transport: Transport
     server: PartyServer | None = None
 
+    @property
+    def contact(self) -> str:
+        """Where the others reach it: its gRPC server's address ("" over a link, where nothing listens here)."""
+        return "" if self.server is None else self.server.address
+
     def stop(self) -> None:
         self.transport.close()
         if self.server is not None:

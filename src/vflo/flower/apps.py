@@ -40,8 +40,8 @@ from vflo.scoring import Missing, SavedModel
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FlowerRun", "client_app", "connect", "flower_link", "run_on_grid", "score_on_grid", "scoring_link",
-           "server_app"]
+__all__ = ["FlowerRun", "client_app", "connect", "flower_link", "grid_link", "run_on_grid", "score_on_grid",
+           "scoring_link", "server_app"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,20 +101,37 @@ def needed_parties(deploy: DeployConfig, methods: Sequence[Method]) -> list[str]
     return [p.name for p in deploy.parties if p.name in names]
 
 
+def grid_link(grid: Grid | FlowerGrid, deploy: DeployConfig, *, needed: Sequence[str] | None = None,
+              optional: Sequence[str] = (), wait_optional: bool = False, timeout: float = 120.0,
+              deadline: float | None = None) -> Link:
+    """The active party's link over ``grid``: when its node starts, the parties are found on SuperNodes (at most
+    ``timeout`` s): every one of ``needed`` (None: every party of the deploy config), and those of ``optional``
+    that have connected (with ``wait_optional``: waited for too, up to ``timeout``, then left out).
+    ``deadline`` bounds every request (default the deploy config's)."""
+    keyring = keyring_for(deploy.active)
+    deadline = deploy.active.deadline if deadline is None else deadline
+    required = [p.name for p in deploy.parties] if needed is None else list(needed)
+    others = [p for p in optional if p not in required]
+
+    def link(node: Node) -> Transport:
+        flower = grid if isinstance(grid, FlowerGrid) else FlowerGrid(grid, deadline=deadline)
+        nodes = discover(flower, required, keyring=keyring, timeout=timeout, optional=others,
+                         wait_optional=wait_optional)
+        logger.info("parties on SuperNodes: %s", ", ".join(f"{p} = {n}" for p, n in nodes.items()) or "none")
+        return flower_link(flower, nodes, deadline=deadline, keyring=keyring)(node)
+
+    return link
+
+
 def connect(grid: Grid, deploy: DeployConfig, *, timeout: float = 120.0, train: PartyData | None = None,
             test: PartyData | None = None, methods: Sequence[Method] | None = None) -> Deployment:
     """The active party's deployment over Flower: the other parties found on SuperNodes, then the node (with
     ``train`` / ``test``: these rows instead of the deploy config's files). With ``methods``, only the parties
     they need are waited for, as over vflo's gRPC a party no method uses is never contacted."""
-    keyring = keyring_for(deploy.active)
-    flower = FlowerGrid(grid, deadline=deploy.active.deadline)
-    everyone = [p.name for p in deploy.parties]
-    needed = everyone if methods is None else needed_parties(deploy, methods)
-    nodes = discover(flower, needed, keyring=keyring, timeout=timeout,
-                     optional=[p for p in everyone if p not in needed])
-    logger.info("parties on SuperNodes: %s", ", ".join(f"{p} = {n}" for p, n in nodes.items()))
+    needed = None if methods is None else needed_parties(deploy, methods)
+    rest = [p.name for p in deploy.parties if needed is not None and p.name not in needed]  # join if they are there
     return Deployment(deploy, train=train, test=test,
-                      link=flower_link(flower, nodes, deadline=deploy.active.deadline, keyring=keyring))
+                      link=grid_link(grid, deploy, needed=needed, optional=rest, timeout=timeout))
 
 
 def scoring_link(grid: Grid, deploy: DeployConfig, model: SavedModel, *, missing: Missing, deadline: float,
@@ -125,16 +142,8 @@ def scoring_link(grid: Grid, deploy: DeployConfig, model: SavedModel, *, missing
     over gRPC; ``deadline`` bounds every request."""
     partners = [] if model.active_only else model.card_partners()
     optional = missing == "subset"
-
-    def link(node: Node) -> Transport:
-        keyring = keyring_for(deploy.active)
-        flower = FlowerGrid(grid, deadline=deadline)
-        nodes = discover(flower, [] if optional else partners, keyring=keyring, timeout=timeout,
-                         optional=partners if optional else [], wait_optional=optional)
-        logger.info("parties on SuperNodes: %s", ", ".join(f"{p} = {n}" for p, n in nodes.items()) or "none")
-        return flower_link(flower, nodes, deadline=deadline, keyring=keyring)(node)
-
-    return link
+    return grid_link(grid, deploy, needed=[] if optional else partners, optional=partners if optional else [],
+                     wait_optional=optional, timeout=timeout, deadline=deadline)
 
 
 def score_on_grid(grid: Grid, run: FlowerRun) -> pd.DataFrame:

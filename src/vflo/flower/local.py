@@ -51,7 +51,8 @@ def wait_for_log(log: Path, text: str, process: subprocess.Popen[Any], *, until:
 
 
 class LocalFlower:
-    """``flower-superlink`` and one ``vflo flower party ... -- flower-supernode`` per party config, on 127.0.0.1."""
+    """``flower-superlink`` and one ``vflo party serve ... --transport flower -- flower-supernode`` per party config,
+    on 127.0.0.1."""
 
     def __init__(self, directory: Path, parties: dict[str, Path]) -> None:
         self.directory = directory
@@ -91,9 +92,9 @@ class LocalFlower:
                                       "--port", str(self.port), "--disable-runtime-dependency-installation"])
             self._wait_for("superlink", "Uvicorn running", end)
             for name, config in self.parties.items():
-                self._spawn(name, [sys.executable, "-m", "vflo", "flower", "party", str(config), "--",
-                                   "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                                   "--port", str(free_port())])
+                self._spawn(name, [sys.executable, "-m", "vflo", "party", "serve", str(config), "--transport",
+                                   "flower", "--", "flower-supernode", "--insecure", "--superlink",
+                                   f"127.0.0.1:{self.port}", "--port", str(free_port())])
             for name in self.parties:
                 self._wait_for(name, "SuperNode ID", end)
         except BaseException:

@@ -29,11 +29,27 @@ T = TypeVar("T")
 def run_in_simulation(deploy: DeployConfig, workers: Sequence[str], job: Callable[[Deployment], T], *,
                       train: PartyData | None = None, test: PartyData | None = None, timeout: float = 60.0,
                       attempts: int = 3) -> T:
-    """``job(deployment)``'s result, the deployment's parties reached through Flower's simulation runtime.
+    """``job(deployment)``'s result, the deployment's parties reached through Flower's simulation runtime."""
+
+    def main(grid: Grid, connected: Callable[[], None]) -> T:
+        deployment = connect(grid, deploy, timeout=timeout, train=train, test=test)
+        connected()
+        try:
+            return job(deployment)
+        finally:
+            deployment.close()
+
+    return simulate(workers, main, attempts=attempts)
+
+
+def simulate(workers: Sequence[str], main: Callable[[Grid, Callable[[], None]], T], *, attempts: int = 3) -> T:
+    """``main(grid, connected)``'s result, run in a ServerApp of Flower's simulation runtime whose virtual SuperNodes
+    forward to ``workers`` (the parties' worker addresses); ``main`` calls ``connected()`` once it found its
+    parties.
 
     Ray gives its node 30 s to register and, on a busy machine starting it for the first time, can miss that;
     Flower then ends the simulation before any SuperNode connected. Such a start is tried again (``attempts``
-    in all); a failure after the parties were connected is raised at once.
+    in all); a failure after ``main`` said its parties were connected is raised at once.
     """
     for attempt in range(1, attempts + 1):
         results: list[T] = []
@@ -45,12 +61,7 @@ def run_in_simulation(deploy: DeployConfig, workers: Sequence[str], job: Callabl
         def _main(grid: Grid, context: Context, results: list[T] = results, failures: list[BaseException] = failures,
                   connected: list[bool] = connected) -> None:
             try:
-                deployment = connect(grid, deploy, timeout=timeout, train=train, test=test)
-                connected.append(True)
-                try:
-                    results.append(job(deployment))
-                finally:
-                    deployment.close()
+                results.append(main(grid, lambda: connected.append(True)))
             except BaseException as exc:  # handed back to the caller: Flower would only log it
                 failures.append(exc)
 
@@ -61,7 +72,7 @@ def run_in_simulation(deploy: DeployConfig, workers: Sequence[str], job: Callabl
         except RuntimeError:
             if connected or attempt == attempts:
                 raise
-            # The abandoned ServerApp thread gives up waiting for SuperNodes after ``timeout`` s on its own.
+            # The abandoned ServerApp thread gives up waiting for SuperNodes on its own.
             logger.warning("Flower's simulation runtime did not start (Ray); trying again (%d of %d)", attempt + 1,
                            attempts)
             continue

@@ -121,6 +121,11 @@ class PartyWorker:
     def name(self) -> str:
         return self.node.name
 
+    @property
+    def contact(self) -> str:
+        """Where its SuperNode's ClientApps reach it."""
+        return self.address
+
     def hello(self, challenge: bytes) -> bytes:
         """This party's name, with proof (its certificate and its signature of ``challenge``) when it has TLS."""
         if self.keyring is None:
@@ -194,8 +199,8 @@ def supernode_command(args: list[str], address: str) -> list[str]:
 
 
 def serve_flower(config: PartyConfig, *, address: str | None = None, supernode: list[str] | None = None) -> int:
-    """``vflo flower party``: this party's worker, and its SuperNode when ``supernode`` gives its command line;
-    until SIGINT, SIGTERM or the SuperNode's exit."""
+    """``vflo party serve --transport flower`` (or ``vflo flower party``): this party's worker, and its SuperNode
+    when ``supernode`` gives its command line; until SIGINT, SIGTERM or the SuperNode's exit."""
     worker = PartyWorker(config, address=address).start()
     stop = stop_on_signal()
     announce(config, f"worker listening on {worker.address}")
