@@ -132,7 +132,8 @@ def _attack_value(setting: str, value: Any, width: int) -> Any:
         "activation": "leaky_relu", "embedding_activation": "leaky_relu", "lr": 1e-30,
         "max_condition": float("inf"), "one_feature_pseudo": False, "embedding_weight": 0.0, "reduction": "mean",
         "overcomplete": False, "unseen": "other", "weight_decay": 0.0, "guest_layers": {},
-        "n_bins": 126, "workers": 64}  # a passive asked to start 63 helper processes
+        "n_bins": 126, "workers": 64,  # a passive asked to start 63 helper processes
+        "dp_sgd": None}  # its own encoder trained without privacy
     if setting in ("train", "embedding_train"):
         return {**value, "lr": 1e-30}
     if setting in choices:

@@ -164,10 +164,12 @@ def test_the_gaussian_mechanism_is_calibrated_and_clips() -> None:
     big = np.full((3, 4), 10.0)
     clipped = GaussianNoise(clip=2.0, noise_multiplier=1e-9).release(big, rng)
     assert np.allclose(np.linalg.norm(clipped, axis=1), 2.0)
-    # GDP accounting: δ(ε) at the reported ε is the target δ; k releases compose as μ = √k · 2/σ.
+    # The accountant (dp_accounting's PLD) against the closed form of μ-GDP: δ(ε) at the reported ε is the target δ;
+    # k releases compose as μ = √k · 2/σ. The accountant's ε is an upper bound, tight to its discretisation.
     eps = noise.epsilon(releases=1)
-    assert math.isclose(gdp_delta(2.0 / 1.5, eps), 1e-5, rel_tol=1e-3)
-    assert math.isclose(noise.epsilon(releases=4), gdp_epsilon(2 * 2.0 / 1.5, 1e-5), rel_tol=1e-9)
+    assert math.isclose(gdp_delta(2.0 / 1.5, eps), 1e-5, rel_tol=1e-2) and gdp_delta(2.0 / 1.5, eps) <= 1e-5
+    exact = gdp_epsilon(2 * 2.0 / 1.5, 1e-5)
+    assert exact <= noise.epsilon(releases=4) <= exact * (1 + 1e-4)
     assert noise.epsilon(releases=4) > eps > GaussianNoise(noise_multiplier=6.0).epsilon()
     # Checked against the conversion computed independently with scipy's normal distribution.
     from scipy.stats import norm
@@ -177,7 +179,7 @@ def test_the_gaussian_mechanism_is_calibrated_and_clips() -> None:
     assert laplace_epsilon(0.5, 6) == 3.0
     # Little noise: ε in the hundreds, where e^ε overflowed a float before the conversion went to log space.
     assert 300 < GaussianNoise(noise_multiplier=0.5).epsilon(30) < 400
-    assert GaussianNoise(noise_multiplier=0.001).epsilon(100) == math.inf
+    assert GaussianNoise(noise_multiplier=0.001).epsilon(100) > 1e6
     with pytest.raises(ConfigError, match="must be positive"):
         GaussianNoise(noise_multiplier=0.0)
 

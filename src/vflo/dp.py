@@ -5,19 +5,24 @@ multiplier). Two data sets are neighbours when one person's row differs, so a re
 and each release is a Gaussian mechanism with μ = 2/σ in the sense of Gaussian differential privacy
 (Dong, Roth & Su, "Gaussian Differential Privacy", JRSS-B 2022). A person whose row is released k times
 (once per epoch, or at training and again at scoring) is protected by μ = √k · 2/σ: Gaussian mechanisms
-compose exactly under GDP, and with no subsampling to amplify, nothing tighter applies. ε for a given δ is
-the exact conversion of μ-GDP (their Corollary 2.13, equal to Balle & Wang's analytic Gaussian mechanism):
+compose exactly under GDP, and with no subsampling to amplify, nothing tighter applies.
 
-    δ(ε) = Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2).
-
-This is exact for Gaussian releases, where an RDP accountant (Opacus) would only bound it.
+**One ε per person, from a maintained accountant.** A person's account holds three kinds of events: Gaussian
+releases of their row (their μ² add up), pure-ε releases (Laplace, RAP's local DP) and DP-SGD runs of a network
+the party fitted on its own rows (:class:`SampledGaussian`: its noise multiplier, Poisson sampling rate and
+steps). Their composition is the privacy loss distribution of Google's ``dp_accounting`` (PLD accounting, with
+replace-one neighbours: one person's row changes, their ID does not, as in vertical federated learning where the
+partners know who is shared), read at the party's δ (:func:`composed_epsilon`). For Gaussian releases alone it
+agrees with the exact μ-GDP conversion (Dong, Roth & Su, Corollary 2.13; :func:`gdp_epsilon`, which the tests
+check it against) to the accountant's discretisation.
 
 **What ε covers.** Each released row is a function of that person's row *given the model that computes it*.
 Where that model (APC-VFL's encoder, a SplitNN bottom, RAP's projection) was itself fitted on every row without
 privacy, replacing one person moves every row's release, not only theirs, and the 2C bound holds only given a
 fixed model: ε covers the release given a fixed encoder; the encoder itself was trained without privacy
 (:data:`SCOPE_FIXED_MODEL`). Only a release whose mapping does not depend on the other rows (a data-independent
-projection, raw features) is covered in full.
+projection, raw features) is covered in full, or one whose model the party trained with DP-SGD
+(:class:`DPSGD`, :mod:`vflo.nn.private`): its account then holds the training too (:data:`SCOPE_END_TO_END`).
 
 **Noise a party cannot be asked to repeat.** Noise on rows comes from the party's own secret
 (:class:`RowNoise`, keyed by :class:`vflo.seeding.PartySecret`): independent for every person and every row
@@ -32,13 +37,14 @@ a restart continues it rather than starting again at zero.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import math
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +56,65 @@ logger = logging.getLogger(__name__)
 
 #: What a release's ε covers when the model computing it was fitted, without privacy, on every row.
 SCOPE_FIXED_MODEL = "ε covers the release given a fixed encoder; the encoder itself was trained without privacy"
+#: What it covers when that model was trained with DP-SGD and its account holds the training.
+SCOPE_END_TO_END = ("ε covers everything the party sent: its network's DP-SGD training and every release of its "
+                    "outputs, composed per person; not what partners learn from their own data")
+#: The accountant's discretisation of the privacy loss (dp_accounting's default): ε is an upper bound, tight to
+#: about this much.
+DISCRETISATION = 1e-4
+
+
+#: A DP-SGD run in an account: (noise multiplier, sampling rate, steps).
+Run = tuple[float, float, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampledGaussian:
+    """One DP-SGD run as the accountant sees it: ``steps`` steps, each a Gaussian mechanism with
+    ``noise_multiplier`` (noise std over the clipping norm) on a batch that holds each person with probability
+    ``sample_rate`` (Poisson sampling drawn from the party's own secret)."""
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+
+    def __post_init__(self) -> None:
+        if not self.noise_multiplier > 0 or not 0 < self.sample_rate <= 1 or self.steps < 0:
+            raise ConfigError(f"a DP-SGD run needs noise_multiplier > 0, 0 < sample_rate <= 1 and steps >= 0; got "
+                              f"{self.noise_multiplier}, {self.sample_rate}, {self.steps}")
+
+    def as_run(self) -> Run:
+        return (float(self.noise_multiplier), float(self.sample_rate), int(self.steps))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DPSGD:
+    """DP-SGD for a network a party fits on its own rows whose outputs leave it (Abadi et al. 2016, by Opacus):
+    each person's gradient clipped to L2 norm ``max_grad_norm``, Gaussian noise of std ``noise_multiplier`` ·
+    ``max_grad_norm`` added to each batch's sum, batches drawn by Poisson sampling at ``sample_rate`` from the
+    party's own secret, for the training config's ``max_epochs`` (about 1/``sample_rate`` steps each), with no
+    early stopping or validation on the private rows. The party's account is charged for the whole run before it
+    starts (:class:`SampledGaussian`)."""
+
+    noise_multiplier: float = 1.0
+    max_grad_norm: float = 1.0
+    sample_rate: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not self.noise_multiplier > 0 or not self.max_grad_norm > 0:
+            raise ConfigError(f"dp_sgd: noise_multiplier and max_grad_norm must be positive, got "
+                              f"{self.noise_multiplier}, {self.max_grad_norm}")
+        if not 0 < self.sample_rate <= 1:
+            raise ConfigError(f"dp_sgd: sample_rate is each person's chance to be in a batch, in (0, 1]; got "
+                              f"{self.sample_rate}")
+
+    def steps(self, epochs: int) -> int:
+        """Steps in ``epochs`` epochs: an epoch is 1/``sample_rate`` batches (rounded), at least one."""
+        return epochs * max(1, round(1.0 / self.sample_rate))
+
+    def event(self, epochs: int) -> SampledGaussian:
+        return SampledGaussian(noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate,
+                               steps=self.steps(epochs))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,15 +175,60 @@ class GaussianNoise:
 
     def epsilon(self, releases: int = 1) -> float:
         """ε at ``delta`` for a person whose row this mechanism released ``releases`` times."""
-        return gdp_epsilon(math.sqrt(releases) * self.mu, self.delta)
+        return composed_epsilon(releases * self.mu**2, 0.0, (), self.delta)
 
 
 def _phi(x: float) -> float:
     return 0.5 * math.erfc(-x / math.sqrt(2.0))
 
 
+def composed_epsilon(mu2: float, pure: float, training: Sequence[SampledGaussian | Run], delta: float, *,
+                     relation: str = "replace") -> float:
+    """The smallest ε at which one person is (ε, ``delta``)-DP after Gaussian releases whose μ² sum to ``mu2``,
+    pure-ε releases summing to ``pure`` and the DP-SGD runs ``training``: their privacy loss distributions
+    composed by dp_accounting. ``relation``: ``"replace"`` (one person's row changes: vflo's, see the module) or
+    ``"add_remove"`` (one person's row is added or removed: Opacus's, for checking against it)."""
+    runs = tuple(t.as_run() if isinstance(t, SampledGaussian) else t for t in training)
+    return _composed(round(mu2, 12), round(pure, 12), tuple(sorted(runs)), delta, relation)
+
+
+@functools.lru_cache(maxsize=4096)
+def _composed(mu2: float, pure: float, runs: tuple[Run, ...], delta: float,
+              relation: str) -> float:
+    from dp_accounting import NeighboringRelation
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    neighbours = {"replace": NeighboringRelation.REPLACE_ONE,
+                  "add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE}[relation]
+    # The loss distribution spans about μ²/2 ± 10μ (releases) or (2/σ)² (a step with little noise): with little
+    # noise a grid of 1e-4 would not fit in memory, and ε is then large enough that a coarser one loses nothing.
+    scale = max([1.0, mu2 / 2 + 10 * math.sqrt(mu2), *((2.0 / sigma) ** 2 for sigma, _, _ in runs)])
+    step = DISCRETISATION * max(1.0, scale / 100)
+    parts = []
+    if mu2 > 0:
+        # μ = 2/σ for a release of sensitivity 2C under noise σC (replace-one): σ = 2/√(Σμ²).
+        parts.append(pld.from_gaussian_mechanism(standard_deviation=2.0 / math.sqrt(mu2),
+                                                 neighboring_relation=neighbours,
+                                                 value_discretization_interval=step))
+    if pure > 0:
+        parts.append(pld.from_privacy_parameters(common.DifferentialPrivacyParameters(epsilon=pure, delta=0.0),
+                                                 value_discretization_interval=step))
+    for sigma, rate, steps in runs:
+        if steps:
+            parts.append(pld.from_gaussian_mechanism(
+                standard_deviation=sigma, sampling_prob=rate, neighboring_relation=neighbours,
+                value_discretization_interval=step).self_compose(int(steps)))
+    if not parts:
+        return 0.0
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.compose(part)
+    return float(total.get_epsilon_for_delta(delta))
+
+
 def gdp_delta(mu: float, epsilon: float) -> float:
-    """δ of a μ-GDP mechanism at ``epsilon``."""
+    """δ of a μ-GDP mechanism at ``epsilon``: the closed form the tests check the accountant against."""
     from scipy.special import log_ndtr
 
     # e^ε Φ(x) in log space: with little noise (large μ) ε reaches hundreds, where e^ε alone overflows.
@@ -126,7 +236,8 @@ def gdp_delta(mu: float, epsilon: float) -> float:
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
-    """The smallest ε at which a μ-GDP mechanism is (ε, δ)-DP (bisection on the exact conversion)."""
+    """The smallest ε at which a μ-GDP mechanism is (ε, δ)-DP (bisection on the exact conversion): the closed form
+    for Gaussian releases alone, which the tests check :func:`composed_epsilon` against."""
     if mu <= 0:
         return 0.0
     if gdp_delta(mu, 0.0) <= delta:
@@ -241,13 +352,27 @@ class PrivacyBudget:
 DEFAULT_BUDGET = PrivacyBudget(epsilon=8.0, delta=1e-5)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PrivacyPlan:
+    """What a party's side of a run will spend of each person's privacy, at most, known before it starts:
+    ``releases`` Gaussian releases at ``mu`` each, ``pure_releases`` pure-ε releases at ``epsilon`` each, the
+    DP-SGD runs ``training``; ``what`` says it in words for the party's log and its refusal."""
+
+    mu: float = 0.0
+    releases: int = 0
+    epsilon: float = 0.0
+    pure_releases: int = 0
+    training: tuple[SampledGaussian, ...] = ()
+    what: str = ""
+
+
 class PrivacyAccount:
     """Every differentially private release a party makes, per person, and the budget that bounds them.
 
-    Gaussian releases compose as μ-GDP (μ² adds up), Laplace releases add their ε; a person's ε at δ is the
-    GDP conversion plus the Laplace sum (basic composition between the two). A release whose fingerprint was
-    counted already is the same release again (:class:`RowNoise`) and costs nothing. A charge that would put
-    anyone past the budget is refused whole, before anything is sent.
+    Each person's events (Gaussian releases, pure-ε releases, DP-SGD runs over their row) compose into one ε at
+    δ by :func:`composed_epsilon`. A release whose fingerprint was counted already is the same release again
+    (:class:`RowNoise`) and costs nothing. A charge that would put anyone past the budget is refused whole,
+    before anything is sent; :meth:`plan` gives what a set of charges would bring, without making them.
 
     With ``journal`` (a file in the party's own folder), every charge is appended to it before the release
     leaves, and an account opened on the same file continues where the last one ended: a restarted party does
@@ -260,6 +385,7 @@ class PrivacyAccount:
         self.budget = budget
         self._mu2: dict[object, float] = {}
         self._pure: dict[object, float] = {}
+        self._runs: dict[object, tuple[Run, ...]] = {}
         self._seen: set[bytes] = set()
         self.releases = 0
         self.journal = journal
@@ -271,12 +397,13 @@ class PrivacyAccount:
             self._replay(journal)
         journal.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         # Compacted: the same spending in a line per group, written beside and swapped in whole.
-        groups: dict[tuple[float, float], list[object]] = defaultdict(list)
-        for person in {*self._mu2, *self._pure}:
-            groups[(self._mu2.get(person, 0.0), self._pure.get(person, 0.0))].append(person)
+        groups: dict[tuple[float, float, tuple[Run, ...]], list[object]] = defaultdict(list)
+        for person in self._everyone():
+            groups[self._spent(person)].append(person)
         lines = [{"releases": self.releases, "ids": [], "mu2": 0.0, "eps": 0.0,
                   "prints": sorted(p.hex() for p in self._seen)}]
-        lines += [{"releases": 0, "ids": people, "mu2": m, "eps": e} for (m, e), people in groups.items()]
+        lines += [{"releases": 0, "ids": people, "mu2": m, "eps": e,
+                   **({"sgd": [list(r) for r in runs]} if runs else {})} for (m, e, runs), people in groups.items()]
         fresh = journal.with_name(journal.name + ".new")
         fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -285,6 +412,12 @@ class PrivacyAccount:
         if self.releases:
             logger.info("party %s continues its privacy account (%s): %d releases of %d people so far, ε up to %.3g",
                         self.party, journal, self.releases, self.people, self.epsilon())
+
+    def _everyone(self) -> set[object]:
+        return {*self._mu2, *self._pure, *self._runs}
+
+    def _spent(self, person: object) -> tuple[float, float, tuple[Run, ...]]:
+        return self._mu2.get(person, 0.0), self._pure.get(person, 0.0), self._runs.get(person, ())
 
     def _replay(self, journal: Path) -> None:
         texts = journal.read_text(encoding="utf-8").splitlines()
@@ -296,6 +429,7 @@ class PrivacyAccount:
                 people, mu2, eps = line["ids"], float(line["mu2"]), float(line["eps"])
                 prints = [bytes.fromhex(p) for p in line.get("prints", [])]
                 releases = int(line["releases"])
+                runs = tuple((float(s), float(q), int(n)) for s, q, n in line.get("sgd", []))
             except (ValueError, KeyError, TypeError) as exc:
                 # A line cut short by a crash is the last; anything else means the file is not this account's.
                 if number == len(texts):
@@ -308,20 +442,52 @@ class PrivacyAccount:
             for person in people:
                 self._mu2[person] = self._mu2.get(person, 0.0) + mu2
                 self._pure[person] = self._pure.get(person, 0.0) + eps
+                if runs:
+                    self._runs[person] = tuple(sorted((*self._runs.get(person, ()), *runs)))
             self._seen.update(prints)
             self.releases += releases
 
-    def _record(self, people: list[object], prints: list[bytes], mu2: float, eps: float) -> None:
+    def _record(self, people: list[object], prints: list[bytes], mu2: float, eps: float,
+                runs: tuple[Run, ...]) -> None:
         assert self.journal is not None
         line = {"releases": 1, "ids": list(dict.fromkeys(people)), "mu2": mu2, "eps": eps,
-                "prints": [p.hex() for p in prints]}
+                "prints": [p.hex() for p in prints], **({"sgd": [list(r) for r in runs]} if runs else {})}
         fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
 
+    def _after(self, people: Sequence[object], mu: float, epsilon: float,
+               runs: tuple[Run, ...]) -> dict[object, tuple[float, float, tuple[Run, ...]]]:
+        out = {}
+        for p in people:
+            m, e, r = self._spent(p)
+            out[p] = (m + mu * mu, e + epsilon, tuple(sorted((*r, *runs))) if runs else r)
+        return out
+
+    def plan(self, ids: np.ndarray, plan: PrivacyPlan) -> float:
+        """The largest ε (at the budget's δ) anyone in ``ids`` would reach after ``plan``; nothing is charged."""
+        after = self._after(np.asarray(ids).tolist(), math.sqrt(plan.releases) * plan.mu,
+                            plan.pure_releases * plan.epsilon, tuple(t.as_run() for t in plan.training))
+        return _largest_epsilon(after.values(), self._delta())
+
+    def check_plan(self, ids: np.ndarray, plan: PrivacyPlan, *, what: str) -> float:
+        """The ε ``plan`` brings the people ``ids`` to, if it stays within the budget; a
+        :class:`PrivacyBudgetError` with the figures, before anything runs, if it does not."""
+        planned = self.plan(ids, plan)
+        if self.budget is not None and planned > self.budget.epsilon:
+            raise PrivacyBudgetError(
+                f"party {self.party!r} refuses {what} at setup: its plan ({plan.what}) would bring its people to "
+                f"ε = {planned:.3g} at δ = {self.budget.delta:g} ({self.epsilon():.3g} spent before it), past its "
+                f"budget ε = {self.budget.epsilon:g} ([privacy] epsilon in its own config); plan more noise, fewer "
+                "epochs or releases, a lower sampling rate, or raise the budget")
+        logger.info("party %s plans %s: %s, bringing its people to ε = %.3g at δ = %g (budget %s)", self.party, what,
+                    plan.what, planned, self._delta(), "none" if self.budget is None else f"{self.budget.epsilon:g}")
+        return planned
+
     def charge(self, ids: np.ndarray, prints: Sequence[bytes] | None = None, *, mu: float = 0.0,
-               epsilon: float = 0.0, what: str = "rows") -> None:
-        """Count one release of each person in ``ids`` (skipping rows whose fingerprint was counted)."""
+               epsilon: float = 0.0, training: Sequence[SampledGaussian] = (), what: str = "rows") -> None:
+        """Count one release of each person in ``ids`` (skipping rows whose fingerprint was counted), or the
+        DP-SGD runs ``training`` over their rows."""
         people = np.asarray(ids).tolist()
         new_prints: list[bytes] = []
         if prints is not None:
@@ -330,35 +496,38 @@ class PrivacyAccount:
             new_prints = [prints[i] for i in fresh]
         if not people:
             return
-        mu2 = {p: self._mu2.get(p, 0.0) + mu * mu for p in people}
-        pure = {p: self._pure.get(p, 0.0) + epsilon for p in people}
+        runs = tuple(t.as_run() for t in training)
+        after = self._after(people, mu, epsilon, runs)
         if self.budget is not None:
-            worst = _largest_epsilon(mu2, pure, self.budget.delta)
+            worst = _largest_epsilon(after.values(), self.budget.delta)
             if worst > self.budget.epsilon:
                 raise PrivacyBudgetError(
                     f"party {self.party!r} refuses to release {what}: {len(set(people))} people's privacy would reach "
                     f"ε = {worst:.3g} at δ = {self.budget.delta:g}, past its budget ε = {self.budget.epsilon:g} "
                     "([privacy] epsilon in its own config); release less often, with more noise, or raise the budget")
         if self.journal is not None:  # written before the release leaves: a crash after it still counts it
-            self._record(people, new_prints, mu * mu, epsilon)
-        self._mu2.update(mu2)
-        self._pure.update(pure)
+            self._record(people, new_prints, mu * mu, epsilon, runs)
+        for person, (m, e, r) in after.items():
+            self._mu2[person], self._pure[person] = m, e
+            if r:
+                self._runs[person] = r
         if prints is not None:
             self._seen.update(prints)
         self.releases += 1
 
+    def _delta(self, delta: float | None = None) -> float:
+        return delta if delta is not None else (self.budget.delta if self.budget is not None else 1e-5)
+
     def epsilon(self, delta: float | None = None) -> float:
         """The largest ε (at ``delta``, or the budget's δ, or 1e-5) of any person this party released."""
-        d = delta if delta is not None else (self.budget.delta if self.budget is not None else 1e-5)
-        return _largest_epsilon(self._mu2, self._pure, d)
+        return _largest_epsilon((self._spent(p) for p in self._everyone()), self._delta(delta))
 
     @property
     def people(self) -> int:
-        return len(set(self._mu2) | set(self._pure))
+        return len(self._everyone())
 
 
-def _largest_epsilon(mu2: dict[object, float], pure: dict[object, float], delta: float) -> float:
-    """The largest ε at ``delta`` of anyone in ``mu2`` or ``pure`` (GDP part plus Laplace part); people with the
-    same spending are converted once."""
-    pairs = {(round(mu2.get(p, 0.0), 12), round(pure.get(p, 0.0), 12)) for p in (*mu2, *pure)}
-    return max(((gdp_epsilon(math.sqrt(m), delta) if m > 0 else 0.0) + e for m, e in pairs), default=0.0)
+def _largest_epsilon(spent: Iterable[tuple[float, float, tuple[Run, ...]]], delta: float) -> float:
+    """The largest ε at ``delta`` of the spendings ``spent`` (one per person); equal spendings are composed once."""
+    kinds = {(round(m, 12), round(e, 12), r) for m, e, r in spent}
+    return max((composed_epsilon(m, e, r, delta) for m, e, r in kinds), default=0.0)

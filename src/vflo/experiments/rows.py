@@ -49,6 +49,9 @@ def ok_row(label: str, method: Method, out: RunOutput, metrics: Mapping[str, flo
         row["psi_engine"] = out.psi_engine
     if out.alignment_revealed:
         row["alignment_revealed"] = out.alignment_revealed
+    if out.account_scopes:  # each party's own account: what its epsilon_account_PARTY covers
+        row["epsilon_scope"] = "; ".join(f"{party}: {scope or 'its releases'}" for party, scope
+                                         in sorted(out.account_scopes.items()))
     if out.party_settings:  # where a party ran its own side other than the experiment proposed, by party
         row["party_settings"] = json.dumps(out.party_settings, sort_keys=True)
     mark_resumed(row)

@@ -48,6 +48,8 @@ class RunOutput:
     psi_engine: str = ""
     # What the alignment revealed, to whom (vflo.align.disclosure); "" without one.
     alignment_revealed: str = ""
+    # What each party's account ε (stats' epsilon_account_PARTY) covers, in its own words.
+    account_scopes: dict[str, str] = field(default_factory=dict)
 
     @property
     def fit_summary(self) -> LedgerSummary:
@@ -68,6 +70,9 @@ class Session:
         self.fed = fed
         # What each party ran of its own side where it differs from the proposal (its setup reply): path -> value.
         self.party_settings: dict[str, dict[str, Any]] = {}
+        # What each party said of its privacy account at the end (where it released anything under noise): its
+        # largest ε per person, and what that covers.
+        self.accounts: dict[str, tuple[float, str]] = {}
         self.fit_seconds = 0.0
         self._fit_round = 0
         self._own_fit = 0
@@ -180,16 +185,21 @@ class Session:
         return start
 
     def teardown(self) -> None:
-        """End the run (or scoring session) at every party still there."""
+        """End the run (or scoring session) at every party still there; keep what each says of its privacy account
+        (:attr:`accounts`)."""
         fed = self.fed
         others = fed.present(fed.names())
         if not others:
             return
         if not fed.whoever_answers:
-            fed.control(TEARDOWN, {n: {} for n in others})
-            return
-        # Whoever is still there ends the session; one that went away meanwhile has nothing to end.
-        fed.control_each(TEARDOWN, {n: {} for n in others})
+            replies: Mapping[str, Any] = fed.control(TEARDOWN, {n: {} for n in others})
+        else:
+            # Whoever is still there ends the session; one that went away meanwhile has nothing to end.
+            replies = {n: r for n, r in fed.control_each(TEARDOWN, {n: {} for n in others}).items()
+                       if not isinstance(r, Exception)}
+        for name, reply in replies.items():
+            if "epsilon" in reply:
+                self.accounts[name] = (reply.number("epsilon"), reply.text("scope"))
 
     def finish(self) -> tuple[Ledger, int]:
         """Gather the other parties' own records (where they keep their own), end the run at every party, and
@@ -219,10 +229,13 @@ class Session:
                 scores = method.predict(self.fed, ids) if len(ids) else np.empty((0,))
         predict_seconds = time.perf_counter() - started
         ledger, fit_entries = self.finish()
+        # Each party's own account, end to end where it says so: the ε it reports, not one computed from the proposal.
+        stats |= {f"epsilon_account_{name}": eps for name, (eps, _) in self.accounts.items()}
         return RunOutput(scores=scores, ledger=ledger, fit_seconds=self.fit_seconds, predict_seconds=predict_seconds,
                          rounds=self.fed.rounds, fit_entries=fit_entries, stats=stats,
                          party_settings=self.party_settings, psi_engine=self.fed.alignment_engine,
-                         alignment_revealed=self.fed.revealed())
+                         alignment_revealed=self.fed.revealed(),
+                         account_scopes={name: scope for name, (_, scope) in self.accounts.items()})
 
 
 def training_first(ledger: Ledger, own_fit: int, remote: int, fit_round: int) -> tuple[Ledger, int]:

@@ -12,7 +12,7 @@ import numpy as np
 from vflo.align.plain import SELECTOR, selected_ids
 from vflo.blocks import CHUNK
 from vflo.comm.message import IDS, Fields, Payload, expect_rows
-from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
+from vflo.dp import DPSGD, SCOPE_END_TO_END, SCOPE_FIXED_MODEL, GaussianNoise, PrivacyPlan
 from vflo.errors import ConfigError, MethodError
 from vflo.methods.base import Claim, Inference, MethodConfig, handles, reveals
 from vflo.methods.representation import CLASSIFIER, RepresentationMethod
@@ -56,6 +56,9 @@ class APCVFLConfig(MethodConfig):
     payload_dtype: Literal["float32", "float16"] = "float32"
     # Off by default: each passive party clips and noises every latent row it uploads (see vflo.dp).
     noise: GaussianNoise | None = None
+    # Off by default: a passive party trains its encoder g1 with DP-SGD (vflo.nn.private), its own choice in its own
+    # [methods.apc_vfl]; with noise on the upload too, its account then covers its data end to end.
+    dp_sgd: DPSGD | None = None
     train: TrainConfig = field(default_factory=lambda: TrainConfig(batch_size=128, max_epochs=200, patience=10))
     classifier: EstimatorConfig = field(default_factory=EstimatorConfig)
 
@@ -73,6 +76,11 @@ class APCVFLConfig(MethodConfig):
             raise ConfigError(f"distill_weight (λ) must be non-negative, got {self.distill_weight}")
         if self.distill not in ("mse", "mae"):
             raise ConfigError(f"distill must be 'mse' or 'mae', got {self.distill!r}")
+        if self.dp_sgd is not None and self.noise is None:
+            raise ConfigError("dp_sgd makes a passive party's encoder private, not the latents it uploads: each is "
+                              "still a function of that person's own row. Give noise too (noise = { clip = ..., "
+                              "noise_multiplier = ... }), so the upload is a Gaussian release and the account covers "
+                              "both")
 
 
 @dataclass
@@ -137,13 +145,26 @@ class APCVFL(RepresentationMethod):
 
     # A passive party's encoder g1 is trained at that party alone; the latent's width is what the others rely on.
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "passive": ("passive_encoder", "activation", "train", "reduction", "overcomplete")}
+        "passive": ("passive_encoder", "activation", "train", "reduction", "overcomplete", "dp_sgd")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("noise", "payload_dtype")}
     saves: ClassVar[Saves] = Saves(model=(
         Saved("g3", autoencoder(lambda at: at.method.config.student_encoder, _activation),
               "the encoder distilled onto its own columns", attr="student_"), CLASSIFIER))
 
     config: APCVFLConfig
+
+    def planned_privacy(self, role: str) -> PrivacyPlan | None:
+        """A passive party's: its encoder's DP-SGD run (where it trains one) and one upload of each person's latent."""
+        noise, dp = self.config.noise, self.config.dp_sgd
+        if role != "passive" or (noise is None and dp is None):
+            return None
+        training = () if dp is None else (dp.event(self.config.train.max_epochs),)
+        words = [f"DP-SGD of its encoder, {dp.steps(self.config.train.max_epochs)} steps at σ = "
+                 f"{dp.noise_multiplier:g}, sampling rate {dp.sample_rate:g}"] if dp is not None else []
+        if noise is not None:
+            words.append(f"one upload of each latent at σ = {noise.noise_multiplier:g}")
+        return PrivacyPlan(mu=noise.mu if noise is not None else 0.0, releases=1 if noise is not None else 0,
+                           training=training, what="; ".join(words))
 
     def agreed(self, role: str) -> dict[str, Any]:
         return {"the latent width (passive_encoder's last)": self.config.passive_encoder[-1]} \
@@ -158,9 +179,14 @@ class APCVFL(RepresentationMethod):
             data = ctx.require_data()
             _check_overcomplete(f"party {ctx.party!r}", data.n_features, self.config.passive_encoder[-1],
                                 self.config.overcomplete)
+            dp = self.config.dp_sgd
+            if dp is not None:  # the whole run is charged before it starts: refused now, or never part way
+                ctx.privacy.charge(data.ids, training=[dp.event(self.config.train.max_epochs)],
+                                   what="its encoder's DP-SGD training")
             encoder = fit_autoencoder(
                 data.X, self.config.passive_encoder, activation=self.config.activation, train=self.config.train,
                 generator=ctx.torch_generator("apc-g1"), rng=ctx.rng("apc-g1"), reduction=self.config.reduction,
+                dp=dp, noise_generator=ctx.torch_generator("apc-g1", "dp-sgd") if dp is not None else None,
             )
             part.g1 = encoder
         return encoder
@@ -302,6 +328,8 @@ class APCVFL(RepresentationMethod):
     def epsilon_scope(self) -> str:
         if self.config.noise is None:
             return ""
+        if self.config.dp_sgd is not None:
+            return SCOPE_END_TO_END
         return (SCOPE_FIXED_MODEL + ": replacing one person's row moves every uploaded latent, not only theirs; "
                 "counted once per uploaded row")
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vflo.blocks import CHUNK
+from vflo.dp import DPSGD
 from vflo.errors import ConfigError
 from vflo.executor import in_blocks
 from vflo.nn.train import History, TrainConfig, as_tensor, fit_module, load_module_state, module_state
@@ -99,7 +100,8 @@ def fit_autoencoder(
     X: Rows, hidden: tuple[int, ...], *, activation: str, train: TrainConfig, generator: torch.Generator,
     rng: np.random.Generator, target: Rows | None = None, target_mask: np.ndarray | None = None,
     target_rows: np.ndarray | None = None, weight: float = 0.0, distill: DistillLoss = "mse",
-    reduction: Reduction = "sum", target_rec_weight: float = 1.0,
+    reduction: Reduction = "sum", target_rec_weight: float = 1.0, dp: DPSGD | None = None,
+    noise_generator: torch.Generator | None = None,
 ) -> FittedAutoencoder:
     """Train a symmetric autoencoder on ``X`` (in memory or on disk, :mod:`vflo.spill`); with ``target``, distil
     toward it: ``target`` has a row for each row of ``X`` and ``target_mask`` says which count, or (with
@@ -107,6 +109,10 @@ def fit_autoencoder(
 
     ``target_rec_weight`` scales the reconstruction term on rows that have a target (VFL-ASP's
     λ·L_emb + (1 - λ)·L_rec uses ``weight = λ`` and ``target_rec_weight = 1 - λ``).
+
+    With ``dp`` the network is trained by DP-SGD (:func:`vflo.nn.private.fit_private`): batches by Poisson
+    sampling from ``rng`` and noise from ``noise_generator``, both the party's own secret; its cost is the
+    caller's to charge (:meth:`vflo.dp.DPSGD.event`).
     """
     if X.shape[0] == 0:
         raise ConfigError("an autoencoder needs at least one training row")
@@ -151,5 +157,14 @@ def fit_autoencoder(
         loss: torch.Tensor = per_row.mean()
         return loss
 
-    history = fit_module(model, loss_fn, tensors, config=train, rng=rng)
+    if dp is not None:
+        from vflo.nn.private import fit_private
+
+        if target is not None:
+            raise ConfigError("DP-SGD trains an autoencoder on the party's own rows alone, without targets")
+        if noise_generator is None:
+            raise ConfigError("DP-SGD needs the party's own generator for its noise")
+        history = fit_private(model, loss_fn, tensors, train=train, dp=dp, rng=rng, generator=noise_generator)
+    else:
+        history = fit_module(model, loss_fn, tensors, config=train, rng=rng)
     return FittedAutoencoder(model=model, history=history)

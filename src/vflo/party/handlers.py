@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from vflo.comm.message import FieldSpec, Payload
+from vflo.dp import PrivacyPlan
 
 if TYPE_CHECKING:
     from vflo.party.context import NodeContext
@@ -206,6 +207,15 @@ class HandlerSet:
     def delegates(self) -> frozenset[str]:
         """Parties that may send this set's ``"delegate"`` kinds: none unless a method names some."""
         return frozenset()
+
+    def planned_privacy(self, role: str) -> PrivacyPlan | None:
+        """What this party's side of a run (in ``role``) will spend of each person's privacy, at most, as its
+        settings say before it starts: checked against its budget at setup. None: nothing it sends is noised."""
+        return None
+
+    def epsilon_scope(self) -> str:
+        """What the ε of this party's releases covers and what it does not (empty: no ε to report)."""
+        return ""
 
     @classmethod
     def handler_table(cls) -> dict[str, tuple[HandlerInfo, str]]:

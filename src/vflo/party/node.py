@@ -96,8 +96,9 @@ CONTROL_INFO: dict[str, HandlerInfo] = {
                       served="as control.setup, from a saved part of this party's own"),
     SAVE: HandlerInfo(SAVE, SAVE_SPEC, replies={"manifest": "control"},
                       served="after the coordinator's setup, once the method is fitted"),
-    TEARDOWN: HandlerInfo(TEARDOWN, {},
-                          served="during a run: ends it"),
+    TEARDOWN: HandlerInfo(TEARDOWN, {}, replies={"epsilon": "control", "scope": "control"},
+                          served="during a run: ends it; where the party released anything under noise, its "
+                                 "account's ε (every person, every run it holds) and what that covers"),
     LEDGER: HandlerInfo(LEDGER, {}, replies={f"ledger.{name}": "control" for name in COLUMNS},
                         served="during a run, handed over once"),
     READY: HandlerInfo(READY, READY_SPEC, senders=("active",),
@@ -271,9 +272,10 @@ class Node:
                 if self._run:  # a teardown with no run going on ends nothing
                     logger.info("party %s: run %s of %s ended (teardown)", self.name, self._run,
                                 getattr(self.method, "name", "?"))
+                account = self._account(self.method)
                 self.context, self.method, self._handlers, self._coordinator = None, None, {}, None
                 self._run, self._rounds, self._run_kind = "", {}, ""
-                return {}
+                return account
             return self._ledger_columns()
         if kind in self._protocols:
             # Protocols every node serves (alignment) work before any method is set up: a deployment checks
@@ -453,12 +455,27 @@ class Node:
         if payload.flag("save"):
             self._require_store()
         self.install(method, seed=payload.integer("seed"), parties=parties, run=run)
+        plan = method.planned_privacy(self.info.role)
+        if plan is not None and self._data is not None:
+            try:  # the whole run's spending, known now: refused before anything runs, never part way
+                self.privacy.check_plan(self._data.ids, plan, what=name)
+            except VfloError:
+                self.context, self.method, self._handlers = None, None, {}
+                raise
         own = (f"; its own settings where they differ from the proposal: {json.dumps(differs, sort_keys=True)}"
                if differs else "")
         logger.info("party %s: %s set up %s (run %s%s)%s; within its policy (%s)", self.name, sender, name, run,
                     ", saving its part" if payload.flag("save") else "", own, self.policy.describe())
         logger.debug("party %s runs %s as %s", self.name, name, method.config_json())
         return {"own": Table(differs)}
+
+    def _account(self, method: HandlerSet | None) -> Payload:
+        """What the run's end tells the coordinator of this party's privacy account, where it released anything
+        under noise: the largest ε of any of its people (all runs its account holds) and what it covers."""
+        if not self.privacy.releases:
+            return {}
+        scope = method.epsilon_scope() if method is not None else ""
+        return {"epsilon": float(self.privacy.epsilon()), "scope": scope}
 
     def _checked_parties(self, payload: Fields) -> tuple[PartyInfo, ...]:
         """The coordinator's list of parties, where it agrees with what this party's own config says of them."""

@@ -1,0 +1,176 @@
+"""DP-SGD by Opacus and one ε per person by dp_accounting: checked against the two libraries used alone.
+
+- vflo's DP path (``vflo.nn.private.fit_private``) takes the steps a plain Opacus loop takes on the same batches
+  with the same noise generator: the same clipped and noised updates;
+- the accountant (``vflo.dp.composed_epsilon``) is dp_accounting's PLD read through its own event API, agrees with
+  Opacus's PRV accountant (add/remove neighbours, Opacus's) and lies under the RDP bound, on a grid of σ, sampling
+  rates and steps;
+- APC-VFL with a passive party's DP-SGD encoder and a noised upload: the party plans the run's ε at setup, refuses
+  a plan over its budget with the figures before anything trains, and reports its account, end to end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tests.test_methods import data_for
+from vflo.dp import DPSGD, SCOPE_END_TO_END, GaussianNoise, PrivacyAccount, PrivacyBudget, composed_epsilon
+from vflo.errors import ConfigError, RemoteError
+from vflo.federation.session import Session
+from vflo.federation.simulation import build_federation, run_method
+from vflo.methods.registry import get_method
+from vflo.nn.models import autoencoder
+from vflo.nn.private import fit_private, poisson_batches
+from vflo.nn.train import TrainConfig
+from vflo.seeding import torch_generator
+
+
+def _loss(module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    _, x_hat = module(batch["x"])
+    return ((batch["x"] - x_hat) ** 2).sum(dim=1).mean()
+
+
+def test_vflos_dp_sgd_takes_the_steps_opacus_takes_alone() -> None:
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    X = np.random.default_rng(0).normal(size=(120, 5)).astype(np.float32)
+    dp, train = DPSGD(noise_multiplier=1.3, max_grad_norm=0.7, sample_rate=0.1), TrainConfig(max_epochs=2, lr=1e-2)
+    ours = autoencoder(5, (8, 4), generator=torch_generator(0, "init"))
+    alone = autoencoder(5, (8, 4), generator=torch_generator(0, "init"))
+    fit_private(ours, _loss, {"x": X}, train=train, dp=dp, rng=np.random.default_rng(7),
+                generator=torch_generator(0, "noise"))
+
+    # Opacus alone: its per-sample gradients and its optimizer over the same Poisson batches and noise generator.
+    module = GradSampleModule(alone)
+    optimizer = DPOptimizer(torch.optim.Adam(module.parameters(), lr=1e-2), noise_multiplier=1.3, max_grad_norm=0.7,
+                            expected_batch_size=12, generator=torch_generator(0, "noise"))
+    batches = poisson_batches(120, 0.1, dp.steps(2), np.random.default_rng(7))
+    assert any(len(b) == 0 for b in poisson_batches(120, 0.01, 200, np.random.default_rng(0)))  # empty ones happen
+    for positions in batches:
+        optimizer.zero_grad()
+        if len(positions):
+            _loss(module, {"x": torch.as_tensor(X[positions])}).backward()
+        else:
+            for p in module.parameters():
+                p.grad_sample = torch.zeros((0, *p.shape))
+        optimizer.step()
+    for a, b in zip(ours.parameters(), alone.parameters(), strict=True):
+        assert torch.equal(a, b)
+    # The noise matters: another noise generator, another model.
+    other = autoencoder(5, (8, 4), generator=torch_generator(0, "init"))
+    fit_private(other, _loss, {"x": X}, train=train, dp=dp, rng=np.random.default_rng(7),
+                generator=torch_generator(1, "noise"))
+    assert not all(torch.equal(a, b) for a, b in zip(ours.parameters(), other.parameters(), strict=True))
+
+
+GRID = [(sigma, rate, steps) for sigma in (0.8, 1.5) for rate in (0.01, 0.1) for steps in (50, 1000)]
+
+
+@pytest.mark.parametrize(("sigma", "rate", "steps"), GRID)
+def test_the_account_of_a_dp_sgd_run_is_dp_accountings_and_agrees_with_opacus(sigma: float, rate: float,
+                                                                               steps: int) -> None:
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+    from opacus.accountants import PRVAccountant
+
+    run = DPSGD(noise_multiplier=sigma, sample_rate=rate).event(1)
+    run = dataclasses.replace(run, steps=steps)
+    ours = composed_epsilon(0.0, 0.0, [run], 1e-5)
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(sigma)), steps)
+    pld = PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    pld.compose(event)
+    assert ours == pytest.approx(pld.get_epsilon(1e-5), rel=1e-9)
+    # Opacus counts with add/remove neighbours: the same run read that way agrees with its PRV accountant, and lies
+    # under the RDP bound (dp_accounting's RDP has no replace-one subsampling to compare with).
+    added = composed_epsilon(0.0, 0.0, [run], 1e-5, relation="add_remove")
+    prv = PRVAccountant()
+    prv.history = [(sigma, rate, steps)]
+    assert added == pytest.approx(prv.get_epsilon(1e-5), rel=0.03, abs=0.02)  # PRV is within ±0.01 of its own
+    rdp = RdpAccountant()
+    rdp.compose(event)
+    assert added <= rdp.get_epsilon(1e-5) * (1 + 1e-6) and added <= ours
+
+
+def test_releases_and_training_compose_into_one_epsilon() -> None:
+    noise, run = GaussianNoise(noise_multiplier=4.0), DPSGD(noise_multiplier=1.0, sample_rate=0.02).event(5)
+    account = PrivacyAccount("lab", PrivacyBudget(epsilon=100.0))
+    ids = np.array(["a", "b", "c"])
+    account.charge(ids, training=[run], what="training")
+    account.charge(ids[:2], mu=noise.mu, what="upload")
+    both = composed_epsilon(noise.mu**2, 0.0, [run], 1e-5)
+    assert account.epsilon() == pytest.approx(both)
+    assert both > max(composed_epsilon(0.0, 0.0, [run], 1e-5), noise.epsilon())  # composition costs
+    half = GaussianNoise(noise_multiplier=4.0, delta=5e-6).epsilon()
+    assert both < composed_epsilon(0.0, 0.0, [run], 5e-6) + half  # and less than their sum at δ/2 each
+
+
+def test_a_journal_keeps_training_runs_across_restarts(tmp_path: object) -> None:
+    from pathlib import Path
+
+    journal = Path(str(tmp_path)) / "lab_privacy.jsonl"
+    run = DPSGD(noise_multiplier=1.0, sample_rate=0.05).event(3)
+    PrivacyAccount("lab", journal=journal).charge(np.array(["a", "b"]), training=[run])
+    again = PrivacyAccount("lab", journal=journal)
+    assert again.epsilon() == pytest.approx(composed_epsilon(0.0, 0.0, [run], 1e-5)) and again.people == 2
+
+
+def test_dp_sgd_needs_noise_on_the_upload_and_sane_settings() -> None:
+    with pytest.raises(ConfigError, match="Give noise too"):
+        get_method("apc_vfl")(dp_sgd={"noise_multiplier": 1.0})
+    with pytest.raises(ConfigError, match="sample_rate"):
+        DPSGD(sample_rate=0.0)
+    with pytest.raises(ConfigError, match="raise it to at least"):
+        fit_private(autoencoder(3, (4,), generator=torch_generator(0, "x")), _loss, {"x": np.zeros((10, 3))},
+                    train=TrainConfig(max_epochs=1), dp=DPSGD(sample_rate=0.01), rng=np.random.default_rng(0),
+                    generator=torch_generator(0, "n"))
+
+
+QUICK = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 64}}
+UPLOAD = {"clip": 1.0, "noise_multiplier": 3.0}
+PRIVATE = {"noise_multiplier": 1.2, "max_grad_norm": 1.0, "sample_rate": 0.1}
+
+
+def test_apc_vfl_with_a_private_encoder_reports_the_partys_account_end_to_end() -> None:
+    data = data_for("apc_vfl")
+    proposal = get_method("apc_vfl")(**QUICK, noise=UPLOAD)
+    own = get_method("apc_vfl")(**QUICK, noise=UPLOAD, dp_sgd=PRIVATE)  # the passive party's own config
+    out = run_method(proposal, data, seed=0, party_config=own)
+    expected = composed_epsilon(GaussianNoise(**UPLOAD).mu ** 2, 0.0, [DPSGD(**PRIVATE).event(2)], 1e-5)
+    passive = next(p.name for p in data.parties if p.role == "passive")
+    assert out.stats[f"epsilon_account_{passive}"] == pytest.approx(expected)
+    assert out.account_scopes[passive] == SCOPE_END_TO_END
+    assert out.party_settings[passive]["dp_sgd"] == PRIVATE
+    # Without DP-SGD the same run's ε is the upload's alone, and says it is given a fixed encoder.
+    plain = run_method(proposal, data, seed=0)
+    assert plain.stats[f"epsilon_account_{passive}"] == pytest.approx(GaussianNoise(**UPLOAD).epsilon())
+    assert "trained without privacy" in plain.account_scopes[passive]
+
+
+def test_a_plan_over_the_partys_budget_is_refused_at_setup_with_the_figures() -> None:
+    data = data_for("apc_vfl")
+    proposal = get_method("apc_vfl")(**QUICK, noise=UPLOAD)
+    own = get_method("apc_vfl")(**QUICK, noise=UPLOAD, dp_sgd=PRIVATE)
+    fed, nodes = build_federation(data, proposal, seed=0, party_config=own)
+    passive = next(p.name for p in data.parties if p.role == "passive")
+    planned = composed_epsilon(GaussianNoise(**UPLOAD).mu ** 2, 0.0, [DPSGD(**PRIVATE).event(2)], 1e-5)
+    nodes[passive].privacy = PrivacyAccount(passive, PrivacyBudget(epsilon=math.floor(planned)))
+    with pytest.raises(RemoteError, match=rf"refuses apc_vfl at setup: its plan \(DP-SGD of its encoder, 20 steps "
+                                          rf".*would bring its people to ε = {planned:.3g}.*past its budget ε = "
+                                          rf"{math.floor(planned)}"):
+        Session(fed).start(proposal)
+    assert nodes[passive].privacy.releases == 0 and nodes[passive].method is None  # nothing ran, nothing is set up
+    # Within the budget the same plan runs, and the account ends where the plan said.
+    fed, nodes = build_federation(data, proposal, seed=0, party_config=own)
+    nodes[passive].privacy = PrivacyAccount(passive, PrivacyBudget(epsilon=math.ceil(planned)))
+    session = Session(fed)
+    session.start(proposal)
+    session.train(proposal.fit)
+    assert nodes[passive].privacy.epsilon() == pytest.approx(planned)
