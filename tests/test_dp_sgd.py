@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -174,3 +175,53 @@ def test_a_plan_over_the_partys_budget_is_refused_at_setup_with_the_figures() ->
     session.start(proposal)
     session.train(proposal.fit)
     assert nodes[passive].privacy.epsilon() == pytest.approx(planned)
+
+
+def _protected_federation(proposal_name: str, epsilon: float) -> tuple[Any, dict[str, Any], str]:
+    data = data_for("apc_vfl")
+    proposal = get_method(proposal_name)(**QUICK)
+    fed, nodes = build_federation(data, proposal, seed=0)
+    passive = next(p.name for p in data.parties if p.role == "passive")
+    nodes[passive].privacy = PrivacyAccount(passive, PrivacyBudget(epsilon=epsilon))  # protect: the default
+    return fed, nodes, passive
+
+
+def test_a_party_that_gives_only_a_target_epsilon_is_calibrated_to_it() -> None:
+    fed, nodes, passive = _protected_federation("apc_vfl", 4.0)
+    method = get_method("apc_vfl")(**QUICK)
+    session = Session(fed)
+    session.start(method)
+    session.train(method.fit)
+    spent = nodes[passive].privacy.epsilon()
+    assert 4.0 * 0.98 < spent <= 4.0  # calibrated to the budget, to the search's precision
+    ran = session.party_settings[passive]
+    assert ran["noise"]["noise_multiplier"] == pytest.approx(2 * ran["dp_sgd"]["noise_multiplier"])
+    assert nodes[passive].method is not None and nodes[passive].method.epsilon_scope() == SCOPE_END_TO_END
+    session.teardown()
+    assert session.accounts[passive] == (pytest.approx(spent), SCOPE_END_TO_END)
+
+
+def test_a_protecting_party_refuses_a_method_it_cannot_cover_and_a_run_past_what_is_left() -> None:
+    fed, nodes, passive = _protected_federation("splitnn", 4.0)
+    with pytest.raises(RemoteError, match=r"splitnn's passive side sends what it cannot cover here.*protect = false"):
+        Session(fed).start(get_method("splitnn")(**QUICK))
+    fed, nodes, passive = _protected_federation("apc_vfl", 4.0)
+    # Its people spent ε 4.38 before it lowered its budget to 4: no run fits what is left.
+    account = PrivacyAccount(passive)
+    account.charge(data_for("apc_vfl").train[passive].ids, mu=GaussianNoise(noise_multiplier=2.0).mu)
+    account.budget = PrivacyBudget(epsilon=4.0)
+    nodes[passive].privacy = account
+    with pytest.raises(RemoteError, match=r"even with the most noise it calibrates to, the run would pass its budget "
+                                          r"ε = 4 at δ = 1e-05 \(4\.38 spent before it"):
+        Session(fed).start(get_method("apc_vfl")(**QUICK))
+
+
+def test_the_default_budget_does_not_protect_and_leaves_the_run_as_proposed() -> None:
+    from vflo.dp import DEFAULT_BUDGET
+
+    assert not DEFAULT_BUDGET.protect and PrivacyBudget(epsilon=4.0).protect
+    fed, nodes, passive = _protected_federation("apc_vfl", 4.0)
+    nodes[passive].privacy = PrivacyAccount(passive, DEFAULT_BUDGET)
+    session = Session(fed)
+    session.start(get_method("apc_vfl")(**QUICK))
+    assert passive not in session.party_settings and nodes[passive].privacy.releases == 0

@@ -44,7 +44,7 @@ import logging
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -331,10 +331,17 @@ class RowNoise:
 @dataclass(frozen=True, kw_only=True)
 class PrivacyBudget:
     """What a party lets out of each person's privacy over everything it releases: (ε, δ); in its own config
-    as ``[privacy] epsilon = ..., delta = ...``."""
+    as ``[privacy] epsilon = ..., delta = ...``.
+
+    ``protect`` (the default for a ``[privacy]`` a party writes): everything the party sends that is derived from
+    its rows must be in its account, end to end. At setup it runs a method whose side it can protect, with the
+    noise its own settings give or, where they give none, with noise calibrated to the budget (DP-SGD for its
+    networks, noised releases); it refuses any other method, naming why. ``protect = false`` bounds only the
+    releases a method noises anyway (a weaker choice, named in the config; :data:`DEFAULT_BUDGET`'s)."""
 
     epsilon: float
     delta: float = 1e-5
+    protect: bool = True
 
     def __post_init__(self) -> None:
         if not (isinstance(self.epsilon, int | float) and math.isfinite(self.epsilon) and self.epsilon > 0):
@@ -348,8 +355,9 @@ class PrivacyBudget:
 #: published deployments of differential privacy state, and a figure past which the ε-DP guarantee (a
 #: likelihood ratio of e^8, about 3,000) no longer bounds anything a reader would call private; what it stops is
 #: the unbounded case, a coordinator asking for noisy releases until their noise averages away. A party whose
-#: noised method needs more says so in its own config (``[privacy] epsilon = ...``), named and logged.
-DEFAULT_BUDGET = PrivacyBudget(epsilon=8.0, delta=1e-5)
+#: noised method needs more says so in its own config (``[privacy] epsilon = ...``), named and logged. It does not
+#: protect (``protect = false``): a party that wants everything it sends covered writes its own ``[privacy]``.
+DEFAULT_BUDGET = PrivacyBudget(epsilon=8.0, delta=1e-5, protect=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -364,6 +372,26 @@ class PrivacyPlan:
     pure_releases: int = 0
     training: tuple[SampledGaussian, ...] = ()
     what: str = ""
+
+
+#: The noise scales calibration searches between (see :func:`calibrate`): below the first a DP-SGD step's loss
+#: distribution outgrows memory, past the last nothing useful is left of the signal.
+CALIBRATION_RANGE = (0.3, 300.0)
+
+
+def calibrate(fits: Callable[[float], bool], *, steps: int = 14) -> float | None:
+    """The smallest noise scale s in :data:`CALIBRATION_RANGE` with ``fits(s)`` (a run at that scale stays within
+    the budget; ε falls as s grows), to within a factor of 1.002 (bisection on log s); None if even the largest does
+    not fit."""
+    low, high = (math.log(x) for x in CALIBRATION_RANGE)
+    if not fits(math.exp(high)):
+        return None
+    if fits(math.exp(low)):
+        return math.exp(low)
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (low, mid) if fits(math.exp(mid)) else (mid, high)
+    return math.exp(high)
 
 
 class PrivacyAccount:

@@ -192,8 +192,9 @@ SEED_NOTE = ("seed: the secret seed the in-process run gave this party (derived 
 
 
 #: The budget every exported party's config carries (``[privacy]``): the default a deployed party gets anyway,
-#: written out so that it can be seen and changed where it holds.
-PRIVACY = {"epsilon": DEFAULT_BUDGET.epsilon, "delta": DEFAULT_BUDGET.delta}
+#: written out so that it can be seen and changed where it holds; ``protect = false`` says, where it can be changed,
+#: that it bounds only what a method noises anyway (the exported run is the simulated one, noise and all).
+PRIVACY = {"epsilon": DEFAULT_BUDGET.epsilon, "delta": DEFAULT_BUDGET.delta, "protect": DEFAULT_BUDGET.protect}
 
 
 def ca_folder(directory: Path) -> Path:

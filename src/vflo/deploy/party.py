@@ -162,12 +162,17 @@ def budget(config: PartyConfig) -> PrivacyBudget:
     operator sees which bound holds)."""
     if config.privacy is not None:
         chosen = config.privacy
-        logger.info("party %s: privacy budget ε = %g at δ = %g per person ([privacy] in its config)", config.name,
-                    chosen.epsilon, chosen.delta)
+        logger.info("party %s: privacy budget ε = %g at δ = %g per person ([privacy] in its config)%s", config.name,
+                    chosen.epsilon, chosen.delta, "; everything it sends is covered, end to end" if chosen.protect
+                    else "")
     else:
         chosen = DEFAULT_BUDGET
         logger.info("party %s: privacy budget ε = %g at δ = %g per person, the default (no [privacy] in its "
                     "config; set [privacy] epsilon to change it)", config.name, chosen.epsilon, chosen.delta)
+    if not chosen.protect:
+        logger.warning("party %s does not protect what it sends ([privacy] protect = false, or no [privacy]): its "
+                       "budget bounds only the releases a method noises anyway; write [privacy] epsilon = ... to "
+                       "cover everything it sends", config.name)
     if not config.privacy_account:
         logger.warning("party %s keeps no privacy account (privacy_account = \"\"): every start counts its "
                        "people's privacy from zero again", config.name)

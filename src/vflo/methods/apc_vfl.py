@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -142,6 +142,8 @@ class APCVFL(RepresentationMethod):
     )
     quick: ClassVar[Mapping[str, Any]] = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 64}}
     inference: ClassVar[Inference] = "active_only"
+    #: How often a person's latent may leave a passive party: at training (scoring is the active party's alone).
+    uploads: ClassVar[int] = 1
 
     # A passive party's encoder g1 is trained at that party alone; the latent's width is what the others rely on.
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
@@ -161,10 +163,26 @@ class APCVFL(RepresentationMethod):
         training = () if dp is None else (dp.event(self.config.train.max_epochs),)
         words = [f"DP-SGD of its encoder, {dp.steps(self.config.train.max_epochs)} steps at σ = "
                  f"{dp.noise_multiplier:g}, sampling rate {dp.sample_rate:g}"] if dp is not None else []
+        releases = self.uploads if noise is not None else 0
         if noise is not None:
-            words.append(f"one upload of each latent at σ = {noise.noise_multiplier:g}")
-        return PrivacyPlan(mu=noise.mu if noise is not None else 0.0, releases=1 if noise is not None else 0,
-                           training=training, what="; ".join(words))
+            words.append(f"{releases} upload(s) of each person's latent at σ = {noise.noise_multiplier:g}")
+        return PrivacyPlan(mu=noise.mu if noise is not None else 0.0, releases=releases, training=training,
+                           what="; ".join(words))
+
+    def protected(self, role: str, scale: float, *, rows: int) -> tuple[APCVFL, PrivacyPlan] | None:
+        """Active: it sends nothing derived from its rows (the selector is the alignment's). Passive: its encoder
+        trained by DP-SGD at noise multiplier ``scale`` (batches of about the training config's size, clipping norm
+        1, for its ``max_epochs``) and the upload noised at twice that: the upload is one release at sensitivity 2C,
+        where each DP-SGD step sees a person only when it samples them."""
+        if role != "passive":
+            return self, PrivacyPlan(what="nothing derived from its rows")
+        rate = min(1.0, self.config.train.batch_size / max(rows, 1))
+        config = replace(self.config, noise=GaussianNoise(clip=1.0, noise_multiplier=2 * scale),
+                         dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0, sample_rate=rate))
+        chosen = type(self)(config)
+        plan = chosen.planned_privacy(role)
+        assert plan is not None
+        return chosen, plan
 
     def agreed(self, role: str) -> dict[str, Any]:
         return {"the latent width (passive_encoder's last)": self.config.passive_encoder[-1]} \
@@ -353,6 +371,8 @@ class APCVFLAligned(APCVFL):
     name = "apc_vfl_aligned"
     summary = "APC-VFL's fully aligned variant: classifier on the joint latent (collaborative inference)"
     inference = "collaborative"
+    # At training, and again when the person is scored (the same row again is the same release and costs nothing).
+    uploads = 2
     # A passive party keeps its g1: it encodes the rows to score.
     saves: ClassVar[Saves] = Saves(
         model=(Saved("g1", autoencoder(lambda at: at.method.config.active_encoder, _activation), "its own encoder",

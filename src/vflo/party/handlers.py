@@ -217,6 +217,12 @@ class HandlerSet:
         """What the ε of this party's releases covers and what it does not (empty: no ε to report)."""
         return ""
 
+    def protected(self, role: str, scale: float, *, rows: int) -> tuple[HandlerSet, PrivacyPlan] | None:
+        """This method with its side in ``role`` protected at noise scale ``scale`` (larger: more noise, less ε), for
+        a party of ``rows`` rows, and what it would then spend: how a party that protects everything it sends
+        calibrates a method to its budget. None: this side cannot be protected (it sends what no noise covers)."""
+        return None
+
     @classmethod
     def handler_table(cls) -> dict[str, tuple[HandlerInfo, str]]:
         """Each kind this class serves, with its handler's description and attribute name."""

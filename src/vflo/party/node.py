@@ -36,8 +36,8 @@ from vflo.comm.message import (
 )
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
-from vflo.dp import PrivacyAccount, PrivacyBudget
-from vflo.errors import PartyBoundaryError, ProtocolError, RefusedError, VfloError
+from vflo.dp import PrivacyAccount, PrivacyBudget, calibrate
+from vflo.errors import PartyBoundaryError, PrivacyBudgetError, ProtocolError, RefusedError, VfloError
 from vflo.executor import Executor
 from vflo.executor import using as using_executor
 from vflo.party.context import (
@@ -454,6 +454,8 @@ class Node:
         self.policy.check(self.name, name, method.config_json())
         if payload.flag("save"):
             self._require_store()
+        method, calibrated = self._protected(name, method)
+        differs |= calibrated
         self.install(method, seed=payload.integer("seed"), parties=parties, run=run)
         plan = method.planned_privacy(self.info.role)
         if plan is not None and self._data is not None:
@@ -468,6 +470,42 @@ class Node:
                     ", saving its part" if payload.flag("save") else "", own, self.policy.describe())
         logger.debug("party %s runs %s as %s", self.name, name, method.config_json())
         return {"own": Table(differs)}
+
+    def _protected(self, name: str, method: Any) -> tuple[Any, dict[str, Any]]:
+        """``method`` as this party runs it when its budget protects everything it sends: as its settings give it
+        where they noise what it sends (the plan is checked against the budget next), else with noise calibrated to
+        the budget (and the settings that gives, for the setup's reply); refused where its side cannot be protected
+        or even the most noise would pass the budget."""
+        budget, data, role = self.privacy.budget, self._data, self.info.role
+        if budget is None or not budget.protect or data is None or method.planned_privacy(role) is not None:
+            return method, {}
+        ids, rows = data.ids, data.n_samples
+        first = method.protected(role, 1.0, rows=rows)
+        if first is None:
+            raise PrivacyBudgetError(
+                f"party {self.name!r} covers everything it sends with its budget ([privacy] epsilon = "
+                f"{budget.epsilon:g}, protect = true), and {name}'s {role} side sends what it cannot cover here; it "
+                "refuses the run. Run a method that can protect this side, or set [privacy] protect = false in its "
+                "config to bound only what a method noises anyway")
+        if not (first[1].releases or first[1].pure_releases or first[1].training):
+            return first[0], {}  # this side sends nothing derived from its rows
+
+        def fits(scale: float) -> bool:
+            option = method.protected(role, scale, rows=rows)
+            return option is not None and self.privacy.plan(ids, option[1]) <= budget.epsilon
+
+        scale = calibrate(fits)
+        if scale is None:
+            raise PrivacyBudgetError(
+                f"party {self.name!r} refuses {name} at setup: even with the most noise it calibrates to, the run "
+                f"would pass its budget ε = {budget.epsilon:g} at δ = {budget.delta:g} ({self.privacy.epsilon():.3g} "
+                "spent before it, [privacy] in its own config); raise the budget or train fewer epochs")
+        chosen, plan = method.protected(role, scale, rows=rows)
+        before, after = json.loads(method.config_json()), json.loads(chosen.config_json())
+        calibrated = {k: v for k, v in after.items() if before.get(k) != v}
+        logger.info("party %s calibrated %s to its budget ε = %g: %s (%s)", self.name, name, budget.epsilon,
+                    plan.what, json.dumps(calibrated, sort_keys=True))
+        return chosen, calibrated
 
     def _account(self, method: HandlerSet | None) -> Payload:
         """What the run's end tells the coordinator of this party's privacy account, where it released anything
