@@ -254,7 +254,9 @@ def test_an_export_is_private_keeps_the_ca_outside_and_carries_a_budget(tmp_path
     for name, path in written.items():
         config = tomllib.loads(path.read_text())
         table = config.get("active", config)
-        assert table["privacy"] == {"epsilon": DEFAULT_BUDGET.epsilon, "delta": DEFAULT_BUDGET.delta}, name
+        # The default budget, with what it does not do named where it can be changed.
+        assert table["privacy"] == {"epsilon": DEFAULT_BUDGET.epsilon, "delta": DEFAULT_BUDGET.delta,
+                                    "protect": False}, name
 
 
 # -- peer-controlled text on the terminal ----------------------------------------------------------------------

@@ -179,7 +179,8 @@ def test_releases_past_a_partys_own_budget_are_refused_naming_the_budget() -> No
     μ = 2): the lab's own budget stops the run before the release that would pass it."""
     method = get_method("splitnn")(**{**_settings("splitnn"), "activation_noise": NOISE})
     fed, nodes = build_federation(data_for("splitnn"), method, seed=0)
-    nodes["pas"].privacy = PrivacyAccount("pas", PrivacyBudget(epsilon=2.0))
+    # A budget that bounds what the method noises (protect = false): the release past it is refused when it comes.
+    nodes["pas"].privacy = PrivacyAccount("pas", PrivacyBudget(epsilon=2.0, protect=False))
     Session(fed).start(method)
     with pytest.raises(RemoteError, match=r"past its budget ε = 2 \(\[privacy\] epsilon"):
         method.fit(fed)

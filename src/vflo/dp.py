@@ -59,6 +59,9 @@ SCOPE_FIXED_MODEL = "ε covers the release given a fixed encoder; the encoder it
 #: What it covers when that model was trained with DP-SGD and its account holds the training.
 SCOPE_END_TO_END = ("ε covers everything the party sent: its network's DP-SGD training and every release of its "
                     "outputs, composed per person; not what partners learn from their own data")
+#: Pure ε past which the accountant adds it to the rest instead of composing distributions (e^ε overflows a float
+#: near 700; at such ε the tighter composition would not change what anyone concludes).
+PURE_APART = 50.0
 #: The accountant's discretisation of the privacy loss (dp_accounting's default): ε is an upper bound, tight to
 #: about this much.
 DISCRETISATION = 1e-4
@@ -201,6 +204,9 @@ def _composed(mu2: float, pure: float, runs: tuple[Run, ...], delta: float,
 
     neighbours = {"replace": NeighboringRelation.REPLACE_ONE,
                   "add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE}[relation]
+    if pure > PURE_APART:
+        # A loss distribution of e^ε overflows; pure ε-DP composes with the rest at most additively (basic composition).
+        return pure + _composed(mu2, 0.0, runs, delta, relation)
     # The loss distribution spans about μ²/2 ± 10μ (releases) or (2/σ)² (a step with little noise): with little
     # noise a grid of 1e-4 would not fit in memory, and ε is then large enough that a coarser one loses nothing.
     scale = max([1.0, mu2 / 2 + 10 * math.sqrt(mu2), *((2.0 / sigma) ** 2 for sigma, _, _ in runs)])
@@ -419,6 +425,26 @@ class PrivacyAccount:
         self.journal = journal
         if journal is not None:
             self._open(journal)
+
+    @classmethod
+    def read(cls, journal: Path, party: str) -> PrivacyAccount:
+        """The account ``journal`` holds, read without touching the file (``vflo party audit``)."""
+        if not journal.is_file():
+            raise DataError(f"{journal} does not exist: give party {party!r}'s privacy account (privacy_account in its "
+                            "config; NAME_privacy.jsonl beside it by default)")
+        account = cls(party)
+        account._replay(journal)
+        return account
+
+    def spending(self, delta: float | None = None) -> list[tuple[float, int]]:
+        """Each ε (at ``delta``, or the budget's δ, or 1e-5) the account's people reached, with how many reached it;
+        the largest first."""
+        d = self._delta(delta)
+        counts: dict[float, int] = defaultdict(int)
+        for person in self._everyone():
+            m, e, r = self._spent(person)
+            counts[composed_epsilon(m, e, r, d)] += 1
+        return sorted(counts.items(), reverse=True)
 
     def _open(self, journal: Path) -> None:
         if journal.is_file():

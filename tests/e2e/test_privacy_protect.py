@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import vertical_split
 from tests.e2e.conftest import Federation, spawn, wait_listening, write_federation
+from vflo.cli import main
 from vflo.deploy import Deployment
 from vflo.dp import SCOPE_END_TO_END
 from vflo.errors import RemoteError
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.slow
 QUICK = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 64}}
 
 
-def test_a_lab_with_only_a_target_epsilon_trains_within_it_and_refuses_past_it(tmp_path: Path) -> None:
+def test_a_lab_with_only_a_target_epsilon_trains_within_it_and_refuses_past_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = write_federation(tmp_path, vertical_split(30), {})
     lab = files.configs["pas"]
     assert "[privacy]" not in lab.read_text()
@@ -44,3 +46,11 @@ def test_a_lab_with_only_a_target_epsilon_trains_within_it_and_refuses_past_it(t
             deployment.close()
     finally:
         federation.stop()
+    # The lab's own audit shows its account: every person it released, at most ε 4.
+    capsys.readouterr()
+    assert main(["party", "audit", str(tmp_path / "pas_audit.jsonl")]) == 0
+    shown = capsys.readouterr().out
+    assert "privacy account of party pas" in shown
+    figures = [float(line.split("│")[1]) for line in shown.splitlines() if line.count("│") == 3
+               and line.split("│")[1].strip().replace(".", "", 1).isdigit()]
+    assert figures and 3.9 < max(figures) <= 4.0

@@ -19,6 +19,10 @@ def add(sub: Any) -> None:
                                                "and kind, messages, bytes, rows and refusals")
     audit.add_argument("file", type=Path)
     audit.add_argument("--run", help="one run only (its ID, as the file gives it; 'last': the newest run)")
+    audit.add_argument("--account", type=Path, metavar="FILE",
+                       help="its privacy account (default: PARTY_privacy.jsonl beside the audit file, where it is)")
+    audit.add_argument("--delta", type=float, default=1e-5,
+                       help="the δ its ε is read at (its [privacy] delta; default 1e-5)")
     serve = party_sub.add_parser(
         "serve", help="serve one party (PARTY.toml) until interrupted",
         usage="vflo party serve [options] CONFIG [-- ARGS]",
@@ -48,7 +52,7 @@ def _party(args: argparse.Namespace) -> int:
     from vflo.deploy import load_party_config
 
     if args.party_command == "audit":
-        return _party_audit(args.file, args.run)
+        return _party_audit(args.file, args.run, account=args.account, delta=args.delta)
     config = load_party_config(args.config)
     _talk(args.verbose - args.quiet)
     if args.insecure:
@@ -71,7 +75,7 @@ def _talk(verbosity: int) -> None:
         logging.getLogger("vflo").setLevel(logging.INFO if verbosity == 0 else logging.WARNING)
 
 
-def _party_audit(path: Path, run: str | None) -> int:
+def _party_audit(path: Path, run: str | None, *, account: Path | None = None, delta: float = 1e-5) -> int:
     from rich.table import Table
 
     from vflo.comm.departures import read_departures, summarize
@@ -98,4 +102,25 @@ def _party_audit(path: Path, run: str | None) -> int:
     table.add_row("all", "", *(f"{sum(r[k] for r in rows):,}" for k in ("messages", "bytes", "rows", "refused",
                                                                          "errors")))
     new_console().print(table)
+    _privacy_account(account or path.with_name(f"{party}_privacy.jsonl"), party, delta, given=account is not None)
     return 0
+
+
+def _privacy_account(path: Path, party: str, delta: float, *, given: bool) -> None:
+    """What the party's privacy account says: per person, the ε of everything it counts (every noised release and
+    DP-SGD run, all runs), composed by dp_accounting; the largest first."""
+    from rich.table import Table
+
+    from vflo.dp import PrivacyAccount
+
+    if not given and not path.is_file():
+        return
+    account = PrivacyAccount.read(path, party)
+    table = Table(title=shown(f"privacy account of party {party} ({path}): {account.people:,} people, "
+                              f"{account.releases:,} releases; ε per person at δ = {delta:g}, every noised release "
+                              "and DP-SGD run it counted, all runs"))
+    table.add_column("ε", justify="right")
+    table.add_column("people", justify="right")
+    for eps, people in account.spending(delta):
+        table.add_row(f"{eps:.3g}", f"{people:,}")
+    new_console().print(table)
