@@ -202,9 +202,9 @@ def test_a_party_that_gives_only_a_target_epsilon_is_calibrated_to_it() -> None:
 
 
 def test_a_protecting_party_refuses_a_method_it_cannot_cover_and_a_run_past_what_is_left() -> None:
-    fed, nodes, passive = _protected_federation("splitnn", 4.0)
-    with pytest.raises(RemoteError, match=r"splitnn's passive side sends what it cannot cover here.*protect = false"):
-        Session(fed).start(get_method("splitnn")(**QUICK))
+    fed, nodes, passive = _protected_federation("laser_vfl", 4.0)
+    with pytest.raises(RemoteError, match=r"laser_vfl's passive side sends what it cannot cover here.*protect = false"):
+        Session(fed).start(get_method("laser_vfl")(**QUICK))
     fed, nodes, passive = _protected_federation("apc_vfl", 4.0)
     # Its people spent ε 4.38 before it lowered its budget to 4: no run fits what is left.
     account = PrivacyAccount(passive)
@@ -225,3 +225,64 @@ def test_the_default_budget_does_not_protect_and_leaves_the_run_as_proposed() ->
     session = Session(fed)
     session.start(get_method("apc_vfl")(**QUICK))
     assert passive not in session.party_settings and nodes[passive].privacy.releases == 0
+
+
+# -- SplitNN: a passive party's bottom by DP-SGD, drawing its rows from each named batch ---------------------------
+
+SPLIT = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 32}}
+ACTS = {"clip": 1.0, "noise_multiplier": 4.0}
+
+
+def test_a_dp_sgd_bottom_without_clipping_or_noise_steps_as_the_plain_one() -> None:
+    """Opacus's per-person gradients, summed and divided by the batch the step expects, are the batch's gradient:
+    with every row drawn, no clipping and no noise, a DP-SGD bottom takes the steps of a plain one."""
+    from vflo.methods.split_learning import Bottom
+
+    x = torch.as_tensor(np.random.default_rng(0).normal(size=(16, 5)).astype(np.float32))
+    grad = np.random.default_rng(1).normal(size=(16, 3)).astype(np.float32) / 16
+    nets = [torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3)) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    train = TrainConfig(lr=1e-2)
+    plain = Bottom(nets[0], train, "float32")
+    private = Bottom(nets[1], train, "float32", dp=DPSGD(noise_multiplier=1e-12, max_grad_norm=1e4, sample_rate=1.0),
+                     dp_rng=np.random.default_rng(2), dp_generator=torch_generator(0, "n"))
+    for bottom in (plain, private):
+        for _ in range(3):
+            bottom.forward(x)
+            bottom.backward(grad)
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_splitnn_with_a_private_bottom_plans_runs_and_reports_the_partys_account() -> None:
+    data = data_for("splitnn")
+    proposal = get_method("splitnn")(**SPLIT, activation_noise=ACTS)
+    own = get_method("splitnn")(**SPLIT, activation_noise=ACTS, dp_sgd=PRIVATE)
+    passive = next(p.name for p in data.parties if p.role == "passive")
+    fed, nodes = build_federation(data, proposal, seed=0, party_config=own)
+    mu2 = GaussianNoise(**ACTS).mu ** 2
+    run = DPSGD(**PRIVATE).within_batches(2)
+    planned = composed_epsilon(5 * mu2, 0.0, [run], 1e-5)  # 2 epochs of training or validation releases each, and 1
+    nodes[passive].privacy = PrivacyAccount(passive, PrivacyBudget(epsilon=math.floor(planned), protect=False))
+    with pytest.raises(RemoteError, match=rf"refuses splitnn at setup: its plan \(DP-SGD of its bottom, 2 batches "
+                                          rf"per person.*up to 5 releases.*ε = {planned:.3g}"):
+        Session(fed).start(proposal)
+    out = run_method(proposal, data, seed=0, party_config=own)
+    assert out.stats[f"epsilon_account_{passive}"] == pytest.approx(composed_epsilon(2 * mu2, 0.0, [run], 1e-5))
+    assert out.account_scopes[passive] == "features: " + SCOPE_END_TO_END
+    with pytest.raises(ConfigError, match="Give activation_noise too"):
+        get_method("splitnn")(dp_sgd=PRIVATE)
+
+
+def test_a_protecting_party_calibrates_its_splitnn_bottom() -> None:
+    data = data_for("splitnn")
+    proposal = get_method("splitnn")(**SPLIT)
+    fed, nodes = build_federation(data, proposal, seed=0)
+    passive = next(p.name for p in data.parties if p.role == "passive")
+    nodes[passive].privacy = PrivacyAccount(passive, PrivacyBudget(epsilon=8.0))
+    session = Session(fed)
+    session.start(proposal)
+    session.train(proposal.fit)
+    ran = session.party_settings[passive]
+    assert ran["dp_sgd"]["sample_rate"] == 0.5 and ran["activation_noise"]["noise_multiplier"] > 1
+    assert 0 < nodes[passive].privacy.epsilon() <= 8.0

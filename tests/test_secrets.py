@@ -23,7 +23,7 @@ from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
 from vflo.deploy import DataConfig, DeployConfig, Deployment, PartyConfig, PeerConfig, PeerEntry, TLSConfig, start_party
 from vflo.dp import GaussianNoise, PrivacyAccount, PrivacyBudget, RowNoise
-from vflo.errors import RemoteError
+from vflo.errors import PrivacyBudgetError, RemoteError
 from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
@@ -176,14 +176,18 @@ def test_a_scored_row_asked_again_returns_the_same_noised_activation() -> None:
 
 def test_releases_past_a_partys_own_budget_are_refused_naming_the_budget() -> None:
     """Two epochs of activations at σ = 1 spend more than ε = 2 (one release alone is ε 6.1 at δ 1e-5 for
-    μ = 2): the lab's own budget stops the run before the release that would pass it."""
+    μ = 2): the lab's own budget refuses the run at setup, from its plan, before any release; a release past the
+    budget that no plan announced (a coordinator asking for one more) is refused when it comes."""
     method = get_method("splitnn")(**{**_settings("splitnn"), "activation_noise": NOISE})
     fed, nodes = build_federation(data_for("splitnn"), method, seed=0)
-    # A budget that bounds what the method noises (protect = false): the release past it is refused when it comes.
+    # A budget that bounds what the method noises (protect = false).
     nodes["pas"].privacy = PrivacyAccount("pas", PrivacyBudget(epsilon=2.0, protect=False))
-    Session(fed).start(method)
-    with pytest.raises(RemoteError, match=r"past its budget ε = 2 \(\[privacy\] epsilon"):
-        method.fit(fed)
+    with pytest.raises(RemoteError, match=r"refuses splitnn at setup.*past its budget ε = 2 \(\[privacy\] epsilon"):
+        Session(fed).start(method)
+    account = PrivacyAccount("pas", PrivacyBudget(epsilon=2.0, protect=False))
+    with pytest.raises(PrivacyBudgetError, match=r"refuses to release activations.*past its budget ε = 2"):
+        NOISE.release(np.ones((3, 2)), np.random.default_rng(0), account, np.array(["a", "b", "c"]),
+                      what="activations")
 
 
 def test_the_accountant_counts_each_release_and_skips_repeats() -> None:

@@ -116,8 +116,15 @@ class DPSGD:
         return epochs * max(1, round(1.0 / self.sample_rate))
 
     def event(self, epochs: int) -> SampledGaussian:
+        """What ``epochs`` epochs on the party's own rows alone cost each person."""
         return SampledGaussian(noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate,
                                steps=self.steps(epochs))
+
+    def within_batches(self, epochs: int) -> SampledGaussian:
+        """What ``epochs`` epochs cost each person when the batches are shared (split learning: the coordinator
+        names them) and the party draws its rows from each at ``sample_rate``: a person's row is in one named batch
+        an epoch, and only the steps of those batches can depend on it."""
+        return SampledGaussian(noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate, steps=epochs)
 
 
 @dataclass(frozen=True, kw_only=True)

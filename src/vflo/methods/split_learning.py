@@ -13,6 +13,7 @@ pass was the best so far (:class:`RemoteBottomsTrainer`), so every party ends at
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ import numpy as np
 
 from vflo.comm.message import BOOL, IDS, INT, STR, Fields, Payload, Reply, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
-from vflo.dp import GaussianNoise, PrivacyAccount, RowNoise
+from vflo.dp import DPSGD, GaussianNoise, PrivacyAccount, RowNoise
 from vflo.errors import MethodError, ProtocolError, RefusedError, RemoteError, TransportError
 from vflo.methods.base import State, prefixed, unprefixed
 from vflo.methods.saved import At, Built, Part, Saved
@@ -54,7 +55,8 @@ class Bottom:
 
     def __init__(self, net: nn.Module, train: TrainConfig, payload_dtype: str, *, noise: GaussianNoise | None = None,
                  rng: np.random.Generator | None = None, keyed: RowNoise | None = None,
-                 account: PrivacyAccount | None = None) -> None:
+                 account: PrivacyAccount | None = None, dp: DPSGD | None = None,
+                 dp_rng: np.random.Generator | None = None, dp_generator: torch.Generator | None = None) -> None:
         self.net = net
         # Activations this party sends are clipped and noised (when the method asks): every release, training,
         # validation and scoring alike. Training releases get fresh noise from the party's own stream (the model
@@ -71,6 +73,21 @@ class Bottom:
         self.max_releases = train.max_epochs
         self._releases: dict[str, dict[object, int]] = {"training": {}, "validation": {}}
         self.optimizer: torch.optim.Optimizer | None = adam(net.parameters(), train)
+        # DP-SGD (the party's own choice): each step uses the rows of the shared batch its own secret draws (each with
+        # probability dp.sample_rate), each one's gradient clipped and the sum noised by Opacus. Only the party
+        # knows who counted, so a person in a batch is protected as by a subsampled Gaussian mechanism.
+        self.dp, self.dp_rng = dp, dp_rng
+        self.private: Any = None
+        if dp is not None:
+            from opacus import GradSampleModule
+            from opacus.optimizers import DPOptimizer
+
+            if dp_rng is None or dp_generator is None:
+                raise ProtocolError("a DP-SGD bottom needs the party's own sampling stream and noise generator")
+            self.private = GradSampleModule(net)
+            self.optimizer = DPOptimizer(self.optimizer, noise_multiplier=dp.noise_multiplier,
+                                         max_grad_norm=dp.max_grad_norm, expected_batch_size=1,
+                                         generator=dp_generator, loss_reduction="mean")
         self.payload_dtype = payload_dtype
         self.restore_best = train.restore_best
         self.pending: torch.Tensor | None = None
@@ -82,7 +99,7 @@ class Bottom:
         """Training-mode activations of people ``ids``; the graph is kept for the :meth:`backward` that
         follows."""
         self.net.train()
-        out = self.net(x)
+        out = self.net(x) if self.private is None else self.private(x)
         self.pending = out
         return self._released(out.detach(), ids, fresh="training")
 
@@ -94,7 +111,17 @@ class Bottom:
         if grad.shape != tuple(out.shape):
             raise ProtocolError(f"split.backward: gradient shape {grad.shape} != activation shape {tuple(out.shape)}")
         self.optimizer.zero_grad()
-        out.backward(torch.as_tensor(grad, dtype=torch.float32))
+        if self.dp is not None:
+            assert self.dp_rng is not None
+            chosen = self.dp_rng.random(len(grad)) < self.dp.sample_rate
+            grad = np.where(chosen[:, None], grad, 0.0)  # a row not drawn adds nothing, clipped or not
+            # Opacus divides the noised sum by the batch it expects: the rows this step draws, on average.
+            self.optimizer.expected_batch_size = max(1.0, self.dp.sample_rate * len(grad))  # type: ignore[attr-defined]  # DPOptimizer has it, typed here as the Optimizer it wraps
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                out.backward(torch.as_tensor(grad, dtype=torch.float32))
+        else:
+            out.backward(torch.as_tensor(grad, dtype=torch.float32))
         self.optimizer.step()
         self.pending = None
 
@@ -138,6 +165,10 @@ class Bottom:
         """The network mid-training (weights, optimiser, validation snapshots), for a checkpoint."""
         if self.pending is not None:
             raise ProtocolError("a checkpoint was asked for between a training forward and its backward")
+        if self.dp is not None:
+            raise RefusedError("this party trains its bottom with DP-SGD and keeps no checkpoint of it: a run resumed "
+                               "from one would draw its noise again from the start, and two updates with the same "
+                               "noise cancel it; train without --checkpoints")
         out: dict[str, Any] = {**module_state(self.net, "net."), "in_dim": self.in_dim}
         if self.optimizer is not None:
             out |= optimizer_state(self.optimizer, "opt.")
@@ -167,6 +198,9 @@ class Bottom:
             self.best = self.candidate
         if self.restore_best and self.best is not None:
             self.net.load_state_dict(self.best)
+        if self.private is not None:  # Opacus's hooks and per-person gradients off the network it keeps
+            self.private.to_standard_module()
+            self.private = None
         self.net.eval()
         self.optimizer, self.pending, self.candidate, self.best = None, None, None, None
 
@@ -193,7 +227,7 @@ def _load_bottom(sub: Mapping[str, Value], at: At) -> Bottom:
     in_dim = sub.get("in_dim")
     if not isinstance(in_dim, int):
         raise MethodError("the saved bottom network lacks its input width")
-    bottom: Bottom = at.method.new_bottom(at.where, in_dim)
+    bottom: Bottom = at.method.new_bottom(at.where, in_dim, trains=False)
     load_module_state(bottom.net, {k: v for k, v in sub.items() if k != "in_dim"})
     bottom.finish(False)
     return bottom
@@ -229,11 +263,24 @@ class SplitParty(HandlerSet):
         """Noise on every activation a party sends (none unless the method's config asks for it)."""
         return None
 
-    def new_bottom(self, ctx: NodeContext, in_dim: int) -> Bottom:
+    def bottom_dp(self) -> DPSGD | None:
+        """DP-SGD for this party's bottom (none unless its own config asks for it)."""
+        return None
+
+    def new_bottom(self, ctx: NodeContext, in_dim: int, *, people: np.ndarray | None = None,
+                   trains: bool = True) -> Bottom:
+        """This party's bottom network; with DP-SGD, its whole training is charged to ``people`` (the rows it
+        trains on; default every row it holds) before it starts. ``trains=False``: a saved one about to be loaded."""
         train, payload_dtype = self.bottom_settings()
+        dp = self.bottom_dp() if trains else None
+        if dp is not None:
+            who = ctx.require_data().ids if people is None else people
+            ctx.privacy.charge(who, training=[dp.within_batches(train.max_epochs)],
+                               what="its bottom network's DP-SGD training")
         bottom = Bottom(self.build_bottom(ctx, in_dim), train, payload_dtype, noise=self.bottom_noise(),
                         rng=ctx.rng("split-activation-noise"), keyed=ctx.row_noise("split-activations"),
-                        account=ctx.privacy)
+                        account=ctx.privacy, dp=dp, dp_rng=ctx.rng("split-dp-sgd") if dp else None,
+                        dp_generator=ctx.torch_generator("split-dp-sgd") if dp else None)
         bottom.in_dim = in_dim
         ctx.part(SplitPart).bottom = bottom
         return bottom

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Fields, Payload
-from vflo.dp import SCOPE_FIXED_MODEL, GaussianNoise
+from vflo.dp import DPSGD, SCOPE_END_TO_END, SCOPE_FIXED_MODEL, GaussianNoise, PrivacyPlan
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, handles, reveals
 from vflo.methods.saved import INTEGER, NUMBER, PARTY_NAMES, WIDTHS, Saved, Saves, network
@@ -78,10 +78,18 @@ class SplitNNConfig(MethodConfig):
     activation_noise: GaussianNoise | None = None
     gradient_noise: GaussianNoise | None = None
     party_dropout: float = 0.0
+    # Off by default: a passive party trains its bottom with DP-SGD (its own choice, in its own [methods.splitnn]),
+    # drawing from each named batch the rows its step uses; with activation_noise too, its account covers its data
+    # end to end.
+    dp_sgd: DPSGD | None = None
 
     def __post_init__(self) -> None:
         if not self.passive_bottom or not self.active_bottom:
             raise ConfigError("splitnn: passive_bottom and active_bottom need at least one layer each")
+        if self.dp_sgd is not None and self.activation_noise is None:
+            raise ConfigError("dp_sgd makes a passive party's bottom private, not the activations it sends: each is "
+                              "still a function of that person's own row. Give activation_noise too, so every "
+                              "activation is a Gaussian release and the account covers both")
         if not 0.0 <= self.party_dropout < 1.0:
             raise ConfigError(f"party_dropout is a probability in [0, 1), got {self.party_dropout}")
 
@@ -122,7 +130,7 @@ class SplitNN(SplitParty, Method):
     checkpointed = ("train",)
     # A passive party's bottom network and how it steps are its own; what it sends is shared.
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "passive": ("passive_bottom", "activation", "train.lr", "train.weight_decay")}
+        "passive": ("passive_bottom", "activation", "train.lr", "train.weight_decay", "dp_sgd")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("activation_noise", "payload_dtype")}
 
     saves: ClassVar[Saves] = Saves(
@@ -189,6 +197,36 @@ class SplitNN(SplitParty, Method):
     def bottom_noise(self) -> GaussianNoise | None:
         return self.config.activation_noise
 
+    def bottom_dp(self) -> DPSGD | None:
+        return self.config.dp_sgd
+
+    def planned_privacy(self, role: str) -> PrivacyPlan | None:
+        """A passive party's: its bottom's DP-SGD (one named batch an epoch per person) where it trains one, and its
+        activations, at most one training or validation release an epoch each (its bottom refuses more; both, for
+        a coordinator that names a person in both) and one when the person is scored."""
+        noise, dp, epochs = self.config.activation_noise, self.config.dp_sgd, self.config.train.max_epochs
+        if role != "passive" or noise is None or type(self) is not SplitNN:  # a subclass sends more than this plans
+            return None
+        releases = 2 * epochs + 1
+        words = [f"DP-SGD of its bottom, {epochs} batches per person at σ = {dp.noise_multiplier:g}, drawing "
+                 f"{dp.sample_rate:g} of each"] if dp is not None else []
+        words.append(f"up to {releases} releases of each person's activations at σ = {noise.noise_multiplier:g}")
+        return PrivacyPlan(mu=noise.mu, releases=releases,
+                           training=() if dp is None else (dp.within_batches(epochs),), what="; ".join(words))
+
+    def protected(self, role: str, scale: float, *, rows: int) -> tuple[SplitNN, PrivacyPlan] | None:
+        """A passive party's side: its bottom by DP-SGD at noise multiplier ``scale`` drawing half of each named
+        batch, and its activations noised at twice that. The active party's is not covered here (its gradients
+        carry its labels)."""
+        if role != "passive" or type(self) is not SplitNN:
+            return None
+        config = replace(self.config, activation_noise=GaussianNoise(clip=1.0, noise_multiplier=2 * scale),
+                         dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0, sample_rate=0.5))
+        chosen = type(self)(config)
+        plan = chosen.planned_privacy(role)
+        assert plan is not None
+        return chosen, plan
+
     def bottom_settings(self) -> tuple[TrainConfig, str]:
         return self.config.train, self.config.payload_dtype
 
@@ -204,7 +242,7 @@ class SplitNN(SplitParty, Method):
         train_ids, val_ids = payload.array("train_ids"), payload.array("val_ids")
         x_train = self.bottom_input(ctx, data.subset(train_ids))
         x_val = self.bottom_input(ctx, data.subset(val_ids))
-        self.new_bottom(ctx, int(x_train.shape[1]))
+        self.new_bottom(ctx, int(x_train.shape[1]), people=np.asarray(train_ids))
         part = ctx.part(SplitPart)
         part.x = {"train": as_tensor(x_train), "val": as_tensor(x_val)}
         part.x_ids = {"train": np.asarray(train_ids), "val": np.asarray(val_ids)}
@@ -324,7 +362,9 @@ class SplitNN(SplitParty, Method):
 
     def epsilon_scope(self) -> str:
         parts = []
-        if self.config.activation_noise is not None:
+        if self.config.activation_noise is not None and self.config.dp_sgd is not None:
+            parts.append("features: " + SCOPE_END_TO_END)
+        elif self.config.activation_noise is not None:
             parts.append("features: " + SCOPE_FIXED_MODEL.replace("encoder", "bottom model") + "; counted once per "
                          "epoch trained and once per scored row (a row scored again is the same release)")
         if self.config.gradient_noise is not None:
