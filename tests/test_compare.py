@@ -254,3 +254,29 @@ def test_a_comparison_with_partners_missing() -> None:
     assert "share of the partners a test person lacks" in page and "id='plot-metric_missing'" in page
     assert "share of the partners a test person lacks" in text and "Missing-partner cells" in text
     assert any(line.startswith("LASER-VFL's claim") for line in claims(result))
+
+
+def test_the_privacy_axis_runs_the_methods_that_protect_their_partners_within_the_budget() -> None:
+    tiny = {"train": FAST}
+    raw = {**BASE, "compare": {
+        "aligned": [0.5], "passives": [1], "splits": ["random"], "second_hop": [], "scored": ["aligned"],
+        "p_miss": [], "absent": [], "epsilons": [4.0], "repeats": 1,
+        "methods": ["local", "splitnn", "apc_vfl", "laser_vfl", "centralized"],
+        "settings": {"splitnn": tiny, "apc_vfl": tiny, "laser_vfl": tiny}}}
+    result = compare(raw)
+    rows = result.rows
+    private = rows[rows["axis"] == "epsilon"]
+    assert set(private["method"]) == {"local", "splitnn", "apc_vfl"}
+    assert (private["status"] == "ok").all(), private[private["status"] != "ok"][["method", "error"]]
+    spent = {m: private[private["method"] == m].iloc[0]["epsilon_account_passive1"] for m in ("splitnn", "apc_vfl")}
+    # APC-VFL spends what it plans; SplitNN's plan counts releases a person may get (training and validation each
+    # epoch, and scoring) that none of these people got all of.
+    assert 3.9 < spent["apc_vfl"] <= 4.0 and 0 < spent["splitnn"] <= 4.0
+    assert all("passive1:" in scope for scope in private[private["method"] != "local"]["epsilon_scope"])
+    assert "cannot protect what a passive party sends" in result.skipped["laser_vfl (aligned)"]
+    assert "pools every party's raw features" in result.skipped["centralized (aligned)"]
+    from vflo.experiments.compare_report import render_markdown
+
+    assert "ε per person at each passive party, end to end" in render_markdown(result, summary(result))
+    with pytest.raises(ConfigError, match="compare.epsilons"):
+        CompareSettings(epsilons=(0.0,))

@@ -28,6 +28,7 @@ splits = ["random", "correlation"]
 second_hop = [1.0]
 p_miss = []
 absent = [0.5]
+epsilons = [4.0]
 scored = ["aligned", "active_only"]
 base_aligned = 0.5
 repeats = 3
@@ -55,7 +56,7 @@ def test_compare_writes_a_report_that_renders_in_a_browser(tmp_path: Path) -> No
     out = tmp_path / "out"
     assert main(["compare", str(config), "--out", str(out)]) == 0
     rows = pd.read_csv(out / "results.csv")
-    assert set(rows["axis"]) == {"aligned", "passives", "split", "second_hop", "absent"}
+    assert set(rows["axis"]) == {"aligned", "passives", "split", "second_hop", "absent", "epsilon"}
     missing = rows[rows["scored"] == "missing"]
     # The same held-out people everywhere; the missing-partner cell scores both kinds' count, each lacking partners.
     assert (rows["status"] == "ok").all() and set(rows.drop(missing.index)["n_test"]) == {57}
@@ -66,6 +67,10 @@ def test_compare_writes_a_report_that_renders_in_a_browser(tmp_path: Path) -> No
     assert set(active_only["method"]) == {"local", "apc_vfl", "centralized"}
     assert {"splitnn", "rap", "entity_augmentation"} <= set(rows[rows["scored"] == "aligned"]["method"])
     assert set(rows[rows["method"] == "vfl_asp"]["axis"]) == {"second_hop"}
+    # The privacy axis: the methods that protect a partner's side, and Local beside them.
+    private = rows[rows["axis"] == "epsilon"]
+    assert set(private[private["scored"] == "aligned"]["method"]) == {"local", "splitnn", "apc_vfl"}
+    assert set(private[private["scored"] == "active_only"]["method"]) == {"local", "apc_vfl"}
     report = (out / "report.md").read_text()
     assert "Which method when" in report and "vfl_asp (aligned)" in report  # skipped in star cells, with why
     assert "scores together with its partners" in report and "paired t-test" in report

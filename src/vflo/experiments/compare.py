@@ -74,7 +74,7 @@ logger = logging.getLogger(__name__)
 Split = Literal["random", "importance", "correlation"]
 Scored = Literal["aligned", "active_only", "missing"]
 #: ``dropped`` and ``without`` are the own-files axes (columns a partner leaves out, a partner left out).
-Axis = Literal["aligned", "passives", "split", "second_hop", "p_miss", "absent", "dropped", "without"]
+Axis = Literal["aligned", "passives", "split", "second_hop", "p_miss", "absent", "dropped", "without", "epsilon"]
 #: The names of the passive parties in a second-hop cell.
 FIRST_HOP, SECOND_HOP = "passive1", "passive2"
 
@@ -125,6 +125,10 @@ class CompareSettings(CompareCommon):
     missing_variants: dict[str, dict[str, Any]] = field(default_factory=registered_variants)
     base_aligned: float = 0.5
     active_share: float = 0.3
+    #: The privacy axis: every passive party protects what it sends with this ε per person, end to end (δ 1e-5;
+    #: its side calibrated at setup, as a deployed party's own [privacy] epsilon does), at the base share. ε = ∞ is
+    #: the base cell of the aligned axis.
+    epsilons: tuple[float, ...] = (1.0, 4.0, 8.0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -136,6 +140,9 @@ class CompareSettings(CompareCommon):
             raise ConfigError(f"compare.passives: counts of passive parties, at least 1, got {self.passives}")
         if not 0 < self.active_share < 1:
             raise ConfigError(f"compare.active_share must be in (0, 1), got {self.active_share}")
+        if any(not 0 < e < math.inf for e in self.epsilons):
+            raise ConfigError(f"compare.epsilons: budgets per person, each a positive number (ε = ∞ is the base cell, "
+                              f"without a budget); got {self.epsilons}")
         if any(not 0 < v <= 1 for v in self.second_hop):
             raise ConfigError(f"compare.second_hop: people the two passive parties share, as a share of the active "
                               f"party's training people, in (0, 1]; got {self.second_hop}")
@@ -329,6 +336,7 @@ def cells(settings: CompareSettings) -> list[Cell]:
         out += [Cell("passives", n, scored, n, "random") for n in settings.passives if n != 1]
         out += [Cell("split", s, scored, 1, s) for s in settings.splits if s != "random"]
         out += [Cell("second_hop", v, scored, 2, "random") for v in settings.second_hop]
+        out += [Cell("epsilon", e, scored, 1, "random") for e in settings.epsilons]
     n = settings.missing_passives
     out += [Cell("p_miss", v, "missing", n, "random") for v in settings.p_miss]
     out += [Cell("absent", v, "missing", n, "random") for v in settings.absent]
@@ -352,7 +360,23 @@ def cannot_run(name: str, task: str, cell: Cell) -> dict[str, Any] | str:
         return f"does not support {task} tasks"
     if cell.scored == "active_only" and cls.inference != "active_only" and not cls.any_subset:
         return "scores together with its partners, who have never seen these people"
+    if cell.axis == "epsilon":
+        why = unprotected(name)
+        if why:
+            return why
     return own
+
+
+def unprotected(name: str) -> str:
+    """Why method ``name`` cannot run where every passive party protects what it sends with a budget ("" where it
+    can: it sends nothing from them, or calibrates their side)."""
+    cls = get_method(name)
+    if cls.simulation_only:
+        return "pools every party's raw features: no budget applies to it"
+    method = cls()
+    if method.handler_table() and method.protected("passive", 1.0, rows=1000) is None:
+        return "cannot protect what a passive party sends under a privacy budget yet"
+    return ""
 
 
 def applicable(settings: CompareSettings, task: str, cell: Cell, *,
@@ -425,6 +449,8 @@ def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: 
     raw["scenario"] = {"parties": parties, "samples": samples}
     test_from = "active" if cell.scored == "missing" else cell.scored  # every held-out person, whoever holds them
     raw["protocol"] = {"name": "repeated_runs", "runs": settings.repeats, "test_from": test_from}
+    if cell.axis == "epsilon":
+        raw["privacy"] = {"epsilon": float(cell.value), "delta": 1e-5}
     # A method's table may name another method and a label (an entry of its own, e.g. PlugVFL's SplitNN).
     raw["methods"] = [{"name": m, **dict(table)} for m, table in methods.items()]
     return raw

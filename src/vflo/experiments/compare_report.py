@@ -36,7 +36,8 @@ AXIS_TEXT = {"aligned": "share of the active party's people the others also hold
              "p_miss": "probability that a partner lacks a training person",
              "absent": "share of the partners a test person lacks",
              "without": "a partner left out",
-             "dropped": "share of each partner's columns it leaves out"}
+             "dropped": "share of each partner's columns it leaves out",
+             "epsilon": "ε per person at each passive party, end to end (δ 1e-5): its side calibrated to it"}
 #: The aligned axis on the parties' own files: what is kept of the real overlap.
 OWN_ALIGNED = "share of the real overlap's training people kept shared"
 SCORED_TEXT = {"aligned": "people every party holds", "active_only": "people only the active party holds",

@@ -26,6 +26,7 @@ from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.data.datasets import Dataset, Task, get_spec, load_dataset
 from vflo.data.layout import Layout
 from vflo.data.scenario import ScenarioSpec
+from vflo.dp import PrivacyBudget
 from vflo.errors import ConfigError, did_you_mean
 from vflo.experiments.protocols import Protocol, parse_protocol
 from vflo.methods.base import Method
@@ -33,7 +34,7 @@ from vflo.methods.registry import active_only, get_method
 from vflo.metrics import check_metric, default_metric
 
 TOP_LEVEL = ("name", "description", "seed", "dataset", "scenario", "protocol", "methods", "alignment", "transport",
-             "report", "quick")
+             "report", "quick", "privacy")
 def default_quick(raw: Mapping[str, Any]) -> dict[str, Any]:
     """``--quick`` without a ``[quick]`` table: one repetition of whatever the protocol repeats (its ``repeats``,
     or ``runs`` for repeated_runs)."""
@@ -114,6 +115,9 @@ class ExperimentConfig:
     transport: TransportConfig
     report: ReportConfig
     alignment: AlignmentConfig = field(default_factory=AlignmentConfig)
+    #: ``[privacy]``: the budget every passive party protects what it sends with, as a deployed party's own
+    #: ``[privacy]`` does (None: no budget, nothing leaves the process).
+    privacy: PrivacyBudget | None = None
     raw: Mapping[str, Any] = field(repr=False)
     quick: bool = False
     base_dir: Path | None = None
@@ -273,6 +277,7 @@ def parse_config(
     methods = _methods(raw.get("methods"))
     transport = schema.build(TransportConfig, raw.get("transport"), where="transport")
     alignment = schema.build(AlignmentConfig, raw.get("alignment"), where="alignment")
+    privacy = None if raw.get("privacy") is None else schema.build(PrivacyBudget, raw["privacy"], where="privacy")
     report = schema.build(ReportConfig, raw.get("report"), where="report")
     if report.metric is not None:
         check_metric(report.metric, task)
@@ -293,7 +298,7 @@ def parse_config(
     return ExperimentConfig(
         name=name, description=description, seed=seed, dataset=dataset, task=task, variants=variants,
         sweep_paths=sweep_paths, protocol=protocol, methods=methods, transport=transport, report=report,
-        alignment=alignment, raw=raw, quick=quick, base_dir=base, table_cache=tables,
+        alignment=alignment, privacy=privacy, raw=raw, quick=quick, base_dir=base, table_cache=tables,
     )
 
 

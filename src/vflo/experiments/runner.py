@@ -268,9 +268,12 @@ def _run_one(
         if checkpoints is not None and method.checkpointed:
             key = run_key(config.name, entry.label, method.config_json(), variant.label, repeat, fold, seed)
             plan = (checkpoints, CheckpointPlan(run=key, resume=resume))
+        budgets = {} if config.privacy is None else {p.name: config.privacy for p in data.parties
+                                                     if p.role == "passive"}
         out = run_method(method, data, seed=seed, max_message_bytes=config.transport.max_message_bytes,
                          alignment=config.alignment, save=None if save is None else (save, entry.label),
-                         checkpoint=plan, fallback=None if entry.fallback is None else scored[entry.fallback])
+                         checkpoint=plan, fallback=None if entry.fallback is None else scored[entry.fallback],
+                         budgets=budgets)
     except Exception as exc:  # one method failing must not discard the others' results
         return _failure(config, dataset, variant, repeat, fold, seed, entry, facts, exc), {}
     scored[entry.label] = out.scores

@@ -137,13 +137,15 @@ def build_federation(
     alignment: AlignmentConfig | None = None, checkpoints: Path | None = None,
     party_seeds: Mapping[str, int] | None = None, party_config: Method | None = None,
     alignments: Mapping[str, AlignmentStore] | None = None, policies: Mapping[str, Policy] | None = None,
+    budgets: Mapping[str, PrivacyBudget] | None = None,
 ) -> tuple[Coordinator, dict[str, Node]]:
     """One node per party built from that party's data only, joined by a :class:`LocalTransport`; with
     ``checkpoints``, each party keeps its own checkpoints in its own subfolder of that folder. Each node draws
     its secrets from its own seed (``party_seeds``, else derived from ``seed`` and its name) and sets its own side
     of the method as ``method`` does (or as ``party_config`` does: parties whose configs say other than what the
     coordinator proposes). ``alignments``: the parties that keep their private set intersections, and where;
-    ``policies``: parties' own policies (:class:`~vflo.party.policy.Policy`; the default elsewhere)."""
+    ``policies``: parties' own policies (:class:`~vflo.party.policy.Policy`; the default elsewhere); ``budgets``:
+    parties' own privacy budgets (none elsewhere: nothing leaves the process)."""
     def stores(p: PartyInfo) -> CheckpointStore | None:
         return None if checkpoints is None else CheckpointStore(checkpoints, party=p.name, role=p.role)
 
@@ -152,7 +154,8 @@ def build_federation(
     nodes = {p.name: party_node(p, data.train.get(p.name), data.serve.get(p.name), peers=parties,
                                 checkpoints=stores(p), secret=party_secret(seed, p.name, party_seeds),
                                 settings=own_sections(party_config or method, p.role),
-                                alignments=(alignments or {}).get(p.name), policy=(policies or {}).get(p.name))
+                                alignments=(alignments or {}).get(p.name), policy=(policies or {}).get(p.name),
+                                budget=(budgets or {}).get(p.name))
              for p in data.parties}
     for info in extras:
         if info.name in nodes:
@@ -177,15 +180,18 @@ def run_method(
     checkpoint: tuple[Path, CheckpointPlan] | None = None, party_seeds: Mapping[str, int] | None = None,
     party_config: Method | None = None, fallback: np.ndarray | None = None,
     alignments: Mapping[str, AlignmentStore] | None = None, policies: Mapping[str, Policy] | None = None,
+    budgets: Mapping[str, PrivacyBudget] | None = None,
 ) -> RunOutput:
     """Fit ``method`` and score the test IDs, all over a fresh in-process federation; with ``save`` (a folder
     and a label) every party also writes its part of the fitted model there; with ``checkpoint`` (a folder and
     a plan) training keeps checkpoints there and may resume from them. ``fallback``: another method's scores of
-    every test ID, used for those a partner the method scores with does not hold (stat ``fallback_rows``)."""
+    every test ID, used for those a partner the method scores with does not hold (stat ``fallback_rows``).
+    ``budgets``: parties' own privacy budgets (a protecting one calibrates its side or refuses the run at setup)."""
     fed, nodes = build_federation(data, method, seed=seed, max_message_bytes=max_message_bytes, observers=observers,
                                   faults=faults, alignment=alignment,
                                   checkpoints=None if checkpoint is None else checkpoint[0], party_seeds=party_seeds,
-                                  party_config=party_config, alignments=alignments, policies=policies)
+                                  party_config=party_config, alignments=alignments, policies=policies,
+                                  budgets=budgets)
 
     def scored(fed: Coordinator) -> tuple[np.ndarray, dict[str, float]]:
         assert fallback is not None

@@ -479,6 +479,8 @@ class Node:
         budget, data, role = self.privacy.budget, self._data, self.info.role
         if budget is None or not budget.protect or data is None or method.planned_privacy(role) is not None:
             return method, {}
+        if not method.handler_table():  # it serves no message here: nothing derived from its rows leaves
+            return method, {}
         ids, rows = data.ids, data.n_samples
         first = method.protected(role, 1.0, rows=rows)
         if first is None:
