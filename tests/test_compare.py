@@ -261,8 +261,8 @@ def test_the_privacy_axis_runs_the_methods_that_protect_their_partners_within_th
     raw = {**BASE, "compare": {
         "aligned": [0.5], "passives": [1], "splits": ["random"], "second_hop": [], "scored": ["aligned"],
         "p_miss": [], "absent": [], "epsilons": [4.0], "repeats": 1,
-        "methods": ["local", "splitnn", "apc_vfl", "laser_vfl", "centralized"],
-        "settings": {"splitnn": tiny, "apc_vfl": tiny, "laser_vfl": tiny}}}
+        "methods": ["local", "splitnn", "apc_vfl", "fedsvd", "centralized"],
+        "settings": {"splitnn": tiny, "apc_vfl": tiny}}}
     result = compare(raw)
     rows = result.rows
     private = rows[rows["axis"] == "epsilon"]
@@ -273,7 +273,7 @@ def test_the_privacy_axis_runs_the_methods_that_protect_their_partners_within_th
     # epoch, and scoring) that none of these people got all of.
     assert 3.9 < spent["apc_vfl"] <= 4.0 and 0 < spent["splitnn"] <= 4.0
     assert all("passive1:" in scope for scope in private[private["method"] != "local"]["epsilon_scope"])
-    assert "cannot protect what a passive party sends" in result.skipped["laser_vfl (aligned)"]
+    assert "cannot protect what a passive party sends" in result.skipped["fedsvd (aligned)"]
     assert "pools every party's raw features" in result.skipped["centralized (aligned)"]
     from vflo.experiments.compare_report import render_markdown
 

@@ -209,9 +209,9 @@ def test_a_party_that_gives_only_a_target_epsilon_is_calibrated_to_it() -> None:
 
 
 def test_a_protecting_party_refuses_a_method_it_cannot_cover_and_a_run_past_what_is_left() -> None:
-    fed, nodes, passive = _protected_federation("laser_vfl", 4.0)
-    with pytest.raises(RemoteError, match=r"laser_vfl's passive side sends what it cannot cover here.*protect = false"):
-        Session(fed).start(get_method("laser_vfl")(**QUICK))
+    fed, nodes, passive = _protected_federation("vfl_asp", 4.0)
+    with pytest.raises(RemoteError, match=r"vfl_asp's passive side sends what it cannot cover here.*protect = false"):
+        Session(fed).start(get_method("vfl_asp")(**QUICK))
     fed, nodes, passive = _protected_federation("apc_vfl", 4.0)
     # Its people spent ε 4.38 before it lowered its budget to 4: no run fits what is left.
     account = PrivacyAccount(passive)
@@ -279,6 +279,13 @@ def test_splitnn_with_a_private_bottom_plans_runs_and_reports_the_partys_account
     assert out.account_scopes[passive] == "features: " + SCOPE_END_TO_END
     with pytest.raises(ConfigError, match="Give activation_noise too"):
         get_method("splitnn")(dp_sgd=PRIVATE)
+
+
+def test_laser_vfl_passive_side_is_splitnns_and_vfl_asps_is_not() -> None:
+    assert get_method("laser_vfl")().passive_side_is_splitnns() and get_method("splitnn")().passive_side_is_splitnns()
+    assert not get_method("vfl_asp")().passive_side_is_splitnns()
+    assert get_method("laser_vfl")().protected("passive", 1.0, rows=100) is not None
+    assert get_method("vfl_asp")().protected("passive", 1.0, rows=100) is None
 
 
 def test_a_protecting_party_calibrates_its_splitnn_bottom() -> None:

@@ -1,6 +1,6 @@
 """A lab whose config says only `[privacy] epsilon = 4`, served as its own process: the run calibrates its side to
-that budget, trains, and reports ε ≤ 4 at the lab; a method it cannot cover (LASER-VFL's side), and a run past what
-is left of its budget, are refused at setup with the figures, before anything trains."""
+that budget, trains, and reports ε ≤ 4 at the lab; a method it cannot cover (Entity Augmentation's guest), and a
+run past what is left of its budget, are refused at setup with the figures, before anything trains."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def test_a_lab_with_only_a_target_epsilon_trains_within_it_and_refuses_past_it(
             assert 3.9 < out.stats["epsilon_account_pas"] <= 4.0
             assert out.account_scopes["pas"] == SCOPE_END_TO_END
             assert {"noise", "dp_sgd"} <= set(out.party_settings["pas"])
-            with pytest.raises(RemoteError, match="laser_vfl's passive side sends what it cannot cover"):
-                deployment.run(get_method("laser_vfl")(**QUICK), seed=1)
+            with pytest.raises(RemoteError, match="entity_augmentation's passive side sends what it cannot cover"):
+                deployment.run(get_method("entity_augmentation")(**QUICK), seed=1)
             with pytest.raises(RemoteError, match=r"refuses apc_vfl at setup: even with the most noise.*budget ε = 4 "
                                                   r"at δ = 1e-05 \((4|3\.9\d) spent before it"):
                 deployment.run(get_method("apc_vfl")(**QUICK), seed=2)

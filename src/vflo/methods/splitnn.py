@@ -200,12 +200,17 @@ class SplitNN(SplitParty, Method):
     def bottom_dp(self) -> DPSGD | None:
         return self.config.dp_sgd
 
+    def passive_side_is_splitnns(self) -> bool:
+        """Whether this method's parties serve SplitNN's kinds and no other (LASER-VFL's do): then they send what
+        SplitNN's plan counts. A subclass that serves more (VFL-ASP's first hop) sends more than it plans for."""
+        return set(type(self).handler_table()) == set(SplitNN.handler_table())
+
     def planned_privacy(self, role: str) -> PrivacyPlan | None:
         """A passive party's: its bottom's DP-SGD (one named batch an epoch per person) where it trains one, and its
         activations, at most one training or validation release an epoch each (its bottom refuses more; both, for
         a coordinator that names a person in both) and one when the person is scored."""
         noise, dp, epochs = self.config.activation_noise, self.config.dp_sgd, self.config.train.max_epochs
-        if role != "passive" or noise is None or type(self) is not SplitNN:  # a subclass sends more than this plans
+        if role != "passive" or noise is None or not self.passive_side_is_splitnns():
             return None
         releases = 2 * epochs + 1
         words = [f"DP-SGD of its bottom, {epochs} batches per person at σ = {dp.noise_multiplier:g}, drawing "
@@ -218,7 +223,7 @@ class SplitNN(SplitParty, Method):
         """A passive party's side: its bottom by DP-SGD at noise multiplier ``scale`` drawing half of each named
         batch, and its activations noised at twice that. The active party's is not covered here (its gradients
         carry its labels)."""
-        if role != "passive" or type(self) is not SplitNN:
+        if role != "passive" or not self.passive_side_is_splitnns():
             return None
         config = replace(self.config, activation_noise=GaussianNoise(clip=1.0, noise_multiplier=2 * scale),
                          dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0, sample_rate=0.5))
