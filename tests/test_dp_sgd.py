@@ -269,10 +269,10 @@ def test_splitnn_with_a_private_bottom_plans_runs_and_reports_the_partys_account
     fed, nodes = build_federation(data, proposal, seed=0, party_config=own)
     mu2 = GaussianNoise(**ACTS).mu ** 2
     run = DPSGD(**PRIVATE).within_batches(2)
-    planned = composed_epsilon(5 * mu2, 0.0, [run], 1e-5)  # 2 epochs of training or validation releases each, and 1
+    planned = composed_epsilon(3 * mu2, 0.0, [run], 1e-5)  # a release an epoch (training or validation), and 1
     nodes[passive].privacy = PrivacyAccount(passive, PrivacyBudget(epsilon=math.floor(planned), protect=False))
     with pytest.raises(RemoteError, match=rf"refuses splitnn at setup: its plan \(DP-SGD of its bottom, 2 batches "
-                                          rf"per person.*up to 5 releases.*ε = {planned:.3g}"):
+                                          rf"per person.*up to 3 releases.*ε = {planned:.3g}"):
         Session(fed).start(proposal)
     out = run_method(proposal, data, seed=0, party_config=own)
     assert out.stats[f"epsilon_account_{passive}"] == pytest.approx(composed_epsilon(2 * mu2, 0.0, [run], 1e-5))
@@ -286,6 +286,17 @@ def test_laser_vfl_passive_side_is_splitnns_and_vfl_asps_is_not() -> None:
     assert not get_method("vfl_asp")().passive_side_is_splitnns()
     assert get_method("laser_vfl")().protected("passive", 1.0, rows=100) is not None
     assert get_method("vfl_asp")().protected("passive", 1.0, rows=100) is None
+
+
+def test_a_passive_party_refuses_a_person_named_for_training_and_validation() -> None:
+    data = data_for("splitnn")
+    method = get_method("splitnn")(**SPLIT)
+    fed, _ = build_federation(data, method, seed=0)
+    Session(fed).start(method)
+    passive = next(p.name for p in data.parties if p.role == "passive")
+    ids = data.train[passive].ids[:4]
+    with pytest.raises(RemoteError, match=r"names 1 people .* for both training and validation; refused"):
+        fed.control("splitnn.init", {passive: {"train_ids": ids[:3], "val_ids": ids[2:]}})
 
 
 def test_a_protecting_party_calibrates_its_splitnn_bottom() -> None:

@@ -207,12 +207,12 @@ class SplitNN(SplitParty, Method):
 
     def planned_privacy(self, role: str) -> PrivacyPlan | None:
         """A passive party's: its bottom's DP-SGD (one named batch an epoch per person) where it trains one, and its
-        activations, at most one training or validation release an epoch each (its bottom refuses more; both, for
-        a coordinator that names a person in both) and one when the person is scored."""
+        activations: at most one training or validation release a person an epoch (its bottom refuses more, and
+        ``splitnn.init`` a person named in both sets) and one when the person is scored."""
         noise, dp, epochs = self.config.activation_noise, self.config.dp_sgd, self.config.train.max_epochs
         if role != "passive" or noise is None or not self.passive_side_is_splitnns():
             return None
-        releases = 2 * epochs + 1
+        releases = epochs + 1
         words = [f"DP-SGD of its bottom, {epochs} batches per person at σ = {dp.noise_multiplier:g}, drawing "
                  f"{dp.sample_rate:g} of each"] if dp is not None else []
         words.append(f"up to {releases} releases of each person's activations at σ = {noise.noise_multiplier:g}")
@@ -245,6 +245,10 @@ class SplitNN(SplitParty, Method):
     def _init(self, ctx: NodeContext, payload: Fields) -> Payload:
         data = ctx.require_data()
         train_ids, val_ids = payload.array("train_ids"), payload.array("val_ids")
+        both = np.intersect1d(train_ids, val_ids)
+        if len(both):  # each would be released once per epoch as a training row and again as a validation row
+            raise ProtocolError(f"splitnn.init names {len(both)} people (e.g. {both[0]!r}) for both training and "
+                                "validation; refused: a person is one or the other")
         x_train = self.bottom_input(ctx, data.subset(train_ids))
         x_val = self.bottom_input(ctx, data.subset(val_ids))
         self.new_bottom(ctx, int(x_train.shape[1]), people=np.asarray(train_ids))
