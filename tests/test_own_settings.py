@@ -181,7 +181,7 @@ def test_a_setup_over_the_wire_runs_the_partys_own_and_says_so() -> None:
     # The width the active party's top network will see is the party's own.
     ids = data.train["pas"].ids[:8]
     init = fed.transport.request(Message(sender="act", receiver="pas", kind="splitnn.init", round=1,
-                                         payload={"train_ids": ids, "val_ids": ids[:2]}, run="r1"))
+                                         payload={"train_ids": ids[2:], "val_ids": ids[:2]}, run="r1"))
     assert init.payload["width"] == 16
 
 

@@ -183,7 +183,7 @@ def test_a_malicious_coordinator_cannot_choose_the_lab_s_computation(lab: Federa
         assert reply.payload["own"] == {"passive_bottom": [64, 64], "activation": "relu",
                                                           "train.lr": 0.001}
         ids = lab.local.train["pas"].ids[:16]
-        init = act.request(Message("act", "pas", "splitnn.init", 1, {"train_ids": ids, "val_ids": ids[:4]},
+        init = act.request(Message("act", "pas", "splitnn.init", 1, {"train_ids": ids[4:], "val_ids": ids[:4]},
                                    run="attack-1"))
         assert init.error is None and init.payload["width"] == 64  # the lab's own network, not the proposal's
         width = lab.local.train["pas"].n_features
@@ -243,7 +243,7 @@ def test_under_the_resource_attacks_a_party_stays_under_its_ceiling_and_keeps_se
         assert act.request(Message("act", "pas", "control.setup", 0, _setup(splitnn, "splitnn", everyone[:2]),
                                    run="attack-4")).error is None
         ids = lab.local.train["pas"].ids[:16]
-        assert act.request(Message("act", "pas", "splitnn.init", 1, {"train_ids": ids, "val_ids": ids[:4]},
+        assert act.request(Message("act", "pas", "splitnn.init", 1, {"train_ids": ids[4:], "val_ids": ids[:4]},
                                    run="attack-4")).error is None
         batch = act.request(Message("act", "pas", "splitnn.forward", 2, {
             "rows": np.zeros(1_500_000, dtype=np.int64), "subset": "train", "training": True,
