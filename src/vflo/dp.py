@@ -204,15 +204,19 @@ def composed_epsilon(mu2: float, pure: float, training: Sequence[SampledGaussian
     return _composed(round(mu2, 12), round(pure, 12), tuple(sorted(runs)), delta, relation)
 
 
+def _neighbours(relation: str) -> Any:
+    """dp_accounting's name for ``relation`` (``"replace"`` or ``"add_remove"``)."""
+    from dp_accounting import NeighboringRelation
+
+    return {"replace": NeighboringRelation.REPLACE_ONE, "add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE}[relation]
+
+
 @functools.lru_cache(maxsize=4096)
 def _composed(mu2: float, pure: float, runs: tuple[Run, ...], delta: float,
               relation: str) -> float:
-    from dp_accounting import NeighboringRelation
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld
 
-    neighbours = {"replace": NeighboringRelation.REPLACE_ONE,
-                  "add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE}[relation]
     if pure > PURE_APART:
         # A loss distribution of e^ε overflows; pure ε-DP composes with the rest at most additively (basic composition).
         return pure + _composed(mu2, 0.0, runs, delta, relation)
@@ -224,7 +228,7 @@ def _composed(mu2: float, pure: float, runs: tuple[Run, ...], delta: float,
     if mu2 > 0:
         # μ = 2/σ for a release of sensitivity 2C under noise σC (replace-one): σ = 2/√(Σμ²).
         parts.append(pld.from_gaussian_mechanism(standard_deviation=2.0 / math.sqrt(mu2),
-                                                 neighboring_relation=neighbours,
+                                                 neighboring_relation=_neighbours(relation),
                                                  value_discretization_interval=step))
     if pure > 0:
         parts.append(pld.from_privacy_parameters(common.DifferentialPrivacyParameters(epsilon=pure, delta=0.0),
@@ -242,12 +246,10 @@ def _composed(mu2: float, pure: float, runs: tuple[Run, ...], delta: float,
 def _training(sigma: float, rate: float, steps: int, step: float, relation: str) -> Any:
     """A DP-SGD run's privacy loss distribution: the same run is in many people's accounts and many plans, and
     composing its steps is the accountant's slowest work, so it is done once."""
-    from dp_accounting import NeighboringRelation
     from dp_accounting.pld import privacy_loss_distribution as pld
 
-    neighbours = {"replace": NeighboringRelation.REPLACE_ONE,
-                  "add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE}[relation]
-    return pld.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=rate, neighboring_relation=neighbours,
+    return pld.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=rate,
+                                       neighboring_relation=_neighbours(relation),
                                        value_discretization_interval=step).self_compose(steps)
 
 
@@ -396,6 +398,11 @@ class PrivacyPlan:
     pure_releases: int = 0
     training: tuple[SampledGaussian, ...] = ()
     what: str = ""
+
+    @property
+    def spends(self) -> bool:
+        """Whether the plan spends anything: a side that sends nothing derived from its rows plans nothing."""
+        return bool(self.releases or self.pure_releases or self.training)
 
 
 #: The noise scales calibration searches between (see :func:`calibrate`): below the first a DP-SGD step's loss

@@ -20,6 +20,7 @@ from vflo.data.partydata import PartyData
 from vflo.deploy.configs import DeployConfig, PartyConfig
 from vflo.deploy.kind import Hosted, Job, TransportKind
 from vflo.errors import ConfigError
+from vflo.flower import require_flwr, unavailable
 
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
@@ -39,30 +40,16 @@ class FlowerOptions:
     supernode: tuple[str, ...] = ()
 
 
-def unavailable() -> str:
-    try:
-        import flwr  # noqa: F401
-    except ImportError:
-        return "needs the flwr package: pip install 'vflo[flower]'"
-    return ""
-
-
-def _require() -> None:
-    why = unavailable()
-    if why:
-        raise ConfigError(f"running over Flower {why}")
-
-
 def host(config: PartyConfig, options: Any, *, data: PartyData | None = None,
          serve: PartyData | None = None) -> Hosted:
-    _require()
+    require_flwr()
     from vflo.flower.worker import PartyWorker
 
     return PartyWorker(config, address=options.worker or None, data=data, serve=serve).start()
 
 
 def serve(config: PartyConfig, options: Any, extra: Sequence[str]) -> int:
-    _require()
+    require_flwr()
     from vflo.flower.worker import serve_flower
 
     supernode = [a for a in extra if a != "--"] or list(options.supernode)
@@ -71,7 +58,7 @@ def serve(config: PartyConfig, options: Any, extra: Sequence[str]) -> int:
 
 def coordinate(deploy: DeployConfig, job: Job[T], *, contacts: Mapping[str, str] | None = None,
                needed: Sequence[str] | None = None, optional: Sequence[str] = ()) -> T:
-    _require()
+    require_flwr()
     if not contacts:
         raise ConfigError(
             "over Flower the coordinator is a ServerApp, which Flower starts where the SuperLink runs: flwr run "

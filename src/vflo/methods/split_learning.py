@@ -13,7 +13,6 @@ pass was the best so far (:class:`RemoteBottomsTrainer`), so every party ends at
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from vflo.dp import DPSGD, GaussianNoise, PrivacyAccount, RowNoise
 from vflo.errors import MethodError, ProtocolError, RefusedError, RemoteError, TransportError
 from vflo.methods.base import State, prefixed, unprefixed
 from vflo.methods.saved import At, Built, Part, Saved
+from vflo.nn.private import private_training, quiet_hooks
 from vflo.nn.train import (
     History,
     TrainConfig,
@@ -79,15 +79,11 @@ class Bottom:
         self.dp, self.dp_rng = dp, dp_rng
         self.private: Any = None
         if dp is not None:
-            from opacus import GradSampleModule
-            from opacus.optimizers import DPOptimizer
-
             if dp_rng is None or dp_generator is None:
                 raise ProtocolError("a DP-SGD bottom needs the party's own sampling stream and noise generator")
-            self.private = GradSampleModule(net)
-            self.optimizer = DPOptimizer(self.optimizer, noise_multiplier=dp.noise_multiplier,
-                                         max_grad_norm=dp.max_grad_norm, expected_batch_size=1,
-                                         generator=dp_generator, loss_reduction="mean")
+            assert self.optimizer is not None
+            self.private, self.optimizer = private_training(net, self.optimizer, dp, generator=dp_generator,
+                                                            expected_batch_size=1)
         self.payload_dtype = payload_dtype
         self.restore_best = train.restore_best
         self.pending: torch.Tensor | None = None
@@ -117,10 +113,7 @@ class Bottom:
             grad = np.where(chosen[:, None], grad, 0.0)  # a row not drawn adds nothing, clipped or not
             # Opacus divides the noised sum by the batch it expects: the rows this step draws, on average.
             self.optimizer.expected_batch_size = max(1.0, self.dp.sample_rate * len(grad))  # type: ignore[attr-defined]  # DPOptimizer has it, typed here as the Optimizer it wraps
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Full backward hook is firing")
-                out.backward(torch.as_tensor(grad, dtype=torch.float32))
-        else:
+        with quiet_hooks():
             out.backward(torch.as_tensor(grad, dtype=torch.float32))
         self.optimizer.step()
         self.pending = None

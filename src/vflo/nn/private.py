@@ -11,10 +11,11 @@ the accounting. What the steps cost is :meth:`vflo.dp.DPSGD.event`, charged by t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +34,28 @@ logger = logging.getLogger(__name__)
 LossFn = Callable[["torch.nn.Module", Mapping[str, "torch.Tensor"]], "torch.Tensor"]
 
 
+def private_training(net: torch.nn.Module, optimizer: torch.optim.Optimizer, dp: DPSGD, *,
+                     generator: torch.Generator, expected_batch_size: float) -> tuple[Any, Any]:
+    """``net`` with Opacus's per-person gradients, and ``optimizer`` clipping each to ``dp.max_grad_norm`` and
+    noising their sum from ``generator`` (dividing by ``expected_batch_size``, for a batch's mean loss)."""
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    return GradSampleModule(net), DPOptimizer(optimizer, noise_multiplier=dp.noise_multiplier,
+                                               max_grad_norm=dp.max_grad_norm,
+                                               expected_batch_size=expected_batch_size, generator=generator,
+                                               loss_reduction="mean")
+
+
+@contextlib.contextmanager
+def quiet_hooks() -> Iterator[None]:
+    """Around a backward pass: Opacus's hooks fire on the module's outputs when its inputs need no gradient
+    (vflo's never do), and warn about it every time."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        yield
+
+
 def poisson_batches(n: int, rate: float, steps: int, rng: np.random.Generator) -> list[np.ndarray]:
     """``steps`` batches of the positions 0..n-1, each position in each batch with probability ``rate``."""
     return [np.flatnonzero(rng.random(n) < rate) for _ in range(steps)]
@@ -43,9 +66,6 @@ def fit_private(model: torch.nn.Module, loss_fn: LossFn, tensors: Mapping[str, A
     """Train ``model`` in place on the rows of ``tensors`` (arrays, or :mod:`vflo.spill` rows, of equal height) with
     DP-SGD: ``loss_fn(module, batch)`` is the batch's mean loss; Adam at the config's learning rate. Poisson batches
     come from ``rng`` and the noise from ``generator``, both the party's own."""
-    from opacus import GradSampleModule
-    from opacus.optimizers import DPOptimizer
-
     n = len(next(iter(tensors.values())))
     if n < 1:
         raise ConfigError("no training rows: DP-SGD has nothing to learn from")
@@ -53,10 +73,8 @@ def fit_private(model: torch.nn.Module, loss_fn: LossFn, tensors: Mapping[str, A
     if expected < 1:
         raise ConfigError(f"dp_sgd.sample_rate {dp.sample_rate} draws {expected:.2g} of the {n} rows a batch on "
                           f"average: raise it to at least {1 / n:.2g}")
-    private = GradSampleModule(model)
-    optimizer = DPOptimizer(adam(private.parameters(), train), noise_multiplier=dp.noise_multiplier,
-                            max_grad_norm=dp.max_grad_norm, expected_batch_size=max(1, round(expected)),
-                            generator=generator, loss_reduction="mean")
+    private, optimizer = private_training(model, adam(model.parameters(), train), dp, generator=generator,
+                                          expected_batch_size=max(1, round(expected)))
     history = History(monitor="loss", stop_reason="max_epochs")
     per_epoch = dp.steps(1)
     model.train()
@@ -68,9 +86,7 @@ def fit_private(model: torch.nn.Module, loss_fn: LossFn, tensors: Mapping[str, A
             if len(positions):
                 batch = {k: as_tensor(np.asarray(v[positions])) for k, v in tensors.items()}
                 loss = loss_fn(private, batch)
-                with warnings.catch_warnings():
-                    # Opacus's hooks fire on the module's outputs when the inputs need no gradient (ours never do).
-                    warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                with quiet_hooks():
                     loss.backward()
                 total += float(loss.detach()) * len(positions)
                 rows += len(positions)

@@ -456,14 +456,10 @@ class Node:
             self._require_store()
         method, calibrated = self._protected(name, method)
         differs |= calibrated
-        self.install(method, seed=payload.integer("seed"), parties=parties, run=run)
         plan = method.planned_privacy(self.info.role)
-        if plan is not None and self._data is not None:
-            try:  # the whole run's spending, known now: refused before anything runs, never part way
-                self.privacy.check_plan(self._data.ids, plan, what=name)
-            except VfloError:
-                self.context, self.method, self._handlers = None, None, {}
-                raise
+        if plan is not None and self._data is not None:  # the whole run's spending: refused before it is installed
+            self.privacy.check_plan(self._data.ids, plan, what=name)
+        self.install(method, seed=payload.integer("seed"), parties=parties, run=run)
         own = (f"; its own settings where they differ from the proposal: {json.dumps(differs, sort_keys=True)}"
                if differs else "")
         logger.info("party %s: %s set up %s (run %s%s)%s; within its policy (%s)", self.name, sender, name, run,
@@ -489,7 +485,7 @@ class Node:
                 f"{budget.epsilon:g}, protect = true), and {name}'s {role} side sends what it cannot cover here; it "
                 "refuses the run. Run a method that can protect this side, or set [privacy] protect = false in its "
                 "config to bound only what a method noises anyway")
-        if not (first[1].releases or first[1].pure_releases or first[1].training):
+        if not first[1].spends:
             return first[0], {}  # this side sends nothing derived from its rows
 
         def fits(scale: float) -> bool:
