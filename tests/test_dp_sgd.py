@@ -311,3 +311,18 @@ def test_a_protecting_party_calibrates_its_splitnn_bottom() -> None:
     ran = session.party_settings[passive]
     assert ran["dp_sgd"]["sample_rate"] == 0.5 and ran["activation_noise"]["noise_multiplier"] > 1
     assert 0 < nodes[passive].privacy.epsilon() <= 8.0
+
+
+def test_a_dp_sgd_bottom_keeps_no_checkpoint_and_a_missing_account_is_named(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from vflo.errors import DataError, RefusedError
+    from vflo.methods.split_learning import Bottom
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    bottom = Bottom(net, TrainConfig(), "float32", dp=DPSGD(sample_rate=0.5), dp_rng=np.random.default_rng(0),
+                    dp_generator=torch_generator(0, "n"))
+    with pytest.raises(RefusedError, match="keeps no checkpoint of it.*train without --checkpoints"):
+        bottom.state()
+    with pytest.raises(DataError, match="does not exist: give party 'lab'.s privacy account"):
+        PrivacyAccount.read(Path(str(tmp_path)) / "lab_privacy.jsonl", "lab")
