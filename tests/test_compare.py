@@ -277,6 +277,22 @@ def test_the_privacy_axis_runs_the_methods_that_protect_their_partners_within_th
     assert "pools every party's raw features" in result.skipped["centralized (aligned)"]
     from vflo.experiments.compare_report import render_markdown
 
-    assert "ε per person at each passive party, end to end" in render_markdown(result, summary(result))
+    text = render_markdown(result, summary(result))
+    assert "ε per person at each passive party, end to end" in text
+    # The label holder randomises its labels at the same ε where a method sends what they shape (SplitNN).
+    split = private[private["method"] == "splitnn"].iloc[0]
+    assert split["epsilon_account_active"] == pytest.approx(4.0, rel=1e-3) and split["epsilon_labels"] == 4.0
+    assert "epsilon_account_active" not in private or \
+        private[private["method"] == "apc_vfl"]["epsilon_account_active"].isna().all()
+    # The privacy cells and the base cell are attacked; other cells are not.
+    base = rows[(rows["axis"] == "aligned") & (rows["value"].astype(str) == "0.5")]
+    for part in (private, base):
+        ran = part[part["method"].isin(["splitnn", "apc_vfl"])]
+        assert ran["attack_r2"].notna().all() and ran["attack_leaks"].isin([0.0, 1.0]).all()
+    unprotected = base[base["method"] == "splitnn"].iloc[0]
+    assert unprotected["label_leaks"] == 1.0 and unprotected["label_auc"] > 0.9  # the gradients' direction
+    assert private[private["method"] == "local"]["attack_leaks"].eq(0.0).all()  # it sends nothing
+    assert "## Which method at each privacy level" in text and "At ε = 4 per party, scoring aligned people" in text
+    assert "Without a budget (ε = ∞)" in text and "leaks labels" in text
     with pytest.raises(ConfigError, match="compare.epsilons"):
         CompareSettings(epsilons=(0.0,))

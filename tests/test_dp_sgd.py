@@ -21,7 +21,7 @@ import torch
 
 from tests.test_methods import data_for
 from vflo.dp import DPSGD, SCOPE_END_TO_END, GaussianNoise, PrivacyAccount, PrivacyBudget, composed_epsilon
-from vflo.errors import ConfigError, RemoteError
+from vflo.errors import ConfigError, PrivacyBudgetError, RemoteError
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
@@ -326,3 +326,40 @@ def test_a_dp_sgd_bottom_keeps_no_checkpoint_and_a_missing_account_is_named(tmp_
         bottom.state()
     with pytest.raises(DataError, match="does not exist: give party 'lab'.s privacy account"):
         PrivacyAccount.read(Path(str(tmp_path)) / "lab_privacy.jsonl", "lab")
+
+
+def test_randomised_response_keeps_a_label_with_its_probability_and_flips_to_the_others_uniformly() -> None:
+    from vflo.dp import RandomisedResponse
+
+    rr = RandomisedResponse(epsilon=1.0)
+    y = np.repeat(np.arange(3), 20000)
+    out = rr.apply(y, 3, np.random.default_rng(0))
+    assert rr.keep(3) == pytest.approx(math.e / (math.e + 2))
+    assert np.mean(out == y) == pytest.approx(rr.keep(3), abs=0.01)
+    # Any output's probability moves by at most e^ε when the label changes: the likelihood ratio is e^ε exactly.
+    stay, move = np.mean(out[y == 0] == 0), np.mean(out[y == 1] == 0)
+    assert stay / move == pytest.approx(math.e, rel=0.05)
+    assert rr.keep(2) == pytest.approx(1 / (1 + math.exp(-1.0)))
+    with pytest.raises(ConfigError, match="label_epsilon must be a positive number"):
+        get_method("splitnn")(label_epsilon=0.0)
+
+
+def test_splitnn_trains_on_randomised_labels_counted_in_the_active_partys_own_account() -> None:
+    data = data_for("splitnn")
+    active = data.active
+    method = get_method("splitnn")(**SPLIT, label_epsilon=2.0)
+    assert method.planned_privacy("active") is not None
+    out = run_method(method, data, seed=0)
+    assert out.stats[f"epsilon_account_{active}"] == pytest.approx(2.0, rel=1e-3)
+    assert out.stats["epsilon_labels"] == 2.0
+    assert "randomised once before training" in out.account_scopes[active]
+    # The active party's own budget is checked against its plan before anything runs, as a partner's is.
+    fed, nodes = build_federation(data, method, seed=0)
+    nodes[active].privacy = PrivacyAccount(active, PrivacyBudget(epsilon=1.0, protect=False))
+    with pytest.raises(PrivacyBudgetError, match=r"randomised response on its labels at ε = 2.*past its budget ε = 1"):
+        Session(fed).start(method)
+    # Randomised from the active party's own secret: another secret, other labels; the same, the same scores.
+    again = run_method(method, data, seed=0)
+    assert np.array_equal(again.scores, out.scores)
+    other = run_method(method, data, seed=0, party_seeds={active: 99})
+    assert not np.array_equal(other.scores, out.scores)

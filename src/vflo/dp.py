@@ -130,6 +130,39 @@ class DPSGD:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RandomisedResponse:
+    """Label differential privacy by randomised response (Warner 1965; as RR in Ghazi et al., "Deep Learning with
+    Label Differential Privacy", NeurIPS 2021): each label is kept with probability e^ε / (e^ε + k - 1) and
+    otherwise replaced by one of the other k - 1 classes, uniformly. One person's label changing moves the
+    probability of any output by at most e^ε, so the randomised labels are ε-DP for the labels, once; everything
+    computed from them afterwards (a network's gradients, every epoch of them) is post-processing and spends
+    nothing more. It protects labels only: a value computed from the holder's features as well carries those."""
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.epsilon, int | float) and math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise ConfigError(f"label_epsilon must be a positive number (ε of randomised response on the labels), "
+                              f"got {self.epsilon!r}")
+
+    def keep(self, classes: int) -> float:
+        """The probability that a label is kept, with ``classes`` classes."""
+        return 1.0 / (1.0 + (classes - 1) * math.exp(-self.epsilon))
+
+    def apply(self, y: np.ndarray, classes: int, rng: np.random.Generator) -> np.ndarray:
+        """The labels ``y`` (integers in [0, classes)) randomised: a fresh draw from ``rng`` per label."""
+        labels = np.asarray(y)
+        if classes < 2 or (not np.issubdtype(labels.dtype, np.integer) and not np.all(labels == np.round(labels))):
+            raise DataError("randomised response draws among classes: it needs class labels (classification), not "
+                            "a regression target; leave label_epsilon out for regression")
+        labels = labels.astype(np.int64)
+        flip = rng.random(len(labels)) >= self.keep(classes)
+        # One of the other classes, uniformly: a shift of 1 to k-1 places around the classes.
+        shifted = (labels + rng.integers(1, classes, size=len(labels))) % classes
+        return np.where(flip, shifted, labels)
+
+
+@dataclass(frozen=True, kw_only=True)
 class GaussianNoise:
     """Clip rows to L2 norm ``clip``, add N(0, (noise_multiplier · clip)²); ``delta`` for the ε reported."""
 

@@ -65,6 +65,7 @@ from vflo.experiments.config import parse_config
 from vflo.experiments.runner import ExperimentResult, run_experiment
 from vflo.methods.base import Layout
 from vflo.methods.registry import active_only, get_method, method_names
+from vflo.privacy.columns import AttackSettings
 
 if TYPE_CHECKING:
     from vflo.experiments.own_files import OwnFiles
@@ -126,8 +127,9 @@ class CompareSettings(CompareCommon):
     base_aligned: float = 0.5
     active_share: float = 0.3
     #: The privacy axis: every passive party protects what it sends with this ε per person, end to end (δ 1e-5;
-    #: its side calibrated at setup, as a deployed party's own [privacy] epsilon does), at the base share. ε = ∞ is
-    #: the base cell of the aligned axis.
+    #: its side calibrated at setup, as a deployed party's own [privacy] epsilon does), and the label holder
+    #: randomises its labels at the same ε where a method sends what they shape (``label_epsilon``), at the base
+    #: share. ε = ∞ is the base cell of the aligned axis. These cells and the base cell are attacked (``[attacks]``).
     epsilons: tuple[float, ...] = (1.0, 4.0, 8.0)
 
     def __post_init__(self) -> None:
@@ -230,12 +232,14 @@ def load_compare(raw: Mapping[str, Any], *, quick: bool = False) -> tuple[dict[s
     """The base experiment tables (name, seed, dataset) and the compare settings of a compare config; with
     ``quick``, its ``[quick]`` table overrides ``[compare]`` keys (e.g. ``aligned = [0.1, 1.0]``)."""
     raw = dict(raw)
-    known = {"name", "seed", "description", "dataset", "compare", "quick"}
+    known = {"name", "seed", "description", "dataset", "compare", "quick", "attacks"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"a compare config takes {sorted(known)}, not {unknown} (a config whose "
                           "[[scenario.parties]] read their own files takes scenario, methods and the rest of "
                           "vflo run's tables)")
+    if raw.get("attacks") is not None:  # a wrong attacker's setting is named before any cell runs
+        schema.build(AttackSettings, raw["attacks"], where="attacks")
     quick_table = raw.pop("quick", None) or {}
     table = dict(raw.pop("compare", None) or {})
     if quick:
@@ -364,6 +368,9 @@ def cannot_run(name: str, task: str, cell: Cell) -> dict[str, Any] | str:
         why = unprotected(name)
         if why:
             return why
+        if any(f.name == "label_epsilon" for f in fields(cls.Config)):
+            # The label holder sends what its labels shape (gradients): it protects them at the same ε.
+            return {**own, "label_epsilon": float(cell.value)}
     return own
 
 
@@ -451,6 +458,12 @@ def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: 
     raw["protocol"] = {"name": "repeated_runs", "runs": settings.repeats, "test_from": test_from}
     if cell.axis == "epsilon":
         raw["privacy"] = {"epsilon": float(cell.value), "delta": 1e-5}
+    attackers = raw.pop("attacks", None)
+    if settings.epsilons and (cell.axis == "epsilon" or (cell.axis == "aligned" and
+                                                         float(cell.value) == settings.base_aligned)):
+        # What leaks at each ε, and at ε = ∞ (the base cell) to read it against: the attack columns ([attacks]
+        # says what the attackers know; the other cells are not attacked).
+        raw["attacks"] = attackers or {}
     # A method's table may name another method and a label (an entry of its own, e.g. PlugVFL's SplitNN).
     raw["methods"] = [{"name": m, **dict(table)} for m, table in methods.items()]
     return raw

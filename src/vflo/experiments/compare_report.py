@@ -25,6 +25,7 @@ from vflo.experiments.compare import (
     summary,
     which_method,
 )
+from vflo.experiments.compare_privacy import privacy_cells, privacy_sentences, privacy_table
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table
 from vflo.experiments.styles import jitter, label_ends, method_style
@@ -38,6 +39,15 @@ AXIS_TEXT = {"aligned": "share of the active party's people the others also hold
              "without": "a partner left out",
              "dropped": "share of each partner's columns it leaves out",
              "epsilon": "ε per person at each passive party, end to end (δ 1e-5): its side calibrated to it"}
+PRIVACY_HEADING = "Which method at each privacy level"
+#: How to read the privacy section, in one line.
+PRIVACY_READING = (
+    "Each passive party protects what it sends at ε per person, end to end (δ 1e-5; its network trained by DP-SGD "
+    "and every release noised, calibrated at its setup), and the label holder randomises its labels at the same ε "
+    "where a method sends what they shape. A receiver knowing a share of a sender's rows decodes the messages it got "
+    "(feature R² on the other rows, beside the same decoder reading its own features); a passive party infers labels "
+    "from the gradients it got (AUC, 0.5 is chance) and by model completion (beside the same head on its own "
+    "features). An attack leaks when it beats the attacker's own data by the margin of [attacks].")
 #: The aligned axis on the parties' own files: what is kept of the real overlap.
 OWN_ALIGNED = "share of the real overlap's training people kept shared"
 SCORED_TEXT = {"aligned": "people every party holds", "active_only": "people only the active party holds",
@@ -230,6 +240,10 @@ def _tables(comparison: Comparison, table: pd.DataFrame) -> list[tuple[str, list
                     [[axis_text(comparison, r["axis"]), _value_text(comparison, r["axis"], r["value"]), r["scored"],
                       f"{r['test_rows']:.0f}", r["best"], _fmt(r[metric]), _fmt(r["std"]), r["ties"] or "-"]
                      for _, r in best.iterrows()]))
+    cells = privacy_cells(comparison)
+    if cells:
+        out.append(("At each privacy level: accuracy against Local, and what the attacks on what crossed recover",
+                    *privacy_table(comparison, cells)))
     for axis in AXIS_TEXT:
         part = table[table["axis"] == axis]
         if part.empty:
@@ -402,6 +416,9 @@ def render_markdown(comparison: Comparison, table: pd.DataFrame) -> str:
     found = claims(comparison)
     if found:
         lines += ["## What the runs say about the papers' claims", "", *(f"- {c}" for c in found), ""]
+    said = privacy_sentences(comparison, privacy_cells(comparison))
+    if said:
+        lines += [f"## {PRIVACY_HEADING}", "", f"- {PRIVACY_READING}", *(f"- {c}" for c in said), ""]
     for title, header, rows in _tables(comparison, table):
         lines += [f"## {title}", "", markdown_table(header, rows), ""]
     lines += ["Plots: report.html (one file, open it in any browser).", ""]
@@ -474,6 +491,10 @@ def render_html(comparison: Comparison, table: pd.DataFrame) -> str:
     if found:
         parts += ["<h2>What the runs say about the papers' claims</h2>", "<ul>",
                   *(f"<li>{esc(c)}</li>" for c in found), "</ul>"]
+    said = privacy_sentences(comparison, privacy_cells(comparison))
+    if said:
+        parts += [f"<h2>{esc(PRIVACY_HEADING)}</h2>", "<ul>", f"<li>{esc(PRIVACY_READING)}</li>",
+                  *(f"<li>{esc(c)}</li>" for c in said), "</ul>"]
     figures = plots(comparison, table)
     for key, title in (("metric_aligned", "Scoring people every party holds"),
                        ("metric_active_only", "Scoring people only the active party holds (new people)"),

@@ -32,9 +32,10 @@ from vflo.experiments.protocols import Protocol, parse_protocol
 from vflo.methods.base import Method
 from vflo.methods.registry import active_only, get_method
 from vflo.metrics import check_metric, default_metric
+from vflo.privacy.columns import AttackSettings
 
 TOP_LEVEL = ("name", "description", "seed", "dataset", "scenario", "protocol", "methods", "alignment", "transport",
-             "report", "quick", "privacy")
+             "report", "quick", "privacy", "attacks")
 def default_quick(raw: Mapping[str, Any]) -> dict[str, Any]:
     """``--quick`` without a ``[quick]`` table: one repetition of whatever the protocol repeats (its ``repeats``,
     or ``runs`` for repeated_runs)."""
@@ -118,6 +119,9 @@ class ExperimentConfig:
     #: ``[privacy]``: the budget every passive party protects what it sends with, as a deployed party's own
     #: ``[privacy]`` does (None: no budget, nothing leaves the process).
     privacy: PrivacyBudget | None = None
+    #: ``[attacks]``: every run is attacked from the messages that crossed in it, and its row gets the attack
+    #: columns (:mod:`vflo.privacy.columns`); None: no attack.
+    attacks: AttackSettings | None = None
     raw: Mapping[str, Any] = field(repr=False)
     quick: bool = False
     base_dir: Path | None = None
@@ -278,6 +282,7 @@ def parse_config(
     transport = schema.build(TransportConfig, raw.get("transport"), where="transport")
     alignment = schema.build(AlignmentConfig, raw.get("alignment"), where="alignment")
     privacy = None if raw.get("privacy") is None else schema.build(PrivacyBudget, raw["privacy"], where="privacy")
+    attacks = None if raw.get("attacks") is None else schema.build(AttackSettings, raw["attacks"], where="attacks")
     report = schema.build(ReportConfig, raw.get("report"), where="report")
     if report.metric is not None:
         check_metric(report.metric, task)
@@ -298,7 +303,7 @@ def parse_config(
     return ExperimentConfig(
         name=name, description=description, seed=seed, dataset=dataset, task=task, variants=variants,
         sweep_paths=sweep_paths, protocol=protocol, methods=methods, transport=transport, report=report,
-        alignment=alignment, privacy=privacy, raw=raw, quick=quick, base_dir=base, table_cache=tables,
+        alignment=alignment, privacy=privacy, attacks=attacks, raw=raw, quick=quick, base_dir=base, table_cache=tables,
     )
 
 

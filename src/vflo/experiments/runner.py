@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from vflo.comm.ledger import Ledger
+from vflo.comm.message import Message
 from vflo.data.datasets import Dataset
 from vflo.data.layout import FederatedData, Layout
 from vflo.errors import AlignmentError, ConfigError, VfloError
@@ -33,6 +34,7 @@ from vflo.methods.base import Method
 from vflo.methods.representation import RepresentationMethod
 from vflo.metrics import compute_metrics, metric_names
 from vflo.nn.train import CheckpointPlan
+from vflo.privacy.columns import attack_columns
 from vflo.progress import progress_bar
 from vflo.seeding import derive_seed, numpy_rng
 from vflo.version import __version__
@@ -270,10 +272,13 @@ def _run_one(
             plan = (checkpoints, CheckpointPlan(run=key, resume=resume))
         budgets = {} if config.privacy is None else {p.name: config.privacy for p in data.parties
                                                      if p.role == "passive"}
+        seen: list[Message] = []
         out = run_method(method, data, seed=seed, max_message_bytes=config.transport.max_message_bytes,
                          alignment=config.alignment, save=None if save is None else (save, entry.label),
                          checkpoint=plan, fallback=None if entry.fallback is None else scored[entry.fallback],
-                         budgets=budgets)
+                         budgets=budgets, observers=() if config.attacks is None else (seen.append,))
+        attacked = {} if config.attacks is None else attack_columns(seen, data, config.attacks, seed=seed)
+        del seen
     except Exception as exc:  # one method failing must not discard the others' results
         return _failure(config, dataset, variant, repeat, fold, seed, entry, facts, exc), {}
     scored[entry.label] = out.scores
@@ -281,7 +286,7 @@ def _run_one(
     metrics = compute_metrics(data.task, data.test_y, out.scores)
     train_y = data.train[data.active].y
     row = _row(config, dataset, variant, repeat, fold, seed, entry, method, facts, metrics, out, wall,
-               labels=(np.empty(0) if train_y is None else train_y, data.test_y))
+               labels=(np.empty(0) if train_y is None else train_y, data.test_y)) | attacked
     return row, _comm(variant, repeat, fold, entry, out.ledger)
 
 

@@ -73,6 +73,7 @@ class Session:
         # What each party said of its privacy account at the end (where it released anything under noise): its
         # largest ε per person, and what that covers.
         self.accounts: dict[str, tuple[float, str]] = {}
+        self.method: Method | None = None
         self.fit_seconds = 0.0
         self._fit_round = 0
         self._own_fit = 0
@@ -91,6 +92,12 @@ class Session:
         if dropped := fed.transport.drop_posted():
             logger.warning("dropped %d undelivered message(s) left by an earlier run", dropped)
         fed.start_run(method, checkpoint=checkpoint)
+        self.method = method
+        # The coordinating party's own side is planned as every other party's is at its setup: refused before
+        # anything runs where it would pass its own budget.
+        plan = method.planned_privacy(fed.ctx.info.role)
+        if plan is not None and plan.spends:
+            fed.privacy.check_plan(fed.data.ids, plan, what=method.name)
         payload: Payload = {**self._method_payload(method), "save": save}
         others = fed.names()
         self.party_settings = {}
@@ -188,6 +195,7 @@ class Session:
         """End the run (or scoring session) at every party still there; keep what each says of its privacy account
         (:attr:`accounts`)."""
         fed = self.fed
+        self._own_account()
         others = fed.present(fed.names())
         if not others:
             return
@@ -200,6 +208,12 @@ class Session:
         for name, reply in replies.items():
             if "epsilon" in reply:
                 self.accounts[name] = (reply.number("epsilon"), reply.text("scope"))
+
+    def _own_account(self) -> None:
+        """The coordinating party's own account beside the others', where it released anything under privacy."""
+        fed = self.fed
+        if fed.privacy.releases and self.method is not None:
+            self.accounts[fed.party] = (float(fed.privacy.epsilon()), self.method.epsilon_scope())
 
     def finish(self) -> tuple[Ledger, int]:
         """Gather the other parties' own records (where they keep their own), end the run at every party, and

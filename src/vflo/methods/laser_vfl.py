@@ -139,6 +139,8 @@ class LaserVFL(SplitNN):
         self.passives_, self.widths_, self.in_dim_ = passives, widths, data.n_features
         self.bottom_, self.heads_ = self.active_bottom_net(fed), self.heads_net(fed)
         y = data.require_labels()
+        if cfg.label_epsilon is not None:  # every label it trains or validates on, randomised once
+            y = self.private_labels(fed, ids, y)
         self.y_mean_, self.y_scale_ = 0.0, 1.0
         if fed.task == "regression":
             self.y_mean_ = float(np.mean(y[train_pos]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Fields, Payload
-from vflo.dp import DPSGD, SCOPE_END_TO_END, SCOPE_FIXED_MODEL, GaussianNoise, PrivacyPlan
+from vflo.dp import DPSGD, SCOPE_END_TO_END, SCOPE_FIXED_MODEL, GaussianNoise, PrivacyPlan, RandomisedResponse
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, handles, reveals
 from vflo.methods.saved import INTEGER, NUMBER, PARTY_NAMES, WIDTHS, Saved, Saves, network
@@ -82,8 +83,13 @@ class SplitNNConfig(MethodConfig):
     # drawing from each named batch the rows its step uses; with activation_noise too, its account covers its data
     # end to end.
     dp_sgd: DPSGD | None = None
+    # Off by default: the active party randomises its training and validation labels once, at this ε (label DP by
+    # randomised response), and trains on them; every gradient it sends is then computed from the randomised labels.
+    label_epsilon: float | None = None
 
     def __post_init__(self) -> None:
+        if self.label_epsilon is not None:
+            RandomisedResponse(epsilon=self.label_epsilon)  # a bad ε is named here, not at training
         if not self.passive_bottom or not self.active_bottom:
             raise ConfigError("splitnn: passive_bottom and active_bottom need at least one layer each")
         if self.dp_sgd is not None and self.activation_noise is None:
@@ -210,6 +216,9 @@ class SplitNN(SplitParty, Method):
         activations: at most one training or validation release a person an epoch (its bottom refuses more, and
         ``splitnn.init`` a person named in both sets) and one when the person is scored."""
         noise, dp, epochs = self.config.activation_noise, self.config.dp_sgd, self.config.train.max_epochs
+        if role == "active" and self.config.label_epsilon is not None:
+            return PrivacyPlan(epsilon=self.config.label_epsilon, pure_releases=1,
+                               what=f"randomised response on its labels at ε = {self.config.label_epsilon:g}, once")
         if role != "passive" or noise is None or not self.passive_side_is_splitnns():
             return None
         releases = epochs + 1
@@ -315,6 +324,9 @@ class SplitNN(SplitParty, Method):
         self.bottom_, self.top_ = self.active_bottom_net(fed), self.top_net(fed)
         y_train = data.subset(train_ids).require_labels()
         y_val = data.subset(val_ids).require_labels()
+        if cfg.label_epsilon is not None:  # both: the validation loss decides when to stop, which the partners see
+            both = self.private_labels(fed, np.concatenate([train_ids, val_ids]), np.concatenate([y_train, y_val]))
+            y_train, y_val = both[:len(train_ids)], both[len(train_ids):]
         # Regression targets are standardised on the training rows, as the MLP estimator does: Adam's steps
         # assume unit scale, and a target of mean 2000 left SplitNN far from it when it stopped.
         self.y_mean_, self.y_scale_ = 0.0, 1.0
@@ -328,6 +340,22 @@ class SplitNN(SplitParty, Method):
                                 subsets={"train": train_pos, "val": val_pos})
         self.history_: History = trainer.fit()
         self.n_train_ = len(train_ids)
+
+    def private_labels(self, fed: Federation, ids: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The labels of ``ids`` the active party trains on: ``y``, or with ``label_epsilon`` each randomised once
+        from its own secret (no partner can recompute the draw) and counted in its account before any gradient
+        computed from them leaves."""
+        if self.config.label_epsilon is None:
+            return y
+        if fed.task == "regression" or fed.n_classes is None:
+            raise ConfigError(f"{self.name}: label_epsilon randomises class labels (randomised response); this is a "
+                              "regression task: leave label_epsilon out")
+        mechanism = RandomisedResponse(epsilon=self.config.label_epsilon)
+        fed.privacy.charge(ids, epsilon=mechanism.epsilon, what="its labels, randomised")
+        out = mechanism.apply(y, fed.n_classes, fed.rng(self.name, "label-rr"))
+        logger.info("%s: the active party trains on its labels randomised at ε = %g (%.1f%% of %d changed)",
+                    self.name, mechanism.epsilon, 100 * float(np.mean(out != y)), len(y))
+        return out.astype(y.dtype)
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.predict_by(fed, ids)[0]
@@ -367,6 +395,8 @@ class SplitNN(SplitParty, Method):
         if self.config.gradient_noise is not None:  # each example once per epoch to every passive party
             out["epsilon_labels"] = self.config.gradient_noise.epsilon(
                 releases=epochs * max(len(getattr(self, "passives_", [])), 1))
+        if self.config.label_epsilon is not None:  # once, before training; the rest is post-processing
+            out["epsilon_labels"] = min(float(self.config.label_epsilon), out.get("epsilon_labels", math.inf))
         return out
 
     def epsilon_scope(self) -> str:
@@ -376,6 +406,10 @@ class SplitNN(SplitParty, Method):
         elif self.config.activation_noise is not None:
             parts.append("features: " + SCOPE_FIXED_MODEL.replace("encoder", "bottom model") + "; counted once per "
                          "epoch trained and once per scored row (a row scored again is the same release)")
+        if self.config.label_epsilon is not None:
+            parts.append("labels: ε covers each person's label, randomised once before training (every gradient sent "
+                         "is computed from the randomised labels); not the active party's own features, which the "
+                         "gradients also depend on")
         if self.config.gradient_noise is not None:
             parts.append("labels: ε covers each example's gradient given the fixed top model, once per epoch to each "
                          "passive party; the top model was trained on every label without privacy, and the "

@@ -65,8 +65,8 @@ def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequenc
     y_active = data.train[active].y
     labels_of = dict(zip(data.train[active].ids.tolist(), (y_active.tolist() if y_active is not None else []),
                          strict=True))
-    out["labels"] = _label_attacks(seen, data, labels_of, completion, rng)
-    out["features"] = _feature_attacks(seen, data, known, decoders, rng, max_rows)
+    out["labels"] = label_attacks(seen, data, labels_of, completion, rng)
+    out["features"] = feature_attacks(seen, data, known, decoders, rng, max_rows)
     out["identity"] = _identity(seen, data)
     out["attack_seconds"] = time.perf_counter() - started
     session.teardown()
@@ -87,7 +87,7 @@ def _score_again(method: Method, fed: Federation, data: FederatedData, repeats: 
     return done
 
 
-def _label_attacks(seen: list[Message], data: FederatedData, labels_of: dict[object, int],
+def label_attacks(seen: list[Message], data: FederatedData, labels_of: dict[object, int],
                    completion: Sequence[int], rng: np.random.Generator) -> dict[str, Any]:
     """Label inference by each passive party, from what it holds: the gradients it received, and the outputs of
     its own bottom model, which it knows because it sent them; or, under SecureBoost, who shared a node."""
@@ -150,7 +150,7 @@ def _instance_spaces(seen: list[Message], party: str, labels_of: dict[object, in
     return result
 
 
-def _feature_attacks(seen: list[Message], data: FederatedData, known: Sequence[float], decoders: Sequence[str],
+def feature_attacks(seen: list[Message], data: FederatedData, known: Sequence[float], decoders: Sequence[str],
                      rng: np.random.Generator, max_rows: int) -> dict[str, Any]:
     """Feature reconstruction by each receiver of rows of another party's data, per flow (sender and kind): from
     one release per person (the first), from all its releases averaged per person, and, on the same known rows

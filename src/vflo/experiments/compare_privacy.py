@@ -1,0 +1,156 @@
+"""The comparison's privacy axis, answered: at each ε, which method beats Local (a paired t-test over the
+repeats) and whether any attack on what crossed beats what the attacker could infer from its own data; every
+figure and sentence computed from the runs' rows (their metric, their accounts and their attack columns)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from vflo.experiments.compare import ALPHA, MIN_REPEATS, Comparison, paired
+from vflo.metrics import higher_is_better
+from vflo.privacy.columns import COLUMNS
+
+#: The method every privacy cell is read against: it sends nothing, so it spends nothing and leaks nothing.
+AGAINST = "local"
+INFINITY = "∞"
+
+
+@dataclass(frozen=True)
+class PrivacyCell:
+    """One method at one ε (``INFINITY``: the base cell, no budget) for one kind of people scored."""
+
+    epsilon: str
+    scored: str
+    method: str
+    runs: int
+    mean: float
+    std: float
+    spent: float  # the largest ε any party's account reports, mean over the runs (NaN: none reported)
+    verdict: str  # against Local: "ahead of", "behind", "not clearly different from", or why it was not tested
+    p: float
+    columns: dict[str, float]  # the attack columns' means; the *_leaks ones: the share of runs that leaked
+
+    @property
+    def leaks(self) -> list[str]:
+        """The attacks that beat the attacker's own data in at least one run."""
+        out = []
+        if self.columns.get("attack_leaks", 0.0) > 0:
+            out.append("feature reconstruction")
+        if self.columns.get("label_leaks", 0.0) > 0:
+            out.append("label inference")
+        return out
+
+
+def privacy_cells(comparison: Comparison) -> list[PrivacyCell]:
+    """Every method's cell on the privacy axis and in the base cell, in order of ε (∞ first) and method."""
+    rows, metric = comparison.rows, comparison.metric
+    if rows.empty or "status" not in rows or not (rows["axis"] == "epsilon").any():
+        return []
+    ok = rows[rows["status"] == "ok"]
+    base = comparison.base_cell
+    wheres: list[tuple[str, dict[str, str]]] = [(INFINITY, {"axis": base.get("axis", "aligned"),
+                                                            "value": base.get("value", "")})]
+    wheres += [(f"{float(v):g}", {"axis": "epsilon", "value": str(v)})
+               for v in sorted(set(ok[ok["axis"] == "epsilon"]["value"]), key=float)]
+    better = higher_is_better(metric)
+    out = []
+    for epsilon, where in wheres:
+        cell = ok[(ok["axis"].astype(str) == where["axis"]) & (ok["value"].astype(str) == where["value"])]
+        methods_here = set(ok[ok["axis"] == "epsilon"]["method"]) | {AGAINST}
+        for (scored, method), runs in cell.groupby(["scored", "method"], sort=True):
+            if method not in methods_here:
+                continue  # the base cell's other methods have no ε cell to read against
+            test = None if method == AGAINST else paired(rows, metric, {**where, "scored": scored}, str(method),
+                                                         AGAINST)
+            if test is None:
+                verdict, p = ("the reference" if method == AGAINST else f"{AGAINST} did not run here"), math.nan
+            elif test.runs < MIN_REPEATS:
+                verdict, p = f"{test.runs} paired run(s): too few to test", test.p
+            else:
+                verdict, p = test.verdict(better), test.p
+            spent = runs.filter(like="epsilon_account_").max(axis=1) if \
+                runs.filter(like="epsilon_account_").shape[1] else pd.Series(dtype=float)
+            columns = {c: float(pd.to_numeric(runs[c], errors="coerce").mean()) for c in COLUMNS if c in runs}
+            values = runs[metric].to_numpy(float)
+            out.append(PrivacyCell(epsilon=epsilon, scored=str(scored), method=str(method), runs=len(values),
+                                   mean=float(values.mean()),
+                                   std=float(np.std(values, ddof=1)) if len(values) > 1 else math.nan,
+                                   spent=float(spent.mean()) if len(spent) and spent.notna().any() else math.nan,
+                                   verdict=verdict, p=p, columns=columns))
+    return out
+
+
+def _f(value: float, digits: int = 3) -> str:
+    return "-" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def privacy_table(comparison: Comparison, cells: list[PrivacyCell]) -> tuple[list[str], list[list[str]]]:
+    """The privacy axis as one table (header, rows)."""
+    header = ["ε per party", "people scored", "method", comparison.metric, "± std", "runs", "ε spent (largest)",
+              f"against {AGAINST} (paired t-test)", "feature R² [receiver's own]", "leaks features",
+              "label AUC", "completion [own features or majority]", "leaks labels"]
+    body = []
+    for c in cells:
+        col = c.columns
+        body.append([c.epsilon, c.scored, c.method, _f(c.mean), _f(c.std), str(c.runs), _f(c.spent, 2),
+                     c.verdict + ("" if math.isnan(c.p) else f" (p = {c.p:.3g})"),
+                     f"{_f(col.get('attack_r2', math.nan), 2)} [{_f(col.get('attack_own_r2', math.nan), 2)}]",
+                     _share(col.get("attack_leaks", math.nan), c.runs), _f(col.get("label_auc", math.nan), 2),
+                     f"{_f(col.get('label_completion', math.nan), 2)} "
+                     f"[{_f(col.get('label_completion_own', math.nan), 2)}]",
+                     _share(col.get("label_leaks", math.nan), c.runs)])
+    return header, body
+
+
+def _share(share: float, runs: int) -> str:
+    if math.isnan(share):
+        return "not measured"
+    leaked = round(share * runs)
+    return "no" if leaked == 0 else f"yes, {leaked} of {runs} runs"
+
+
+def privacy_sentences(comparison: Comparison, cells: list[PrivacyCell]) -> list[str]:
+    """One sentence per ε and kind of people scored: who beats Local, who does not, and what leaked."""
+    out = []
+    keys = sorted({(c.epsilon, c.scored) for c in cells}, key=lambda k: (k[0] != INFINITY, _num(k[0]), k[1]))
+    for epsilon, scored in keys:
+        here = [c for c in cells if (c.epsilon, c.scored) == (epsilon, scored) and c.method != AGAINST]
+        if not here:
+            continue
+        at = "Without a budget (ε = ∞)" if epsilon == INFINITY else f"At ε = {epsilon} per party"
+        ahead = [c.method for c in here if c.verdict == "ahead of"]
+        behind = [c.method for c in here if c.verdict == "behind"]
+        level = [c.method for c in here if c.verdict == "not clearly different from"]
+        parts = []
+        if ahead:
+            parts.append(f"{_names(ahead)} {'beats' if len(ahead) == 1 else 'beat'} {AGAINST}")
+        if level:
+            parts.append(f"{_names(level)} cannot be told from {AGAINST}")
+        if behind:
+            parts.append(f"{_names(behind)} {'is' if len(behind) == 1 else 'are'} behind {AGAINST}")
+        untested = [c.method for c in here if c.method not in (*ahead, *behind, *level)]
+        if untested:
+            parts.append(f"{_names(untested)} not tested against {AGAINST}")
+        leaking = [f"{c.method} ({', '.join(c.leaks)})" for c in here if c.leaks]
+        unmeasured = all(math.isnan(c.columns.get("attack_leaks", math.nan)) for c in here)
+        if unmeasured:
+            leak = "the runs were not attacked"
+        elif leaking:
+            leak = f"an attack beats the receiver's own data against {', '.join(leaking)}"
+        else:
+            leak = "no attack beats the receiver's own data in any run"
+        out.append(f"{at}, scoring {scored} people ({comparison.metric}, paired t-test at p < {ALPHA} over the "
+                   f"repeats): {'; '.join(parts)}; {leak}.")
+    return out
+
+
+def _num(epsilon: str) -> float:
+    return math.inf if epsilon == INFINITY else float(epsilon)
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
