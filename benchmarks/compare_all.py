@@ -3,6 +3,10 @@ into runs/compare/NAME as it finishes; a config whose run is already there for t
 skipped, so an interrupted queue picks up where it stopped. Then `python -m benchmarks.compare_docs`.
 
     python -m benchmarks.compare_all [--jobs 2] [--only breast_cancer wine] [--data-dir ../shared/datasets]
+    python -m benchmarks.compare_all --configs configs/privacy/axis_*.toml --runs runs/privacy_axis
+
+``--configs``: other compare configs (each into RUNS/STEM). Beside each run, RUNS/NAME.commit names the commit
+of the code that ran it (with "+changes" where the tree had uncommitted changes), for the pages made from it.
 """
 
 from __future__ import annotations
@@ -21,14 +25,21 @@ ROOT = Path(__file__).resolve().parents[1]
 ORDER = ("wine", "diabetes", "breast_cancer", "digits", "handwritten", "houseprice_standin", "credit", "mnist5000")
 
 
+def commit() -> str:
+    """The commit the code runs from, with "+changes" where the tree differs from it."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "src"], cwd=ROOT,
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return head.stdout.strip() + ("+changes" if dirty else "")
+
+
 def fingerprint(config: Path) -> str:
     """The config's text and the commit of the code that runs it."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-    return hashlib.sha256(config.read_bytes() + head.stdout.strip().encode()).hexdigest()
+    return hashlib.sha256(config.read_bytes() + commit().encode()).hexdigest()
 
 
-def run_one(name: str, runs: Path, data_dir: str | None) -> str:
-    config = ROOT / "configs" / "compare" / f"{name}.toml"
+def run_one(config: Path, runs: Path, data_dir: str | None) -> str:
+    name = config.stem
     out, stamp, log = runs / name, runs / f"{name}.fingerprint", runs / f"{name}.log"
     key = fingerprint(config)
     if (out / "results.json").is_file() and stamp.is_file() and stamp.read_text() == key:
@@ -43,6 +54,7 @@ def run_one(name: str, runs: Path, data_dir: str | None) -> str:
     if done.returncode != 0:
         return f"{name}: failed (exit {done.returncode}); see {log}"
     stamp.write_text(key)
+    (runs / f"{name}.commit").write_text(commit() + "\n")
     return f"{name}: {time.perf_counter() - t0:.0f} s"
 
 
@@ -52,11 +64,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=ORDER, default=list(ORDER))
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "compare")
     parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--configs", type=Path, nargs="+", help="these compare configs instead of configs/compare/")
     args = parser.parse_args()
     args.runs.mkdir(parents=True, exist_ok=True)
-    queue = [n for n in ORDER if n in args.only]
+    queue = args.configs or [ROOT / "configs" / "compare" / f"{n}.toml" for n in ORDER if n in args.only]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for line in pool.map(lambda n: run_one(n, args.runs, args.data_dir), queue):
+        for line in pool.map(lambda c: run_one(c, args.runs, args.data_dir), queue):
             print(line, flush=True)
 
 

@@ -352,7 +352,8 @@ def test_splitnn_trains_on_randomised_labels_counted_in_the_active_partys_own_ac
     out = run_method(method, data, seed=0)
     assert out.stats[f"epsilon_account_{active}"] == pytest.approx(2.0, rel=1e-3)
     assert out.stats["epsilon_labels"] == 2.0
-    assert "randomised once before training" in out.account_scopes[active]
+    assert out.account_scopes[active].startswith("labels: ε covers each person's label, randomised once")
+    assert "features:" not in out.account_scopes[active]
     # The active party's own budget is checked against its plan before anything runs, as a partner's is.
     fed, nodes = build_federation(data, method, seed=0)
     nodes[active].privacy = PrivacyAccount(active, PrivacyBudget(epsilon=1.0, protect=False))

@@ -4,6 +4,7 @@ calibrated to its (ε, δ) and off by default; the harness reads only the messag
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -349,3 +350,44 @@ def test_the_reports_verdicts_follow_the_numbers_and_keep_flows_apart() -> None:
         0.9, (0.9, 0.7, 0.7))
     quiet = splitnn_claim(0.55, (0.71, 0.7, 0.7))
     assert "do not reveal" in quiet and "adds nothing" in quiet and "+0.01" in quiet
+
+
+def test_the_report_shows_an_end_to_end_run_with_its_target_its_accounts_and_both_flows() -> None:
+    from benchmarks.privacy.report import defended_table, scopes
+
+    flows = {"act <- pas: splitnn.forward": (-0.1, 0.0, 0.2)}
+    run = _run("splitnn", "budget", 4.0, flows=flows, auc=0.7)
+    run["stats"] = {"epsilon_account_pas": 3.9, "epsilon_account_act": 4.0, "epsilon_labels": 4.0}
+    run["account_scopes"] = {"pas": "features: ε covers everything the party sent"}
+    row = next(r for r in defended_table([run]) if "end to end" in r)
+    assert "| target ε 4 | 4.0 |" in row  # the largest party's own account
+    protected, unprotected = row.split(" | ")[-2:]
+    assert "feature R²" in protected and "label AUC" in protected and unprotected.strip(" |") == "-"
+    assert any("splitnn, pas's own account: features: ε covers everything" in line for line in scopes([run]))
+
+
+def test_the_privacy_axis_section_is_compares_own_table_and_sentences_from_the_runs(tmp_path: Any) -> None:
+    import json
+
+    from benchmarks.privacy.report import axis_section
+
+    rows = []
+    for axis, value in (("aligned", 0.5), ("epsilon", 4.0)):
+        for repeat in range(3):
+            for method, score in (("local", 0.90 + 0.01 * repeat), ("splitnn", 0.80 + 0.02 * repeat)):
+                rows.append({"axis": axis, "value": value, "scored": "aligned", "method": method, "repeat": repeat,
+                             "fold": 0, "status": "ok", "accuracy": score, "attack_r2": 0.3, "attack_own_r2": 0.1,
+                             "attack_margin": 0.2, "attack_leaks": float(method == "splitnn" and axis == "aligned"),
+                             "label_auc": 0.6, "label_completion": 0.7, "label_completion_own": 0.7,
+                             "label_leaks": 0.0, "epsilon_account_pas": 4.0 if axis == "epsilon" else None})
+    folder = tmp_path / "axis_breast"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({"rows": rows, "metric": "accuracy", "dataset": "made_up",
+                                                     "seconds": 60.0, "test_people": 57}))
+    (tmp_path / "axis_breast.commit").write_text("abc123\n")
+    text = "\n".join(axis_section(tmp_path))
+    assert "`vflo compare configs/privacy/axis_breast.toml` (12 method runs, 1.0 min, the code of commit abc123" in text
+    assert "At ε = 4 per party, scoring aligned people" in text and "splitnn is behind local" in text
+    assert "an attack beats the receiver's own data against splitnn (feature reconstruction)" in text
+    assert "| 4 | aligned | splitnn | 0.820 |" in text
+    assert axis_section(tmp_path / "nothing") == []

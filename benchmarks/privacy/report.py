@@ -1,6 +1,9 @@
-"""docs/privacy.md and its plots, generated from the runs of benchmarks/privacy/run.py (no figure typed by hand).
+"""docs/privacy.md and its plots, generated from the runs of benchmarks/privacy/run.py and of the privacy axis
+(vflo compare on configs/privacy/axis_*.toml), no figure typed by hand.
 
-    python -m benchmarks.privacy.report [--runs runs/privacy] [--out docs]
+    python -m benchmarks.compare_all --configs configs/privacy/axis_*.toml --runs runs/privacy_axis
+    for d in breast credit handwritten; do python -m benchmarks.privacy.run $d; done
+    python -m benchmarks.privacy.report [--runs runs/privacy] [--axis runs/privacy_axis] [--out docs]
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-DATASETS = ("breast", "credit", "handwritten")
+DATASETS = ("breast", "credit", "handwritten", "credit_files")
 KNOWN = ("0.01", "0.05", "0.1")
 UNDEFENDED_X = 1000.0
 DEFENCE_NAMES = {"none": "none", "gradient_noise": "gradient noise (labels)",
                  "activation_noise": "activation noise (features)", "noise": "upload noise (features)",
-                 "epsilon": "Laplace per value (LDP)", "ids": "blinded IDs"}
+                 "epsilon": "Laplace per value (LDP)", "ids": "blinded IDs",
+                 "budget": "end to end at a target ε per party"}
 CROSSES = {
     "splitnn": "passive -> active: activations of every training row, every epoch; active -> passive: their "
                "gradients",
@@ -235,12 +239,12 @@ def curves(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, A
 class Protection:
     """What a defence noises: the flows of those message kinds (features), or the gradients (labels)."""
 
-    what: str  # "features" or "labels"
+    what: str  # "features", "labels", or "both" (the flows of those kinds, and the gradients)
     kinds: frozenset[str]
     flow: str  # the flow, in words, for the table
 
     def protects(self, key: str, kind: str) -> bool:
-        return self.what == "features" and any(k in self.kinds for k in kind.split("+"))
+        return self.what in ("features", "both") and any(k in self.kinds for k in kind.split("+"))
 
 
 #: The flows each (method, defence) noises, from the methods' settings (vflo.dp): everything else is not protected
@@ -258,6 +262,11 @@ PROTECTS: dict[tuple[str, str], Protection] = {
                                    "client -> server noised rows"),
     ("vfl_asp", "noise"): Protection("features", frozenset({"svd.block", "svd.solve"}),
                                      "second hop -> server masked rows, and the U Σ computed from them"),
+    ("splitnn", "budget"): Protection("both", frozenset({"splitnn.forward", "split.activations"}),
+                                      "passive -> active activations (its bottom by DP-SGD); active -> passive "
+                                      "gradients (labels randomised)"),
+    ("apc_vfl", "budget"): Protection("features", frozenset({"apc.encode_aligned", "apc.encode_serve"}),
+                                      "passive -> active latents (its encoder by DP-SGD)"),
 }
 
 
@@ -269,10 +278,13 @@ def protected_attack(run: dict[str, Any], protection: Protection) -> tuple[float
                 f"label AUC norm / direction {auc_cell(labels)}; completion, 40 labels: "
                 f"{completion_cell(labels, (40,))}")
     rec = reconstruction(run, "0.05", flows=protection.protects)
+    labels = label_attack(run) if protection.what == "both" else {}
+    said = (f"; label AUC norm / direction {auc_cell(labels)}; completion, 40 labels: "
+            f"{completion_cell(labels, (40,))}") if labels else ""
     if rec is None:
-        return math.nan, "-"
+        return math.nan, "-" + said
     return rec.best, (f"feature R², 5 % known: {recon_cell(rec)}, most releases of one person {rec.releases}; "
-                      f"beyond own features: {leak_cell(rec)}")
+                      f"beyond own features: {leak_cell(rec)}{said}")
 
 
 def unprotected_attacks(run: dict[str, Any], protection: Protection) -> str:
@@ -282,7 +294,7 @@ def unprotected_attacks(run: dict[str, Any], protection: Protection) -> str:
     if rec is not None:
         parts.append(f"feature R², 5 % known ({rec.flow}): {recon_cell(rec)}")
     labels = label_attack(run)
-    if protection.what != "labels" and labels:
+    if protection.what == "features" and labels:
         parts.append(f"label AUC norm / direction {auc_cell(labels)}; completion, 40 labels: "
                      f"{completion_cell(labels, (40,))}")
     return "; ".join(parts) or "-"
@@ -292,21 +304,26 @@ def scopes(runs: list[dict[str, Any]]) -> list[str]:
     """What each defended method's ε covers, as the method itself states it in the run's results."""
     said = sorted({(r["method"], r["epsilon_scope"]) for r in runs
                    if r["status"] == "ok" and r.get("epsilon_scope")})
+    # End to end, each party's own account says what it covers.
+    said += sorted({(f"{r['method']}, {party}'s own account", scope) for r in runs
+                    if r["status"] == "ok" for party, scope in r.get("account_scopes", {}).items() if scope})
     if not said:
         return []
-    return ["What each ε covers (the method's own statement, recorded with its run):", "",
+    return ["What each ε covers (the method's or the party's own statement, recorded with its run):", "",
             *(f"- {method}: {scope}." for method, scope in said), ""]
 
 
 def defended_table(runs: list[dict[str, Any]]) -> list[str]:
-    rows = ["| method | defence | σ (LDP: ε per value) | ε (δ = 1e-5), as the method reports it | metric | flow the "
+    rows = ["| method | defence | σ (LDP: ε per value) | ε (δ = 1e-5), as the method or the parties' accounts "
+            "report it | metric | flow the "
             "defence protects | attack on that flow | attacks on flows this defence does not protect |",
             "|---|---|---|---|---|---|---|---|"]
     for (method, defence), group in sorted(curves(runs).items()):
         protection = PROTECTS.get((method, defence))
         for run in group:
             name, value = metric_of(run)
-            level = fmt(run["level"], 1) if run["level"] else "-"
+            level = (f"target ε {run['level']:g}" if run["defence"] == "budget" else fmt(run["level"], 1)) \
+                if run["level"] else "-"
             if protection is None:
                 cells = "(unknown to this report) | - | -"
             else:
@@ -442,11 +459,54 @@ def claims(data: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def render(data: dict[str, list[dict[str, Any]]], out: Path) -> str:
+#: The privacy axis's runs (``vflo compare`` on these configs, by ``benchmarks.compare_all --configs``), in order.
+AXIS = ("axis_breast", "axis_credit")
+
+
+def axis_section(runs: Path) -> list[str]:
+    """Which method at each ε, end to end: vflo compare's own privacy table and sentences (the same code as its
+    report), from the runs of configs/privacy/axis_*.toml under ``runs``."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from vflo.experiments.compare_privacy import privacy_cells, privacy_sentences, privacy_table
+    from vflo.experiments.compare_report import PRIVACY_READING
+
+    lines: list[str] = []
+    for name in AXIS:
+        results = runs / name / "results.json"
+        if not results.is_file():
+            continue
+        meta = json.loads(results.read_text())
+        rows = pd.DataFrame(meta["rows"])
+        bases = sorted(set(rows[rows["axis"] == "aligned"]["value"].astype(str)))
+        if len(bases) != 1:
+            raise SystemExit(f"{results}: the privacy axis reads against one base cell, found aligned {bases}")
+        comparison = SimpleNamespace(rows=rows, metric=meta["metric"], base_cell={"axis": "aligned",
+                                                                                  "value": bases[0]})
+        cells = privacy_cells(comparison)  # type: ignore[arg-type]
+        header, body = privacy_table(comparison, cells)  # type: ignore[arg-type]
+        stamp = runs / f"{name}.commit"
+        code = f"the code of commit {stamp.read_text().strip()}" if stamp.is_file() else "code of an unrecorded commit"
+        ok = rows[rows["status"] == "ok"]
+        lines += [f"### {meta['dataset']}" + (" [STAND-IN DATA]" if meta.get("standin") else ""), "",
+                  f"`vflo compare configs/privacy/{name}.toml` ({len(ok)} method runs, {meta['seconds'] / 60:.1f} min, "
+                  f"{code}; {meta['test_people']} test people every party holds).", "",
+                  *(f"- {line}" for line in privacy_sentences(comparison, cells)), "",  # type: ignore[arg-type]
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                  *("| " + " | ".join(row) + " |" for row in body), ""]
+    if not lines:
+        return []
+    return ["## Which method at each ε, end to end", "", PRIVACY_READING, "", *lines]
+
+
+def render(data: dict[str, list[dict[str, Any]]], out: Path, axis: Path | None = None) -> str:
     lines = [
         "# What each method leaks, measured", "",
         "Generated by `python -m benchmarks.privacy.report` from the runs of `python -m benchmarks.privacy.run "
-        "DATASET` (breast, credit, handwritten); nothing here is typed by hand. Every attack reads only what its "
+        "DATASET` (breast, credit, handwritten, credit_files) and of `vflo compare` on configs/privacy/axis_*.toml; "
+        "nothing here is typed by hand. Every attack reads only what its "
         "attacking party holds in a real run (`vflo.privacy.views`): the messages it received and, for model "
         "completion, the activations it sent itself; never a method's state.", "",
         "**Attacks** (`vflo.privacy`), each by an honest-but-curious party:", "",
@@ -477,13 +537,22 @@ def render(data: dict[str, list[dict[str, Any]]], out: Path) -> str:
         "party can replay, and a row released again carries the same noise (nothing to average). LDP adds "
         "Laplace noise per value; its ε composes over a row's values. A defence noises one flow: the tables put the "
         "attack on that flow apart from the attacks on the flows it leaves as they were.", "",
+        "**End to end at a target ε** (`end to end at a target ε per party`): every passive party writes only "
+        "`[privacy] epsilon` and protects everything it sends, calibrated at its setup (its network by DP-SGD "
+        "with Opacus, its releases noised; `vflo.party.node`), and SplitNN's label holder randomises its labels at "
+        "the same ε (`label_epsilon`). The ε shown is the largest any party's own account reports at the run's end, "
+        "training, validation and scoring included; what each covers is listed under each table.", "",
     ]
+    if axis is not None:
+        lines += axis_section(axis)
     for dataset, runs in data.items():
         label = runs[0]["dataset"] + (" [STAND-IN DATA]" if runs[0].get("standin") else "")
         failed = [r for r in runs if r["status"] != "ok"]
         seconds = sum(r.get("seconds", 0.0) for r in runs)
         scored = sorted({int(r.get("serving", {}).get("asked", 1)) for r in runs if r["status"] == "ok"})
+        commits = sorted({str(r.get("commit", "unrecorded")) for r in runs})
         lines += [f"## {label}", "",
+                  f"`python -m benchmarks.privacy.run {dataset}` (the code of commit {', '.join(commits)}): "
                   f"{len(runs)} runs ({len(failed)} failed) in {seconds / 60:.1f} min; partitions: "
                   f"{', '.join(sorted({r['partition'] for r in runs}))}; the test people scored "
                   f"{' or '.join(str(n) for n in scored) or '1'} time(s) per run.", "",
@@ -502,12 +571,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "privacy")
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
+    parser.add_argument("--axis", type=Path, default=ROOT / "runs" / "privacy_axis",
+                        help="the privacy axis's compare runs (benchmarks.compare_all --configs "
+                             "configs/privacy/axis_*.toml --runs runs/privacy_axis)")
     args = parser.parse_args()
     data = load(args.runs)
     if not data:
         raise SystemExit(f"no runs under {args.runs}: run python -m benchmarks.privacy.run DATASET first")
     args.out.mkdir(parents=True, exist_ok=True)
-    text = render(data, args.out)
+    text = render(data, args.out, args.axis)
     (args.out / "privacy.md").write_text(text)
     print(f"wrote {args.out / 'privacy.md'} from {sum(len(v) for v in data.values())} runs")
 

@@ -4,8 +4,13 @@ that applies to what each party received (benchmark, not a test).
     python -m benchmarks.privacy.run DATASET [--data-dir ../shared/datasets] [--out runs/privacy] [--quick]
                                              [--serve-repeats 3]
 
+Besides each defence at several noise levels, APC-VFL and SplitNN run end to end at ε 1, 4 and 8 per person
+(``budget``: every passive party protects what it sends with ``[privacy] epsilon`` alone, calibrated at its
+setup, and SplitNN's label holder randomises its labels at the same ε); their ε is each party's own account.
+
 DATASET is ``breast`` (APC-VFL's Breast Cancer partition), ``credit`` (APC-VFL's Credit partition; Entity
-Augmentation on its own paper's Credit partition) or ``handwritten`` (configs/privacy/handwritten.toml). VFL-ASP
+Augmentation on its own paper's Credit partition), ``handwritten`` (configs/privacy/handwritten.toml) or
+``credit_files`` (two parties' own files, one with text columns: configs/privacy/credit_files.toml). VFL-ASP
 runs on its own paper's second-hop partition of Breast Cancer and Credit. Each run's result is written to
 ``OUT/DATASET/RUN.json`` as soon as it finishes and a run already there is skipped, so a restart loses one run,
 not all. One thread per process. ``benchmarks/privacy/report.py`` turns the results into docs/privacy.md.
@@ -25,7 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from vflo.dp import GaussianNoise
+from benchmarks.compare_all import commit
+from vflo.dp import GaussianNoise, PrivacyBudget
 from vflo.experiments.config import load_config
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method
@@ -35,6 +41,9 @@ from vflo.seeding import derive_seed, numpy_rng
 ROOT = Path(__file__).resolve().parents[2]
 LEVELS = (8.0, 4.0, 2.0, 1.0, 0.5)  # noise multipliers σ (clip C = 1): ε from about 1 to 14 at δ = 1e-5
 LDP_EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
+#: ε per person at each passive party, end to end (its network by DP-SGD and every release, calibrated at its
+#: setup from ``[privacy] epsilon`` alone), with the label holder's labels randomised at the same ε.
+BUDGETS = (1.0, 4.0, 8.0)
 SPLIT_TRAIN = {"batch_size": 128, "max_epochs": 30, "patience": 5}
 AE_TRAIN = {"batch_size": 128, "max_epochs": 100, "patience": 10}
 # Handwritten's parties hold more columns than APC-VFL's default latents are wide (129 and 520 against 128 and
@@ -45,6 +54,8 @@ PARTITIONS = {
     "credit": {"main": "papers/apc_vfl_table2_credit.toml", "vfl_asp": "papers/vfl_asp_table2_credit.toml",
                "entity_augmentation": "papers/ea_table3_credit.toml"},
     "handwritten": {"main": "privacy/handwritten.toml"},
+    # Parties' own files with text columns (benchmarks/privacy/credit_files.py writes them first).
+    "credit_files": {"main": "privacy/credit_files.toml"},
 }
 
 
@@ -77,6 +88,9 @@ class Run:
             return cls(dataclasses.replace(method.config, epsilon=self.level))
         if self.defence == "ids":
             return cls(dataclasses.replace(method.config, ids="blinded"))
+        if self.defence == "budget":  # the partners calibrate their own side; the label holder randomises
+            labels = any(f.name == "label_epsilon" for f in dataclasses.fields(method.config))
+            return cls(dataclasses.replace(method.config, label_epsilon=self.level)) if labels else method
         noise = GaussianNoise(clip=1.0, noise_multiplier=self.level)
         return cls(dataclasses.replace(method.config, **{self.defence: noise}))
 
@@ -87,9 +101,13 @@ def plan(dataset: str) -> Iterator[Run]:
     for level in LEVELS:
         yield Run("splitnn", "gradient_noise", level, "main")
         yield Run("splitnn", "activation_noise", level, "main")
+    for epsilon in BUDGETS:
+        yield Run("splitnn", "budget", epsilon, "main")
     yield Run("apc_vfl", "none", 0.0, "main")
     for level in LEVELS:
         yield Run("apc_vfl", "noise", level, "main")
+    for epsilon in BUDGETS:
+        yield Run("apc_vfl", "budget", epsilon, "main")
     yield Run("fedsvd", "none", 0.0, "main")
     yield Run("vfedtrans", "none", 0.0, "main")
     yield Run("rap", "none", 0.0, "main")
@@ -128,7 +146,12 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     folder = args.out / args.dataset
     folder.mkdir(parents=True, exist_ok=True)
+    if args.dataset == "credit_files":
+        from benchmarks.privacy.credit_files import write
+
+        write(args.data_dir)
     splits: dict[str, Any] = {}
+    code = commit()  # recorded with every run, for the page made from them
     for run in plan(args.dataset):
         if args.quick and run.defence != "none":
             continue
@@ -142,11 +165,13 @@ def main() -> None:
         data, label, standin = splits[config_path]
         started = time.perf_counter()
         try:
-            result = attack_run(run.build(), data, seed=0, serve_repeats=args.serve_repeats)
+            budgets = {p.name: PrivacyBudget(epsilon=run.level) for p in data.parties if p.role == "passive"} \
+                if run.defence == "budget" else None
+            result = attack_run(run.build(), data, seed=0, serve_repeats=args.serve_repeats, budgets=budgets)
             result["status"] = "ok"
         except Exception as exc:  # recorded: the report says which runs failed and why
             result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-        result |= {"method": run.method, "defence": run.defence, "level": run.level, "dataset": label,
+        result |= {"commit": code, "method": run.method, "defence": run.defence, "level": run.level, "dataset": label,
                    "standin": standin, "partition": config_path, "seconds": time.perf_counter() - started,
                    "rows": {p: int(d.n_samples) for p, d in data.train.items()}}
         tmp = path.with_suffix(".tmp")

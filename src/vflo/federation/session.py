@@ -213,7 +213,8 @@ class Session:
         """The coordinating party's own account beside the others', where it released anything under privacy."""
         fed = self.fed
         if fed.privacy.releases and self.method is not None:
-            self.accounts[fed.party] = (float(fed.privacy.epsilon()), self.method.epsilon_scope())
+            self.accounts[fed.party] = (float(fed.privacy.epsilon()),
+                                        self.method.account_scope(fed.ctx.info.role))
 
     def finish(self) -> tuple[Ledger, int]:
         """Gather the other parties' own records (where they keep their own), end the run at every party, and

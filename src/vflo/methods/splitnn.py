@@ -400,12 +400,27 @@ class SplitNN(SplitParty, Method):
         return out
 
     def epsilon_scope(self) -> str:
-        parts = []
+        return "; ".join(self._scopes("passive") + self._scopes("active"))
+
+    def account_scope(self, role: str) -> str:
+        return "; ".join(self._scopes(role))
+
+    def _scopes(self, role: str) -> list[str]:
+        """What the ε of the side in ``role`` covers: a passive party's activations, the active party's labels."""
+        parts: list[str] = []
+        if role == "active":
+            return self._label_scopes()
+        if role != "passive":
+            return parts
         if self.config.activation_noise is not None and self.config.dp_sgd is not None:
             parts.append("features: " + SCOPE_END_TO_END)
         elif self.config.activation_noise is not None:
             parts.append("features: " + SCOPE_FIXED_MODEL.replace("encoder", "bottom model") + "; counted once per "
                          "epoch trained and once per scored row (a row scored again is the same release)")
+        return parts
+
+    def _label_scopes(self) -> list[str]:
+        parts = []
         if self.config.label_epsilon is not None:
             parts.append("labels: ε covers each person's label, randomised once before training (every gradient sent "
                          "is computed from the randomised labels); not the active party's own features, which the "
@@ -414,7 +429,7 @@ class SplitNN(SplitParty, Method):
             parts.append("labels: ε covers each example's gradient given the fixed top model, once per epoch to each "
                          "passive party; the top model was trained on every label without privacy, and the "
                          "early-stopping decision and the validation rows' choice are not noised")
-        return "; ".join(parts)
+        return parts
 
 
 class _SplitTrainer(HeldRowsTrainer):

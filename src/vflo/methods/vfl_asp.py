@@ -322,11 +322,18 @@ class VFLASP(MaskedSVD, SplitNN):
                 **super().summary_stats(), **noise}
 
     def epsilon_scope(self) -> str:
-        scope = super().epsilon_scope()
-        if self.config.noise is not None:
-            scope = "; ".join(filter(None, [scope, "second hop: ε covers its rows, clipped and noised once before "
-                                            "masking; the first hop's activations and embedding carry no noise"]))
-        return scope
+        return self._with_second_hop(super().epsilon_scope())
+
+    def account_scope(self, role: str) -> str:
+        # Both hops are passive: a passive party's account may hold either hop's releases.
+        scope = super().account_scope(role)
+        return self._with_second_hop(scope) if role == "passive" else scope
+
+    def _with_second_hop(self, scope: str) -> str:
+        if self.config.noise is None:
+            return scope
+        return "; ".join(filter(None, [scope, "second hop: ε covers its rows, clipped and noised once before masking; "
+                                       "the first hop's activations and embedding carry no noise"]))
 
 
 class VFLASPStudent(VFLASP):

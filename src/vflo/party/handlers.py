@@ -217,6 +217,11 @@ class HandlerSet:
         """What the ε of this party's releases covers and what it does not (empty: no ε to report)."""
         return ""
 
+    def account_scope(self, role: str) -> str:
+        """What the account of a party in ``role`` covers, of this method's releases: :meth:`epsilon_scope`, where
+        one role releases everything the method noises."""
+        return self.epsilon_scope()
+
     def protected(self, role: str, scale: float, *, rows: int) -> tuple[HandlerSet, PrivacyPlan] | None:
         """This method with its side in ``role`` protected at noise scale ``scale`` (larger: more noise, less ε), for
         a party of ``rows`` rows, and what it would then spend: how a party that protects everything it sends

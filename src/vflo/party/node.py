@@ -510,7 +510,7 @@ class Node:
         under noise: the largest ε of any of its people (all runs its account holds) and what it covers."""
         if not self.privacy.releases:
             return {}
-        scope = method.epsilon_scope() if method is not None else ""
+        scope = method.account_scope(self.info.role) if method is not None else ""
         return {"epsilon": float(self.privacy.epsilon()), "scope": scope}
 
     def _checked_parties(self, payload: Fields) -> tuple[PartyInfo, ...]:

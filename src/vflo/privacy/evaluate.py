@@ -18,6 +18,7 @@ from vflo.align import plain
 from vflo.comm.message import Message
 from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
+from vflo.dp import PrivacyBudget
 from vflo.errors import ConfigError, VfloError
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
@@ -41,15 +42,18 @@ from vflo.privacy.views import (
 
 def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequence[float] = (0.0, 0.01, 0.05, 0.1),
                completion: Sequence[int] = (10, 40, 100), decoders: Sequence[str] = ("ridge", "mlp"),
-               max_rows: int = 4000, serve_repeats: int = 1) -> dict[str, Any]:
+               max_rows: int = 4000, serve_repeats: int = 1,
+               budgets: Mapping[str, PrivacyBudget] | None = None) -> dict[str, Any]:
     """The run's metrics and stats, and the success of every applicable attack (nested by attack).
 
     ``serve_repeats``: how many times the test people are scored (the protocol lets the active party ask again);
-    the metrics are those of the first, and every scoring release that crossed is an attacker's input."""
+    the metrics are those of the first, and every scoring release that crossed is an attacker's input.
+    ``budgets``: parties' own privacy budgets (a protecting one calibrates its side at setup); each party's account
+    at the end is in the stats (``epsilon_account_PARTY``) with what it covers (``account_scopes``)."""
     if serve_repeats < 1:
         raise ConfigError(f"serve_repeats must be at least 1 (the scoring the metrics come from), got {serve_repeats}")
     seen: list[Message] = []
-    fed, _ = build_federation(data, method, seed=seed, observers=(seen.append,))
+    fed, _ = build_federation(data, method, seed=seed, observers=(seen.append,), budgets=budgets)
     session = Session(fed)
     session.start(method)
     session.train(method.fit)
@@ -70,6 +74,9 @@ def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequenc
     out["identity"] = _identity(seen, data)
     out["attack_seconds"] = time.perf_counter() - started
     session.teardown()
+    out["stats"] |= {f"epsilon_account_{name}": eps for name, (eps, _) in session.accounts.items()}
+    out["account_scopes"] = {name: scope for name, (_, scope) in session.accounts.items()}
+    out["party_settings"] = session.party_settings
     return out
 
 
