@@ -15,6 +15,7 @@ from vflo.experiments.compare import (
     CompareSettings,
     Comparison,
     applicable,
+    cannot_run,
     column_split,
     compare,
     experiment_tables,
@@ -294,5 +295,9 @@ def test_the_privacy_axis_runs_the_methods_that_protect_their_partners_within_th
     assert private[private["method"] == "local"]["attack_leaks"].eq(0.0).all()  # it sends nothing
     assert "## Which method at each privacy level" in text and "At ε = 4 per party, scoring aligned people" in text
     assert "Without a budget (ε = ∞)" in text and "leaks labels" in text
+    # Entity Augmentation's guests protect what they send beside a label-only host; beside a host that walks
+    # everyone, a guest's releases have no bound it can plan: skipped, saying so.
+    why = cannot_run("entity_augmentation", "binary", Cell("epsilon", 4.0, "aligned", 1, "random"))
+    assert isinstance(why, str) and "label-only host" in why
     with pytest.raises(ConfigError, match="compare.epsilons"):
         CompareSettings(epsilons=(0.0,))

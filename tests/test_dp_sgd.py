@@ -210,7 +210,8 @@ def test_a_party_that_gives_only_a_target_epsilon_is_calibrated_to_it() -> None:
 
 def test_a_protecting_party_refuses_a_method_it_cannot_cover_and_a_run_past_what_is_left() -> None:
     fed, nodes, passive = _protected_federation("vfl_asp", 4.0)
-    with pytest.raises(RemoteError, match=r"vfl_asp's passive side sends what it cannot cover here.*protect = false"):
+    with pytest.raises(RemoteError, match=r"vfl_asp's passive side sends what no noise it can calibrate "
+                                          r"covers.*protect = false"):
         Session(fed).start(get_method("vfl_asp")(**QUICK))
     fed, nodes, passive = _protected_federation("apc_vfl", 4.0)
     # Its people spent ε 4.38 before it lowered its budget to 4: no run fits what is left.
@@ -364,3 +365,43 @@ def test_splitnn_trains_on_randomised_labels_counted_in_the_active_partys_own_ac
     assert np.array_equal(again.scores, out.scores)
     other = run_method(method, data, seed=0, party_seeds={active: 99})
     assert not np.array_equal(other.scores, out.scores)
+
+
+EA = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 32, "validation_fraction": 0.0}}
+
+
+def test_an_entity_augmentation_guest_is_calibrated_and_its_host_randomises_its_labels() -> None:
+    data = data_for("entity_augmentation")
+    guests = [p.name for p in data.parties if p.role == "passive"]
+    # IDs in the clear are what no noise covers: a protecting guest refuses them, naming the setting that allows it.
+    clear = get_method("entity_augmentation")(**EA)
+    fed, nodes = build_federation(data, clear, seed=0)
+    nodes[guests[0]].privacy = PrivacyAccount(guests[0], PrivacyBudget(epsilon=4.0))
+    with pytest.raises(RemoteError, match=r"sends every one of its IDs to the host in the clear.*ids = 'blinded'"):
+        Session(fed).start(clear)
+    method = get_method("entity_augmentation")(**EA, ids="blinded", label_epsilon=4.0)
+    budgets = {g: PrivacyBudget(epsilon=4.0) for g in guests}
+    out = run_method(method, data, seed=0, budgets=budgets)
+    for g in guests:
+        ran = out.party_settings[g]
+        assert ran["dp_sgd"]["sample_rate"] == 0.5 and ran["activation_noise"]["noise_multiplier"] > 1
+        assert 0 < out.stats[f"epsilon_account_{g}"] <= 4.0
+        assert out.account_scopes[g] == "features: " + SCOPE_END_TO_END
+    assert out.stats[f"epsilon_account_{data.active}"] == pytest.approx(4.0, rel=1e-3)
+    assert out.account_scopes[data.active].startswith("labels: ε covers each person's label")
+
+
+def test_a_noised_guest_plans_its_passes_and_refuses_a_walk_past_them() -> None:
+    acts = GaussianNoise(**ACTS)
+    method = get_method("entity_augmentation")(**EA, ids="blinded", activation_noise=ACTS, dp_sgd=PRIVATE, passes=3)
+    plan = method.planned_privacy("passive")
+    assert plan is not None and plan.releases == 2 * 3 + 1 and plan.mu == acts.mu
+    assert plan.training == (DPSGD(**PRIVATE).within_batches(2 * 3),)
+    # One pass an epoch allowed: the host's epoch over a larger guest walks a smaller one's people twice, refused.
+    data = data_for("entity_augmentation")
+    once = get_method("entity_augmentation")(**EA, ids="blinded", activation_noise=ACTS, passes=1)
+    with pytest.raises(RemoteError, match=r"refuses another noised training release .* released 2 times already, "
+                                          r"1 per epoch of the 2"):
+        run_method(once, data, seed=0)
+    with pytest.raises(ConfigError, match="give activation_noise too"):
+        get_method("entity_augmentation")(dp_sgd=PRIVATE)

@@ -203,7 +203,7 @@ def test_a_noised_bottom_releases_each_person_once_per_declared_epoch() -> None:
     x, ids = torch.ones(4, 3), np.array(["a", "b", "c", "d"])
     for _ in range(3):
         bottom.infer(x, ids, fresh=True)
-    with pytest.raises(RefusedError, match="once per epoch of the 3"):
+    with pytest.raises(RefusedError, match="1 per epoch of the 3"):
         bottom.infer(x, ids, fresh=True)
     bottom.infer(x[:1], np.array(["e"]), fresh=True)  # someone not released yet still is
     for _ in range(3):

@@ -267,6 +267,10 @@ PROTECTS: dict[tuple[str, str], Protection] = {
                                       "gradients (labels randomised)"),
     ("apc_vfl", "budget"): Protection("features", frozenset({"apc.encode_aligned", "apc.encode_serve"}),
                                       "passive -> active latents (its encoder by DP-SGD)"),
+    ("entity_augmentation", "budget"): Protection("both", frozenset({"ea.forward", "ea.validate",
+                                                                     "split.activations"}),
+                                                  "guests -> host activations (their networks by DP-SGD, IDs "
+                                                  "blinded); host -> guests gradients (labels randomised)"),
 }
 
 

@@ -4,9 +4,10 @@ that applies to what each party received (benchmark, not a test).
     python -m benchmarks.privacy.run DATASET [--data-dir ../shared/datasets] [--out runs/privacy] [--quick]
                                              [--serve-repeats 3]
 
-Besides each defence at several noise levels, APC-VFL and SplitNN run end to end at ε 1, 4 and 8 per person
-(``budget``: every passive party protects what it sends with ``[privacy] epsilon`` alone, calibrated at its
-setup, and SplitNN's label holder randomises its labels at the same ε); their ε is each party's own account.
+Besides each defence at several noise levels, APC-VFL, SplitNN and Entity Augmentation (its guests' IDs blinded)
+run end to end at ε 1, 4 and 8 per person (``budget``: every passive party protects what it sends with
+``[privacy] epsilon`` alone, calibrated at its setup, and the label holder randomises its labels at the same ε
+where the method sends what they shape); their ε is each party's own account.
 
 DATASET is ``breast`` (APC-VFL's Breast Cancer partition), ``credit`` (APC-VFL's Credit partition; Entity
 Augmentation on its own paper's Credit partition), ``handwritten`` (configs/privacy/handwritten.toml) or
@@ -89,8 +90,7 @@ class Run:
         if self.defence == "ids":
             return cls(dataclasses.replace(method.config, ids="blinded"))
         if self.defence == "budget":  # the partners calibrate their own side; the label holder randomises
-            labels = any(f.name == "label_epsilon" for f in dataclasses.fields(method.config))
-            return cls(dataclasses.replace(method.config, label_epsilon=self.level)) if labels else method
+            return cls(dataclasses.replace(method.config, **cls.private_settings(self.level)))
         noise = GaussianNoise(clip=1.0, noise_multiplier=self.level)
         return cls(dataclasses.replace(method.config, **{self.defence: noise}))
 
@@ -122,6 +122,8 @@ def plan(dataset: str) -> Iterator[Run]:
     if "entity_augmentation" in parts:
         yield Run("entity_augmentation", "none", 0.0, "entity_augmentation")
         yield Run("entity_augmentation", "ids", 0.0, "entity_augmentation")
+        for epsilon in BUDGETS:
+            yield Run("entity_augmentation", "budget", epsilon, "entity_augmentation")
 
 
 def split_of(config_path: str, data_dir: str | None) -> tuple[Any, str, bool]:

@@ -37,7 +37,8 @@ def test_a_lab_with_only_a_target_epsilon_trains_within_it_and_refuses_past_it(
             assert 3.9 < out.stats["epsilon_account_pas"] <= 4.0
             assert out.account_scopes["pas"] == SCOPE_END_TO_END
             assert {"noise", "dp_sgd"} <= set(out.party_settings["pas"])
-            with pytest.raises(RemoteError, match="entity_augmentation's passive side sends what it cannot cover"):
+            with pytest.raises(RemoteError, match=r"entity_augmentation's passive side sends every one of its IDs to "
+                                                  r"the host in the clear \(ids = 'clear'\).*ids = 'blinded'"):
                 deployment.run(get_method("entity_augmentation")(**QUICK), seed=1)
             with pytest.raises(RemoteError, match=r"refuses apc_vfl at setup: even with the most noise.*budget ε = 4 "
                                                   r"at δ = 1e-05 \((4|3\.9\d) spent before it"):

@@ -354,8 +354,9 @@ def held_out_people(settings: CompareSettings, n_rows: int) -> int:
                int(settings.test_fraction * n_rows))
 
 
-def cannot_run(name: str, task: str, cell: Cell) -> dict[str, Any] | str:
-    """The settings method ``name`` gives itself for the cell's layout, or why it cannot run in the cell."""
+def cannot_run(name: str, task: str, cell: Cell, settings: Mapping[str, Any] | None = None) -> dict[str, Any] | str:
+    """The settings method ``name`` gives itself for the cell's layout, or why it cannot run in the cell (with
+    ``settings``, the comparison's own for it)."""
     cls = get_method(name)
     own = cls.layout_settings(cell.layout, first_hop=FIRST_HOP, second_hop=SECOND_HOP)
     if isinstance(own, str):
@@ -365,24 +366,25 @@ def cannot_run(name: str, task: str, cell: Cell) -> dict[str, Any] | str:
     if cell.scored == "active_only" and cls.inference != "active_only" and not cls.any_subset:
         return "scores together with its partners, who have never seen these people"
     if cell.axis == "epsilon":
-        why = unprotected(name)
+        # The label holder protects what its labels shape (gradients) at the same ε; shared settings a protecting
+        # partner needs (no IDs in the clear) are set too.
+        own = {**own, **cls.private_settings(float(cell.value))}
+        why = cls.private_refusal(cell.layout) or unprotected(name, {**(settings or {}), **own})
         if why:
             return why
-        if any(f.name == "label_epsilon" for f in fields(cls.Config)):
-            # The label holder sends what its labels shape (gradients): it protects them at the same ε.
-            return {**own, "label_epsilon": float(cell.value)}
     return own
 
 
-def unprotected(name: str) -> str:
-    """Why method ``name`` cannot run where every passive party protects what it sends with a budget ("" where it
-    can: it sends nothing from them, or calibrates their side)."""
+def unprotected(name: str, settings: Mapping[str, Any] | None = None) -> str:
+    """Why method ``name`` (with ``settings``) cannot run where every passive party protects what it sends with a
+    budget ("" where it can: it sends nothing from them, or calibrates their side)."""
     cls = get_method(name)
     if cls.simulation_only:
         return "pools every party's raw features: no budget applies to it"
-    method = cls()
+    method = cls(**{k: v for k, v in (settings or {}).items() if k not in ("label", "fallback", "name")})
     if method.handler_table() and method.protected("passive", 1.0, rows=1000) is None:
-        return "cannot protect what a passive party sends under a privacy budget yet"
+        return ("cannot protect what a passive party sends under a privacy budget: its side "
+                f"{method.unprotectable('passive')}")
     return ""
 
 
@@ -393,7 +395,7 @@ def applicable(settings: CompareSettings, task: str, cell: Cell, *,
     names = [n for n in (list(settings.methods) or method_names()) if n not in unavailable]
     run, skipped = {}, {}
     for name in names:
-        own = cannot_run(name, task, cell)
+        own = cannot_run(name, task, cell, settings.settings.get(name))
         if isinstance(own, str):
             skipped[name] = own
         else:

@@ -194,6 +194,19 @@ class Method(HandlerSet, ABC):
             return {} if cls.inference == "active_only" or cls.any_subset else cls.NO_MISSING
         return {} if layout == "star" else cls.NO_SECOND_HOP
 
+    @classmethod
+    def private_settings(cls, epsilon: float) -> dict[str, Any]:
+        """The shared settings this method runs with where every party protects what it sends at ``epsilon``
+        per person (a comparison's privacy cells): the label holder's randomised response, where the method has
+        one. A partner calibrates its own side at its setup, so its settings are not here."""
+        return {"label_epsilon": float(epsilon)} if any(f.name == "label_epsilon" for f in fields(cls.Config)) else {}
+
+    @classmethod
+    def private_refusal(cls, layout: Layout) -> str:
+        """Why this method cannot run in a comparison's privacy cell of ``layout`` although each side can be
+        protected ("" where it can)."""
+        return ""
+
     def extra_parties(self, parties: tuple[PartyInfo, ...]) -> tuple[PartyInfo, ...]:
         """Data-less parties (server, dealer) this method needs beside the data holders."""
         return ()

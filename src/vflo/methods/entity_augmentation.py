@@ -6,7 +6,7 @@ import copy
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -14,8 +14,9 @@ import numpy as np
 from vflo.align import psi
 from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Fields, Payload, Reply, expect_rows
 from vflo.data.datasets import Task
-from vflo.errors import MethodError, ProtocolError, RefusedError, TransportError
-from vflo.methods.base import Claim, Method, MethodConfig, handles, reveals
+from vflo.dp import DPSGD, SCOPE_END_TO_END, SCOPE_FIXED_MODEL, GaussianNoise, PrivacyPlan, RandomisedResponse
+from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError, TransportError
+from vflo.methods.base import Claim, Layout, Method, MethodConfig, handles, reveals
 from vflo.methods.saved import INTEGER, PARTY_NAMES, WIDTHS, Part, Saved, Saves, network
 from vflo.methods.split_learning import (
     BOTTOM,
@@ -23,6 +24,7 @@ from vflo.methods.split_learning import (
     SplitPart,
     SplitParty,
     bottom_of,
+    randomised_labels,
     remote_activations,
 )
 from vflo.nn.train import (
@@ -78,6 +80,11 @@ class EntityAugmentationConfig(MethodConfig):
     message a guest does not answer ends the run). ``train.validation_fraction`` > 0 holds out that share of
     the labelled entities every guest holds: they are scored every epoch (true labels, no interpolation)
     and drive early stopping as for every other network; 0 (the paper's setting) trains ``max_epochs``.
+    Defences (off by default, see :mod:`vflo.dp`): a guest's ``activation_noise`` clips and noises every activation
+    it sends, and its ``dp_sgd`` trains its network by DP-SGD (each step drawing its rows from the batch it walks);
+    the host's epoch is one pass over the largest guest's entities, so a smaller guest walks its own more than once:
+    a noised guest releases each person at most ``passes`` times an epoch (its plan counts that many) and refuses
+    a step past it. ``label_epsilon``: the host randomises its labels once, at that ε, before training.
     """
 
     guest: tuple[str, ...] = ("linear 64", "relu")
@@ -91,8 +98,20 @@ class EntityAugmentationConfig(MethodConfig):
     payload_dtype: Literal["float32", "float16"] = "float32"
     train: TrainConfig = field(default_factory=lambda: TrainConfig(
         lr=5e-4, batch_size=64, max_epochs=60, patience=0, validation_fraction=0.0))
+    activation_noise: GaussianNoise | None = None
+    dp_sgd: DPSGD | None = None
+    passes: int = 2
+    label_epsilon: float | None = None
 
     def __post_init__(self) -> None:
+        if self.dp_sgd is not None and self.activation_noise is None:
+            raise ConfigError("entity_augmentation: dp_sgd makes a guest's network private, not the activations it "
+                              "sends; give activation_noise too, so that every activation is a Gaussian release")
+        if self.passes < 1:
+            raise ConfigError(f"entity_augmentation: passes is how many times a noised guest walks its entities in "
+                              f"an epoch, at least 1; got {self.passes}")
+        if self.label_epsilon is not None:
+            RandomisedResponse(epsilon=self.label_epsilon)
         validate(self.guest, "entity_augmentation guest")
         for name, spec in self.guest_layers.items():
             validate(spec, f"entity_augmentation guest_layers.{name}")
@@ -175,7 +194,7 @@ class EntityAugmentation(SplitParty, Method):
     # A guest's network and its steps are its own; whether its IDs go out in the clear is shared, so a guest
     # that says ids = 'blinded' in its own config refuses a run that would send them.
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "passive": ("guest", "guest_layers", "train.lr", "train.weight_decay")}
+        "passive": ("guest", "guest_layers", "train.lr", "train.weight_decay", "dp_sgd", "activation_noise")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("ids", "payload_dtype")}
     saves: ClassVar[Saves] = Saves(
         model=(Saved("guests", PARTY_NAMES, "who sends activations"), Saved("widths", WIDTHS, "of what width"),
@@ -187,6 +206,20 @@ class EntityAugmentation(SplitParty, Method):
         part=SplitPart, parts={"passive": (BOTTOM,)})
 
     config: EntityAugmentationConfig
+
+    @classmethod
+    def private_settings(cls, epsilon: float) -> dict[str, Any]:
+        # A guest that protects what it sends refuses to send its IDs in the clear.
+        return {**super().private_settings(epsilon), "ids": "blinded"}
+
+    @classmethod
+    def private_refusal(cls, layout: Layout) -> str:
+        if layout == "second_hop":
+            return ""  # it does not run there anyway
+        return ("its host, holding every person with features of its own, walks them in each epoch, so a smaller "
+                "guest walks its people several times an epoch, in batches that may name one twice: more releases "
+                "than a guest can plan for at setup; its guests protect what they send beside a label-only host "
+                "(host_features = 'ignore', guests of like size: benchmarks/privacy/run.py credit)")
 
     def check_task(self, task: Task) -> None:
         if task not in self.tasks:
@@ -224,6 +257,69 @@ class EntityAugmentation(SplitParty, Method):
     def bottom_settings(self) -> tuple[TrainConfig, str]:
         return self.config.train, self.config.payload_dtype
 
+    def bottom_noise(self) -> GaussianNoise | None:
+        return self.config.activation_noise
+
+    def bottom_dp(self) -> DPSGD | None:
+        return self.config.dp_sgd
+
+    def releases_per_epoch(self) -> int:
+        return self.config.passes if self.config.activation_noise is not None else 1
+
+    # -- privacy: what a guest's side spends, planned before it runs --------------------------------------
+
+    def planned_privacy(self, role: str) -> PrivacyPlan | None:
+        """A guest's: its network's DP-SGD (at most ``passes`` walked batches a person an epoch) where it trains
+        one, and its activations: at most ``passes`` training releases a person an epoch (its network refuses
+        more), or one validation release an epoch for a validation person (never walked), and one when scored.
+        The host's: its labels randomised once."""
+        cfg = self.config
+        if role == "active" and cfg.label_epsilon is not None:
+            return PrivacyPlan(epsilon=cfg.label_epsilon, pure_releases=1,
+                               what=f"randomised response on its labels at ε = {cfg.label_epsilon:g}, once")
+        noise, dp = cfg.activation_noise, cfg.dp_sgd
+        if role != "passive" or noise is None:
+            return None
+        walked = cfg.train.max_epochs * cfg.passes
+        words = [f"DP-SGD of its network, {walked} walked batches per person at σ = {dp.noise_multiplier:g}, "
+                 f"drawing {dp.sample_rate:g} of each"] if dp is not None else []
+        words.append(f"up to {walked + 1} releases of each person's activations at σ = {noise.noise_multiplier:g}")
+        return PrivacyPlan(mu=noise.mu, releases=walked + 1,
+                           training=() if dp is None else (dp.within_batches(walked),), what="; ".join(words))
+
+    def protected(self, role: str, scale: float, *, rows: int) -> tuple[EntityAugmentation, PrivacyPlan] | None:
+        """A guest's side with its network by DP-SGD at noise multiplier ``scale`` drawing half of each walked
+        batch and its activations noised at twice that; none while its IDs go to the host in the clear
+        (``ids = 'clear'``), which no noise covers."""
+        if role != "passive" or self.config.ids != "blinded":
+            return None
+        config = replace(self.config, activation_noise=GaussianNoise(clip=1.0, noise_multiplier=2 * scale),
+                         dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0, sample_rate=0.5))
+        chosen = type(self)(config)
+        plan = chosen.planned_privacy(role)
+        assert plan is not None
+        return chosen, plan
+
+    def unprotectable(self, role: str) -> str:
+        if role == "passive" and self.config.ids != "blinded":
+            return ("sends every one of its IDs to the host in the clear (ids = 'clear'), which no noise covers; run "
+                    "with ids = 'blinded'")
+        return super().unprotectable(role)
+
+    def epsilon_scope(self) -> str:
+        return "; ".join(filter(None, (self.account_scope("passive"), self.account_scope("active"))))
+
+    def account_scope(self, role: str) -> str:
+        cfg = self.config
+        if role == "active" and cfg.label_epsilon is not None:
+            return ("labels: ε covers each person's label, randomised once before training (every gradient sent is "
+                    "computed from the randomised labels); not the host's own features")
+        if role != "passive" or cfg.activation_noise is None:
+            return ""
+        if cfg.dp_sgd is not None:
+            return "features: " + SCOPE_END_TO_END
+        return "features: " + SCOPE_FIXED_MODEL.replace("encoder", "guest network")
+
     @handles("ea.entities",
              served="after ea.init",
              carries={"mask": "membership", "ids": "ids"}, replies={"count": "control"}, mask=MASK,
@@ -258,6 +354,10 @@ class EntityAugmentation(SplitParty, Method):
             if not 0 < n <= ctx.policy.max_rows:
                 raise ProtocolError(f"ea.forward: a batch of {n} entities; this guest walks between 1 and "
                                     f"{ctx.policy.max_rows} ([policy] max_rows) a step")
+            if self.config.activation_noise is not None and n > len(walk.ids):
+                # One person twice in a batch would be two releases, and two draws in one DP-SGD step.
+                raise RefusedError(f"ea.forward: a batch of {n} entities from a guest that walks {len(walk.ids)} "
+                                   "and noises what it sends; refused (a batch names each person once)")
             positions = walk.next(n)
         elif positions.min(initial=0) < 0 or positions.max(initial=-1) >= len(walk.ids):
             raise ProtocolError("ea.forward: a position beyond this guest's entities")
@@ -461,7 +561,7 @@ class _HostTrainer(RemoteBottomsTrainer):
         own_params = [] if method.host_bottom_ is None else list(method.host_bottom_.parameters())
         self.optimizer = adam([*method.host_.parameters(), *own_params], self.config)
         host = fed.data
-        y = host.require_labels()
+        y = randomised_labels(fed, method.name, method.config.label_epsilon, host.ids, host.require_labels())
         self.label_of = {v: i for i, v in enumerate(host.ids.tolist())}
         self.onehot = method.targets(y)
         widths = ([method.host_width_] if method.host_bottom_ is not None else []) + \
@@ -470,8 +570,9 @@ class _HostTrainer(RemoteBottomsTrainer):
         # The host as its own guest: its entities, their rows, and its own walk (never sent, so from its secret).
         self.own = Walk(own, as_tensor(host.subset(own).X) if len(own) else None, fed.rng("ea-host-walk"))
         self.val_ids = val_ids
-        self.val_target = torch.as_tensor(method.targets(host.subset(val_ids).require_labels())) if len(val_ids) \
-            else None
+        # The randomised labels here too: the validation loss decides when training stops, which the guests see.
+        self.val_target = torch.as_tensor(method.targets(y[[self.label_of[v] for v in val_ids.tolist()]])) \
+            if len(val_ids) else None
         self.last: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @property

@@ -13,6 +13,7 @@ pass was the best so far (:class:`RemoteBottomsTrainer`), so every party ends at
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,8 +22,8 @@ import numpy as np
 
 from vflo.comm.message import BOOL, IDS, INT, STR, Fields, Payload, Reply, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
-from vflo.dp import DPSGD, GaussianNoise, PrivacyAccount, RowNoise
-from vflo.errors import MethodError, ProtocolError, RefusedError, RemoteError, TransportError
+from vflo.dp import DPSGD, GaussianNoise, PrivacyAccount, RandomisedResponse, RowNoise
+from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError, RemoteError, TransportError
 from vflo.methods.base import State, prefixed, unprefixed
 from vflo.methods.saved import At, Built, Part, Saved
 from vflo.nn.private import private_training, quiet_hooks
@@ -50,13 +51,35 @@ else:
 
 
 
+logger = logging.getLogger(__name__)
+
+
+def randomised_labels(fed: Federation, method: str, epsilon: float | None, ids: np.ndarray,
+                      y: np.ndarray) -> np.ndarray:
+    """The labels of ``ids`` the label holder trains on: ``y``, or with ``epsilon`` each randomised once
+    (:class:`vflo.dp.RandomisedResponse`) from its own secret, which no partner can recompute, and counted in its
+    account before any gradient computed from them leaves."""
+    if epsilon is None:
+        return y
+    if fed.task == "regression" or fed.n_classes is None:
+        raise ConfigError(f"{method}: label_epsilon randomises class labels (randomised response); this is a "
+                          "regression task: leave label_epsilon out")
+    mechanism = RandomisedResponse(epsilon=epsilon)
+    fed.privacy.charge(ids, epsilon=mechanism.epsilon, what="its labels, randomised")
+    out = mechanism.apply(y, fed.n_classes, fed.rng(method, "label-rr"))
+    logger.info("%s: the label holder trains on its labels randomised at ε = %g (%.1f%% of %d changed)", method,
+                mechanism.epsilon, 100 * float(np.mean(out != y)), len(y))
+    return out.astype(y.dtype)
+
+
 class Bottom:
     """A party's bottom network and its optimiser. A training forward keeps its output for the backward."""
 
     def __init__(self, net: nn.Module, train: TrainConfig, payload_dtype: str, *, noise: GaussianNoise | None = None,
                  rng: np.random.Generator | None = None, keyed: RowNoise | None = None,
                  account: PrivacyAccount | None = None, dp: DPSGD | None = None,
-                 dp_rng: np.random.Generator | None = None, dp_generator: torch.Generator | None = None) -> None:
+                 dp_rng: np.random.Generator | None = None, dp_generator: torch.Generator | None = None,
+                 per_epoch: int = 1) -> None:
         self.net = net
         # Activations this party sends are clipped and noised (when the method asks): every release, training,
         # validation and scoring alike. Training releases get fresh noise from the party's own stream (the model
@@ -69,8 +92,9 @@ class Bottom:
         self.keyed = keyed
         self.account = account
         # Fresh noise averages away when a release is asked for again and again, so each person's noised training
-        # and validation releases are bounded by the schedule the method declared: one of each per epoch.
-        self.max_releases = train.max_epochs
+        # and validation releases are bounded by the schedule the method declared: ``per_epoch`` of each per epoch
+        # (one in SplitNN; an Entity Augmentation guest may walk its people more than once in the host's epoch).
+        self.max_releases, self.per_epoch = train.max_epochs * per_epoch, per_epoch
         self._releases: dict[str, dict[object, int]] = {"training": {}, "validation": {}}
         self.optimizer: torch.optim.Optimizer | None = adam(net.parameters(), train)
         # DP-SGD (the party's own choice): each step uses the rows of the shared batch its own secret draws (each with
@@ -148,9 +172,9 @@ class Bottom:
         if over:
             raise RefusedError(
                 f"this party refuses another noised {what} release of {len(over)} people (e.g. {over[0]!r}): each "
-                f"was released {self.max_releases} times already, once per epoch of the {self.max_releases} the "
-                "method declared (train.max_epochs); repeated fresh noise averages away, so a coordinator may not "
-                "ask for more")
+                f"was released {self.max_releases} times already, {self.per_epoch} per epoch of the "
+                f"{self.max_releases // self.per_epoch} the method declared (train.max_epochs); repeated fresh noise "
+                "averages away, so a coordinator may not ask for more")
         for p in people:
             counts[p] = counts.get(p, 0) + 1
 
@@ -260,20 +284,25 @@ class SplitParty(HandlerSet):
         """DP-SGD for this party's bottom (none unless its own config asks for it)."""
         return None
 
+    def releases_per_epoch(self) -> int:
+        """How many training releases of one person an epoch this party's side allows (and plans for)."""
+        return 1
+
     def new_bottom(self, ctx: NodeContext, in_dim: int, *, people: np.ndarray | None = None,
                    trains: bool = True) -> Bottom:
         """This party's bottom network; with DP-SGD, its whole training is charged to ``people`` (the rows it
         trains on; default every row it holds) before it starts. ``trains=False``: a saved one about to be loaded."""
         train, payload_dtype = self.bottom_settings()
         dp = self.bottom_dp() if trains else None
+        per_epoch = self.releases_per_epoch()
         if dp is not None:
             who = ctx.require_data().ids if people is None else people
-            ctx.privacy.charge(who, training=[dp.within_batches(train.max_epochs)],
+            ctx.privacy.charge(who, training=[dp.within_batches(train.max_epochs * per_epoch)],
                                what="its bottom network's DP-SGD training")
         bottom = Bottom(self.build_bottom(ctx, in_dim), train, payload_dtype, noise=self.bottom_noise(),
                         rng=ctx.rng("split-activation-noise"), keyed=ctx.row_noise("split-activations"),
                         account=ctx.privacy, dp=dp, dp_rng=ctx.rng("split-dp-sgd") if dp else None,
-                        dp_generator=ctx.torch_generator("split-dp-sgd") if dp else None)
+                        dp_generator=ctx.torch_generator("split-dp-sgd") if dp else None, per_epoch=per_epoch)
         bottom.in_dim = in_dim
         ctx.part(SplitPart).bottom = bottom
         return bottom

@@ -22,6 +22,7 @@ from vflo.methods.split_learning import (
     SplitParty,
     bottom_of,
     holders_activations,
+    randomised_labels,
     remote_activations,
 )
 from vflo.nn.train import (
@@ -342,20 +343,8 @@ class SplitNN(SplitParty, Method):
         self.n_train_ = len(train_ids)
 
     def private_labels(self, fed: Federation, ids: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """The labels of ``ids`` the active party trains on: ``y``, or with ``label_epsilon`` each randomised once
-        from its own secret (no partner can recompute the draw) and counted in its account before any gradient
-        computed from them leaves."""
-        if self.config.label_epsilon is None:
-            return y
-        if fed.task == "regression" or fed.n_classes is None:
-            raise ConfigError(f"{self.name}: label_epsilon randomises class labels (randomised response); this is a "
-                              "regression task: leave label_epsilon out")
-        mechanism = RandomisedResponse(epsilon=self.config.label_epsilon)
-        fed.privacy.charge(ids, epsilon=mechanism.epsilon, what="its labels, randomised")
-        out = mechanism.apply(y, fed.n_classes, fed.rng(self.name, "label-rr"))
-        logger.info("%s: the active party trains on its labels randomised at ε = %g (%.1f%% of %d changed)",
-                    self.name, mechanism.epsilon, 100 * float(np.mean(out != y)), len(y))
-        return out.astype(y.dtype)
+        """The labels of ``ids`` the active party trains on (:func:`randomised_labels` at ``label_epsilon``)."""
+        return randomised_labels(fed, self.name, self.config.label_epsilon, ids, y)
 
     def predict(self, fed: Federation, ids: np.ndarray) -> np.ndarray:
         return self.predict_by(fed, ids)[0]

@@ -222,6 +222,11 @@ class HandlerSet:
         one role releases everything the method noises."""
         return self.epsilon_scope()
 
+    def unprotectable(self, role: str) -> str:
+        """Why this method's side in ``role`` cannot be protected, in words a party's refusal can show (where
+        :meth:`protected` gives None)."""
+        return "sends what no noise it can calibrate covers"
+
     def protected(self, role: str, scale: float, *, rows: int) -> tuple[HandlerSet, PrivacyPlan] | None:
         """This method with its side in ``role`` protected at noise scale ``scale`` (larger: more noise, less ε), for
         a party of ``rows`` rows, and what it would then spend: how a party that protects everything it sends

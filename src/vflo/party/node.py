@@ -482,7 +482,7 @@ class Node:
         if first is None:
             raise PrivacyBudgetError(
                 f"party {self.name!r} covers everything it sends with its budget ([privacy] epsilon = "
-                f"{budget.epsilon:g}, protect = true), and {name}'s {role} side sends what it cannot cover here; it "
+                f"{budget.epsilon:g}, protect = true), and {name}'s {role} side {method.unprotectable(role)}; it "
                 "refuses the run. Run a method that can protect this side, or set [privacy] protect = false in its "
                 "config to bound only what a method noises anyway")
         if not first[1].spends:
