@@ -6,7 +6,7 @@ import copy
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -293,11 +293,7 @@ class EntityAugmentation(SplitParty, Method):
         (``ids = 'clear'``), which no noise covers."""
         if role != "passive" or self.config.ids != "blinded":
             return None
-        config = replace(self.config, activation_noise=GaussianNoise(clip=1.0, noise_multiplier=2 * scale),
-                         dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0, sample_rate=0.5))
-        chosen = type(self)(config)
-        plan = chosen.planned_privacy(role)
-        assert plan is not None
+        chosen, plan = self.calibrated_bottom(role, scale)
         return chosen, plan
 
     def unprotectable(self, role: str) -> str:

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vflo.comm.message import BOOL, IDS, INT, STR, Fields, Payload, Reply, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
-from vflo.dp import DPSGD, GaussianNoise, PrivacyAccount, RandomisedResponse, RowNoise
+from vflo.dp import DPSGD, GaussianNoise, PrivacyAccount, PrivacyPlan, RandomisedResponse, RowNoise
 from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError, RemoteError, TransportError
 from vflo.methods.base import State, prefixed, unprefixed
 from vflo.methods.saved import At, Built, Part, Saved
@@ -287,6 +287,17 @@ class SplitParty(HandlerSet):
     def releases_per_epoch(self) -> int:
         """How many training releases of one person an epoch this party's side allows (and plans for)."""
         return 1
+
+    def calibrated_bottom(self, role: str, scale: float) -> tuple[Any, PrivacyPlan]:
+        """This method with the party's bottom trained by DP-SGD at noise multiplier ``scale``, drawing half of each
+        batch, and its activations noised at twice that (``activation_noise`` and ``dp_sgd`` in its config); and
+        what that plans to spend: how a protecting party calibrates its bottom to its budget."""
+        config = replace(self.config, activation_noise=GaussianNoise(clip=1.0, noise_multiplier=2 * scale),  # type: ignore[attr-defined]  # every bottom-holding method's config has these
+                         dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0, sample_rate=0.5))
+        chosen = type(self)(config)  # type: ignore[call-arg]  # a Method built from its config
+        plan = chosen.planned_privacy(role)
+        assert plan is not None
+        return chosen, plan
 
     def new_bottom(self, ctx: NodeContext, in_dim: int, *, people: np.ndarray | None = None,
                    trains: bool = True) -> Bottom:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -235,11 +235,7 @@ class SplitNN(SplitParty, Method):
         carry its labels)."""
         if role != "passive" or not self.passive_side_is_splitnns():
             return None
-        config = replace(self.config, activation_noise=GaussianNoise(clip=1.0, noise_multiplier=2 * scale),
-                         dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0, sample_rate=0.5))
-        chosen = type(self)(config)
-        plan = chosen.planned_privacy(role)
-        assert plan is not None
+        chosen, plan = self.calibrated_bottom(role, scale)
         return chosen, plan
 
     def bottom_settings(self) -> tuple[TrainConfig, str]:
