@@ -405,3 +405,25 @@ def test_a_noised_guest_plans_its_passes_and_refuses_a_walk_past_them() -> None:
         run_method(once, data, seed=0)
     with pytest.raises(ConfigError, match="give activation_noise too"):
         get_method("entity_augmentation")(dp_sgd=PRIVATE)
+
+
+def test_vfl_asps_hops_are_calibrated_each_to_its_own_side() -> None:
+    data = data_for("vfl_asp")
+    fast = {"max_epochs": 2, "patience": 0, "batch_size": 32, "validation_fraction": 0.0}
+    method = get_method("vfl_asp")(train=fast, embedding_train=fast, label_epsilon=4.0)
+    out = run_method(method, data, seed=0, budgets={p: PrivacyBudget(epsilon=4.0) for p in ("p1", "p2")})
+    first, second = out.party_settings["p1"], out.party_settings["p2"]
+    assert {"dp_sgd", "activation_noise", "embedding_dp_sgd"} <= set(first) and "noise" not in first
+    assert set(second) == {"noise"}
+    for party in ("p1", "p2"):
+        assert 0 < out.stats[f"epsilon_account_{party}"] <= 4.0
+    assert out.account_scopes["p1"].startswith("features: " + SCOPE_END_TO_END)
+    assert out.stats[f"epsilon_account_{data.active}"] == pytest.approx(4.0, rel=1e-3)
+    # The first hop's plan counts its encoder's and its bottom's DP-SGD runs, and a release an epoch and one more.
+    own = get_method("vfl_asp")(train=fast, embedding_train=fast, activation_noise=ACTS, dp_sgd=PRIVATE,
+                                embedding_dp_sgd=PRIVATE)
+    plan = own.planned_privacy("passive", party="p1")
+    assert plan is not None and plan.releases == 3 and len(plan.training) == 2
+    assert own.planned_privacy("passive", party="p2") is None  # no noise of its own: nothing noised to plan
+    with pytest.raises(ConfigError, match="give dp_sgd and activation_noise too"):
+        get_method("vfl_asp")(embedding_dp_sgd=PRIVATE)

@@ -133,7 +133,7 @@ def _attack_value(setting: str, value: Any, width: int) -> Any:
         "max_condition": float("inf"), "one_feature_pseudo": False, "embedding_weight": 0.0, "reduction": "mean",
         "overcomplete": False, "unseen": "other", "weight_decay": 0.0, "guest_layers": {},
         "n_bins": 126, "workers": 64,  # a passive asked to start 63 helper processes
-        "dp_sgd": None, "activation_noise": None}  # its own network trained and released without privacy
+        "dp_sgd": None, "activation_noise": None, "embedding_dp_sgd": None}  # trained and released without privacy
     if setting in ("train", "embedding_train"):
         return {**value, "lr": 1e-30}
     if setting in choices:

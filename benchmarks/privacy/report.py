@@ -267,6 +267,11 @@ PROTECTS: dict[tuple[str, str], Protection] = {
                                       "gradients (labels randomised)"),
     ("apc_vfl", "budget"): Protection("features", frozenset({"apc.encode_aligned", "apc.encode_serve"}),
                                       "passive -> active latents (its encoder by DP-SGD)"),
+    ("vfl_asp", "budget"): Protection("both", frozenset({"svd.block", "svd.solve", "splitnn.forward",
+                                                         "split.activations"}),
+                                      "second hop -> server noised masked rows; first hop -> active activations "
+                                      "(its encoder and bottom by DP-SGD); active -> first hop gradients (labels "
+                                      "randomised)"),
     ("entity_augmentation", "budget"): Protection("both", frozenset({"ea.forward", "ea.validate",
                                                                      "split.activations"}),
                                                   "guests -> host activations (their networks by DP-SGD, IDs "

@@ -4,8 +4,8 @@ that applies to what each party received (benchmark, not a test).
     python -m benchmarks.privacy.run DATASET [--data-dir ../shared/datasets] [--out runs/privacy] [--quick]
                                              [--serve-repeats 3]
 
-Besides each defence at several noise levels, APC-VFL, SplitNN and Entity Augmentation (its guests' IDs blinded)
-run end to end at ε 1, 4 and 8 per person (``budget``: every passive party protects what it sends with
+Besides each defence at several noise levels, APC-VFL, SplitNN, VFL-ASP and Entity Augmentation (its guests' IDs
+blinded) run end to end at ε 1, 4 and 8 per person (``budget``: every passive party protects what it sends with
 ``[privacy] epsilon`` alone, calibrated at its setup, and the label holder randomises its labels at the same ε
 where the method sends what they shape); their ε is each party's own account.
 
@@ -119,6 +119,8 @@ def plan(dataset: str) -> Iterator[Run]:
         yield Run("vfl_asp", "none", 0.0, "vfl_asp")
         for level in LEVELS:
             yield Run("vfl_asp", "noise", level, "vfl_asp")
+        for epsilon in BUDGETS:
+            yield Run("vfl_asp", "budget", epsilon, "vfl_asp")
     if "entity_augmentation" in parts:
         yield Run("entity_augmentation", "none", 0.0, "entity_augmentation")
         yield Run("entity_augmentation", "ids", 0.0, "entity_augmentation")

@@ -95,7 +95,7 @@ class Session:
         self.method = method
         # The coordinating party's own side is planned as every other party's is at its setup: refused before
         # anything runs where it would pass its own budget.
-        plan = method.planned_privacy(fed.ctx.info.role)
+        plan = method.planned_privacy(fed.ctx.info.role, party=fed.party)
         if plan is not None and plan.spends:
             fed.privacy.check_plan(fed.data.ids, plan, what=method.name)
         payload: Payload = {**self._method_payload(method), "save": save}

@@ -155,7 +155,7 @@ class APCVFL(RepresentationMethod):
 
     config: APCVFLConfig
 
-    def planned_privacy(self, role: str) -> PrivacyPlan | None:
+    def planned_privacy(self, role: str, *, party: str = "") -> PrivacyPlan | None:
         """A passive party's: its encoder's DP-SGD run (where it trains one) and one upload of each person's latent."""
         noise, dp = self.config.noise, self.config.dp_sgd
         if role != "passive" or (noise is None and dp is None):
@@ -169,7 +169,8 @@ class APCVFL(RepresentationMethod):
         return PrivacyPlan(mu=noise.mu if noise is not None else 0.0, releases=releases, training=training,
                            what="; ".join(words))
 
-    def protected(self, role: str, scale: float, *, rows: int) -> tuple[APCVFL, PrivacyPlan] | None:
+    def protected(self, role: str, scale: float, *, rows: int,
+                  party: str = "") -> tuple[APCVFL, PrivacyPlan] | None:
         """Active: it sends nothing derived from its rows (the selector is the alignment's). Passive: its encoder
         trained by DP-SGD at noise multiplier ``scale`` (batches of about the training config's size, clipping norm
         1, for its ``max_epochs``) and the upload noised at twice that: the upload is one release at sensitivity 2C,

@@ -268,7 +268,7 @@ class EntityAugmentation(SplitParty, Method):
 
     # -- privacy: what a guest's side spends, planned before it runs --------------------------------------
 
-    def planned_privacy(self, role: str) -> PrivacyPlan | None:
+    def planned_privacy(self, role: str, *, party: str = "") -> PrivacyPlan | None:
         """A guest's: its network's DP-SGD (at most ``passes`` walked batches a person an epoch) where it trains
         one, and its activations: at most ``passes`` training releases a person an epoch (its network refuses
         more), or one validation release an epoch for a validation person (never walked), and one when scored.
@@ -287,7 +287,8 @@ class EntityAugmentation(SplitParty, Method):
         return PrivacyPlan(mu=noise.mu, releases=walked + 1,
                            training=() if dp is None else (dp.within_batches(walked),), what="; ".join(words))
 
-    def protected(self, role: str, scale: float, *, rows: int) -> tuple[EntityAugmentation, PrivacyPlan] | None:
+    def protected(self, role: str, scale: float, *, rows: int,
+                  party: str = "") -> tuple[EntityAugmentation, PrivacyPlan] | None:
         """A guest's side with its network by DP-SGD at noise multiplier ``scale`` drawing half of each walked
         batch and its activations noised at twice that; none while its IDs go to the host in the clear
         (``ids = 'clear'``), which no noise covers."""

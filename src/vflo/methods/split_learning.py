@@ -288,14 +288,15 @@ class SplitParty(HandlerSet):
         """How many training releases of one person an epoch this party's side allows (and plans for)."""
         return 1
 
-    def calibrated_bottom(self, role: str, scale: float) -> tuple[Any, PrivacyPlan]:
+    def calibrated_bottom(self, role: str, scale: float, *, party: str = "", **more: Any) -> tuple[Any, PrivacyPlan]:
         """This method with the party's bottom trained by DP-SGD at noise multiplier ``scale``, drawing half of each
         batch, and its activations noised at twice that (``activation_noise`` and ``dp_sgd`` in its config); and
-        what that plans to spend: how a protecting party calibrates its bottom to its budget."""
+        what that plans to spend: how a protecting party calibrates its bottom to its budget. ``more``: other
+        settings of the party's side calibrated with it."""
         config = replace(self.config, activation_noise=GaussianNoise(clip=1.0, noise_multiplier=2 * scale),  # type: ignore[attr-defined]  # every bottom-holding method's config has these
-                         dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0, sample_rate=0.5))
+                         dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0, sample_rate=0.5), **more)
         chosen = type(self)(config)  # type: ignore[call-arg]  # a Method built from its config
-        plan = chosen.planned_privacy(role)
+        plan = chosen.planned_privacy(role, party=party)
         assert plan is not None
         return chosen, plan
 

@@ -212,7 +212,7 @@ class SplitNN(SplitParty, Method):
         SplitNN's plan counts. A subclass that serves more (VFL-ASP's first hop) sends more than it plans for."""
         return set(type(self).handler_table()) == set(SplitNN.handler_table())
 
-    def planned_privacy(self, role: str) -> PrivacyPlan | None:
+    def planned_privacy(self, role: str, *, party: str = "") -> PrivacyPlan | None:
         """A passive party's: its bottom's DP-SGD (one named batch an epoch per person) where it trains one, and its
         activations: at most one training or validation release a person an epoch (its bottom refuses more, and
         ``splitnn.init`` a person named in both sets) and one when the person is scored."""
@@ -229,7 +229,8 @@ class SplitNN(SplitParty, Method):
         return PrivacyPlan(mu=noise.mu, releases=releases,
                            training=() if dp is None else (dp.within_batches(epochs),), what="; ".join(words))
 
-    def protected(self, role: str, scale: float, *, rows: int) -> tuple[SplitNN, PrivacyPlan] | None:
+    def protected(self, role: str, scale: float, *, rows: int,
+                  party: str = "") -> tuple[SplitNN, PrivacyPlan] | None:
         """A passive party's side: its bottom by DP-SGD at noise multiplier ``scale`` drawing half of each named
         batch, and its activations noised at twice that. The active party's is not covered here (its gradients
         carry its labels)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -15,7 +15,7 @@ from vflo.align import plain, psi
 from vflo.comm.message import STR, Fields, Payload, Value
 from vflo.data.datasets import Task
 from vflo.data.partydata import PartyData
-from vflo.dp import GaussianNoise
+from vflo.dp import DPSGD, GaussianNoise, PrivacyPlan
 from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError
 from vflo.methods.base import Claim, Inference, Layout, Method, State, handles
 from vflo.methods.masked_svd import FedSVDSettings, MaskedSVD
@@ -64,6 +64,9 @@ class VFLASPConfig(SplitNNConfig):
     svd: FedSVDSettings = field(default_factory=FedSVDSettings)
     # Off by default: the second hop clips and noises each of its rows before masking its one upload.
     noise: GaussianNoise | None = None
+    # Off by default: the first hop trains its embedding encoder by DP-SGD (its own choice); with its bottom's
+    # dp_sgd and activation_noise, its account covers everything it sends.
+    embedding_dp_sgd: DPSGD | None = None
     embedding_encoder: tuple[int, ...] = (32, 64, 128)
     embedding_activation: str = "leaky_relu"
     embedding_weight: float = 0.9
@@ -81,6 +84,9 @@ class VFLASPConfig(SplitNNConfig):
             raise ConfigError("components must be 0 (all) or positive")
         if self.first_hop == self.second_hop:
             raise ConfigError("first_hop and second_hop must name two different parties")
+        if self.embedding_dp_sgd is not None and self.dp_sgd is None:
+            raise ConfigError("embedding_dp_sgd makes the first hop's encoder private, not the bottom over it whose "
+                              "activations it sends: give dp_sgd and activation_noise too")
 
 
 @dataclass
@@ -145,7 +151,7 @@ class VFLASP(MaskedSVD, SplitNN):
     # P1's embedding autoencoder runs at P1 alone; the second hop's noise is shared (the reported ε is its).
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": (
         *SplitNN.own_settings["passive"], "embedding_encoder", "embedding_activation", "embedding_weight",
-        "embedding_train")}
+        "embedding_train", "embedding_dp_sgd")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": (
         *SplitNN.shared_settings["passive"], "noise")}
     config: VFLASPConfig
@@ -208,11 +214,16 @@ class VFLASP(MaskedSVD, SplitNN):
         targets = np.zeros((data.n_samples, E.shape[1]), dtype=np.float32)
         targets[data.positions(shared)] = E
         cfg = self.config
+        dp = cfg.embedding_dp_sgd
+        if dp is not None:  # charged for the whole run before it trains, as every DP-SGD run is
+            ctx.privacy.charge(data.ids, training=[dp.event(cfg.embedding_train.max_epochs)],
+                               what="its embedding encoder's DP-SGD training")
         part.encoder = fit_autoencoder(
             data.X, (*cfg.embedding_encoder, E.shape[1]), activation=cfg.embedding_activation,
             train=cfg.embedding_train, generator=ctx.torch_generator("asp-ae"), rng=ctx.rng("asp-ae"),
             target=targets, target_mask=np.isin(data.ids, shared), weight=cfg.embedding_weight,
-            distill="mse", reduction="mean", target_rec_weight=1.0 - cfg.embedding_weight)
+            distill="mse", reduction="mean", target_rec_weight=1.0 - cfg.embedding_weight, dp=dp,
+            noise_generator=ctx.torch_generator("asp-ae", "dp-sgd") if dp is not None else None)
         part.seconds = {"svd": svd_seconds, "autoencoder": time.perf_counter() - t0 - svd_seconds}
         logger.info("%s: embeddings of %d shared rows in %.2fs (federated SVD), encoder in %.2fs", ctx.party,
                     len(shared), svd_seconds, part.seconds["autoencoder"])
@@ -320,6 +331,60 @@ class VFLASP(MaskedSVD, SplitNN):
         noise = {"epsilon_second_hop": self.config.noise.epsilon(releases=1)} if self.config.noise else {}
         return {"second_hop_shared": float(self.shared_), "components": float(self.components_),
                 **super().summary_stats(), **noise}
+
+    # -- privacy: each hop's side, planned before it runs -------------------------------------------
+
+    def passive_side_is_splitnns(self) -> bool:
+        return False  # the first hop also extracts embeddings; the second hop uploads rows: planned here
+
+    def planned_privacy(self, role: str, *, party: str = "") -> PrivacyPlan | None:
+        """The second hop's: one noised upload of each shared person's row. The first hop's: its encoder's and its
+        bottom's DP-SGD where it trains them, and its activations as SplitNN's (a release a person an epoch, one
+        when scored or when the student is taught, keyed alike). The active party's: its labels randomised."""
+        cfg = self.config
+        if role != "passive":
+            return super().planned_privacy(role, party=party)
+        if party == cfg.second_hop:
+            if cfg.noise is None:
+                return None
+            return PrivacyPlan(mu=cfg.noise.mu, releases=1, what=f"one upload of each shared person's row at σ = "
+                                                                   f"{cfg.noise.noise_multiplier:g}")
+        noise, dp, epochs = cfg.activation_noise, cfg.dp_sgd, cfg.train.max_epochs
+        if party != cfg.first_hop or noise is None:
+            return None
+        embedding = cfg.embedding_dp_sgd
+        words = [f"DP-SGD of its embedding encoder, {embedding.steps(cfg.embedding_train.max_epochs)} steps at σ = "
+                 f"{embedding.noise_multiplier:g}"] if embedding is not None else []
+        words += [f"DP-SGD of its bottom, {epochs} batches per person at σ = {dp.noise_multiplier:g}"] \
+            if dp is not None else []
+        words.append(f"up to {epochs + 1} releases of each person's activations at σ = {noise.noise_multiplier:g}")
+        training = ((embedding.event(cfg.embedding_train.max_epochs),) if embedding is not None else ()) + \
+            ((dp.within_batches(epochs),) if dp is not None else ())
+        return PrivacyPlan(mu=noise.mu, releases=epochs + 1, training=training, what="; ".join(words))
+
+    def protected(self, role: str, scale: float, *, rows: int,
+                  party: str = "") -> tuple[VFLASP, PrivacyPlan] | None:
+        """The second hop's upload noised at ``scale``; the first hop's encoder and bottom by DP-SGD at ``scale``
+        (the encoder's batches of about its training batch size) and its activations noised at twice that."""
+        cfg = self.config
+        if role != "passive":
+            return None  # the active party's labels: its own label_epsilon, checked against its plan
+        if party == cfg.second_hop:
+            chosen = type(self)(replace(cfg, noise=GaussianNoise(clip=1.0, noise_multiplier=scale)))
+            plan = chosen.planned_privacy(role, party=party)
+            assert plan is not None
+            return chosen, plan
+        if party != cfg.first_hop:
+            return None
+        rate = min(1.0, cfg.embedding_train.batch_size / max(rows, 1))
+        found: tuple[VFLASP, PrivacyPlan] = self.calibrated_bottom(
+            role, scale, party=party, embedding_dp_sgd=DPSGD(noise_multiplier=scale, max_grad_norm=1.0,
+                                                             sample_rate=rate))
+        return found
+
+    def unprotectable(self, role: str) -> str:
+        return ("sends what no noise it can calibrate covers (only the first and the second hop named in the "
+                "proposal have a side to protect)") if role == "passive" else super().unprotectable(role)
 
     def epsilon_scope(self) -> str:
         return self._with_second_hop(super().epsilon_scope())

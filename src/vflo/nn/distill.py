@@ -112,7 +112,8 @@ def fit_autoencoder(
 
     With ``dp`` the network is trained by DP-SGD (:func:`vflo.nn.private.fit_private`): batches by Poisson
     sampling from ``rng`` and noise from ``noise_generator``, both the party's own secret; its cost is the
-    caller's to charge (:meth:`vflo.dp.DPSGD.event`).
+    caller's to charge (:meth:`vflo.dp.DPSGD.event`). Each row's loss, its target's term included, is one
+    person's: clipped and noised as theirs.
     """
     if X.shape[0] == 0:
         raise ConfigError("an autoencoder needs at least one training row")
@@ -160,8 +161,6 @@ def fit_autoencoder(
     if dp is not None:
         from vflo.nn.private import fit_private
 
-        if target is not None:
-            raise ConfigError("DP-SGD trains an autoencoder on the party's own rows alone, without targets")
         if noise_generator is None:
             raise ConfigError("DP-SGD needs the party's own generator for its noise")
         history = fit_private(model, loss_fn, tensors, train=train, dp=dp, rng=rng, generator=noise_generator)

@@ -23,6 +23,7 @@ import numpy as np
 from vflo.dp import DPSGD
 from vflo.errors import ConfigError
 from vflo.nn.train import History, TrainConfig, adam, as_tensor
+from vflo.spill import take
 
 if TYPE_CHECKING:
     import torch
@@ -84,7 +85,8 @@ def fit_private(model: torch.nn.Module, loss_fn: LossFn, tensors: Mapping[str, A
         for positions in poisson_batches(n, dp.sample_rate, per_epoch, rng):
             optimizer.zero_grad(set_to_none=True)
             if len(positions):
-                batch = {k: as_tensor(np.asarray(v[positions])) for k, v in tensors.items()}
+                batch = {k: as_tensor(np.asarray(v[positions] if isinstance(v, torch.Tensor) else take(v, positions)))
+                         for k, v in tensors.items()}
                 loss = loss_fn(private, batch)
                 with quiet_hooks():
                     loss.backward()

@@ -208,9 +208,10 @@ class HandlerSet:
         """Parties that may send this set's ``"delegate"`` kinds: none unless a method names some."""
         return frozenset()
 
-    def planned_privacy(self, role: str) -> PrivacyPlan | None:
-        """What this party's side of a run (in ``role``) will spend of each person's privacy, at most, as its
-        settings say before it starts: checked against its budget at setup. None: nothing it sends is noised."""
+    def planned_privacy(self, role: str, *, party: str = "") -> PrivacyPlan | None:
+        """What this party's side of a run (in ``role``; ``party``: its name, where a method's sides in one role
+        differ) will spend of each person's privacy, at most, as its settings say before it starts: checked against
+        its budget at setup. None: nothing it sends is noised."""
         return None
 
     def epsilon_scope(self) -> str:
@@ -227,7 +228,8 @@ class HandlerSet:
         :meth:`protected` gives None)."""
         return "sends what no noise it can calibrate covers"
 
-    def protected(self, role: str, scale: float, *, rows: int) -> tuple[HandlerSet, PrivacyPlan] | None:
+    def protected(self, role: str, scale: float, *, rows: int,
+                  party: str = "") -> tuple[HandlerSet, PrivacyPlan] | None:
         """This method with its side in ``role`` protected at noise scale ``scale`` (larger: more noise, less ε), for
         a party of ``rows`` rows, and what it would then spend: how a party that protects everything it sends
         calibrates a method to its budget. None: this side cannot be protected (it sends what no noise covers)."""

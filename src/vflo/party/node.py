@@ -456,7 +456,7 @@ class Node:
             self._require_store()
         method, calibrated = self._protected(name, method)
         differs |= calibrated
-        plan = method.planned_privacy(self.info.role)
+        plan = method.planned_privacy(self.info.role, party=self.name)
         if plan is not None and self._data is not None:  # the whole run's spending: refused before it is installed
             self.privacy.check_plan(self._data.ids, plan, what=name)
         self.install(method, seed=payload.integer("seed"), parties=parties, run=run)
@@ -473,12 +473,13 @@ class Node:
         the budget (and the settings that gives, for the setup's reply); refused where its side cannot be protected
         or even the most noise would pass the budget."""
         budget, data, role = self.privacy.budget, self._data, self.info.role
-        if budget is None or not budget.protect or data is None or method.planned_privacy(role) is not None:
+        if budget is None or not budget.protect or data is None or \
+                method.planned_privacy(role, party=self.name) is not None:
             return method, {}
         if not method.handler_table():  # it serves no message here: nothing derived from its rows leaves
             return method, {}
         ids, rows = data.ids, data.n_samples
-        first = method.protected(role, 1.0, rows=rows)
+        first = method.protected(role, 1.0, rows=rows, party=self.name)
         if first is None:
             raise PrivacyBudgetError(
                 f"party {self.name!r} covers everything it sends with its budget ([privacy] epsilon = "
@@ -489,7 +490,7 @@ class Node:
             return first[0], {}  # this side sends nothing derived from its rows
 
         def fits(scale: float) -> bool:
-            option = method.protected(role, scale, rows=rows)
+            option = method.protected(role, scale, rows=rows, party=self.name)
             return option is not None and self.privacy.plan(ids, option[1]) <= budget.epsilon
 
         scale = calibrate(fits)
@@ -498,7 +499,7 @@ class Node:
                 f"party {self.name!r} refuses {name} at setup: even with the most noise it calibrates to, the run "
                 f"would pass its budget ε = {budget.epsilon:g} at δ = {budget.delta:g} ({self.privacy.epsilon():.3g} "
                 "spent before it, [privacy] in its own config); raise the budget or train fewer epochs")
-        chosen, plan = method.protected(role, scale, rows=rows)
+        chosen, plan = method.protected(role, scale, rows=rows, party=self.name)
         before, after = json.loads(method.config_json()), json.loads(chosen.config_json())
         calibrated = {k: v for k, v in after.items() if before.get(k) != v}
         logger.info("party %s calibrated %s to its budget ε = %g: %s (%s)", self.name, name, budget.epsilon,
