@@ -295,6 +295,9 @@ def test_the_privacy_axis_runs_the_methods_that_protect_their_partners_within_th
     assert private[private["method"] == "local"]["attack_leaks"].eq(0.0).all()  # it sends nothing
     assert "## Which method at each privacy level" in text and "At ε = 4 per party, scoring aligned people" in text
     assert "Without a budget (ε = ∞)" in text and "leaks labels" in text
+    from vflo.experiments.compare_report import render_html
+
+    assert "id='plot-privacy_aligned'" in render_html(result, summary(result))  # the privacy-utility plot
     # Entity Augmentation's guests protect what they send beside a label-only host; beside a host that walks
     # everyone, a guest's releases have no bound it can plan: skipped, saying so.
     why = cannot_run("entity_augmentation", "binary", Cell("epsilon", 4.0, "aligned", 1, "random"))

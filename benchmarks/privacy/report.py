@@ -472,14 +472,14 @@ def claims(data: dict[str, list[dict[str, Any]]]) -> list[str]:
 AXIS = ("axis_breast", "axis_credit")
 
 
-def axis_section(runs: Path) -> list[str]:
+def axis_section(runs: Path, out: Path | None = None) -> list[str]:
     """Which method at each ε, end to end: vflo compare's own privacy table and sentences (the same code as its
     report), from the runs of configs/privacy/axis_*.toml under ``runs``."""
     from types import SimpleNamespace
 
     import pandas as pd
 
-    from vflo.experiments.compare_privacy import privacy_cells, privacy_sentences, privacy_table
+    from vflo.experiments.compare_privacy import privacy_cells, privacy_figure, privacy_sentences, privacy_table
     from vflo.experiments.compare_report import PRIVACY_READING
 
     lines: list[str] = []
@@ -499,9 +499,18 @@ def axis_section(runs: Path) -> list[str]:
         stamp = runs / f"{name}.commit"
         code = f"the code of commit {stamp.read_text().strip()}" if stamp.is_file() else "code of an unrecorded commit"
         ok = rows[rows["status"] == "ok"]
+        figure = []
+        fig = privacy_figure(comparison, cells, "aligned", meta["dataset"])  # type: ignore[arg-type]
+        if fig is not None and out is not None:
+            import matplotlib.pyplot as plt
+
+            (out / "privacy").mkdir(parents=True, exist_ok=True)
+            fig.savefig(out / "privacy" / f"{name}.png", dpi=110)
+            plt.close(fig)
+            figure = [f"![privacy and utility, {meta['dataset']}](privacy/{name}.png)", ""]
         lines += [f"### {meta['dataset']}" + (" [STAND-IN DATA]" if meta.get("standin") else ""), "",
                   f"`vflo compare configs/privacy/{name}.toml` ({len(ok)} method runs, {meta['seconds'] / 60:.1f} min, "
-                  f"{code}; {meta['test_people']} test people every party holds).", "",
+                  f"{code}; {meta['test_people']} test people every party holds).", "", *figure,
                   *(f"- {line}" for line in privacy_sentences(comparison, cells)), "",  # type: ignore[arg-type]
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
                   *("| " + " | ".join(row) + " |" for row in body), ""]
@@ -553,7 +562,7 @@ def render(data: dict[str, list[dict[str, Any]]], out: Path, axis: Path | None =
         "training, validation and scoring included; what each covers is listed under each table.", "",
     ]
     if axis is not None:
-        lines += axis_section(axis)
+        lines += axis_section(axis, out)
     for dataset, runs in data.items():
         label = runs[0]["dataset"] + (" [STAND-IN DATA]" if runs[0].get("standin") else "")
         failed = [r for r in runs if r["status"] != "ok"]

@@ -1,21 +1,22 @@
-"""The comparison's privacy axis, answered: at each ε, which method beats Local (a paired t-test over the
-repeats) and whether any attack on what crossed beats what the attacker could infer from its own data; every
-figure and sentence computed from the runs' rows (their metric, their accounts and their attack columns)."""
+"""The comparison's privacy axis, answered: at each ε, which method beats the floor, Local (the registered
+method with ``floor``: the active party alone, which sends nothing), by a paired t-test over the repeats, and
+whether any attack on what crossed beats what the attacker could infer from its own data; every figure and
+sentence computed from the runs' rows (their metric, their accounts and their attack columns)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from vflo.experiments.compare import ALPHA, MIN_REPEATS, Comparison, paired
+from vflo.methods.registry import floor
 from vflo.metrics import higher_is_better
 from vflo.privacy.columns import COLUMNS
 
-#: The method every privacy cell is read against: it sends nothing, so it spends nothing and leaks nothing.
-AGAINST = "local"
 INFINITY = "∞"
 
 
@@ -57,17 +58,18 @@ def privacy_cells(comparison: Comparison) -> list[PrivacyCell]:
     wheres += [(f"{float(v):g}", {"axis": "epsilon", "value": str(v)})
                for v in sorted(set(ok[ok["axis"] == "epsilon"]["value"]), key=float)]
     better = higher_is_better(metric)
+    against = floor()
     out = []
     for epsilon, where in wheres:
         cell = ok[(ok["axis"].astype(str) == where["axis"]) & (ok["value"].astype(str) == where["value"])]
-        methods_here = set(ok[ok["axis"] == "epsilon"]["method"]) | {AGAINST}
+        methods_here = set(ok[ok["axis"] == "epsilon"]["method"]) | {against}
         for (scored, method), runs in cell.groupby(["scored", "method"], sort=True):
             if method not in methods_here:
                 continue  # the base cell's other methods have no ε cell to read against
-            test = None if method == AGAINST else paired(rows, metric, {**where, "scored": scored}, str(method),
-                                                         AGAINST)
+            test = None if method == against else paired(rows, metric, {**where, "scored": scored}, str(method),
+                                                         against)
             if test is None:
-                verdict, p = ("the reference" if method == AGAINST else f"{AGAINST} did not run here"), math.nan
+                verdict, p = ("the reference" if method == against else f"{against} did not run here"), math.nan
             elif test.runs < MIN_REPEATS:
                 verdict, p = f"{test.runs} paired run(s): too few to test", test.p
             else:
@@ -90,8 +92,9 @@ def _f(value: float, digits: int = 3) -> str:
 
 def privacy_table(comparison: Comparison, cells: list[PrivacyCell]) -> tuple[list[str], list[list[str]]]:
     """The privacy axis as one table (header, rows)."""
+    against = floor()
     header = ["ε per party", "people scored", "method", comparison.metric, "± std", "runs", "ε spent (largest)",
-              f"against {AGAINST} (paired t-test)", "feature R² [receiver's own]", "leaks features",
+              f"against {against} (paired t-test)", "feature R² [receiver's own]", "leaks features",
               "label AUC", "completion [own features or majority]", "leaks labels"]
     body = []
     for c in cells:
@@ -116,9 +119,10 @@ def _share(share: float, runs: int) -> str:
 def privacy_sentences(comparison: Comparison, cells: list[PrivacyCell]) -> list[str]:
     """One sentence per ε and kind of people scored: who beats Local, who does not, and what leaked."""
     out = []
+    against = floor()
     keys = sorted({(c.epsilon, c.scored) for c in cells}, key=lambda k: (k[0] != INFINITY, _num(k[0]), k[1]))
     for epsilon, scored in keys:
-        here = [c for c in cells if (c.epsilon, c.scored) == (epsilon, scored) and c.method != AGAINST]
+        here = [c for c in cells if (c.epsilon, c.scored) == (epsilon, scored) and c.method != against]
         if not here:
             continue
         at = "Without a budget (ε = ∞)" if epsilon == INFINITY else f"At ε = {epsilon} per party"
@@ -127,14 +131,14 @@ def privacy_sentences(comparison: Comparison, cells: list[PrivacyCell]) -> list[
         level = [c.method for c in here if c.verdict == "not clearly different from"]
         parts = []
         if ahead:
-            parts.append(f"{_names(ahead)} {'beats' if len(ahead) == 1 else 'beat'} {AGAINST}")
+            parts.append(f"{_names(ahead)} {'beats' if len(ahead) == 1 else 'beat'} {against}")
         if level:
-            parts.append(f"{_names(level)} cannot be told from {AGAINST}")
+            parts.append(f"{_names(level)} cannot be told from {against}")
         if behind:
-            parts.append(f"{_names(behind)} {'is' if len(behind) == 1 else 'are'} behind {AGAINST}")
+            parts.append(f"{_names(behind)} {'is' if len(behind) == 1 else 'are'} behind {against}")
         untested = [c.method for c in here if c.method not in (*ahead, *behind, *level)]
         if untested:
-            parts.append(f"{_names(untested)} not tested against {AGAINST}")
+            parts.append(f"{_names(untested)} not tested against {against}")
         leaking = [f"{c.method} ({', '.join(c.leaks)})" for c in here if c.leaks]
         unmeasured = all(math.isnan(c.columns.get("attack_leaks", math.nan)) for c in here)
         if unmeasured:
@@ -154,3 +158,46 @@ def _num(epsilon: str) -> float:
 
 def _names(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def privacy_figure(comparison: Comparison, cells: list[PrivacyCell], scored: str, title: str) -> Any:
+    """The privacy-utility plot of one kind of people scored: each method's metric (± 1 std) at each ε, ∞ last,
+    and the best feature reconstruction against what the receiver's own features give (R², 5 % known rows by
+    default); a matplotlib figure, or None where no ε cell ran."""
+    here = [c for c in cells if c.scored == scored]
+    levels = sorted({c.epsilon for c in here}, key=_num)
+    if len(levels) < 2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vflo.experiments.styles import method_style
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    place = {e: i for i, e in enumerate(levels)}
+    methods = sorted({c.method for c in here})
+    for k, method in enumerate(methods):
+        mine = sorted((c for c in here if c.method == method), key=lambda c: _num(c.epsilon))
+        colour, marker = method_style(method)
+        xs = [place[c.epsilon] + (k - len(methods) / 2) * 0.04 for c in mine]
+        left.errorbar(xs, [c.mean for c in mine], yerr=[0.0 if math.isnan(c.std) else c.std for c in mine],
+                      marker=marker, color=colour, label=method, capsize=3)
+        gain = [c.columns.get("attack_r2", math.nan) for c in mine]
+        if not all(math.isnan(v) for v in gain):
+            right.plot(xs, gain, marker=marker, color=colour, label=method)
+            right.plot(xs, [c.columns.get("attack_own_r2", math.nan) for c in mine], linestyle=":", color=colour)
+    for ax in (left, right):
+        ax.set_xticks(range(len(levels)))
+        ax.set_xticklabels(levels)
+        ax.set_xlabel("ε per person at each party (δ 1e-5; ∞: no budget)")
+        ax.grid(alpha=0.3)
+    left.set_ylabel(comparison.metric)
+    left.set_title(f"{title}\n{comparison.metric} scoring {scored} people; ± 1 std over the repeats", fontsize=9)
+    right.axhline(0.0, color="grey", linewidth=0.8)
+    right.set_ylabel("feature R² of the best reconstruction")
+    right.set_title("what a receiver recovers (solid) and its own features give (dotted)", fontsize=9)
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -25,7 +25,7 @@ from vflo.experiments.compare import (
     summary,
     which_method,
 )
-from vflo.experiments.compare_privacy import privacy_cells, privacy_sentences, privacy_table
+from vflo.experiments.compare_privacy import privacy_cells, privacy_figure, privacy_sentences, privacy_table
 from vflo.experiments.output import atomic_dir
 from vflo.experiments.report import markdown_table
 from vflo.experiments.styles import jitter, label_ends, method_style
@@ -86,6 +86,11 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
     missing = _missing_plot(comparison, table, title)
     if missing:
         out["metric_missing"] = missing
+    cells = privacy_cells(comparison)
+    for scored in sorted({c.scored for c in cells}):
+        fig = privacy_figure(comparison, cells, scored, title)
+        if fig is not None:
+            out[f"privacy_{scored}"] = _svg(fig)
     data = table[table["axis"] == "aligned"].copy()
     if data.empty:
         return out
@@ -499,6 +504,8 @@ def render_html(comparison: Comparison, table: pd.DataFrame) -> str:
     for key, title in (("metric_aligned", "Scoring people every party holds"),
                        ("metric_active_only", "Scoring people only the active party holds (new people)"),
                        ("metric_missing", "Scoring people some partners lack"),
+                       ("privacy_aligned", "Privacy and utility, scoring people every party holds"),
+                       ("privacy_active_only", "Privacy and utility, scoring people only the active party holds"),
                        ("fit_bytes", "Training traffic"), ("fit_rounds", "Training rounds")):
         if key in figures:
             parts += [f"<h2>{esc(title)}</h2>", f"<div class='plot' id='plot-{key}'>{figures[key]}</div>"]

@@ -96,6 +96,9 @@ class Method(HandlerSet, ABC):
     #: scores people only the active party holds too.
     any_subset: ClassVar[bool] = False
     simulation_only: ClassVar[bool] = False
+    #: The floor every federated method must beat: the active party alone on its own rows, sending nothing, so it
+    #: spends no privacy and leaks nothing (one method carries it: comparisons read their privacy cells against it).
+    floor: ClassVar[bool] = False
     tasks: ClassVar[frozenset[Task]] = ALL_TASKS
     #: The config's training settings whose loops keep checkpoints at every party and resume from them
     #: (long multi-round training); ``checkpoint_every`` anywhere else is refused.

@@ -39,6 +39,7 @@ class Local(RepresentationMethod):
     """
 
     name = "local"
+    floor = True
     Config = LocalConfig
     summary = "active party alone on its own features (the baseline to beat)"
     paper = "baseline in APC-VFL, VFL-ASP and RAP"

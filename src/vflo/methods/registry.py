@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vflo.errors import ConfigError, unknown_name
+from vflo.errors import ConfigError, MethodError, unknown_name
 from vflo.methods.base import Method
 
 _METHODS: dict[str, str] = {
@@ -46,6 +46,14 @@ def methods_where(test: Callable[[type[Method]], bool]) -> list[str]:
 def active_only() -> list[str]:
     """The deployable methods that score from the active party's features alone (fallbacks for the others)."""
     return methods_where(lambda cls: cls.inference == "active_only" and not cls.simulation_only)
+
+
+def floor() -> str:
+    """The method every federated one must beat (the active party alone): the one registered with ``floor``."""
+    found = methods_where(lambda cls: cls.floor)
+    if len(found) != 1:
+        raise MethodError(f"exactly one registered method is the floor (floor = True), found {found}")
+    return found[0]
 
 
 def subset_scorers() -> str:
