@@ -28,6 +28,7 @@ from vflo.cli import (
     probe,
     run,
     scenario,
+    serve,
 )
 from vflo.errors import VfloError
 from vflo.private import owner_only_umask
@@ -35,7 +36,7 @@ from vflo.version import __version__
 
 #: Each command's module, in the order ``vflo --help`` lists them: each adds its parser (and its handler, by
 #: ``set_defaults(func=...)``) to the ``vflo`` command.
-COMMANDS = (run, compare, align, certs, party, models, flower, predict, scenario, probe, holdout, catalog)
+COMMANDS = (run, compare, align, certs, party, models, flower, predict, serve, scenario, probe, holdout, catalog)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,158 @@
+"""``vflo serve``'s HTTP/JSON API (FastAPI on uvicorn): a prediction for one or more people, with whichever
+partners answer in time, in milliseconds.
+
+    POST /v1/models/{name}:predict   {"ids": [...], "features": [{...}, ...]}  ->  each person's scores, class,
+                                     model and scored_by; the model's version; the time taken
+    GET  /v1/models                  what is served, each model's version and policy
+    PUT  /v1/models/{name}           load the model saved under that name again (a new version), swapped in
+                                     without stopping; the old session is closed once no batch uses it
+    GET  /healthz                    the process answers
+    GET  /readyz                     every served model's session is open and no partner has left it
+    GET  /metrics                    Prometheus: requests, latency, batch sizes, fallbacks, partners absent
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, Field
+
+from vflo.errors import VfloError
+from vflo.serve.batcher import Batcher
+from vflo.serve.live import LiveModel
+
+logger = logging.getLogger(__name__)
+
+
+class Served:
+    """The models a server holds, each with its micro-batcher; ``load(name)`` makes a model live (again)."""
+
+    def __init__(self, load: Callable[[str], LiveModel], names: list[str], *, max_people: int,
+                 max_wait: float) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self._load, self.max_people, self.max_wait = load, max_people, max_wait
+        self.registry = CollectorRegistry()
+        self.requests = Counter("vflo_requests", "prediction requests answered, by model and outcome",
+                                ["model", "outcome"], registry=self.registry)
+        self.latency = Histogram("vflo_request_seconds", "time from a request's arrival to its answer",
+                                 ["model"], registry=self.registry,
+                                 buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0))
+        self.batches = Histogram("vflo_batch_people", "people scored together in one batch", ["model"],
+                                 registry=self.registry, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+        self.rows = Counter("vflo_rows", "people scored, by model, the model that scored them and who scored "
+                            "with it", ["model", "scored_model", "scored_by"], registry=self.registry)
+        self.live: dict[str, LiveModel] = {}
+        self.batchers: dict[str, Batcher] = {}
+        for name in names:
+            self.reload(name)
+
+    def reload(self, name: str) -> LiveModel:
+        """Model ``name`` loaded (again) and swapped in; the one it replaces closed."""
+        live = self._load(name)
+        old, old_batcher = self.live.get(name), self.batchers.get(name)
+        self.live[name] = live
+        self.batchers[name] = Batcher(live.score_records, id_column=live.encoding.id_column, max_people=self.max_people,
+                                      max_wait=self.max_wait,
+                                      on_batch=lambda people, _: self.batches.labels(name).observe(people))
+        if old_batcher is not None:
+            old_batcher.close()
+        if old is not None:
+            old.close()
+        logger.info("serving %s version %s (%s)", name, live.version, live.policy)
+        return live
+
+    def close(self) -> None:
+        for batcher in self.batchers.values():
+            batcher.close()
+        for live in self.live.values():
+            live.close()
+
+
+class PredictRequest(BaseModel):
+    """A prediction request: the people to score (at most 10,000), and the active party's feature values for
+    people not in its table (each with its ID column)."""
+
+    ids: list[int | str] = Field(min_length=1, max_length=10_000)
+    features: list[dict[str, Any]] | None = None
+
+
+def create_app(served: Served) -> FastAPI:
+    """The FastAPI application over ``served``."""
+    app = FastAPI(title="vflo serve", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def live_of(name: str) -> LiveModel:
+        if name not in served.live:
+            raise HTTPException(404, f"no model {name!r} is served here; served: {sorted(served.live)}")
+        return served.live[name]
+
+    @app.post("/v1/models/{name}:predict")
+    async def predict(name: str, request: PredictRequest) -> dict[str, Any]:
+        live = live_of(name)
+        started = time.perf_counter()
+        features = pd.DataFrame(request.features) if request.features else None
+        if features is not None and live.encoding.id_column not in features:
+            served.requests.labels(name, "bad_request").inc()
+            raise HTTPException(422, f"each entry of 'features' needs the ID column {live.encoding.id_column!r}")
+        try:
+            live.check(request.ids, features)
+        except VfloError as exc:
+            served.requests.labels(name, "bad_request").inc()
+            raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
+        try:
+            records = await served.batchers[name].submit(request.ids, features)
+        except VfloError as exc:  # a partner's failure: the whole batch's, said to each request in it
+            served.requests.labels(name, "failed").inc()
+            raise HTTPException(503, f"{type(exc).__name__}: {exc}") from exc
+        refused = [r for r in records if r.get("error")]
+        if refused:
+            served.requests.labels(name, "refused").inc()
+            raise HTTPException(422, f"{len(refused)} of the {len(records)} people asked for cannot be scored (e.g. "
+                                f"{[r['id'] for r in refused[:3]]}): {refused[0]['error']}")
+        took = time.perf_counter() - started
+        served.requests.labels(name, "ok").inc()
+        served.latency.labels(name).observe(took)
+        for (model, by), count in Counter((r["model"], "+".join(r["scored_by"])) for r in records).items():
+            served.rows.labels(name, model, by).inc(count)
+        return {"model": name, "version": live.version, "predictions": records, "took_ms": round(took * 1000, 3)}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"models": [{"name": n, "version": m.version, "method": m.model.card.method,
+                            "missing": m.policy.missing, "fallback": m.policy.fallback,
+                            "deadline_ms": m.policy.deadline_ms} for n, m in sorted(served.live.items())]}
+
+    @app.put("/v1/models/{name}")
+    async def reload(name: str) -> dict[str, Any]:
+        live_of(name)
+        try:
+            live = served.reload(name)
+        except VfloError as exc:
+            raise HTTPException(503, f"{name} was not reloaded, the version served is kept: {exc}") from exc
+        return {"model": name, "version": live.version}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> dict[str, Any]:
+        absent = {n: sorted(m.fed.absent) for n, m in served.live.items() if m.fed is not None and m.fed.absent}
+        if absent:
+            raise HTTPException(503, f"partners left the scoring session: {absent}")
+        return {"status": "ready", "models": sorted(served.live)}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return PlainTextResponse(generate_latest(served.registry).decode(), media_type=CONTENT_TYPE_LATEST)
+
+    return app

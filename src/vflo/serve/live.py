@@ -1,0 +1,232 @@
+"""A saved model kept loaded for online scoring: its scoring session open at every partner for as long as it is
+served, the active party's own feature table in memory, and one call that scores a batch of people.
+
+A batch is scored as ``vflo predict`` scores rows (:func:`vflo.scoring.combine`): with the partners that hold
+each person and answer within the deadline where the method can do without some (``missing = "subset"``), with an
+active-only model saved beside it for the people the partners cannot score (``"fallback"``), or refused with the
+reason (``"refuse"``). People the active party does not hold can be scored from feature values the request
+carries, read with the encoding the model was trained with.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from vflo.data.partydata import PartyData
+from vflo.errors import ConfigError, DataError, VfloError
+from vflo.federation.coordinator import Coordinator
+from vflo.methods.base import Method
+from vflo.scoring import SavedModel, combine
+
+logger = logging.getLogger(__name__)
+
+#: What a model does with people its partners cannot score in time: the any-subset rule, a fallback, a refusal.
+Missing = Literal["subset", "fallback", "refuse"]
+#: The ``model`` of a person a refusing model did not score.
+REFUSED = "(refused)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServePolicy:
+    """How one served model answers (``[models.NAME]`` in the serve config).
+
+    ``missing``: ``"subset"`` scores each person with the partners that hold them and answer within the deadline
+    (a model trained to do without partners: LASER-VFL, SecureBoost, SplitNN with party dropout); ``"fallback"``
+    scores the people the partners cannot with the active-only model ``fallback`` saved beside it; ``"refuse"``
+    answers those people with an error. ``deadline_ms``: how long a partner may take to answer a batch (a request
+    may ask for less)."""
+
+    missing: Missing = "refuse"
+    fallback: str | None = None
+    deadline_ms: float = 100.0
+
+    def __post_init__(self) -> None:
+        if self.missing not in ("subset", "fallback", "refuse"):
+            raise ConfigError(f"missing must be 'subset', 'fallback' or 'refuse', got {self.missing!r}")
+        if (self.missing == "fallback") != (self.fallback is not None):
+            raise ConfigError("missing = 'fallback' needs fallback = 'LABEL' (an active-only model saved beside it), "
+                              "and fallback is read only with missing = 'fallback'")
+        if not self.deadline_ms > 0:
+            raise ConfigError(f"deadline_ms must be a positive number of milliseconds, got {self.deadline_ms}")
+
+
+class LiveModel:
+    """One saved model, restored once into a scoring session (``fed``, ``method``) that stays open; ``rows``: the
+    active party's own feature table as read from its file (encoded with the model's encoding, not standardised);
+    ``close``: ends the session."""
+
+    def __init__(self, model: SavedModel, fed: Coordinator | None, method: Method | None, rows: PartyData, *,
+                 policy: ServePolicy, fallback: SavedModel | None = None,
+                 close: Callable[[], None] | None = None) -> None:
+        if policy.missing == "subset" and not model.active_only:
+            why = model.new_method().subset_refusal()
+            if why:
+                raise ConfigError(f"{model.label} cannot score a person with only the partners that answer "
+                                  f"(missing = 'subset'): {why}")
+        if fallback is not None and not fallback.active_only:
+            raise ConfigError(f"the fallback {fallback.label} scores together with partners; a fallback must be an "
+                              "active-only model (it scores when the partners cannot)")
+        encoding = model.active.preprocessing.encoding
+        if encoding is None:
+            raise DataError(f"{model.label} was trained on a table, not a file: it has no column encoding to read "
+                            "the active party's rows with; save it from a run on the parties' files")
+        self.model, self.fed, self.method, self.rows = model, fed, method, rows
+        self.encoding = encoding
+        self.policy, self.fallback = policy, fallback
+        self._close = close
+        # One batch at a time: the session's messages to a partner are in order, and its rows are swapped per batch.
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.model.label
+
+    @property
+    def version(self) -> str:
+        """The model's identity: its card's model ID (a model saved again is a new version)."""
+        return str(self.model.card.model_id)
+
+    def score(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> pd.DataFrame:
+        """One row per ID: its scores, the class, which model scored it (``model``) and with whom (``scored_by``).
+        ``features``: the active party's values for people not in its table (its training file's columns and ID
+        column, one row each)."""
+        raw = self._raw_rows(ids, features)
+        missing = {"subset": "subset", "fallback": "active_only", "refuse": "refuse"}[self.policy.missing]
+        with self._lock:
+            if self.fed is None or self.method is None:  # not opened: scored from scratch (a test's model)
+                return self.model.score(raw)
+            fed, method = self.fed, self.method
+            fed.ctx.serving = rows = self.model.rows(self.model.card.active, raw)
+            covered = np.ones(len(rows.ids), dtype=bool)
+            if missing != "subset":
+                from vflo.deploy.deployment import held_rows
+
+                for name in method.scoring_parties(fed.parties):
+                    covered &= held_rows(fed, rows.ids, name, method.name)
+            if missing == "refuse" and not covered.all():
+                # Refused person by person: the other requests of the batch are answered.
+                return self._refusing(rows.ids, covered, lambda keep: method.predict_by(fed, keep))
+            # The fallback reads the same raw rows, prepared as it was trained.
+            return combine(self.model, rows.ids, covered, lambda keep: method.predict_by(fed, keep),
+                           missing=missing, fallback=self.fallback,  # type: ignore[arg-type]  # mapped above
+                           fallback_rows=raw)
+
+    def score_records(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+        """:meth:`score` as JSON records (:func:`frame_records`), made where the batch is scored."""
+        return frame_records(self.score(ids, features), self.model)
+
+    def _refusing(self, ids: np.ndarray, covered: np.ndarray,
+                  score: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]]) -> pd.DataFrame:
+        """The covered people scored, the others with ``REFUSED`` as their model and the reason."""
+        model = self.model
+        frame = combine(model, ids[covered], np.ones(int(covered.sum()), dtype=bool), score, missing="refuse",
+                        fallback=None, fallback_rows=None) if covered.any() else \
+            pd.DataFrame(columns=[model.id_column, *model.score_columns, "model", "scored_by"])
+        lacking = pd.DataFrame({model.id_column: ids[~covered], "model": REFUSED, "scored_by": ""})
+        out = pd.concat([frame, lacking], ignore_index=True)
+        out["error"] = np.where(out["model"] == REFUSED, f"{model.label} scores together with its partners, who do "
+                                "not hold this person; serve it with missing = 'fallback' (an active-only model "
+                                "saved beside it) to score such people", "")
+        return out.set_index(out[model.id_column].astype(str), drop=False).loc[[str(i) for i in ids]] \
+            .reset_index(drop=True)
+
+    def check(self, ids: Sequence[object], features: pd.DataFrame | None) -> None:
+        """Refuse a request whose people the active party neither holds nor was given values for (before it joins
+        a batch, so that it fails alone)."""
+        self._raw_rows(ids, features)
+
+    def _raw_rows(self, ids: Sequence[object], features: pd.DataFrame | None) -> PartyData:
+        """The active party's rows for ``ids`` as read from its file (encoded, not yet standardised): from its
+        table, or from ``features`` for people not in it."""
+        wanted = np.asarray(list(ids), dtype=self.rows.ids.dtype) if len(ids) else self.rows.ids[:0]
+        held = self.rows.contains(wanted)
+        given = None
+        if features is not None and len(features):
+            frame = features.copy()
+            frame[self.encoding.id_column] = frame[self.encoding.id_column].astype(self.rows.ids.dtype)
+            given = PartyData.encoded(frame, self.encoding, labelled=False)
+        lacking = wanted[~held]
+        if given is not None:
+            lacking = lacking[~given.contains(lacking)]
+        if len(lacking):
+            raise DataError(f"the active party holds no row of {len(lacking)} of the people asked for (e.g. "
+                            f"{lacking[:3].tolist()}): give their feature values in the request's 'features'")
+        if given is None:
+            return self.rows.subset(wanted)
+        mine, theirs = self.rows.subset(wanted[held]), given.subset(wanted[~held])
+        stacked = PartyData(party=mine.party, ids=np.concatenate([mine.ids, theirs.ids]),
+                            X=np.vstack([mine.X, theirs.X]), columns=mine.columns, categorical=mine.categorical,
+                            encoding=mine.encoding)
+        return stacked.subset(wanted)
+
+    def close(self) -> None:
+        """End the scoring session at every partner."""
+        if self._close is not None:
+            self._close()
+
+
+def frame_records(frame: pd.DataFrame, model: SavedModel) -> list[dict[str, Any]]:
+    """A scored batch as JSON records: each person's ID, scores by class, the class, who scored it."""
+    columns = model.score_columns
+    out = []
+    for values in frame.to_dict("records"):
+        record: dict[str, Any] = {"id": _plain(values[model.id_column]),
+                                  "scores": {c: None if pd.isna(values[c]) else float(values[c]) for c in columns},
+                                  "model": str(values["model"]), "scored_by": str(values["scored_by"]).split("+")}
+        if "prediction" in values:
+            record["prediction"] = _plain(values["prediction"])
+        if values.get("error"):
+            record["error"] = str(values["error"])
+        out.append(record)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def load_live(models: Mapping[str, SavedModel], name: str, *, rows: str, policy: ServePolicy,
+              session: Callable[[SavedModel, PartyData, ServePolicy], tuple[Coordinator, Method, Callable[[], None]]]
+              | None) -> LiveModel:
+    """Model ``name`` of ``models`` made live: its scoring session opened by ``session`` (none for an active-only
+    model), the active party's table ``rows`` read once."""
+    if name not in models:
+        raise ConfigError(f"no saved model {name!r} to serve; saved: {sorted(models)}")
+    model = models[name]
+    own = read_rows(model, rows)
+    fallback = None
+    if policy.fallback is not None:
+        if policy.fallback not in models:
+            raise ConfigError(f"{name}'s fallback {policy.fallback!r} is not saved beside it; saved: {sorted(models)}")
+        fallback = models[policy.fallback]
+    if model.active_only:  # its session has the active party alone, opened once as any other
+        from vflo.serve.sessions import in_process
+
+        session = in_process({})
+    if session is None:
+        raise ConfigError(f"{name} scores together with its partners: serve it with a deployment (deploy = "
+                          "'DEPLOY.toml' in the serve config) whose partners serve their saved parts")
+    try:
+        fed, method, close = session(model, own, policy)
+    except VfloError:
+        raise
+    return LiveModel(model, fed, method, own, policy=policy, fallback=fallback, close=close)
+
+
+def read_rows(model: SavedModel, path: str) -> PartyData:
+    """The active party's feature table for ``model`` from its file, read once (encoded, not standardised)."""
+    from vflo.data.files import read_table
+
+    encoding = model.active.preprocessing.encoding
+    if encoding is None:
+        raise DataError(f"{model.label} was trained on a table, not a file: it has no column encoding to read {path} "
+                        "with")
+    frame = read_table(path, party=model.card.active, id_column=encoding.id_column)
+    return PartyData.encoded(frame, encoding, labelled=False)

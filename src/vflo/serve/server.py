@@ -1,0 +1,64 @@
+"""A serve config made into a running server: its models live, its partners reached, its API served."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from vflo.errors import ConfigError
+from vflo.scoring import SavedModel
+from vflo.serve.app import Served
+from vflo.serve.config import ServeConfig
+from vflo.serve.live import LiveModel, ServePolicy, load_live
+from vflo.serve.sessions import Opener, deployed, in_process
+
+logger = logging.getLogger(__name__)
+
+
+def saved_labels(folder: str | Path) -> list[str]:
+    """The labels of the models saved under ``folder`` (a folder given to --save)."""
+    from vflo.artifacts import CARD
+
+    labels = sorted(p.parent.name for p in Path(folder).glob(f"*/{CARD}"))
+    if not labels:
+        raise ConfigError(f"no model saved under {folder} (no */{CARD}): train with --save there first")
+    return labels
+
+
+def served_from(config: ServeConfig) -> Served:
+    """Every model the config names (every saved one where it names none) made live, with its batcher."""
+    folder = config.serve.models
+    labels = saved_labels(folder)
+    names = list(config.models) or labels
+    unknown = [n for n in names if n not in labels]
+    if unknown:
+        raise ConfigError(f"[models] names {unknown}, not saved under {folder}; saved: {labels}")
+    opener: Opener | None = deployed(config.serve.deploy) if config.serve.deploy else \
+        in_process(config.partners) if config.partners else None
+
+    def load(name: str) -> LiveModel:
+        # Read again from the folder each time: a model saved again since is the new version.
+        saved = {label: SavedModel.load(folder, label) for label in labels
+                 if label == name or label == config.models.get(name, ServePolicy()).fallback}
+        return load_live(saved, name, rows=config.serve.rows, policy=config.models.get(name, ServePolicy()),
+                         session=opener)
+
+    collaborative = [n for n in names if not SavedModel.load(folder, n).active_only]
+    if config.serve.deploy and len(collaborative) > 1:
+        raise ConfigError(f"the partners of a deployment hold one scoring session at a time; serve one of "
+                          f"{collaborative} with them (the active-only models beside it need no partner)")
+    return Served(load, names, max_people=config.serve.batch_people, max_wait=config.serve.batch_wait_ms / 1000)
+
+
+def serve_forever(config: ServeConfig) -> None:
+    """Serve until interrupted (uvicorn's own signal handling)."""
+    import uvicorn
+
+    from vflo.serve.app import create_app
+
+    served = served_from(config)
+    try:
+        uvicorn.run(create_app(served), host=config.serve.host, port=config.serve.port, log_level="warning",
+                    workers=1)
+    finally:
+        served.close()

@@ -1,0 +1,86 @@
+"""How a served model's scoring session is opened: with partners deployed (each serving its saved part over
+mutual TLS, reached over channels opened once), or with every party in this process (a simulation, the embedded
+default), each partner reading its own rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+from vflo.align.engines import AlignmentConfig
+from vflo.artifacts import PartStore
+from vflo.comm.local import LocalTransport
+from vflo.data.partydata import PartyData
+from vflo.errors import ConfigError
+from vflo.federation.coordinator import Coordinator
+from vflo.federation.session import Session
+from vflo.methods.base import Method
+from vflo.scoring import SavedModel
+from vflo.serve.live import ServePolicy
+
+Opened = tuple[Coordinator, Method, Callable[[], None]]
+Opener = Callable[[SavedModel, PartyData, ServePolicy], Opened]
+
+#: How a policy's ``missing`` reads for a scoring session (the fallback is applied by the caller).
+SESSION_MISSING: dict[str, Literal["subset", "active_only", "refuse"]] = {
+    "subset": "subset", "fallback": "active_only", "refuse": "refuse"}
+
+
+def in_process(partner_rows: Mapping[str, str | Path]) -> Opener:
+    """Every partner in this process, reading its rows from its file (a simulation)."""
+
+    def opened(model: SavedModel, own: PartyData, policy: ServePolicy) -> Opened:
+        from vflo.federation.simulation import party_node
+
+        active = model.card.active
+        prepared = {active: model.rows(active, own)}
+        for party in [] if model.active_only else model.card_partners():
+            if party in partner_rows:
+                prepared[party] = model.rows(party, partner_rows[party])
+            elif policy.missing != "subset":
+                raise ConfigError(f"{model.label} scores together with {party!r}: give its rows under [partners] "
+                                  "(or serve it with missing = 'subset', which scores without it)")
+        parties = [p for p in model.parties if p.name in prepared or not model.active_only]
+        nodes = {p.name: party_node(p, None, prepared.get(p.name), peers=model.parties,
+                                    store=PartStore(model.folder, party=p.name, role=p.role)) for p in parties}
+        fed, method = model.restore(nodes[active], LocalTransport(nodes), missing=SESSION_MISSING[policy.missing])
+        for party in fed.names():
+            if party not in prepared and party not in fed.absent:
+                fed.mark_absent(party, "no rows to score given", session=True)
+        return fed, method, lambda: Session(fed).teardown()
+
+    return opened
+
+
+def deployed(deploy_path: str | Path) -> Opener:
+    """The partners of a deployment (DEPLOY.toml), each serving its saved part (``vflo party serve PARTY.toml
+    --save DIR``); the rows to score are matched with theirs by private set intersection, batch by batch."""
+    from vflo.deploy import load_deploy_config
+    from vflo.deploy.party import start_party
+
+    deploy = load_deploy_config(deploy_path)
+
+    def opened(model: SavedModel, own: PartyData, policy: ServePolicy) -> Opened:
+        if deploy.active.name != model.card.active:
+            raise ConfigError(f"{model.label} was saved with {model.card.active!r} as the active party, but the "
+                              f"deployment's [active] is {deploy.active.name!r}")
+        config = replace(deploy.coordinator_config(), deadline=policy.deadline_ms / 1000)
+        party = start_party(config, data=None, serve=model.rows(model.card.active, own))
+        try:
+            fed, method = model.restore(party.node, party.transport, alignment=AlignmentConfig(method="psi"),
+                                        missing=SESSION_MISSING[policy.missing])
+        except BaseException:
+            party.stop()
+            raise
+
+        def close() -> None:
+            try:
+                Session(fed).teardown()
+            finally:
+                party.stop()
+
+        return fed, method, close
+
+    return opened

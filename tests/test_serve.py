@@ -1,0 +1,169 @@
+"""vflo serve: a saved model kept live, scored over HTTP/JSON in micro-batches, each person with the partners that
+hold them (or a fallback, or a refusal, as the model's policy says), checked against scoring the same people in
+process with vflo.load(...).score."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vflo.cli import main
+from vflo.errors import ConfigError
+from vflo.scoring import SavedModel
+
+REPO = Path(__file__).resolve().parents[1]
+HOSPITAL, LAB = REPO / "examples/data/hospital.csv", REPO / "examples/data/lab.csv"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("serve")
+    assert main(["run", str(REPO / "configs/examples/own_files.toml"), "--quick", "--out", str(folder / "results"),
+                 "--save", str(folder / "models")]) == 0
+    return folder / "models"
+
+
+def _config(tmp_path: Path, models: Path, extra: str = "") -> Path:
+    path = tmp_path / "serve.toml"
+    path.write_text(f'[serve]\nmodels = "{models}"\nrows = "{HOSPITAL}"\nbatch_wait_ms = 5\n\n'
+                    f'[partners]\nlab = "{LAB}"\n\n{extra}')
+    return path
+
+
+def _client(config: Path) -> Any:
+    from fastapi.testclient import TestClient
+
+    from vflo.serve.app import create_app
+    from vflo.serve.config import load_serve_config
+    from vflo.serve.server import served_from
+
+    return TestClient(create_app(served_from(load_serve_config(config))))
+
+
+def _both() -> tuple[list[str], list[str]]:
+    """People the hospital and the lab both hold, and people only the hospital holds."""
+    hospital = pd.read_csv(HOSPITAL, dtype={"pid": str})["pid"]
+    lab = set(pd.read_csv(LAB, dtype={"pid": str})["pid"])
+    return [p for p in hospital if p in lab][:12], [p for p in hospital if p not in lab][:5]
+
+
+def test_a_served_model_answers_as_scoring_in_process_does(tmp_path: Path, models: Path) -> None:
+    shared, only = _both()
+    config = _config(tmp_path, models, '[models.splitnn]\nmissing = "fallback"\nfallback = "local"\n\n[models.local]\n')
+    with _client(config) as client:
+        reply = client.post("/v1/models/splitnn:predict", json={"ids": shared + only})
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        model = SavedModel.load(models, "splitnn")
+        assert body["version"] == model.card.model_id and body["took_ms"] > 0
+        got = {p["id"]: p for p in body["predictions"]}
+        assert [p["id"] for p in body["predictions"]] == shared + only  # in the request's order
+        # The same people scored in process, every party's rows given, the local model for those the lab lacks.
+        expected = model.score({"hospital": HOSPITAL, "lab": LAB}, missing="active_only",
+                               fallback=SavedModel.load(models, "local")).set_index("pid")
+        for person in shared + only:
+            row = expected.loc[person]
+            assert got[person]["model"] == row["model"] and "+".join(got[person]["scored_by"]) == row["scored_by"]
+            assert np.allclose([got[person]["scores"][c] for c in model.score_columns],
+                               row[model.score_columns].to_numpy(float), atol=1e-6)
+            assert got[person]["prediction"] == row["prediction"]
+        assert {got[p]["model"] for p in only} == {"local"} and {got[p]["model"] for p in shared} == {"splitnn"}
+        assert client.get("/healthz").json() == {"status": "ok"}
+        assert client.get("/readyz").json()["models"] == ["local", "splitnn"]
+        metrics = client.get("/metrics").text
+        assert 'vflo_requests_total{model="splitnn",outcome="ok"} 1.0' in metrics
+        assert 'vflo_rows_total{model="splitnn",scored_by="hospital",scored_model="local"} 5.0' in metrics
+        listed = client.get("/v1/models").json()["models"]
+        assert [m["name"] for m in listed] == ["local", "splitnn"] and listed[1]["fallback"] == "local"
+        assert client.put("/v1/models/splitnn").json()["version"] == model.card.model_id  # swapped in, live
+
+
+def test_a_refusing_model_names_who_cannot_be_scored_and_a_new_person_comes_with_features(tmp_path: Path,
+                                                                                          models: Path) -> None:
+    shared, only = _both()
+    with _client(_config(tmp_path, models, "[models.splitnn]\n[models.local]\n")) as client:
+        refused = client.post("/v1/models/splitnn:predict", json={"ids": shared[:2] + only[:1]})
+        assert refused.status_code == 422 and "1 of the 3 people asked for cannot be scored" in refused.json()["detail"]
+        assert client.post("/v1/models/splitnn:predict", json={"ids": shared[:2]}).status_code == 200
+        assert client.post("/v1/models/nothing:predict", json={"ids": ["x"]}).status_code == 404
+        unknown = client.post("/v1/models/local:predict", json={"ids": ["P0000"]})
+        assert unknown.status_code == 422 and "give their feature values" in unknown.json()["detail"]
+        row = pd.read_csv(HOSPITAL, dtype={"pid": str}).drop(columns=["outcome"]).iloc[0].to_dict()
+        new = {**row, "pid": "NEW1"}
+        reply = client.post("/v1/models/local:predict", json={"ids": ["NEW1", row["pid"]], "features": [new]})
+        assert reply.status_code == 200, reply.text
+        first, second = reply.json()["predictions"]
+        assert first["scores"] == second["scores"]  # the same values as the hospital's own row for that person
+        assert client.post("/v1/models/local:predict", json={"ids": []}).status_code == 422
+
+
+def test_requests_arriving_together_are_scored_in_one_batch() -> None:
+    from vflo.serve.batcher import Batcher
+
+    calls: list[list[object]] = []
+
+    def score(ids: list[object], features: pd.DataFrame | None) -> list[dict[str, Any]]:
+        calls.append(ids)
+        return [{"id": i, "score": float(str(i)[1:])} for i in ids]
+
+    async def run() -> list[list[dict[str, Any]]]:
+        batcher = Batcher(score, id_column="id", max_people=100, max_wait=0.05)
+        answers = await asyncio.gather(*(batcher.submit([f"p{i}", f"p{i + 1}"]) for i in range(10)))
+        batcher.close()
+        return answers
+
+    answers = asyncio.run(run())
+    assert len(calls) == 1 and len(calls[0]) == 11  # ten requests, one batch, each person once
+    assert [[r["score"] for r in a] for a in answers] == [[float(i), float(i + 1)] for i in range(10)]
+
+    async def capped() -> None:
+        batcher = Batcher(score, id_column="id", max_people=4, max_wait=0.05)
+        await asyncio.gather(*(batcher.submit([f"q{i}"]) for i in range(10)))
+        batcher.close()
+
+    calls.clear()
+    asyncio.run(capped())
+    assert [len(c) for c in calls] == [4, 4, 2]
+
+
+def test_a_serve_config_is_checked_before_anything_is_served(tmp_path: Path, models: Path) -> None:
+    from vflo.serve.config import load_serve_config
+    from vflo.serve.server import served_from
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[serve]\nmodels = "{models}"\nrows = "{HOSPITAL}"\nlisten = "8080"\n')
+    with pytest.raises(ConfigError, match="serve.listen is HOST:PORT"):
+        load_serve_config(bad)
+    with pytest.raises(ConfigError, match="missing = 'fallback' needs fallback"):
+        load_serve_config(_config(tmp_path, models, '[models.splitnn]\nmissing = "fallback"\n'))
+    with pytest.raises(ConfigError, match=r"\[models\] names \['nope'\], not saved"):
+        served_from(load_serve_config(_config(tmp_path, models, "[models.nope]\n")))
+    with pytest.raises(ConfigError, match="cannot score a person with only the partners that"):
+        served_from(load_serve_config(_config(tmp_path, models, '[models.splitnn]\nmissing = "subset"\n')))
+
+
+def test_a_refused_person_fails_only_the_request_that_asked_for_them(tmp_path: Path, models: Path) -> None:
+    from vflo.serve.config import load_serve_config
+    from vflo.serve.server import served_from
+
+    shared, only = _both()
+    served = served_from(load_serve_config(_config(tmp_path, models, "[models.splitnn]\n")))
+    batches: list[int] = []
+    batcher = served.batchers["splitnn"]
+    batcher.on_batch = lambda people, _: batches.append(people)
+
+    async def together() -> list[list[dict[str, Any]]]:
+        return list(await asyncio.gather(batcher.submit(shared[:3]), batcher.submit(shared[3:5] + only[:1])))
+
+    try:
+        good, bad = asyncio.run(together())
+    finally:
+        served.close()
+    assert batches == [6]  # one batch for both requests
+    assert not any("error" in r for r in good) and {r["model"] for r in good} == {"splitnn"}
+    assert ["error" in r for r in bad] == [False, False, True]
