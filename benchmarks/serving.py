@@ -80,6 +80,7 @@ async def closed_loop(port: int, path: str, people: list[str], concurrency: int,
     for ``seconds``."""
     latencies: list[float] = []
     failures = 0
+    said: list[bytes] = []
     connections = [await Connection.open("127.0.0.1", port) for _ in range(concurrency)]
     stop = time.perf_counter() + seconds
 
@@ -88,17 +89,20 @@ async def closed_loop(port: int, path: str, people: list[str], concurrency: int,
         rng = random.Random(k)
         while time.perf_counter() < stop:
             started = time.perf_counter()
-            status, _ = await connection.post(path, json.dumps({"ids": [rng.choice(people)]}).encode())
+            status, body = await connection.post(path, json.dumps({"ids": [rng.choice(people)]}).encode())
             if status == 200:
                 latencies.append(time.perf_counter() - started)
             else:
                 failures += 1
+                said[:] = said or [body]
 
     began = time.perf_counter()
     await asyncio.gather(*(client(k, c) for k, c in enumerate(connections)))
     took = time.perf_counter() - began
     for c in connections:
         c.close()
+    if not latencies:
+        raise SystemExit(f"no request was answered: {said[0].decode()[:500] if said else 'no reply'}")
     ms = np.asarray(latencies) * 1000
     return {"concurrency": concurrency, "requests": len(latencies), "failed": failures,
             "p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
@@ -127,12 +131,124 @@ def floor(config: Path, model: str, people: list[str], seconds: float) -> dict[s
             "p99_ms": float(np.percentile(ms, 99)), "per_second": len(latencies) / seconds}
 
 
+def deployed(seconds: float, concurrency: list[int], deadline_ms: float) -> dict[str, Any]:
+    """SplitNN (refusing people the partner lacks) and LASER-VFL (scoring with whoever answers) on synthetic
+    parties (the active party 24 columns, the partner 50; 20,000 people each, half shared), the partner serving its
+    saved part as its own process over gRPC with mutual TLS; then LASER-VFL with the partner hung (SIGSTOP) past
+    the deadline. Beside each, its floor: the same model, partner in this process, one person at a time."""
+    import signal
+
+    import vflo
+    from benchmarks.predict import write_parties
+    from vflo.comm.tls import init_certs
+
+    work = ROOT / "runs" / "bench" / "serving_deployed"
+    work.mkdir(parents=True, exist_ok=True)
+    active, passive = write_parties(work, 20_000, seed=2)
+    quick = {"train": {"max_epochs": 3, "patience": 0, "batch_size": 256}}
+    models = work / "models"
+    if not (models / "laser_vfl" / "model.json").is_file():
+        a = vflo.PartyData.from_file(active, party="active", id_column="id", label_column="label")
+        b = vflo.PartyData.from_file(passive, party="passive", id_column="id")
+        for method in ("splitnn", "laser_vfl"):
+            vflo.fit(method, vflo.hold_out([a, b], test=0.1, seed=0), **quick).save(models)
+    rows = work / "active_rows.csv"
+    pd.read_csv(active, dtype={"id": str}).drop(columns="label").to_csv(rows, index=False)
+    mine, theirs = (set(pd.read_csv(f, dtype={"id": str})["id"]) for f in (active, passive))
+    shared = sorted(mine & theirs)
+    if not (work / "certs" / "ca.pem").is_file():
+        init_certs(work / "certs", ["active", "passive"])
+    ports = {"active": free_port(), "passive": free_port()}
+    (work / "passive.toml").write_text(
+        f'name = "passive"\nlisten = "127.0.0.1:{ports["passive"]}"\nmodels = "models"\n[data]\n'
+        f'id_column = "id"\nserve_file = "passive.csv"\n[tls]\ndir = "certs"\n'
+        f'[peers]\nactive = {{ address = "127.0.0.1:{ports["active"]}", role = "active" }}\n')
+    (work / "deploy.toml").write_text(
+        f'[active]\nname = "active"\nrole = "active"\nlisten = "127.0.0.1:{ports["active"]}"\n[active.data]\n'
+        f'file = "active.csv"\nid_column = "id"\nlabel_column = "label"\n[active.tls]\ndir = "certs"\n'
+        f'[[parties]]\nname = "passive"\nrole = "passive"\naddress = "127.0.0.1:{ports["passive"]}"\n')
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    partner = subprocess.Popen([sys.executable, "-m", "vflo", "party", "serve", "passive.toml"], cwd=work, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out: dict[str, Any] = {"partners": 1, "people": len(shared), "deadline_ms": deadline_ms}
+    try:
+        assert partner.stdout is not None
+        until = time.monotonic() + 90
+        line = ""
+        while "listening on" not in line:  # bounded
+            if time.monotonic() > until or partner.poll() is not None:
+                raise SystemExit(f"the partner did not start: {line}")
+            line = partner.stdout.readline()
+        for method, missing in (("splitnn", "refuse"), ("laser_vfl", "subset")):
+            port = free_port()
+            config = work / f"serve_{method}.toml"
+            config.write_text(f'[serve]\nmodels = "{models}"\nrows = "{rows}"\ndeploy = "{work / "deploy.toml"}"\n'
+                              f'listen = "127.0.0.1:{port}"\nbatch_people = 64\nbatch_wait_ms = 2\n\n'
+                              f'[models.{method}]\nmissing = "{missing}"\ndeadline_ms = {deadline_ms}\n')
+            server = subprocess.Popen([sys.executable, "-m", "vflo", "serve", str(config)], cwd=ROOT, env=env)
+            try:
+                wait_ready(port, server)
+                path = f"/v1/models/{method}:predict"
+                served = [asyncio.run(closed_loop(port, path, shared, c, seconds)) for c in concurrency]
+                report(method, served)
+                out[method] = {"served": served}
+                if missing == "subset":
+                    partner.send_signal(signal.SIGSTOP)  # hung: it holds the connection and answers nothing
+                    try:
+                        hung = asyncio.run(closed_loop(port, path, shared, 16, seconds))
+                    finally:
+                        partner.send_signal(signal.SIGCONT)
+                    report(f"{method}, partner hung", [hung])
+                    out[method]["partner_hung"] = hung
+            finally:
+                server.terminate()
+                server.wait(timeout=10)
+    finally:
+        partner.terminate()
+        partner.wait(timeout=10)
+    for method, missing in (("splitnn", "refuse"), ("laser_vfl", "subset")):
+        config = work / f"floor_{method}.toml"
+        config.write_text(f'[serve]\nmodels = "{models}"\nrows = "{rows}"\n\n[partners]\npassive = "{passive}"\n\n'
+                          f'[models.{method}]\nmissing = "{missing}"\n')
+        out[method]["floor"] = base = floor(config, method, shared, seconds)
+        print(f"{method} floor (in process, one at a time): p50 {base['p50_ms']:.2f} ms, p99 {base['p99_ms']:.2f} ms, "
+              f"{base['per_second']:.0f} predictions/s", flush=True)
+    return out
+
+
+def wait_ready(port: int, server: subprocess.Popen[bytes]) -> None:
+    """Until the server answers /readyz (bounded)."""
+    import urllib.request
+
+    until = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1.0) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > until or server.poll() is not None:
+            raise SystemExit("vflo serve did not become ready within 90 s")
+        time.sleep(0.2)
+
+
+def report(what: str, rows: list[dict[str, float]]) -> None:
+    for row in rows:
+        print(f"{what} c={row['concurrency']:>3}: p50 {row['p50_ms']:.2f} ms, p95 {row['p95_ms']:.2f} ms, "
+              f"p99 {row['p99_ms']:.2f} ms, {row['per_second']:.0f} predictions/s ({row['failed']} failed)",
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--models", nargs="+", default=["local", "splitnn"])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "serving.json")
+    parser.add_argument("--deployed", action="store_true",
+                        help="also a partner as its own process over mutual TLS (and hung past the deadline)")
+    parser.add_argument("--deadline-ms", type=float, default=50.0)
     args = parser.parse_args()
     folder = ROOT / "runs" / "bench" / "serving"
     folder.mkdir(parents=True, exist_ok=True)
@@ -147,26 +263,12 @@ def main() -> None:
     server = subprocess.Popen([sys.executable, "-m", "vflo", "serve", str(config)], cwd=ROOT, env=env)
     results: dict[str, Any] = {"seconds": args.seconds, "machine": os.cpu_count(), "models": {}}
     try:
-        import httpx
-
-        until = time.monotonic() + 60
-        while True:  # until it answers (bounded)
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > until or server.poll() is not None:
-                raise SystemExit("vflo serve did not become ready within 60 s")
-            time.sleep(0.2)
+        wait_ready(port, server)
         for model in args.models:
             path = f"/v1/models/{model}:predict"
             rows = [asyncio.run(closed_loop(port, path, people, c, args.seconds)) for c in args.concurrency]
             results["models"][model] = {"served": rows}
-            for row in rows:
-                print(f"{model} c={row['concurrency']:>3}: p50 {row['p50_ms']:.2f} ms, p95 {row['p95_ms']:.2f} ms, "
-                      f"p99 {row['p99_ms']:.2f} ms, {row['per_second']:.0f} predictions/s ({row['failed']} failed)",
-                      flush=True)
+            report(model, rows)
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -174,6 +276,8 @@ def main() -> None:
         results["models"][model]["floor"] = base = floor(config, model, people, args.seconds)
         print(f"{model} floor (in process, one at a time): p50 {base['p50_ms']:.2f} ms, p99 {base['p99_ms']:.2f} ms, "
               f"{base['per_second']:.0f} predictions/s", flush=True)
+    if args.deployed:
+        results["deployed"] = deployed(args.seconds, args.concurrency, args.deadline_ms)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}")

@@ -1,11 +1,15 @@
-"""vflo serve with partners deployed over gRPC and mutual TLS: one scoring session opened at start and kept, each
-request's people matched with a partner's by private set intersection, scores equal to scoring the same people in
-one process; a partner killed while serving is left out of the next requests within the deadline, never a hung
-request, and /readyz says so."""
+"""vflo serve as its own process with two partners deployed over gRPC and mutual TLS: one scoring session opened
+at start and kept, each request's people matched with a partner's by private set intersection, scores equal to
+scoring the same people in one process; the model swapped under load without a request lost or answered twice;
+a partner killed while serving is left out of the next requests within the deadline; /metrics counts it all."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,23 +21,35 @@ import pytest
 from tests.e2e.conftest import start_federation, write_deploy
 from tests.test_laser_vfl import TRAIN, _blocks
 from vflo.deploy import Deployment
+from vflo.flower.local import free_port
 from vflo.methods.registry import get_method
 from vflo.scoring import SavedModel
 
 pytestmark = pytest.mark.slow
+WAIT = 60.0
 
 
-def test_a_deployed_model_is_served_live_and_a_partner_that_dies_is_left_out(tmp_path: Path) -> None:
-    from fastapi.testclient import TestClient
+def _ready(http: Any, base: str, server: subprocess.Popen[bytes]) -> None:
+    until = time.monotonic() + WAIT
+    while True:  # until the server answers (bounded)
+        try:
+            if http.get(f"{base}/readyz", timeout=2.0).status_code == 200:
+                return
+        except Exception:  # not listening yet
+            pass
+        assert server.poll() is None, "vflo serve exited"
+        assert time.monotonic() < until, "vflo serve did not become ready"
+        time.sleep(0.2)
 
-    from vflo.serve.app import create_app
-    from vflo.serve.config import load_serve_config
-    from vflo.serve.server import served_from
+
+def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_partner(tmp_path: Path) -> None:
+    import httpx
 
     together, _ = _blocks()
     cls = get_method("laser_vfl")
     settings: dict[str, Any] = {"train": {**TRAIN, "max_epochs": 3}}
     federation = start_federation(tmp_path / "fed", together, {}, proposals=[cls(**settings)])
+    server = None
     try:
         deployment = Deployment(federation.deploy)
         try:
@@ -41,14 +57,19 @@ def test_a_deployed_model_is_served_live_and_a_partner_that_dies_is_left_out(tmp
         finally:
             deployment.close()
         deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
+        port = free_port()
         config = tmp_path / "serve.toml"
         config.write_text(f'[serve]\nmodels = "{tmp_path / "models"}"\nrows = "{federation.deploy.test_file}"\n'
-                          f'deploy = "{deploy}"\nbatch_wait_ms = 2\n\n[models.laser_vfl]\nmissing = "subset"\n'
-                          'deadline_ms = 3000\n')
+                          f'deploy = "{deploy}"\nlisten = "127.0.0.1:{port}"\nbatch_wait_ms = 2\n\n'
+                          '[models.laser_vfl]\nmissing = "subset"\ndeadline_ms = 3000\n')
+        server = subprocess.Popen([sys.executable, "-m", "vflo", "serve", str(config)],
+                                  env={**os.environ, "OMP_NUM_THREADS": "1"})
+        base = f"http://127.0.0.1:{port}"
         ids = pd.read_csv(federation.deploy.test_file, dtype={"id": str})["id"].tolist()[:20]
-        with TestClient(create_app(served_from(load_serve_config(config)))) as client:
-            assert client.get("/readyz").status_code == 200
-            first = client.post("/v1/models/laser_vfl:predict", json={"ids": ids})
+        url = f"{base}/v1/models/laser_vfl:predict"
+        with httpx.Client(timeout=WAIT) as http:
+            _ready(http, base, server)
+            first = http.post(url, json={"ids": ids})
             assert first.status_code == 200, first.text
             assert {"+".join(p["scored_by"]) for p in first.json()["predictions"]} == {"a+p1+p2"}
             # The same people in one process, every part in one folder.
@@ -65,15 +86,46 @@ def test_a_deployed_model_is_served_live_and_a_partner_that_dies_is_left_out(tmp
             got = np.array([[p["scores"][c] for c in saved.score_columns] for p in first.json()["predictions"]])
             assert np.allclose(got, everyone[saved.score_columns].to_numpy(float), atol=1e-6)
 
+            # Swapped while four clients keep asking: every request answered once, none lost.
+            answers: list[int] = []
+            stop = threading.Event()
+
+            def client(k: int) -> None:
+                with httpx.Client(timeout=WAIT) as own:
+                    while not stop.is_set():
+                        answers.append(own.post(url, json={"ids": [ids[k]]}).status_code)
+
+            clients = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+            for t in clients:
+                t.start()
+            time.sleep(0.5)
+            swapped = http.put(f"{base}/v1/models/laser_vfl")
+            time.sleep(0.5)
+            stop.set()
+            for t in clients:
+                t.join(timeout=WAIT)
+            assert swapped.status_code == 200 and swapped.json()["version"] == model_id
+            assert answers and set(answers) == {200}
+            metrics = http.get(f"{base}/metrics").text
+            ok = next(float(line.split()[-1]) for line in metrics.splitlines()
+                      if line.startswith('vflo_requests_total{model="laser_vfl",outcome="ok"}'))
+            assert ok == 1 + len(answers)  # each request answered once: the server counted as many as were sent
+            assert 'vflo_swaps_total{model="laser_vfl"} 1.0' in metrics
+
             federation.processes["p2"].kill()
             federation.processes["p2"].wait(timeout=10)
             started = time.monotonic()
-            after = client.post("/v1/models/laser_vfl:predict", json={"ids": ids})
+            after = http.post(url, json={"ids": ids})
             assert after.status_code == 200, after.text
             assert time.monotonic() - started < 3.0 + 5.0  # within the deadline, and the request's own time
             assert {"+".join(p["scored_by"]) for p in after.json()["predictions"]} == {"a+p1"}
             without = saved.score({p: rows[p] for p in ("a", "p1")}, missing="subset").set_index("id").loc[ids]
             got = np.array([[p["scores"][c] for c in saved.score_columns] for p in after.json()["predictions"]])
             assert np.allclose(got, without[saved.score_columns].to_numpy(float), atol=1e-6)
+            metrics = http.get(f"{base}/metrics").text
+            assert 'vflo_rows_total{model="laser_vfl",scored_by="a+p1",scored_model="laser_vfl"} 20.0' in metrics
     finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
         federation.stop()

@@ -13,9 +13,10 @@ partners answer in time, in milliseconds.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter as Tally
 from collections.abc import Callable
 from typing import Any
 
@@ -51,23 +52,53 @@ class Served:
                             "with it", ["model", "scored_model", "scored_by"], registry=self.registry)
         self.live: dict[str, LiveModel] = {}
         self.batchers: dict[str, Batcher] = {}
+        self.swaps = Counter("vflo_swaps", "model versions swapped in without stopping", ["model"],
+                             registry=self.registry)
         for name in names:
-            self.reload(name)
+            self.install(name)
 
-    def reload(self, name: str) -> LiveModel:
-        """Model ``name`` loaded (again) and swapped in; the one it replaces closed."""
+    def _batcher(self, name: str, score: Callable[..., Any], id_column: str,
+                 ready: asyncio.Event | None = None) -> Batcher:
+        return Batcher(score, id_column=id_column, max_people=self.max_people, max_wait=self.max_wait,
+                       on_batch=lambda people, _: self.batches.labels(name).observe(people), ready=ready)
+
+    def install(self, name: str) -> LiveModel:
+        """Model ``name`` loaded and served (at start, before any request)."""
         live = self._load(name)
-        old, old_batcher = self.live.get(name), self.batchers.get(name)
         self.live[name] = live
-        self.batchers[name] = Batcher(live.score_records, id_column=live.encoding.id_column, max_people=self.max_people,
-                                      max_wait=self.max_wait,
-                                      on_batch=lambda people, _: self.batches.labels(name).observe(people))
-        if old_batcher is not None:
-            old_batcher.close()
-        if old is not None:
-            old.close()
+        self.batchers[name] = self._batcher(name, live.score_records, live.encoding.id_column)
         logger.info("serving %s version %s (%s)", name, live.version, live.policy)
         return live
+
+    async def reload(self, name: str) -> LiveModel:
+        """Model ``name`` loaded again and swapped in without losing a request: new requests queue for the new
+        version while the old one answers those it holds; then its session is closed (partners hold one at a
+        time) and the new one opened. If the new one cannot be opened, the old version is opened again."""
+        old_live, old_batcher = self.live[name], self.batchers[name]
+        ready, holder = asyncio.Event(), [old_live]
+        # Late-bound: the batcher scores with whichever version is live when its first batch runs.
+        self.batchers[name] = self._batcher(
+            name, lambda ids, features: holder[0].score_records(ids, features),  # noqa: PLW0108
+            old_live.encoding.id_column, ready)
+        await old_batcher.drain()
+        old_batcher.close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, old_live.close)
+        try:
+            live = await loop.run_in_executor(None, self._load, name)
+        except Exception:
+            logger.exception("%s: the new version could not be loaded; serving the old one again", name)
+            holder[0] = self.live[name] = await loop.run_in_executor(None, self._load_again, old_live)
+            ready.set()
+            raise
+        holder[0] = self.live[name] = live
+        ready.set()
+        self.swaps.labels(name).inc()
+        logger.info("swapped %s to version %s (was %s)", name, live.version, old_live.version)
+        return live
+
+    def _load_again(self, old: LiveModel) -> LiveModel:
+        return self._load(old.name)
 
     def close(self) -> None:
         for batcher in self.batchers.values():
@@ -119,9 +150,12 @@ def create_app(served: Served) -> FastAPI:
         took = time.perf_counter() - started
         served.requests.labels(name, "ok").inc()
         served.latency.labels(name).observe(took)
-        for (model, by), count in Counter((r["model"], "+".join(r["scored_by"])) for r in records).items():
+        for (model, by), count in Tally((r["model"], "+".join(r["scored_by"])) for r in records).items():
             served.rows.labels(name, model, by).inc(count)
-        return {"model": name, "version": live.version, "predictions": records, "took_ms": round(took * 1000, 3)}
+        version = records[0]["version"] if records else live.version  # the version that scored it (one batch)
+        return {"model": name, "version": version, "predictions": [{k: v for k, v in r.items() if k != "version"}
+                                                                     for r in records],
+                "took_ms": round(took * 1000, 3)}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -133,9 +167,10 @@ def create_app(served: Served) -> FastAPI:
     async def reload(name: str) -> dict[str, Any]:
         live_of(name)
         try:
-            live = served.reload(name)
+            live = await served.reload(name)
         except VfloError as exc:
-            raise HTTPException(503, f"{name} was not reloaded, the version served is kept: {exc}") from exc
+            raise HTTPException(503, f"{name} was not reloaded, the version served before is served again: "
+                                f"{exc}") from exc
         return {"model": name, "version": live.version}
 
     @app.get("/healthz")

@@ -35,14 +35,17 @@ class Batcher:
     scored (for metrics)."""
 
     def __init__(self, score: Score, *, id_column: str, max_people: int, max_wait: float,
-                 on_batch: Callable[[int, float], None] | None = None) -> None:
+                 on_batch: Callable[[int, float], None] | None = None, ready: asyncio.Event | None = None) -> None:
         if max_people < 1 or max_wait < 0:
             raise ValueError("a micro-batch holds at least one person and waits a non-negative time")
         self.score, self.id_column = score, id_column
         self.max_people, self.max_wait = max_people, max_wait
         self.on_batch = on_batch
+        # Set once the model it scores with is live (a swap queues requests here while the old one drains).
+        self.ready = ready
         self._queue: asyncio.Queue[_Pending] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._busy = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vflo-serve")
 
     async def submit(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> list[Record]:
@@ -59,6 +62,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         while True:
             batch = [await self._queue.get()]
+            self._busy = True
+            if self.ready is not None:
+                await self.ready.wait()
             people = len(batch[0].ids)
             closes = loop.time() + self.max_wait
             while people < self.max_people:
@@ -69,7 +75,10 @@ class Batcher:
                     break
                 batch.append(nxt)
                 people += len(nxt.ids)
-            await self._score(loop, batch)
+            try:
+                await self._score(loop, batch)
+            finally:
+                self._busy = False
 
     async def _score(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending]) -> None:
         # Each person once: two requests for the same person share its row.
@@ -91,6 +100,13 @@ class Batcher:
         for p in batch:
             if not p.done.done():
                 p.done.set_result([by_id[str(i)] for i in p.ids])
+
+    async def drain(self, *, poll: float = 0.001, limit: float = 60.0) -> None:
+        """Wait until every request handed to this batcher is answered (bounded by ``limit`` seconds)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + limit
+        while (self._busy or (self._queue is not None and not self._queue.empty())) and loop.time() < until:
+            await asyncio.sleep(poll)
 
     def close(self) -> None:
         if self._task is not None:

@@ -120,7 +120,10 @@ class LiveModel:
 
     def score_records(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> list[dict[str, Any]]:
         """:meth:`score` as JSON records (:func:`frame_records`), made where the batch is scored."""
-        return frame_records(self.score(ids, features), self.model)
+        records = frame_records(self.score(ids, features), self.model)
+        for record in records:
+            record["version"] = self.version
+        return records
 
     def _refusing(self, ids: np.ndarray, covered: np.ndarray,
                   score: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]]) -> pd.DataFrame:

@@ -5,9 +5,8 @@ default), each partner reading its own rows."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from vflo.align.engines import AlignmentConfig
 from vflo.artifacts import PartStore
@@ -66,14 +65,18 @@ def deployed(deploy_path: str | Path) -> Opener:
         if deploy.active.name != model.card.active:
             raise ConfigError(f"{model.label} was saved with {model.card.active!r} as the active party, but the "
                               f"deployment's [active] is {deploy.active.name!r}")
-        config = replace(deploy.coordinator_config(), deadline=policy.deadline_ms / 1000)
-        party = start_party(config, data=None, serve=model.rows(model.card.active, own))
+        party = start_party(deploy.coordinator_config(), data=None, serve=model.rows(model.card.active, own))
         try:
+            # Opened within the deployment's own deadline (a partner loads its part); each batch then within the
+            # model's: a partner past it is left out of that batch.
             fed, method = model.restore(party.node, party.transport, alignment=AlignmentConfig(method="psi"),
                                         missing=SESSION_MISSING[policy.missing])
         except BaseException:
             party.stop()
             raise
+        transport: Any = party.transport
+        if hasattr(transport, "deadline"):
+            transport.deadline = policy.deadline_ms / 1000
 
         def close() -> None:
             try:
