@@ -185,15 +185,7 @@ def together(work: Path, rows: int, method: str = "splitnn", train_rows: int | N
     a.to_csv(work / "score_active.csv", index=False)
     p.to_csv(work / "serve_passive.csv", index=False)
     init_certs(work / "certs", ["active", "passive"])
-    ports = {"active": free_port(), "passive": free_port()}
-    (work / "passive.toml").write_text(
-        f'name = "passive"\nlisten = "127.0.0.1:{ports["passive"]}"\nmodels = "models"\n[data]\n'
-        f'id_column = "id"\nserve_file = "serve_passive.csv"\n[tls]\ndir = "certs"\n'
-        f'[peers]\nactive = {{ address = "127.0.0.1:{ports["active"]}", role = "active" }}\n')
-    (work / "deploy.toml").write_text(
-        f'[active]\nname = "active"\nrole = "active"\nlisten = "127.0.0.1:{ports["active"]}"\n[active.data]\n'
-        f'file = "active.csv"\nid_column = "id"\nlabel_column = "label"\n[active.tls]\ndir = "certs"\n'
-        f'[[parties]]\nname = "passive"\nrole = "passive"\naddress = "127.0.0.1:{ports["passive"]}"\n')
+    write_pair(work, "serve_passive.csv")
     vflo_bin = str(Path(sys.executable).parent / "vflo")
     server = subprocess.Popen([vflo_bin, "party", "serve", "passive.toml"], cwd=work, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -213,6 +205,20 @@ def together(work: Path, rows: int, method: str = "splitnn", train_rows: int | N
         server.wait(timeout=10)
     assert len((work / "scores.csv").read_text().splitlines()) == len(shared) + 1
     return {"method": method, "rows": len(shared), "command": command}
+
+
+def write_pair(work: Path, serve_file: str) -> None:
+    """passive.toml (serving its part from models/ and its rows from ``serve_file``) and deploy.toml (the active
+    party's, from active.csv) in ``work``, each on a free port, with the certificates in work/certs."""
+    ports = {"active": free_port(), "passive": free_port()}
+    (work / "passive.toml").write_text(
+        f'name = "passive"\nlisten = "127.0.0.1:{ports["passive"]}"\nmodels = "models"\n[data]\n'
+        f'id_column = "id"\nserve_file = "{serve_file}"\n[tls]\ndir = "certs"\n'
+        f'[peers]\nactive = {{ address = "127.0.0.1:{ports["active"]}", role = "active" }}\n')
+    (work / "deploy.toml").write_text(
+        f'[active]\nname = "active"\nrole = "active"\nlisten = "127.0.0.1:{ports["active"]}"\n[active.data]\n'
+        f'file = "active.csv"\nid_column = "id"\nlabel_column = "label"\n[active.tls]\ndir = "certs"\n'
+        f'[[parties]]\nname = "passive"\nrole = "passive"\naddress = "127.0.0.1:{ports["passive"]}"\n')
 
 
 def folder_bytes(folder: Path) -> int:

@@ -139,7 +139,7 @@ def deployed(seconds: float, concurrency: list[int], deadline_ms: float) -> dict
     import signal
 
     import vflo
-    from benchmarks.predict import write_parties
+    from benchmarks.predict import write_pair, write_parties
     from vflo.comm.tls import init_certs
 
     work = ROOT / "runs" / "bench" / "serving_deployed"
@@ -158,15 +158,7 @@ def deployed(seconds: float, concurrency: list[int], deadline_ms: float) -> dict
     shared = sorted(mine & theirs)
     if not (work / "certs" / "ca.pem").is_file():
         init_certs(work / "certs", ["active", "passive"])
-    ports = {"active": free_port(), "passive": free_port()}
-    (work / "passive.toml").write_text(
-        f'name = "passive"\nlisten = "127.0.0.1:{ports["passive"]}"\nmodels = "models"\n[data]\n'
-        f'id_column = "id"\nserve_file = "passive.csv"\n[tls]\ndir = "certs"\n'
-        f'[peers]\nactive = {{ address = "127.0.0.1:{ports["active"]}", role = "active" }}\n')
-    (work / "deploy.toml").write_text(
-        f'[active]\nname = "active"\nrole = "active"\nlisten = "127.0.0.1:{ports["active"]}"\n[active.data]\n'
-        f'file = "active.csv"\nid_column = "id"\nlabel_column = "label"\n[active.tls]\ndir = "certs"\n'
-        f'[[parties]]\nname = "passive"\nrole = "passive"\naddress = "127.0.0.1:{ports["passive"]}"\n')
+    write_pair(work, "passive.csv")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     partner = subprocess.Popen([sys.executable, "-m", "vflo", "party", "serve", "passive.toml"], cwd=work, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
