@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.deploy", "vflo.scoring"),
     ("vflo.experiments", "vflo.api", "vflo.flower"),
     ("vflo.transports",),
+    ("vflo.serve",),
     ("vflo.cli", "vflo.__main__", "vflo"),
 )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from vflo.data.partydata import PartyData
-from vflo.errors import ConfigError, DataError, VfloError
+from vflo.errors import ConfigError, DataError
 from vflo.federation.coordinator import Coordinator
 from vflo.methods.base import Method
 from vflo.scoring import SavedModel, combine
@@ -193,34 +193,6 @@ def frame_records(frame: pd.DataFrame, model: SavedModel) -> list[dict[str, Any]
 
 def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
-
-
-def load_live(models: Mapping[str, SavedModel], name: str, *, rows: str, policy: ServePolicy,
-              session: Callable[[SavedModel, PartyData, ServePolicy], tuple[Coordinator, Method, Callable[[], None]]]
-              | None) -> LiveModel:
-    """Model ``name`` of ``models`` made live: its scoring session opened by ``session`` (none for an active-only
-    model), the active party's table ``rows`` read once."""
-    if name not in models:
-        raise ConfigError(f"no saved model {name!r} to serve; saved: {sorted(models)}")
-    model = models[name]
-    own = read_rows(model, rows)
-    fallback = None
-    if policy.fallback is not None:
-        if policy.fallback not in models:
-            raise ConfigError(f"{name}'s fallback {policy.fallback!r} is not saved beside it; saved: {sorted(models)}")
-        fallback = models[policy.fallback]
-    if model.active_only:  # its session has the active party alone, opened once as any other
-        from vflo.serve.sessions import in_process
-
-        session = in_process({})
-    if session is None:
-        raise ConfigError(f"{name} scores together with its partners: serve it with a deployment (deploy = "
-                          "'DEPLOY.toml' in the serve config) whose partners serve their saved parts")
-    try:
-        fed, method, close = session(model, own, policy)
-    except VfloError:
-        raise
-    return LiveModel(model, fed, method, own, policy=policy, fallback=fallback, close=close)
 
 
 def read_rows(model: SavedModel, path: str) -> PartyData:

@@ -9,8 +9,8 @@ from vflo.errors import ConfigError
 from vflo.scoring import SavedModel
 from vflo.serve.app import Served
 from vflo.serve.config import ServeConfig
-from vflo.serve.live import LiveModel, ServePolicy, load_live
-from vflo.serve.sessions import Opener, deployed, in_process
+from vflo.serve.live import LiveModel, ServePolicy
+from vflo.serve.sessions import Opener, deployed, in_process, load_live
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.methods.base import Method
 from vflo.scoring import SavedModel
-from vflo.serve.live import ServePolicy
+from vflo.serve.live import LiveModel, ServePolicy, read_rows
 
 Opened = tuple[Coordinator, Method, Callable[[], None]]
 Opener = Callable[[SavedModel, PartyData, ServePolicy], Opened]
@@ -87,3 +87,25 @@ def deployed(deploy_path: str | Path) -> Opener:
         return fed, method, close
 
     return opened
+
+
+def load_live(models: Mapping[str, SavedModel], name: str, *, rows: str, policy: ServePolicy,
+              session: Opener | None) -> LiveModel:
+    """Model ``name`` of ``models`` made live: its scoring session opened by ``session`` (none for an active-only
+    model), the active party's table ``rows`` read once."""
+    if name not in models:
+        raise ConfigError(f"no saved model {name!r} to serve; saved: {sorted(models)}")
+    model = models[name]
+    own = read_rows(model, rows)
+    fallback = None
+    if policy.fallback is not None:
+        if policy.fallback not in models:
+            raise ConfigError(f"{name}'s fallback {policy.fallback!r} is not saved beside it; saved: {sorted(models)}")
+        fallback = models[policy.fallback]
+    if model.active_only:  # its session has the active party alone, opened once as any other
+        session = in_process({})
+    if session is None:
+        raise ConfigError(f"{name} scores together with its partners: serve it with a deployment (deploy = "
+                          "'DEPLOY.toml' in the serve config) whose partners serve their saved parts")
+    fed, method, close = session(model, own, policy)
+    return LiveModel(model, fed, method, own, policy=policy, fallback=fallback, close=close)
