@@ -74,6 +74,12 @@ def deployed(deploy_path: str | Path) -> Opener:
         except BaseException:
             party.stop()
             raise
+        try:
+            prepare(fed, method)
+        except BaseException:
+            Session(fed).teardown()
+            party.stop()
+            raise
         transport: Any = party.transport
         if hasattr(transport, "deadline"):
             transport.deadline = policy.deadline_ms / 1000
@@ -87,6 +93,19 @@ def deployed(deploy_path: str | Path) -> Opener:
         return fed, method, close
 
     return opened
+
+
+def prepare(fed: Coordinator, method: Method) -> None:
+    """Align the active party's whole table with its partners once, when the session opens, each party keeping
+    the intersection in its own alignments folder (a deployed party keeps one unless its config says
+    ``alignments = ''``): each batch then reuses it in one small exchange, where a fresh private set intersection
+    would cost a partner its whole set every time. A partner learns which of its people the active party may ask
+    about, as ``vflo predict`` of the whole table would tell it; which of them it is asked about, batch by batch,
+    as it must to answer."""
+    partners = method.scoring_parties(fed.parties) or [p.name for p in fed.parties
+                                                       if p.role == "passive" and p.name not in fed.absent]
+    if partners:
+        fed.align(fed.serving.ids, partners, purpose="serve")
 
 
 def load_live(models: Mapping[str, SavedModel], name: str, *, rows: str, policy: ServePolicy,
