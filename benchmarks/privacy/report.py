@@ -557,9 +557,10 @@ def render(data: dict[str, list[dict[str, Any]]], out: Path, axis: Path | None =
         "attack on that flow apart from the attacks on the flows it leaves as they were.", "",
         "**End to end at a target ε** (`end to end at a target ε per party`): every passive party writes only "
         "`[privacy] epsilon` and protects everything it sends, calibrated at its setup (its network by DP-SGD "
-        "with Opacus, its releases noised; `vflo.party.node`), and SplitNN's label holder randomises its labels at "
-        "the same ε (`label_epsilon`). The ε shown is the largest any party's own account reports at the run's end, "
-        "training, validation and scoring included; what each covers is listed under each table.", "",
+        "with Opacus, its releases noised; `vflo.party.node`), and the label holder of SplitNN, VFL-ASP's teacher "
+        "and Entity Augmentation randomises its labels at the same ε (`label_epsilon`). The ε shown is the largest "
+        "any party's own account reports at the run's end, training, validation and scoring included; what each "
+        "covers is listed under each table.", "",
     ]
     if axis is not None:
         lines += axis_section(axis, out)
