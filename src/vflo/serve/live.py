@@ -11,6 +11,7 @@ carries, read with the encoding the model was trained with.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -178,15 +179,21 @@ class LiveModel:
 def frame_records(frame: pd.DataFrame, model: SavedModel) -> list[dict[str, Any]]:
     """A scored batch as JSON records: each person's ID, scores by class, the class, who scored it."""
     columns = model.score_columns
+    ids = frame[model.id_column].tolist()
+    scores = frame[columns].to_numpy(dtype=float)
+    models, by = frame["model"].astype(str).tolist(), frame["scored_by"].astype(str).tolist()
+    classes = frame["prediction"].tolist() if "prediction" in frame.columns else None
+    errors = frame["error"].tolist() if "error" in frame.columns else None
     out = []
-    for values in frame.to_dict("records"):
-        record: dict[str, Any] = {"id": _plain(values[model.id_column]),
-                                  "scores": {c: None if pd.isna(values[c]) else float(values[c]) for c in columns},
-                                  "model": str(values["model"]), "scored_by": str(values["scored_by"]).split("+")}
-        if "prediction" in values:
-            record["prediction"] = _plain(values["prediction"])
-        if values.get("error"):
-            record["error"] = str(values["error"])
+    for k, person in enumerate(ids):
+        record: dict[str, Any] = {"id": _plain(person),
+                                  "scores": {c: None if math.isnan(v) else float(v)
+                                             for c, v in zip(columns, scores[k], strict=True)},
+                                  "model": models[k], "scored_by": by[k].split("+")}
+        if classes is not None:
+            record["prediction"] = _plain(classes[k])
+        if errors is not None and errors[k]:
+            record["error"] = str(errors[k])
         out.append(record)
     return out
 
