@@ -112,6 +112,28 @@ def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_par
             assert ok == 1 + len(answers)  # each request answered once: the server counted as many as were sent
             assert 'vflo_swaps_total{model="laser_vfl"} 1.0' in metrics
 
+            # Hung (stopped, its connection open): one batch waits its deadline, the next ones leave it out at once
+            # while it rests, and it is asked again once the rest is over.
+            import signal
+
+            from vflo.serve.live import RESTING
+
+            federation.processes["p2"].send_signal(signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                hung = http.post(url, json={"ids": ids[:3]})
+                waited = time.monotonic() - started
+                started = time.monotonic()
+                resting = http.post(url, json={"ids": ids[:3]})
+                assert time.monotonic() - started < 1.0 < 3.0 <= waited + 0.1
+            finally:
+                federation.processes["p2"].send_signal(signal.SIGCONT)
+            for reply in (hung, resting):
+                assert {"+".join(p["scored_by"]) for p in reply.json()["predictions"]} == {"a+p1"}
+            time.sleep(RESTING + 0.5)
+            back = http.post(url, json={"ids": ids[:3]})
+            assert {"+".join(p["scored_by"]) for p in back.json()["predictions"]} == {"a+p1+p2"}
+
             federation.processes["p2"].kill()
             federation.processes["p2"].wait(timeout=10)
             started = time.monotonic()
@@ -123,7 +145,7 @@ def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_par
             got = np.array([[p["scores"][c] for c in saved.score_columns] for p in after.json()["predictions"]])
             assert np.allclose(got, without[saved.score_columns].to_numpy(float), atol=1e-6)
             metrics = http.get(f"{base}/metrics").text
-            assert 'vflo_rows_total{model="laser_vfl",scored_by="a+p1",scored_model="laser_vfl"} 20.0' in metrics
+            assert 'vflo_rows_total{model="laser_vfl",scored_by="a+p1",scored_model="laser_vfl"} 26.0' in metrics
     finally:
         if server is not None:
             server.terminate()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -231,6 +231,8 @@ class Coordinator(Aligner):
         # error. ``absent``: partners out for the whole session (their part did not load), with why.
         self._whoever_answers = whoever_answers
         self.absent: dict[str, str] = {}
+        # Told of every absence, for a batch or the session (a server that rests a partner that missed its deadline).
+        self.on_absent: Callable[[str, Exception | str], None] | None = None
 
     # -- a run (Session's interface) -------------------------------------------------------------------
 
@@ -311,6 +313,8 @@ class Coordinator(Aligner):
     def mark_absent(self, party: str, why: Exception | str, *, session: bool = False) -> None:
         """Note that ``party`` did not answer (for this batch, or with ``session`` for the whole session)."""
         text = str(why)
+        if self.on_absent is not None:
+            self.on_absent(party, why)
         if session:
             self.absent[party] = text
         logger.warning("party %s is absent%s: %s", party, "" if session else " for this batch", text)

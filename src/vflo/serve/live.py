@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from vflo.data.partydata import PartyData
-from vflo.errors import ConfigError, DataError
+from vflo.errors import ConfigError, DataError, DeliveryTimeoutError
 from vflo.federation.coordinator import Coordinator
 from vflo.methods.base import Method
 from vflo.scoring import SavedModel, combine
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 Missing = Literal["subset", "fallback", "refuse"]
 #: The ``model`` of a person a refusing model did not score.
 REFUSED = "(refused)"
+#: Seconds a partner that missed its deadline is left out of the next batches before it is asked again.
+RESTING = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +87,15 @@ class LiveModel:
         self._close = close
         # One batch at a time: the session's messages to a partner are in order, and its rows are swapped per batch.
         self._lock = threading.Lock()
+        # A partner that missed its deadline rests: the next batches leave it out at once (it would hold each one a
+        # whole deadline) until RESTING seconds have passed, when a batch asks it again.
+        self.resting: dict[str, float] = {}
+        if fed is not None and policy.missing == "subset":
+            fed.on_absent = self._missed
+
+    def _missed(self, party: str, why: Exception | str) -> None:
+        if isinstance(why, DeliveryTimeoutError):
+            self.resting[party] = time.monotonic() + RESTING
 
     @property
     def name(self) -> str:
@@ -104,20 +116,32 @@ class LiveModel:
             if self.fed is None or self.method is None:  # not opened: scored from scratch (a test's model)
                 return self.model.score(raw)
             fed, method = self.fed, self.method
-            fed.ctx.serving = rows = self.model.rows(self.model.card.active, raw)
-            covered = np.ones(len(rows.ids), dtype=bool)
-            if missing != "subset":
-                from vflo.deploy.deployment import held_rows
+            now = time.monotonic()
+            rest = [p for p, until in self.resting.items() if until > now and p not in fed.absent]
+            for party in rest:  # out of this batch only
+                fed.absent[party] = "missed its deadline a moment ago; asked again after a rest"
+            try:
+                return self._score(fed, method, raw, missing)
+            finally:
+                for party in rest:
+                    fed.absent.pop(party, None)
 
-                for name in method.scoring_parties(fed.parties):
-                    covered &= held_rows(fed, rows.ids, name, method.name)
-            if missing == "refuse" and not covered.all():
-                # Refused person by person: the other requests of the batch are answered.
-                return self._refusing(rows.ids, covered, lambda keep: method.predict_by(fed, keep))
-            # The fallback reads the same raw rows, prepared as it was trained.
-            return combine(self.model, rows.ids, covered, lambda keep: method.predict_by(fed, keep),
-                           missing=missing, fallback=self.fallback,  # type: ignore[arg-type]  # mapped above
-                           fallback_rows=raw)
+    def _score(self, fed: Coordinator, method: Method, raw: PartyData, missing: str) -> pd.DataFrame:
+        """One batch scored with the session (under the lock)."""
+        fed.ctx.serving = rows = self.model.rows(self.model.card.active, raw)
+        covered = np.ones(len(rows.ids), dtype=bool)
+        if missing != "subset":
+            from vflo.deploy.deployment import held_rows
+
+            for name in method.scoring_parties(fed.parties):
+                covered &= held_rows(fed, rows.ids, name, method.name)
+        if missing == "refuse" and not covered.all():
+            # Refused person by person: the other requests of the batch are answered.
+            return self._refusing(rows.ids, covered, lambda keep: method.predict_by(fed, keep))
+        # The fallback reads the same raw rows, prepared as it was trained.
+        return combine(self.model, rows.ids, covered, lambda keep: method.predict_by(fed, keep),
+                       missing=missing, fallback=self.fallback,  # type: ignore[arg-type]  # mapped above
+                       fallback_rows=raw)
 
     def score_records(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> list[dict[str, Any]]:
         """:meth:`score` as JSON records (:func:`frame_records`), made where the batch is scored."""
