@@ -88,6 +88,11 @@ class AlignmentStore:
         # The digest of each ID array this party asked about, by the array (held, so its id stays its own): a
         # party's rows do not change while it serves, and hashing ten million IDs takes seconds.
         self._digests: dict[int, tuple[np.ndarray, str]] = {}
+        # What the folder held when last read (by its modification time) and the tables read, by record: a record
+        # is written once and never rewritten, so a server reusing one batch after batch reads it once. A write the
+        # folder's time does not show yet only makes a lookup miss, and the intersection runs afresh.
+        self._listed: tuple[int, list[Kept]] | None = None
+        self._tables: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def digest_of(self, ids: np.ndarray) -> str:
         """:func:`vflo.align.ids.digest` of ``ids``, computed once per array."""
@@ -120,25 +125,36 @@ class AlignmentStore:
         found: list[Kept] = []
         if not self.folder.is_dir():
             return found
+        stamp = self.folder.stat().st_mtime_ns
+        if self._listed is not None and self._listed[0] == stamp:
+            return list(self._listed[1])
         for path in self.folder.glob("*.json"):
             try:
                 found.append(Kept(**json.loads(path.read_text(encoding="utf-8"))))
             except (OSError, ValueError, TypeError) as exc:
                 logger.warning("kept alignment %s does not read (%s): skipped", path, exc)
-        return sorted(found, key=lambda r: r.created, reverse=True)
+        found = sorted(found, key=lambda r: r.created, reverse=True)
+        self._listed = (stamp, found)
+        return list(found)
 
     def by_token(self, token: str) -> Kept | None:
         return next((r for r in self.records() if r.token == token and r.party == self.party), None)
 
     def table(self, record: Kept) -> tuple[np.ndarray, np.ndarray]:
         """The record's IDs (sorted) and their ``shared`` flags."""
+        if record.stem in self._tables:
+            return self._tables[record.stem]
         path = self.folder / f"{record.stem}.parquet"
         try:
             frame = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
             raise DataError(f"kept alignment {path} does not read ({exc}): remove {record.stem}.* from "
                             f"{self.folder} and align again") from exc
-        return frame["id"].to_numpy(), frame["shared"].to_numpy(dtype=bool)
+        table = frame["id"].to_numpy(), frame["shared"].to_numpy(dtype=bool)
+        if len(self._tables) >= 8:  # a few records in memory at most
+            self._tables.pop(next(iter(self._tables)))
+        self._tables[record.stem] = table
+        return table
 
     def matching(self, peer: str, purpose: str, mode: str) -> Iterator[Kept]:
         return (r for r in self.records() if r.party == self.party and (r.peer, r.purpose, r.mode) == (peer, purpose,
