@@ -252,3 +252,22 @@ def test_the_digest_is_every_tagged_id_sorted_each_on_its_line_and_membership_is
     assert ids.tolist() == ["a", "b", "c", "d"] and members(ids, held).tolist() == [True, False, True, False]
     assert not members(ids, held[:0]).any()
 
+
+
+def test_a_store_read_once_sees_a_record_written_or_removed_since(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    store = AlignmentStore(tmp_path, "act")
+    first = kept.Kept(token="t1", party="act", peer="pas", side="asker", purpose="serve", mode="both",
+                      engine="vflo", created="2026-01-01", digest="d", n_ids=2, shared=1)
+    store.save(first, np.array([1, 2]), np.array([True, False]))
+    assert [r.token for r in store.records()] == ["t1"]
+    ids, shared = store.table(first)
+    assert ids.tolist() == [1, 2] and shared.tolist() == [True, False]
+    (tmp_path / f"{first.stem}.parquet").unlink()
+    assert store.table(first)[0].tolist() == [1, 2]  # a record never changes: read once
+    second = replace(first, token="t2", created="2026-01-02")
+    store.save(second, np.array([3]), np.array([True]))
+    assert [r.token for r in store.records()] == ["t2", "t1"]  # the folder changed: listed again
+    (tmp_path / f"{second.stem}.json").unlink()
+    assert [r.token for r in store.records()] == ["t1"]
