@@ -395,6 +395,8 @@ class PartyServer:
                 return [self._refused([peer], exc)]
             if not many:
                 with self._lock:
+                    if self._expired(context, peer):
+                        return []
                     return [self._serve(body, context)[0]]
             try:
                 frames = unpack_frames(body, max_bytes=self.max_message_bytes)
@@ -402,9 +404,21 @@ class PartyServer:
                 return [self._error(exc)]
             del body
             with self._lock:
+                if self._expired(context, peer):
+                    return []
                 return serve_each(frames, lambda frame: self._serve(frame, context))
         finally:
             self.bounds.leave(peer, held[0])
+
+    def _expired(self, context: grpc.ServicerContext, peer: str) -> bool:
+        """Whether the call's caller gave up (its deadline passed) while it waited its turn: then it is not served,
+        as its caller already counts it failed, and calls that pile up behind a slow turn do not hold the party a
+        deadline each."""
+        if context.is_active():
+            return False
+        self._quiet.warn(f"expired {peer}", "party %s dropped a call from %r unserved: its caller's deadline passed "
+                         "while it waited its turn", self.node.name, peer)
+        return True
 
     def _receive(self, chunks: Iterator[bytes], context: grpc.ServicerContext, peer: str,
                  held: list[int]) -> bytes | bytearray:
