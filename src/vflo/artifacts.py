@@ -99,15 +99,15 @@ class Preprocessing:
     def rows(self, data: PartyData | str | Path, *, party: str) -> PartyData:
         """Rows to score in the form the model was trained on: a file read with the saved encoding, or a
         table whose columns must be the saved ones; then the saved standardisation."""
-        if isinstance(data, str | Path):
-            if self.encoding is None:
-                raise DataError(f"party {party!r} was trained on a table, not a file: pass the rows to score as "
-                                "PartyData with its columns")
-            frame = read_table(data, party=party, id_column=self.encoding.id_column)
-            table = PartyData.encoded(frame, self.encoding, labelled=False)
-        else:
-            table = data
-        return self._prepared(table, party)
+        return self._prepared(self.read(data, party=party) if isinstance(data, str | Path) else data, party)
+
+    def read(self, path: str | Path, *, party: str) -> PartyData:
+        """The rows of a file read with the saved encoding (its columns and categories), not yet standardised."""
+        if self.encoding is None:
+            raise DataError(f"party {party!r} was trained on a table, not a file: pass the rows to score as "
+                            "PartyData with its columns")
+        frame = read_table(path, party=party, id_column=self.encoding.id_column)
+        return PartyData.encoded(frame, self.encoding, labelled=False)
 
     def _prepared(self, data: PartyData, party: str) -> PartyData:
         if data.columns != self.columns:

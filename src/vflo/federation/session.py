@@ -209,6 +209,14 @@ class Session:
             if "epsilon" in reply:
                 self.accounts[name] = (reply.number("epsilon"), reply.text("scope"))
 
+    def account_stats(self) -> dict[str, float]:
+        """Each party's account as results stats (``epsilon_account_PARTY``: the largest ε of its people)."""
+        return {f"epsilon_account_{name}": eps for name, (eps, _) in self.accounts.items()}
+
+    def account_scopes(self) -> dict[str, str]:
+        """What each party's account covers, in its own words."""
+        return {name: scope for name, (_, scope) in self.accounts.items()}
+
     def _own_account(self) -> None:
         """The coordinating party's own account beside the others', where it released anything under privacy."""
         fed = self.fed
@@ -245,12 +253,12 @@ class Session:
         predict_seconds = time.perf_counter() - started
         ledger, fit_entries = self.finish()
         # Each party's own account, end to end where it says so: the ε it reports, not one computed from the proposal.
-        stats |= {f"epsilon_account_{name}": eps for name, (eps, _) in self.accounts.items()}
+        stats |= self.account_stats()
         return RunOutput(scores=scores, ledger=ledger, fit_seconds=self.fit_seconds, predict_seconds=predict_seconds,
                          rounds=self.fed.rounds, fit_entries=fit_entries, stats=stats,
                          party_settings=self.party_settings, psi_engine=self.fed.alignment_engine,
                          alignment_revealed=self.fed.revealed(),
-                         account_scopes={name: scope for name, (_, scope) in self.accounts.items()})
+                         account_scopes=self.account_scopes())
 
 
 def training_first(ledger: Ledger, own_fit: int, remote: int, fit_round: int) -> tuple[Ledger, int]:

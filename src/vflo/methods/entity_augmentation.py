@@ -14,7 +14,7 @@ import numpy as np
 from vflo.align import psi
 from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Fields, Payload, Reply, expect_rows
 from vflo.data.datasets import Task
-from vflo.dp import DPSGD, SCOPE_END_TO_END, SCOPE_FIXED_MODEL, GaussianNoise, PrivacyPlan, RandomisedResponse
+from vflo.dp import DPSGD, GaussianNoise, PrivacyPlan, RandomisedResponse
 from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError, TransportError
 from vflo.methods.base import Claim, Layout, Method, MethodConfig, handles, reveals
 from vflo.methods.saved import INTEGER, PARTY_NAMES, WIDTHS, Part, Saved, Saves, network
@@ -24,6 +24,8 @@ from vflo.methods.split_learning import (
     SplitPart,
     SplitParty,
     bottom_of,
+    bottom_scope,
+    labels_scope,
     randomised_labels,
     remote_activations,
 )
@@ -308,14 +310,9 @@ class EntityAugmentation(SplitParty, Method):
 
     def account_scope(self, role: str) -> str:
         cfg = self.config
-        if role == "active" and cfg.label_epsilon is not None:
-            return ("labels: ε covers each person's label, randomised once before training (every gradient sent is "
-                    "computed from the randomised labels); not the host's own features")
-        if role != "passive" or cfg.activation_noise is None:
-            return ""
-        if cfg.dp_sgd is not None:
-            return "features: " + SCOPE_END_TO_END
-        return "features: " + SCOPE_FIXED_MODEL.replace("encoder", "guest network")
+        if role == "active":
+            return labels_scope("the host") if cfg.label_epsilon is not None else ""
+        return bottom_scope(cfg.activation_noise, cfg.dp_sgd, "guest network") if role == "passive" else ""
 
     @handles("ea.entities",
              served="after ea.init",

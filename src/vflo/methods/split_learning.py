@@ -22,7 +22,16 @@ import numpy as np
 
 from vflo.comm.message import BOOL, IDS, INT, STR, Fields, Payload, Reply, Value, expect_rows, floats
 from vflo.data.partydata import PartyData
-from vflo.dp import DPSGD, GaussianNoise, PrivacyAccount, PrivacyPlan, RandomisedResponse, RowNoise
+from vflo.dp import (
+    DPSGD,
+    SCOPE_END_TO_END,
+    SCOPE_FIXED_MODEL,
+    GaussianNoise,
+    PrivacyAccount,
+    PrivacyPlan,
+    RandomisedResponse,
+    RowNoise,
+)
 from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError, RemoteError, TransportError
 from vflo.methods.base import State, prefixed, unprefixed
 from vflo.methods.saved import At, Built, Part, Saved
@@ -52,6 +61,22 @@ else:
 
 
 logger = logging.getLogger(__name__)
+
+
+def labels_scope(holder: str) -> str:
+    """What the label holder's ε covers where it randomised its labels (``label_epsilon``)."""
+    return (f"labels: ε covers each person's label, randomised once before training (every gradient sent is "
+            f"computed from the randomised labels); not {holder}'s own features, which the gradients also depend on")
+
+
+def bottom_scope(noise: GaussianNoise | None, dp: DPSGD | None, network: str, counted: str = "") -> str:
+    """What a party's ε covers for the activations of its ``network`` it sends: end to end where DP-SGD trained
+    it, else the release given the fitted network (``counted``: how its releases are counted); "" without noise."""
+    if noise is None:
+        return ""
+    if dp is not None:
+        return "features: " + SCOPE_END_TO_END
+    return "features: " + SCOPE_FIXED_MODEL.replace("encoder", network) + counted
 
 
 def randomised_labels(fed: Federation, method: str, epsilon: float | None, ids: np.ndarray,

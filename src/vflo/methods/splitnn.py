@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Fields, Payload
-from vflo.dp import DPSGD, SCOPE_END_TO_END, SCOPE_FIXED_MODEL, GaussianNoise, PrivacyPlan, RandomisedResponse
+from vflo.dp import DPSGD, GaussianNoise, PrivacyPlan, RandomisedResponse
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, handles, reveals
 from vflo.methods.saved import INTEGER, NUMBER, PARTY_NAMES, WIDTHS, Saved, Saves, network
@@ -21,7 +21,9 @@ from vflo.methods.split_learning import (
     SplitPart,
     SplitParty,
     bottom_of,
+    bottom_scope,
     holders_activations,
+    labels_scope,
     randomised_labels,
     remote_activations,
 )
@@ -393,24 +395,14 @@ class SplitNN(SplitParty, Method):
 
     def _scopes(self, role: str) -> list[str]:
         """What the ε of the side in ``role`` covers: a passive party's activations, the active party's labels."""
-        parts: list[str] = []
-        if role == "active":
-            return self._label_scopes()
-        if role != "passive":
-            return parts
-        if self.config.activation_noise is not None and self.config.dp_sgd is not None:
-            parts.append("features: " + SCOPE_END_TO_END)
-        elif self.config.activation_noise is not None:
-            parts.append("features: " + SCOPE_FIXED_MODEL.replace("encoder", "bottom model") + "; counted once per "
-                         "epoch trained and once per scored row (a row scored again is the same release)")
-        return parts
-
-    def _label_scopes(self) -> list[str]:
-        parts = []
-        if self.config.label_epsilon is not None:
-            parts.append("labels: ε covers each person's label, randomised once before training (every gradient sent "
-                         "is computed from the randomised labels); not the active party's own features, which the "
-                         "gradients also depend on")
+        if role == "passive":
+            scope = bottom_scope(self.config.activation_noise, self.config.dp_sgd, "bottom model",
+                                 "; counted once per epoch trained and once per scored row (a row scored again is the "
+                                 "same release)")
+            return [scope] if scope else []
+        if role != "active":
+            return []
+        parts = [labels_scope("the active party")] if self.config.label_epsilon is not None else []
         if self.config.gradient_noise is not None:
             parts.append("labels: ε covers each example's gradient given the fixed top model, once per epoch to each "
                          "passive party; the top model was trained on every label without privacy, and the "

@@ -74,8 +74,8 @@ def attack_run(method: Method, data: FederatedData, *, seed: int, known: Sequenc
     out["identity"] = _identity(seen, data)
     out["attack_seconds"] = time.perf_counter() - started
     session.teardown()
-    out["stats"] |= {f"epsilon_account_{name}": eps for name, (eps, _) in session.accounts.items()}
-    out["account_scopes"] = {name: scope for name, (_, scope) in session.accounts.items()}
+    out["stats"] |= session.account_stats()
+    out["account_scopes"] = session.account_scopes()
     out["party_settings"] = session.party_settings
     return out
 

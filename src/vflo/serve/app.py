@@ -73,7 +73,8 @@ class Served:
     async def reload(self, name: str) -> LiveModel:
         """Model ``name`` loaded again and swapped in without losing a request: new requests queue for the new
         version while the old one answers those it holds; then its session is closed (partners hold one at a
-        time) and the new one opened. If the new one cannot be opened, the old version is opened again."""
+        time) and the new one opened. If that fails, the model is loaded from its folder once more (for the
+        requests queued meanwhile) and the failure raised."""
         old_live, old_batcher = self.live[name], self.batchers[name]
         ready, holder = asyncio.Event(), [old_live]
         # Late-bound: the batcher scores with whichever version is live when its first batch runs.
@@ -87,8 +88,8 @@ class Served:
         try:
             live = await loop.run_in_executor(None, self._load, name)
         except Exception:
-            logger.exception("%s: the new version could not be loaded; serving the old one again", name)
-            holder[0] = self.live[name] = await loop.run_in_executor(None, self._load_again, old_live)
+            logger.exception("%s: the new version could not be loaded; loading the model once more", name)
+            holder[0] = self.live[name] = await loop.run_in_executor(None, self._load, name)
             ready.set()
             raise
         holder[0] = self.live[name] = live
@@ -96,9 +97,6 @@ class Served:
         self.swaps.labels(name).inc()
         logger.info("swapped %s to version %s (was %s)", name, live.version, old_live.version)
         return live
-
-    def _load_again(self, old: LiveModel) -> LiveModel:
-        return self._load(old.name)
 
     def close(self) -> None:
         for batcher in self.batchers.values():
@@ -169,8 +167,7 @@ def create_app(served: Served) -> FastAPI:
         try:
             live = await served.reload(name)
         except VfloError as exc:
-            raise HTTPException(503, f"{name} was not reloaded, the version served before is served again: "
-                                f"{exc}") from exc
+            raise HTTPException(503, f"{name} was not reloaded: {exc}") from exc
         return {"model": name, "version": live.version}
 
     @app.get("/healthz")

@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 
 #: What a model does with people its partners cannot score in time: the any-subset rule, a fallback, a refusal.
 Missing = Literal["subset", "fallback", "refuse"]
+#: How a policy's ``missing`` reads for a scoring session and :func:`vflo.scoring.combine` (the fallback model scores
+#: the people the partners cannot).
+SESSION_MISSING: dict[str, Literal["subset", "active_only", "refuse"]] = {
+    "subset": "subset", "fallback": "active_only", "refuse": "refuse"}
 #: The ``model`` of a person a refusing model did not score.
 REFUSED = "(refused)"
 #: Seconds a partner that missed its deadline is left out of the next batches before it is asked again.
@@ -66,7 +70,7 @@ class LiveModel:
     active party's own feature table as read from its file (encoded with the model's encoding, not standardised);
     ``close``: ends the session."""
 
-    def __init__(self, model: SavedModel, fed: Coordinator | None, method: Method | None, rows: PartyData, *,
+    def __init__(self, model: SavedModel, fed: Coordinator, method: Method, rows: PartyData, *,
                  policy: ServePolicy, fallback: SavedModel | None = None,
                  close: Callable[[], None] | None = None) -> None:
         if policy.missing == "subset" and not model.active_only:
@@ -77,12 +81,11 @@ class LiveModel:
         if fallback is not None and not fallback.active_only:
             raise ConfigError(f"the fallback {fallback.label} scores together with partners; a fallback must be an "
                               "active-only model (it scores when the partners cannot)")
-        encoding = model.active.preprocessing.encoding
-        if encoding is None:
-            raise DataError(f"{model.label} was trained on a table, not a file: it has no column encoding to read "
-                            "the active party's rows with; save it from a run on the parties' files")
+        if rows.encoding is None:  # read from its file (Preprocessing.read), so with the model's encoding
+            raise DataError(f"{model.label}: the active party's rows to serve must be read from its file, with the "
+                            "encoding its model was trained with")
         self.model, self.fed, self.method, self.rows = model, fed, method, rows
-        self.encoding = encoding
+        self.encoding = rows.encoding
         self.policy, self.fallback = policy, fallback
         self._close = close
         # One batch at a time: the session's messages to a partner are in order, and its rows are swapped per batch.
@@ -90,7 +93,7 @@ class LiveModel:
         # A partner that missed its deadline rests: the next batches leave it out at once (it would hold each one a
         # whole deadline) until RESTING seconds have passed, when a batch asks it again.
         self.resting: dict[str, float] = {}
-        if fed is not None and policy.missing == "subset":
+        if policy.missing == "subset":
             fed.on_absent = self._missed
 
     def _missed(self, party: str, why: Exception | str) -> None:
@@ -111,23 +114,21 @@ class LiveModel:
         ``features``: the active party's values for people not in its table (its training file's columns and ID
         column, one row each)."""
         raw = self._raw_rows(ids, features)
-        missing = {"subset": "subset", "fallback": "active_only", "refuse": "refuse"}[self.policy.missing]
         with self._lock:
-            if self.fed is None or self.method is None:  # not opened: scored from scratch (a test's model)
-                return self.model.score(raw)
             fed, method = self.fed, self.method
             now = time.monotonic()
             rest = [p for p, until in self.resting.items() if until > now and p not in fed.absent]
             for party in rest:  # out of this batch only
                 fed.absent[party] = "missed its deadline a moment ago; asked again after a rest"
             try:
-                return self._score(fed, method, raw, missing)
+                return self._score(fed, method, raw)
             finally:
                 for party in rest:
                     fed.absent.pop(party, None)
 
-    def _score(self, fed: Coordinator, method: Method, raw: PartyData, missing: str) -> pd.DataFrame:
+    def _score(self, fed: Coordinator, method: Method, raw: PartyData) -> pd.DataFrame:
         """One batch scored with the session (under the lock)."""
+        missing = SESSION_MISSING[self.policy.missing]
         fed.ctx.serving = rows = self.model.rows(self.model.card.active, raw)
         covered = np.ones(len(rows.ids), dtype=bool)
         if missing != "subset":
@@ -140,8 +141,7 @@ class LiveModel:
             return self._refusing(rows.ids, covered, lambda keep: method.predict_by(fed, keep))
         # The fallback reads the same raw rows, prepared as it was trained.
         return combine(self.model, rows.ids, covered, lambda keep: method.predict_by(fed, keep),
-                       missing=missing, fallback=self.fallback,  # type: ignore[arg-type]  # mapped above
-                       fallback_rows=raw)
+                       missing=missing, fallback=self.fallback, fallback_rows=raw)
 
     def score_records(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> list[dict[str, Any]]:
         """:meth:`score` as JSON records (:func:`frame_records`), made where the batch is scored."""
@@ -225,14 +225,3 @@ def frame_records(frame: pd.DataFrame, model: SavedModel) -> list[dict[str, Any]
 def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
-
-def read_rows(model: SavedModel, path: str) -> PartyData:
-    """The active party's feature table for ``model`` from its file, read once (encoded, not standardised)."""
-    from vflo.data.files import read_table
-
-    encoding = model.active.preprocessing.encoding
-    if encoding is None:
-        raise DataError(f"{model.label} was trained on a table, not a file: it has no column encoding to read {path} "
-                        "with")
-    frame = read_table(path, party=model.card.active, id_column=encoding.id_column)
-    return PartyData.encoded(frame, encoding, labelled=False)

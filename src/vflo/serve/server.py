@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from vflo.artifacts import CARD, ModelCard
 from vflo.errors import ConfigError
 from vflo.scoring import SavedModel
 from vflo.serve.app import Served
@@ -17,8 +18,6 @@ logger = logging.getLogger(__name__)
 
 def saved_labels(folder: str | Path) -> list[str]:
     """The labels of the models saved under ``folder`` (a folder given to --save)."""
-    from vflo.artifacts import CARD
-
     labels = sorted(p.parent.name for p in Path(folder).glob(f"*/{CARD}"))
     if not labels:
         raise ConfigError(f"no model saved under {folder} (no */{CARD}): train with --save there first")
@@ -38,12 +37,12 @@ def served_from(config: ServeConfig) -> Served:
 
     def load(name: str) -> LiveModel:
         # Read again from the folder each time: a model saved again since is the new version.
-        saved = {label: SavedModel.load(folder, label) for label in labels
-                 if label == name or label == config.models.get(name, ServePolicy()).fallback}
-        return load_live(saved, name, rows=config.serve.rows, policy=config.models.get(name, ServePolicy()),
-                         session=opener)
+        policy = config.models.get(name, ServePolicy())
+        saved = {label: SavedModel.load(folder, label) for label in labels if label in (name, policy.fallback)}
+        return load_live(saved, name, rows=config.serve.rows, policy=policy, session=opener)
 
-    collaborative = [n for n in names if not SavedModel.load(folder, n).active_only]
+    # From the cards alone: each model's parts are read (and checked) once, when it is loaded.
+    collaborative = [n for n in names if ModelCard.read(Path(folder) / n).inference != "active_only"]
     if config.serve.deploy and len(collaborative) > 1:
         raise ConfigError(f"the partners of a deployment hold one scoring session at a time; serve one of "
                           f"{collaborative} with them (the active-only models beside it need no partner)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from vflo.align.engines import AlignmentConfig
 from vflo.artifacts import PartStore
@@ -17,14 +17,10 @@ from vflo.federation.coordinator import Coordinator
 from vflo.federation.session import Session
 from vflo.methods.base import Method
 from vflo.scoring import SavedModel
-from vflo.serve.live import LiveModel, ServePolicy, read_rows
+from vflo.serve.live import SESSION_MISSING, LiveModel, ServePolicy
 
 Opened = tuple[Coordinator, Method, Callable[[], None]]
 Opener = Callable[[SavedModel, PartyData, ServePolicy], Opened]
-
-#: How a policy's ``missing`` reads for a scoring session (the fallback is applied by the caller).
-SESSION_MISSING: dict[str, Literal["subset", "active_only", "refuse"]] = {
-    "subset": "subset", "fallback": "active_only", "refuse": "refuse"}
 
 
 def in_process(partner_rows: Mapping[str, str | Path]) -> Opener:
@@ -55,7 +51,8 @@ def in_process(partner_rows: Mapping[str, str | Path]) -> Opener:
 
 def deployed(deploy_path: str | Path) -> Opener:
     """The partners of a deployment (DEPLOY.toml), each serving its saved part (``vflo party serve PARTY.toml
-    --save DIR``); the rows to score are matched with theirs by private set intersection, batch by batch."""
+    --save DIR``); the active party's table is matched with theirs by private set intersection once, when the
+    session opens (:func:`prepare`), and each batch reuses that."""
     from vflo.deploy import load_deploy_config
     from vflo.deploy.party import start_party
 
@@ -115,7 +112,7 @@ def load_live(models: Mapping[str, SavedModel], name: str, *, rows: str, policy:
     if name not in models:
         raise ConfigError(f"no saved model {name!r} to serve; saved: {sorted(models)}")
     model = models[name]
-    own = read_rows(model, rows)
+    own = model.active.preprocessing.read(rows, party=model.card.active)  # read once, standardised per batch
     fallback = None
     if policy.fallback is not None:
         if policy.fallback not in models:
