@@ -27,6 +27,7 @@ from vflo.deploy import (
 )
 from vflo.flower.local import free_port
 from vflo.methods.base import Method
+from vflo.scoring import SavedModel
 
 STARTUP_SECONDS = 90
 
@@ -221,6 +222,33 @@ def write_deploy(d: DeployConfig, path: Path, deadline: float = 20.0, *, address
     return path
 
 
+def train_and_save(federation: Federation, method: Method, models: Path, label: str, *, seed: int = 4) -> None:
+    """Train ``method`` over the running federation and save it: the active party's part under ``models``, each
+    partner's in its own models folder."""
+    from vflo.deploy import Deployment
+
+    deployment = Deployment(federation.deploy)
+    try:
+        deployment.run(method, seed=seed, save=(models, label))
+    finally:
+        deployment.close()
+
+
+def in_one_folder(models: Path, federation: Federation, label: str, partners: Sequence[str],
+                  folder: Path) -> SavedModel:
+    """The saved model ``label`` with every partner's part (kept under the training's model ID) copied beside the
+    active party's into ``folder``: what scoring in one process loads."""
+    import shutil
+
+    from vflo.artifacts import ModelCard
+
+    shutil.copytree(models, folder)
+    model_id = ModelCard.read(folder / label).model_id
+    for party in partners:
+        shutil.copytree(federation.directory / f"{party}_models" / label / model_id / party, folder / label / party)
+    return SavedModel.load(folder, label)
+
+
 def stopped(federation: Federation) -> Iterator[Federation]:
     try:
         yield federation
@@ -228,5 +256,5 @@ def stopped(federation: Federation) -> Iterator[Federation]:
         federation.stop()
 
 
-__all__ = ["Federation", "FederationFiles", "free_port", "np", "restart", "start_federation", "stopped",
-           "write_deploy", "write_federation"]
+__all__ = ["Federation", "FederationFiles", "free_port", "in_one_folder", "np", "restart", "start_federation",
+           "stopped", "train_and_save", "write_deploy", "write_federation"]

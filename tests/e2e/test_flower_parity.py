@@ -8,7 +8,6 @@ trip per batch would take minutes), each party saving its part in its own folder
 from __future__ import annotations
 
 import re
-import shutil
 import tomllib
 from pathlib import Path
 
@@ -17,13 +16,11 @@ import pandas as pd
 import pytest
 
 from tests.conftest import REPO
-from tests.e2e.conftest import start_federation, write_deploy
+from tests.e2e.conftest import in_one_folder, start_federation, train_and_save, write_deploy
 from tests.flower_parties import revoke_party
 from tests.test_laser_vfl import TRAIN, _blocks
-from vflo.deploy import Deployment
 from vflo.flower.local import LocalFlower, stop_process
 from vflo.methods.registry import get_method
-from vflo.scoring import SavedModel
 
 pytestmark = pytest.mark.slow
 APP = REPO / "examples" / "flower"
@@ -51,11 +48,7 @@ def test_over_flower_a_partner_gone_is_left_out_of_subset_scoring_and_a_revoked_
     cls = get_method("laser_vfl")
     federation = start_federation(tmp_path, together, {}, proposals=[cls(**SETTINGS)])
     try:
-        deployment = Deployment(federation.deploy)
-        try:
-            deployment.run(cls(**SETTINGS), seed=4, save=(tmp_path / "models", "laser_vfl"))
-        finally:
-            deployment.close()
+        train_and_save(federation, cls(**SETTINGS), tmp_path / "models", "laser_vfl")
     finally:
         federation.stop()
     deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml", deadline=60, addresses=False)
@@ -75,12 +68,8 @@ def test_over_flower_a_partner_gone_is_left_out_of_subset_scoring_and_a_revoked_
         assert len(frame) == 100 and set(frame["scored_by"]) == {"a+p1"}
         assert "party p2 is absent" in done.stdout  # the ServerApp's log, streamed by flwr run
         # The same scores as in one process without p2: every part in one folder.
-        here = tmp_path / "here"
-        shutil.copytree(tmp_path / "models", here)
-        saved = SavedModel.load(here, "laser_vfl")
-        shutil.copytree(tmp_path / "p1_models" / "laser_vfl" / saved.card.model_id / "p1", here / "laser_vfl" / "p1")
-        without = SavedModel.load(here, "laser_vfl").score({"a": test_file, "p1": tmp_path / "p1_serve.csv"},
-                                                          missing="subset")
+        saved = in_one_folder(tmp_path / "models", federation, "laser_vfl", ("p1",), tmp_path / "here")
+        without = saved.score({"a": test_file, "p1": tmp_path / "p1_serve.csv"}, missing="subset")
         cols = saved.score_columns
         assert (frame["id"].to_numpy() == without[saved.id_column].astype(str).to_numpy()).all()
         assert np.allclose(frame[cols].to_numpy(), without[cols].to_numpy(), atol=1e-6)

@@ -6,7 +6,6 @@ a partner killed while serving is left out of the next requests within the deadl
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -18,28 +17,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.e2e.conftest import start_federation, write_deploy
+from benchmarks.serving import wait_ready
+from tests.e2e.conftest import in_one_folder, start_federation, train_and_save, write_deploy
 from tests.test_laser_vfl import TRAIN, _blocks
-from vflo.deploy import Deployment
 from vflo.flower.local import free_port
 from vflo.methods.registry import get_method
-from vflo.scoring import SavedModel
 
 pytestmark = pytest.mark.slow
 WAIT = 60.0
-
-
-def _ready(http: Any, base: str, server: subprocess.Popen[bytes]) -> None:
-    until = time.monotonic() + WAIT
-    while True:  # until the server answers (bounded)
-        try:
-            if http.get(f"{base}/readyz", timeout=2.0).status_code == 200:
-                return
-        except Exception:  # not listening yet
-            pass
-        assert server.poll() is None, "vflo serve exited"
-        assert time.monotonic() < until, "vflo serve did not become ready"
-        time.sleep(0.2)
 
 
 def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_partner(tmp_path: Path) -> None:
@@ -51,11 +36,7 @@ def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_par
     federation = start_federation(tmp_path / "fed", together, {}, proposals=[cls(**settings)])
     server = None
     try:
-        deployment = Deployment(federation.deploy)
-        try:
-            deployment.run(cls(**settings), seed=4, save=(tmp_path / "models", "laser_vfl"))
-        finally:
-            deployment.close()
+        train_and_save(federation, cls(**settings), tmp_path / "models", "laser_vfl")
         deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
         port = free_port()
         config = tmp_path / "serve.toml"
@@ -68,18 +49,13 @@ def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_par
         ids = pd.read_csv(federation.deploy.test_file, dtype={"id": str})["id"].tolist()[:20]
         url = f"{base}/v1/models/laser_vfl:predict"
         with httpx.Client(timeout=WAIT) as http:
-            _ready(http, base, server)
+            wait_ready(port, server)
             first = http.post(url, json={"ids": ids})
             assert first.status_code == 200, first.text
             assert {"+".join(p["scored_by"]) for p in first.json()["predictions"]} == {"a+p1+p2"}
             # The same people in one process, every part in one folder.
-            here = tmp_path / "here"
-            shutil.copytree(tmp_path / "models", here)
-            model_id = pd.read_json(here / "laser_vfl" / "model.json", typ="series")["model_id"]
-            for party in ("p1", "p2"):
-                shutil.copytree(federation.directory / f"{party}_models" / "laser_vfl" / model_id / party,
-                                here / "laser_vfl" / party)
-            saved = SavedModel.load(here, "laser_vfl")
+            saved = in_one_folder(tmp_path / "models", federation, "laser_vfl", ("p1", "p2"), tmp_path / "here")
+            model_id = saved.card.model_id
             rows = {"a": federation.deploy.test_file,
                     **{p: federation.directory / f"{p}_serve.csv" for p in ("p1", "p2")}}
             everyone = saved.score(rows, missing="subset").set_index("id").loc[ids]

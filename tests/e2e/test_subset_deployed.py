@@ -4,7 +4,6 @@ pattern in one process."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -13,12 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.e2e.conftest import start_federation, write_deploy
+from tests.e2e.conftest import in_one_folder, start_federation, train_and_save, write_deploy
 from tests.test_laser_vfl import TRAIN, _blocks
 from vflo.cli import main
-from vflo.deploy import Deployment
 from vflo.methods.registry import get_method
-from vflo.scoring import SavedModel
 
 pytestmark = pytest.mark.slow
 SETTINGS: dict[str, dict[str, Any]] = {"laser_vfl": {"train": {**TRAIN, "max_epochs": 3}},
@@ -32,11 +29,7 @@ def test_a_partner_killed_during_scoring_is_absent_for_the_rest(
     cls = get_method(name)
     federation = start_federation(tmp_path / "fed", together, {}, proposals=[cls(**SETTINGS[name])])
     try:
-        deployment = Deployment(federation.deploy)
-        try:
-            deployment.run(cls(**SETTINGS[name]), seed=4, save=(tmp_path / "models", name))
-        finally:
-            deployment.close()
+        train_and_save(federation, cls(**SETTINGS[name]), tmp_path / "models", name)
         deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
         # Four batches of 25 rows; p2 is killed once the first has been scored.
         monkeypatch.setattr("vflo.scoring.SCORE_BATCH", 25)
@@ -66,12 +59,7 @@ def test_a_partner_killed_during_scoring_is_absent_for_the_rest(
         assert list(frame["scored_by"]) == ["a+p1+p2"] * 25 + ["a+p1"] * 75
 
         # The same scores in one process, for the same pattern: every part in one folder.
-        here = tmp_path / "here"
-        shutil.copytree(tmp_path / "models", here)
-        model_id = pd.read_json(here / name / "model.json", typ="series")["model_id"]
-        for party in ("p1", "p2"):  # each partner keeps its part under the training's model ID
-            shutil.copytree(federation.directory / f"{party}_models" / name / model_id / party, here / name / party)
-        saved = SavedModel.load(here, name)
+        saved = in_one_folder(tmp_path / "models", federation, name, ("p1", "p2"), tmp_path / "here")
         monkeypatch.setattr(cls, "predict_by", predict_by)
         rows = {"a": federation.deploy.test_file, **{p: federation.directory / f"{p}_serve.csv" for p in ("p1", "p2")}}
         everyone = saved.score(rows, missing="subset")
