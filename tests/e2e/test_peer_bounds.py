@@ -79,9 +79,14 @@ def test_a_served_party_keeps_its_bounds_per_peer(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 2.0
         assert _rss(lab.pid, "VmHWM") < idle + 64 * (1 << 20)  # none of the 256 MiB it was sent was taken in
         # The config's max_peer_calls = 1: while one of act's calls waits for its message, the next is refused.
-        held = act.stream_unary(PATH).future(_held_back(release, [encode(question)]), timeout=3 * WAIT)
+        # The held call and the coordinator's race to the lab: where the coordinator's arrives first the held one is
+        # the call refused, so it is placed again until it is the one in progress (bounded).
+        held: grpc.Future | None = None
         until = time.monotonic() + WAIT
-        while True:  # until the held call has reached the lab's server (bounded)
+        while True:
+            if held is None or held.done():
+                held = act.stream_unary(PATH).future(_held_back(release, [encode(question)]), timeout=3 * WAIT)
+                time.sleep(0.05)
             reply = coordinator.request(question)
             if reply.error is not None or time.monotonic() > until:
                 break
@@ -89,7 +94,7 @@ def test_a_served_party_keeps_its_bounds_per_peer(tmp_path: Path) -> None:
         with pytest.raises(RemoteError, match=r"1 of its calls are in progress already \(policy.max_peer_calls\)"):
             reply.unwrap()
         release.set()
-        assert decode(held.result(timeout=WAIT)).error is None
+        assert held is not None and decode(held.result(timeout=WAIT)).error is None
         assert coordinator.request(question).error is None
     finally:
         release.set()
