@@ -56,16 +56,17 @@ class Connection:
     """One keep-alive HTTP/1.1 connection, as light as a load generator needs (a client library's own time would
     be measured as the server's): POST a JSON body, read the status and the body."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
-        self.reader, self.writer, self.host = reader, writer, host
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, token: str) -> None:
+        self.reader, self.writer, self.host, self.token = reader, writer, host, token
 
     @classmethod
-    async def open(cls, host: str, port: int) -> Connection:
+    async def open(cls, host: str, port: int, token: str) -> Connection:
         reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer, host)
+        return cls(reader, writer, host, token)
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                          f"Authorization: Bearer {self.token}\r\n"
                           f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         head = await self.reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
@@ -77,14 +78,15 @@ class Connection:
         self.writer.close()
 
 
-async def closed_loop(port: int, path: str, people: list[str], concurrency: int, seconds: float) -> dict[str, float]:
-    """``concurrency`` clients, each on its own connection, sending its next request when the last is answered,
-    for ``seconds``."""
+async def closed_loop(port: int, path: str, people: list[str], concurrency: int, seconds: float,
+                      token: str) -> dict[str, float]:
+    """``concurrency`` clients, each on its own connection (with the server's ``token``), sending its next request
+    when the last is answered, for ``seconds``."""
     latencies: list[float] = []
     failures = 0
     together = 0  # predictions some partner scored with the active party (scored_by names more than it)
     said: list[bytes] = []
-    connections = [await Connection.open("127.0.0.1", port) for _ in range(concurrency)]
+    connections = [await Connection.open("127.0.0.1", port, token) for _ in range(concurrency)]
     stop = time.perf_counter() + seconds
 
     async def client(k: int, connection: Connection) -> None:
@@ -190,13 +192,14 @@ def deployed(seconds: float, concurrency: list[int], deadline_ms: float) -> dict
             try:
                 wait_ready(port, server)
                 path = f"/v1/models/{method}:predict"
-                served = [asyncio.run(closed_loop(port, path, shared, c, seconds)) for c in concurrency]
+                served = [asyncio.run(closed_loop(port, path, shared, c, seconds, token_of(config)))
+                          for c in concurrency]
                 report(method, served)
                 out[method] = {"served": served}
                 if missing == "subset":
                     partner.send_signal(signal.SIGSTOP)  # hung: it holds the connection and answers nothing
                     try:
-                        hung = asyncio.run(closed_loop(port, path, shared, 16, seconds))
+                        hung = asyncio.run(closed_loop(port, path, shared, 16, seconds, token_of(config)))
                     finally:
                         partner.send_signal(signal.SIGCONT)
                     report(f"{method}, partner hung", [hung])
@@ -238,6 +241,11 @@ def wait_ready(port: int, server: subprocess.Popen[bytes]) -> None:
         time.sleep(0.2)
 
 
+def token_of(config: Path) -> str:
+    """The clients' token a `vflo serve` started with ``config`` wrote beside it (its default token_file)."""
+    return config.with_suffix(".token").read_text().strip()
+
+
 def report(what: str, rows: list[dict[str, Any]]) -> None:
     for row in rows:
         if not row["requests"]:
@@ -276,7 +284,8 @@ def main() -> None:
         wait_ready(port, server)
         for model in args.models:
             path = f"/v1/models/{model}:predict"
-            rows = [asyncio.run(closed_loop(port, path, people, c, args.seconds)) for c in args.concurrency]
+            rows = [asyncio.run(closed_loop(port, path, people, c, args.seconds, token_of(config)))
+                    for c in args.concurrency]
             results["models"][model] = {"served": rows}
             report(model, rows)
     finally:

@@ -98,6 +98,15 @@ ATTACKS: tuple[Attack, ...] = (
            ("tests/e2e/test_attacks.py::test_a_passive_party_cannot_set_up_another",
             "tests/test_security.py::test_a_passive_party_cannot_set_up_or_drive_another",
             "tests/test_security.py::test_a_stranger_is_refused_before_any_handler_runs")),
+    Attack("vflo serve's port",
+           "whoever reaches the port asks for anyone's scores or swaps the model; a server configured to listen "
+           "beyond loopback in plain HTTP; a token file other users can read; a 5 MiB body",
+           "every route but the probes needs the serve token (written 0600 at first start), a swap a second admin "
+           "token (off without one), or client certificates with auth = 'mtls'; beyond loopback only with TLS "
+           "unless insecure_listen is named; a token file others may read is refused; bodies are bounded (413)",
+           ("tests/test_serve.py::test_only_the_probes_answer_without_the_token_and_a_swap_needs_the_admin_token",
+            "tests/test_serve.py::test_a_server_reachable_from_elsewhere_needs_tls_and_a_token_file_its_owners_alone",
+            "tests/e2e/test_serve_tls.py")),
     Attack("a coordinator choosing a party's computation",
            "the coordinator proposes settings outside a party's policy, or its own choice of the party's side",
            "refused before anything runs; a party's own settings run whatever is proposed",

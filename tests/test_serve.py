@@ -35,14 +35,19 @@ def _config(tmp_path: Path, models: Path, extra: str = "") -> Path:
     return path
 
 
-def _client(config: Path) -> Any:
+ADMIN = "admin-" + "a" * 24
+
+
+def _client(config: Path, access: Any = None) -> Any:
     from fastapi.testclient import TestClient
 
     from vflo.serve.app import create_app
     from vflo.serve.config import load_serve_config
+    from vflo.serve.guard import Access
     from vflo.serve.server import served_from
 
-    return TestClient(create_app(served_from(load_serve_config(config))))
+    access = access or Access.unguarded(admin_token=ADMIN)
+    return TestClient(create_app(served_from(load_serve_config(config)), access=access))
 
 
 def _both() -> tuple[list[str], list[str]]:
@@ -80,7 +85,8 @@ def test_a_served_model_answers_as_scoring_in_process_does(tmp_path: Path, model
         assert 'vflo_rows_total{model="splitnn",scored_by="hospital",scored_model="local"} 5.0' in metrics
         listed = client.get("/v1/models").json()["models"]
         assert [m["name"] for m in listed] == ["local", "splitnn"] and listed[1]["fallback"] == "local"
-        assert client.put("/v1/models/splitnn").json()["version"] == model.card.model_id  # swapped in, live
+        swapped = client.put("/v1/models/splitnn", headers={"Authorization": f"Bearer {ADMIN}"})
+        assert swapped.json()["version"] == model.card.model_id  # swapped in, live
 
 
 def test_a_refusing_model_names_who_cannot_be_scored_and_a_new_person_comes_with_features(tmp_path: Path,
@@ -167,3 +173,60 @@ def test_a_refused_person_fails_only_the_request_that_asked_for_them(tmp_path: P
     assert batches == [6]  # one batch for both requests
     assert not any("error" in r for r in good) and {r["model"] for r in good} == {"splitnn"}
     assert ["error" in r for r in bad] == [False, False, True]
+
+
+def test_only_the_probes_answer_without_the_token_and_a_swap_needs_the_admin_token(tmp_path: Path,
+                                                                                  models: Path) -> None:
+    from vflo.serve.config import access_of, load_serve_config
+
+    config = _config(tmp_path, models, "[models.local]\n")
+    settings = load_serve_config(config).serve
+    assert settings.auth == "token" and settings.token_file == str(tmp_path / "serve.token")
+    access = access_of(settings)  # the token written beside the config, its owner's alone
+    token_file = tmp_path / "serve.token"
+    assert token_file.stat().st_mode & 0o777 == 0o600 and access.token == token_file.read_text().strip()
+    assert access_of(settings).token == access.token  # read again, not replaced
+    assert access.admin_token is None  # no admin token named: swaps over HTTP are off
+    shared, _ = _both()
+    with _client(config, access) as client:
+        assert client.get("/healthz").status_code == 200 and client.get("/readyz").status_code == 200
+        for call in (lambda h: client.post("/v1/models/local:predict", json={"ids": shared[:1]}, headers=h),
+                     lambda h: client.get("/metrics", headers=h), lambda h: client.get("/v1/models", headers=h)):
+            assert call({}).status_code == 401
+            assert call({"Authorization": "Bearer " + "x" * len(access.token)}).status_code == 401
+            assert call({"Authorization": f"Bearer {access.token}"}).status_code == 200
+        off = client.put("/v1/models/local", headers={"Authorization": f"Bearer {access.token}"})
+        assert off.status_code == 403 and "serve.admin_token_file" in off.json()["detail"]
+        big = client.post("/v1/models/local:predict", content=b"{" + b" " * (5 << 20) + b"}",
+                          headers={"Authorization": f"Bearer {access.token}", "Content-Type": "application/json"})
+        assert big.status_code == 413 and "serve.max_request_bytes" in big.json()["detail"]
+
+
+def test_a_server_reachable_from_elsewhere_needs_tls_and_a_token_file_its_owners_alone(tmp_path: Path,
+                                                                                       models: Path) -> None:
+    from vflo.serve.config import access_of, load_serve_config
+
+    def config(extra: str) -> Path:
+        path = tmp_path / "elsewhere.toml"
+        path.write_text(f'[serve]\nmodels = "{models}"\nrows = "{HOSPITAL}"\n{extra}')
+        return path
+
+    with pytest.raises(ConfigError, match="reachable from other hosts.*serve.certificate and serve.key"):
+        load_serve_config(config('listen = "0.0.0.0:8080"\n'))
+    assert load_serve_config(config('listen = "[::1]:8080"\n')).serve.host == "::1"  # loopback
+    named = load_serve_config(config('listen = "0.0.0.0:8080"\ninsecure_listen = true\n'))
+    assert named.serve.insecure_listen  # the weaker choice, named in the config (and logged at start)
+    tls = load_serve_config(config('listen = "0.0.0.0:8080"\ncertificate = "s.pem"\nkey = "s.key"\n'))
+    assert tls.serve.certificate == str(tmp_path / "s.pem")
+    with pytest.raises(ConfigError, match="auth = 'mtls' needs"):
+        load_serve_config(config('auth = "mtls"\n'))
+    with pytest.raises(ConfigError, match="serve.auth = 'basic' is not allowed"):
+        load_serve_config(config('auth = "basic"\n'))
+    shared = tmp_path / "shared.token"
+    shared.write_text("s" * 40)
+    shared.chmod(0o644)
+    with pytest.raises(ConfigError, match="may be read by others.*chmod 600"):
+        access_of(load_serve_config(config(f'token_file = "{shared}"\n')).serve)
+    shared.chmod(0o600)
+    assert access_of(load_serve_config(config(f'token_file = "{shared}"\n')).serve).token == "s" * 40
+    assert access_of(load_serve_config(config('auth = "none"\n')).serve).token is None

@@ -27,6 +27,10 @@ pytestmark = pytest.mark.slow
 WAIT = 60.0
 
 
+def bearer(token_file: Path) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+
+
 def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_partner(tmp_path: Path) -> None:
     import httpx
 
@@ -41,15 +45,22 @@ def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_par
         port = free_port()
         config = tmp_path / "serve.toml"
         config.write_text(f'[serve]\nmodels = "{tmp_path / "models"}"\nrows = "{federation.deploy.test_file}"\n'
-                          f'deploy = "{deploy}"\nlisten = "127.0.0.1:{port}"\nbatch_wait_ms = 2\n\n'
+                          f'deploy = "{deploy}"\nlisten = "127.0.0.1:{port}"\nbatch_wait_ms = 2\n'
+                          'admin_token_file = "admin.token"\n\n'
                           '[models.laser_vfl]\nmissing = "subset"\ndeadline_ms = 3000\n')
         server = subprocess.Popen([sys.executable, "-m", "vflo", "serve", str(config)],
                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
         base = f"http://127.0.0.1:{port}"
         ids = pd.read_csv(federation.deploy.test_file, dtype={"id": str})["id"].tolist()[:20]
         url = f"{base}/v1/models/laser_vfl:predict"
-        with httpx.Client(timeout=WAIT) as http:
+        with httpx.Client(timeout=WAIT) as anyone:
             wait_ready(port, server)
+            # Without the token written beside the config, nothing but the probes answers.
+            refused = anyone.post(url, json={"ids": ids})
+            assert refused.status_code == 401 and "serve.token_file" in refused.text
+        http = httpx.Client(timeout=WAIT, headers=bearer(tmp_path / "serve.token"))
+        admin = httpx.Client(timeout=WAIT, headers=bearer(tmp_path / "admin.token"))
+        with http, admin:
             first = http.post(url, json={"ids": ids})
             assert first.status_code == 200, first.text
             assert {"+".join(p["scored_by"]) for p in first.json()["predictions"]} == {"a+p1+p2"}
@@ -67,7 +78,7 @@ def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_par
             stop = threading.Event()
 
             def client(k: int) -> None:
-                with httpx.Client(timeout=WAIT) as own:
+                with httpx.Client(timeout=WAIT, headers=http.headers) as own:
                     while not stop.is_set():
                         answers.append(own.post(url, json={"ids": [ids[k]]}).status_code)
 
@@ -75,7 +86,8 @@ def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_par
             for t in clients:
                 t.start()
             time.sleep(0.5)
-            swapped = http.put(f"{base}/v1/models/laser_vfl")
+            assert http.put(f"{base}/v1/models/laser_vfl").status_code == 401  # a swap needs the admin token
+            swapped = admin.put(f"{base}/v1/models/laser_vfl")
             time.sleep(0.5)
             stop.set()
             for t in clients:

@@ -12,7 +12,6 @@ the network side is Flower's.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from pathlib import Path
 import grpc
 
 from vflo.comm.grpc_transport import pack_frames, unpack_frames
+from vflo.comm.hosts import is_loopback
 from vflo.comm.relay import FINAL, RelayedParty
 from vflo.comm.seal import Keyring, is_sealed
 from vflo.comm.serving import error_frame
@@ -44,12 +44,7 @@ def check_local(address: str) -> str:
     """``address`` if it is a Unix socket or a loopback host:port; a worker must not be reachable from elsewhere."""
     if address.startswith("unix:"):
         return address
-    host = address.rsplit(":", 1)[0].strip("[]")
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback(address.rsplit(":", 1)[0]):
         raise ConfigError(f"a party's worker listens only locally, for its own SuperNode: got {address!r}; use "
                           "unix:PATH or 127.0.0.1:PORT")
     return address

@@ -9,6 +9,9 @@ partners answer in time, in milliseconds.
     GET  /healthz                    the process answers
     GET  /readyz                     every served model's session is open and no partner has left it
     GET  /metrics                    Prometheus: requests, latency, batch sizes, fallbacks, partners absent
+
+Every route but the two probes needs the serve token (``Authorization: Bearer``), and a swap the admin token
+(:mod:`vflo.serve.guard`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from vflo.errors import VfloError
 from vflo.serve.batcher import Batcher
+from vflo.serve.guard import Access, Guard
 from vflo.serve.live import LiveModel
 
 logger = logging.getLogger(__name__)
@@ -113,9 +117,10 @@ class PredictRequest(BaseModel):
     features: list[dict[str, Any]] | None = None
 
 
-def create_app(served: Served) -> FastAPI:
-    """The FastAPI application over ``served``."""
+def create_app(served: Served, *, access: Access) -> FastAPI:
+    """The FastAPI application over ``served``, its calls checked by ``access`` (:class:`vflo.serve.guard.Guard`)."""
     app = FastAPI(title="vflo serve", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(Guard, access=access)
 
     def live_of(name: str) -> LiveModel:
         if name not in served.live:

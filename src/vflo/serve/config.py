@@ -2,12 +2,18 @@
 feature table, and its partners (deployed, or their files in this process for a simulation).
 
     [serve]
-    listen = "127.0.0.1:8080"
+    listen = "127.0.0.1:8080"             # beyond loopback only with TLS (certificate, key)
     models = "runs/quickstart/models"     # a folder given to --save
     rows = "data/bank_to_score.csv"       # the active party's own rows, read once into memory
     deploy = "deploy.toml"                # partners serving their saved parts (vflo party serve ... --save DIR)
     batch_people = 64                     # a micro-batch closes at this many people ...
     batch_wait_ms = 2.0                   # ... or this long after its first request
+    auth = "token"                        # "token" (Authorization: Bearer), "mtls" (client certificates), "none"
+    token_file = "serve.token"            # the clients' token (default: CONFIG.token beside it, written if absent)
+    admin_token_file = "admin.token"      # a second token for model swaps over HTTP (none: swaps over HTTP off)
+    certificate = "certs/serve.pem"       # TLS: the server's certificate and key ...
+    key = "certs/serve.key"
+    client_ca = "certs/ca.pem"            # ... and, for auth = "mtls", the CA that signs clients' certificates
 
     [partners]                            # instead of deploy: each partner's rows, all in this process
     lab = "data/lab_to_score.csv"
@@ -19,14 +25,21 @@ feature table, and its partners (deployed, or their files in this process for a 
 
 from __future__ import annotations
 
+import logging
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from vflo import schema
+from vflo.comm.hosts import is_loopback
 from vflo.errors import ConfigError
+from vflo.serve.guard import Access, read_token
 from vflo.serve.live import ServePolicy
+
+logger = logging.getLogger(__name__)
+
+Auth = Literal["token", "mtls", "none"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,11 +52,39 @@ class ServeSettings:
     deploy: str | None = None
     batch_people: int = 64
     batch_wait_ms: float = 2.0
+    auth: Auth = "token"
+    token_file: str = ""
+    admin_token_file: str | None = None
+    certificate: str | None = None
+    key: str | None = None
+    client_ca: str | None = None
+    insecure_listen: bool = False
+    max_request_bytes: int = 4 << 20
+    max_connections: int = 512
 
     def __post_init__(self) -> None:
         host, _, port = self.listen.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"serve.listen is HOST:PORT (e.g. 127.0.0.1:8080), got {self.listen!r}")
+        if self.auth not in ("token", "mtls", "none"):
+            raise ConfigError(f"serve.auth is 'token' (a bearer token), 'mtls' (client certificates) or 'none', got "
+                              f"{self.auth!r}")
+        if (self.certificate is None) != (self.key is None):
+            raise ConfigError("serve.certificate and serve.key go together (the server's TLS certificate and its key)")
+        if self.auth == "mtls" and (self.client_ca is None or self.certificate is None):
+            raise ConfigError("auth = 'mtls' needs serve.certificate, serve.key and serve.client_ca (the CA that "
+                              "signs the clients' certificates)")
+        if self.client_ca is not None and self.auth != "mtls":
+            raise ConfigError("serve.client_ca is read only with auth = 'mtls'")
+        if not is_loopback(host) and self.certificate is None and not self.insecure_listen:
+            raise ConfigError(f"serve.listen {self.listen!r} is reachable from other hosts, and without TLS anyone on "
+                              "the way reads the people asked about, their scores and the token: give "
+                              "serve.certificate and serve.key, or listen on 127.0.0.1 behind your own TLS proxy "
+                              "(insecure_listen = true serves plain HTTP there anyway, logged)")
+        if self.max_request_bytes < 1024:
+            raise ConfigError(f"serve.max_request_bytes: at least 1024, got {self.max_request_bytes}")
+        if self.max_connections < 1:
+            raise ConfigError(f"serve.max_connections: at least 1, got {self.max_connections}")
         if self.batch_people < 1:
             raise ConfigError(f"serve.batch_people: at least 1 person a batch, got {self.batch_people}")
         if not 0 <= self.batch_wait_ms <= 1000:
@@ -51,7 +92,7 @@ class ServeSettings:
 
     @property
     def host(self) -> str:
-        return self.listen.rpartition(":")[0]
+        return self.listen.rpartition(":")[0].strip("[]")
 
     @property
     def port(self) -> int:
@@ -91,12 +132,30 @@ def load_serve_config(path: str | Path) -> ServeConfig:
         return None if value is None else str((base / value).resolve())
 
     serve = schema.build(ServeSettings, raw.get("serve"), where="serve")
-    serve = ServeSettings(models=str(here(serve.models)), rows=str(here(serve.rows)), listen=serve.listen,
-                          deploy=here(serve.deploy), batch_people=serve.batch_people,
-                          batch_wait_ms=serve.batch_wait_ms)
+    serve = replace(serve, models=str(here(serve.models)), rows=str(here(serve.rows)), deploy=here(serve.deploy),
+                    token_file=str(here(serve.token_file or f"{path.stem}.token")),
+                    admin_token_file=here(serve.admin_token_file), certificate=here(serve.certificate),
+                    key=here(serve.key), client_ca=here(serve.client_ca))
     partners = raw.get("partners") or {}
     if not isinstance(partners, dict) or not all(isinstance(v, str) for v in partners.values()):
         raise ConfigError("[partners]: each partner's name = the file of its rows to score")
     models = {str(name): schema.build(ServePolicy, table, where=f"models.{name}")
               for name, table in (raw.get("models") or {}).items()}
     return ServeConfig(serve=serve, partners={k: str(here(v)) for k, v in partners.items()}, models=models)
+
+
+def access_of(settings: ServeSettings) -> Access:
+    """Who may call the server its settings describe: the clients' token read (written first where none is), the
+    admin token where one is named; the weaker choices logged."""
+    token = None
+    if settings.auth == "token":
+        token = read_token(Path(settings.token_file), create=True, what="serve token")
+    elif settings.auth == "none":
+        logger.warning("vflo serve asks callers for nothing (auth = 'none'): whoever reaches %s can ask for any "
+                       "person's scores", settings.listen)
+    if settings.insecure_listen and settings.certificate is None and not is_loopback(settings.host):
+        logger.warning("vflo serve listens on %s in plain HTTP (insecure_listen = true): the people asked about, "
+                       "their scores and the token cross the network in the clear", settings.listen)
+    admin = None if settings.admin_token_file is None else \
+        read_token(Path(settings.admin_token_file), create=True, what="serve admin token")
+    return Access(token=token, admin_token=admin, max_request_bytes=settings.max_request_bytes)

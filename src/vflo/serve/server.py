@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from pathlib import Path
+from typing import Any
 
 from vflo.artifacts import CARD, ModelCard
 from vflo.errors import ConfigError
 from vflo.scoring import SavedModel
 from vflo.serve.app import Served
-from vflo.serve.config import ServeConfig
+from vflo.serve.config import ServeConfig, access_of
 from vflo.serve.live import LiveModel, ServePolicy
 from vflo.serve.sessions import Opener, deployed, in_process, load_live
 
@@ -55,9 +57,16 @@ def serve_forever(config: ServeConfig) -> None:
 
     from vflo.serve.app import create_app
 
+    settings = config.serve
+    access = access_of(settings)  # before any model loads: a bad token file fails at once
+    tls: dict[str, Any] = {}
+    if settings.certificate is not None:
+        tls = {"ssl_certfile": settings.certificate, "ssl_keyfile": settings.key}
+    if settings.auth == "mtls":
+        tls |= {"ssl_ca_certs": settings.client_ca, "ssl_cert_reqs": ssl.CERT_REQUIRED}
     served = served_from(config)
     try:
-        uvicorn.run(create_app(served), host=config.serve.host, port=config.serve.port, log_level="warning",
-                    workers=1)
+        uvicorn.run(create_app(served, access=access), host=settings.host, port=settings.port,
+                    log_level="warning", workers=1, limit_concurrency=settings.max_connections, **tls)
     finally:
         served.close()
