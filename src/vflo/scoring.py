@@ -194,9 +194,51 @@ def check_subset(model: SavedModel, method: Method) -> None:
                           f"'subset'): {why}")
 
 
+@dataclass(frozen=True)
+class Scored:
+    """Rows scored, as arrays: ``values`` (one column per score), which saved model scored each row (``source``;
+    ``error`` where it was refused) and which parties (``scored_by``, the names joined by ``+``)."""
+
+    ids: np.ndarray
+    values: np.ndarray
+    source: np.ndarray
+    scored_by: np.ndarray
+    error: np.ndarray | None = None
+
+    def predictions(self, model: SavedModel) -> np.ndarray | None:
+        """The class each row is given (None for regression)."""
+        if model.card.task == "regression":
+            return None
+        best = np.argmax(np.nan_to_num(self.values, nan=-np.inf), axis=1)
+        classes: np.ndarray = np.asarray(model.score_columns, dtype=object)[best]
+        return classes
+
+    def frame(self, model: SavedModel) -> pd.DataFrame:
+        """As ``vflo predict`` writes it: the ID column, the scores, the class, ``model`` and ``scored_by``."""
+        columns = model.score_columns
+        table: dict[str, Any] = {model.id_column: self.ids,
+                                 **{name: self.values[:, i] for i, name in enumerate(columns)}}
+        classes = self.predictions(model)
+        if classes is not None:  # the class each row is given, beside the probabilities
+            table["prediction"] = classes
+        table["model"] = self.source
+        table["scored_by"] = self.scored_by
+        if self.error is not None:
+            table["error"] = self.error
+        return pd.DataFrame(table)  # built at once: a column set at a time costs more than a few rows' scoring
+
+
 def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray,
             score: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]], *, missing: Missing,
             fallback: SavedModel | None, fallback_rows: Rows | None) -> pd.DataFrame:
+    """:func:`score_rows` as the table ``vflo predict`` writes."""
+    return score_rows(model, ids, covered, score, missing=missing, fallback=fallback,
+                      fallback_rows=fallback_rows).frame(model)
+
+
+def score_rows(model: SavedModel, ids: np.ndarray, covered: np.ndarray,
+               score: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]], *, missing: Missing,
+               fallback: SavedModel | None, fallback_rows: Rows | None) -> Scored:
     """Scores of the covered rows from ``model`` (``score``: values, and which rows each partner scored), and of
     the others from ``fallback`` or a refusal; which model and which parties scored each row."""
     columns = model.score_columns
@@ -232,10 +274,4 @@ def combine(model: SavedModel, ids: np.ndarray, covered: np.ndarray,
             for party in model.card_partners():
                 if party in by:
                     scored_by[rows[by[party]]] += f"+{party}"
-    # One frame built at once: a column set at a time costs more than the scoring of a few rows (vflo serve).
-    table: dict[str, Any] = {model.id_column: ids, **{name: values[:, i] for i, name in enumerate(columns)}}
-    if model.card.task != "regression":  # the class each row is given, beside the probabilities
-        table["prediction"] = np.asarray(columns, dtype=object)[np.argmax(values, axis=1)]
-    table["model"] = source
-    table["scored_by"] = scored_by
-    return pd.DataFrame(table)
+    return Scored(ids=ids, values=values, source=source, scored_by=scored_by)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from vflo.align.ids import IdFile, canonical, digest
 from vflo.align.plain import Aligned
 from vflo.comm.message import BOOL, INT, STR, ArraySpec, Fields, FieldSpec, Payload
-from vflo.data.order import sorted_ids
+from vflo.data.order import positions_in, sorted_ids
 from vflo.errors import DataError, ProtocolError
 from vflo.party.port import Alignment
 from vflo.private import private_file, private_folder
@@ -93,6 +93,8 @@ class AlignmentStore:
         # folder's time does not show yet only makes a lookup miss, and the intersection runs afresh.
         self._listed: tuple[int, list[Kept]] | None = None
         self._tables: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._people: dict[str, tuple[np.ndarray, pd.Index]] = {}
+        self._reused: set[str] = set()
 
     def digest_of(self, ids: np.ndarray) -> str:
         """:func:`vflo.align.ids.digest` of ``ids``, computed once per array."""
@@ -140,8 +142,20 @@ class AlignmentStore:
     def by_token(self, token: str) -> Kept | None:
         return next((r for r in self.records() if r.token == token and r.party == self.party), None)
 
-    def table(self, record: Kept) -> tuple[np.ndarray, np.ndarray]:
-        """The record's IDs (sorted) and their ``shared`` flags."""
+    def table(self, record: Kept, *, like: np.dtype[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The record's IDs (sorted) and their ``shared`` flags; with ``like``, its IDs as that kind of array
+        (numbers, text of whatever width they need, objects), converted once per record and kind."""
+        if like is not None:
+            stored, shared = self.table(record)
+            kind = like.kind if like.kind in "iuU" else "O"
+            if stored.dtype.kind == kind:
+                return stored, shared
+            key = f"{record.stem}\0{kind}"
+            if key not in self._tables:
+                # Text at its own widest (astype(str)), never the width of the IDs asked about: that would cut
+                # longer IDs short, and a cut one could match someone else.
+                self._tables[key] = (stored.astype(like if kind in "iu" else str if kind == "U" else object), shared)
+            return self._tables[key]
         if record.stem in self._tables:
             return self._tables[record.stem]
         path = self.folder / f"{record.stem}.parquet"
@@ -151,10 +165,29 @@ class AlignmentStore:
             raise DataError(f"kept alignment {path} does not read ({exc}): remove {record.stem}.* from "
                             f"{self.folder} and align again") from exc
         table = frame["id"].to_numpy(), frame["shared"].to_numpy(dtype=bool)
-        if len(self._tables) >= 8:  # a few records in memory at most
+        if len(self._tables) >= 16:  # a few records in memory at most (each in up to two kinds)
             self._tables.pop(next(iter(self._tables)))
+            self._people.clear()
         self._tables[record.stem] = table
         return table
+
+    def shared_people(self, record: Kept) -> tuple[np.ndarray, pd.Index]:
+        """The record's shared people in canonical order (:func:`canonical`: the order a reuse's ``pick`` flags
+        follow on both sides), and an index of them by ID: sorted once per record, where a server reusing it batch
+        after batch would sort them for every batch."""
+        found = self._people.get(record.stem)
+        if found is None:
+            stored, shared = self.table(record)
+            people = canonical(stored[shared])
+            found = self._people[record.stem] = (people, pd.Index(people))
+        return found
+
+    def first_reuse(self, record: Kept) -> bool:
+        """Whether this process reuses ``record`` for the first time (logged then; a server reuses it per batch)."""
+        if record.stem in self._reused:
+            return False
+        self._reused.add(record.stem)
+        return True
 
     def matching(self, peer: str, purpose: str, mode: str) -> Iterator[Kept]:
         return (r for r in self.records() if r.party == self.party and (r.peer, r.purpose, r.mode) == (peer, purpose,
@@ -178,18 +211,23 @@ def _covering(store: AlignmentStore, peer: str, purpose: str, mode: str,
     for record in store.matching(peer, purpose, mode):
         if record.side != "asker":
             continue
-        stored, shared = store.table(record)
+        stored, shared = store.table(record, like=ids.dtype)
         if len(stored) < len(ids):
             continue
-        if stored.dtype.kind != ids.dtype.kind:
-            stored = stored.astype(ids.dtype) if ids.dtype.kind in "iuU" else stored.astype(object)
         at = np.searchsorted(stored, ids)
         at[at == len(stored)] = 0
         if len(ids) and not np.array_equal(stored[at], ids):
             continue
         held = shared[at]
         # With mode 'active' the partner never learned how many people it shares: no selector goes to it.
-        pick = np.isin(canonical(stored[shared]), ids[held]) if mode == "both" else np.zeros(0, dtype=bool)
+        pick = np.zeros(0, dtype=bool)
+        if mode == "both":
+            people, index = store.shared_people(record)
+            at_people = positions_in(index, ids[held])
+            if (at_people < 0).any():  # a record that does not read as it was written: not reused
+                continue
+            pick = np.zeros(len(people), dtype=bool)
+            pick[at_people] = True
         return record, held, pick
     return None
 
@@ -318,12 +356,12 @@ def handle_reuse(ctx: NodeContext, payload: Fields) -> Payload:
     known.held, known.psi_order, known.source = None, None, (ctx.sender, purpose, mode)
     count = 0
     if mode == "both":
-        stored, shared = store.table(record)
-        people = canonical(stored[shared])
+        people, _ = store.shared_people(record)
         if pick.shape != (len(people),):
             raise ProtocolError(f"{REUSE_KIND}: {len(pick)} flags for the {len(people)} people alignment {token} "
                                 "shares")
         known.held = np.sort(people[pick])
         count = int(pick.sum())
-    logger.info("party %s reused its alignment %s with %s (kept %s)", ctx.party, token, ctx.sender, record.created)
+    logger.log(logging.INFO if store.first_reuse(record) else logging.DEBUG, "party %s reused its alignment %s "
+               "with %s (kept %s)", ctx.party, token, ctx.sender, record.created)
     return {"reused": True, "why": "", "n_features": rows.n_features, "count": count}

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from vflo.data.files import MissingValuesError, Table, TableEncoding, open_table
-from vflo.data.order import in_order
+from vflo.data.order import in_order, positions_in
 from vflo.errors import DataError
 
 IdArray = np.ndarray
@@ -193,8 +193,7 @@ class PartyData:
             object.__setattr__(self, "_index", index)
         if ids.dtype.kind != self.ids.dtype.kind:  # an int ID never matches a text one, as in a dict
             return np.full(len(ids), -1, dtype=np.int64)
-        found: np.ndarray = index.get_indexer(pd.Index(ids)).astype(np.int64, copy=False)
-        return found
+        return positions_in(index, ids)
 
     def with_features(self, X: np.ndarray) -> PartyData:
         """The same rows with features ``X`` of the same shape (a transform of these), without validating the
@@ -346,3 +345,4 @@ class PartyData:
         return cls.from_frame(frame, party=party, id_column=id_column, label_column=label_column,
                               feature_columns=feature_columns, drop_columns=drop_columns, categorical=categorical,
                               task=task, impute=impute, missing_indicator=missing_indicator)
+

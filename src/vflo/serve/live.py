@@ -25,7 +25,7 @@ from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, DataError, DeliveryTimeoutError
 from vflo.federation.coordinator import Coordinator
 from vflo.methods.base import Method
-from vflo.scoring import SavedModel, combine
+from vflo.scoring import SavedModel, Scored, score_rows
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,10 @@ class LiveModel:
         """One row per ID: its scores, the class, which model scored it (``model``) and with whom (``scored_by``).
         ``features``: the active party's values for people not in its table (its training file's columns and ID
         column, one row each)."""
+        return self.scored(ids, features).frame(self.model)
+
+    def scored(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> Scored:
+        """:meth:`score` as arrays (:class:`vflo.scoring.Scored`): what a server turns into its answers."""
         raw = self._raw_rows(ids, features)
         with self._lock:
             fed, method = self.fed, self.method
@@ -126,7 +130,7 @@ class LiveModel:
                 for party in rest:
                     fed.absent.pop(party, None)
 
-    def _score(self, fed: Coordinator, method: Method, raw: PartyData) -> pd.DataFrame:
+    def _score(self, fed: Coordinator, method: Method, raw: PartyData) -> Scored:
         """One batch scored with the session (under the lock)."""
         missing = SESSION_MISSING[self.policy.missing]
         fed.ctx.serving = rows = self.model.rows(self.model.card.active, raw)
@@ -140,30 +144,28 @@ class LiveModel:
             # Refused person by person: the other requests of the batch are answered.
             return self._refusing(rows.ids, covered, lambda keep: method.predict_by(fed, keep))
         # The fallback reads the same raw rows, prepared as it was trained.
-        return combine(self.model, rows.ids, covered, lambda keep: method.predict_by(fed, keep),
-                       missing=missing, fallback=self.fallback, fallback_rows=raw)
+        return score_rows(self.model, rows.ids, covered, lambda keep: method.predict_by(fed, keep),
+                          missing=missing, fallback=self.fallback, fallback_rows=raw)
 
     def score_records(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> list[dict[str, Any]]:
-        """:meth:`score` as JSON records (:func:`frame_records`), made where the batch is scored."""
-        records = frame_records(self.score(ids, features), self.model)
-        for record in records:
-            record["version"] = self.version
-        return records
+        """:meth:`score` as JSON records (:func:`records`), made where the batch is scored."""
+        return records(self.scored(ids, features), self.model, version=self.version)
 
     def _refusing(self, ids: np.ndarray, covered: np.ndarray,
-                  score: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]]) -> pd.DataFrame:
+                  score: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]]) -> Scored:
         """The covered people scored, the others with ``REFUSED`` as their model and the reason."""
         model = self.model
-        frame = combine(model, ids[covered], np.ones(int(covered.sum()), dtype=bool), score, missing="refuse",
-                        fallback=None, fallback_rows=None) if covered.any() else \
-            pd.DataFrame(columns=[model.id_column, *model.score_columns, "model", "scored_by"])
-        lacking = pd.DataFrame({model.id_column: ids[~covered], "model": REFUSED, "scored_by": ""})
-        out = pd.concat([frame, lacking], ignore_index=True)
-        out["error"] = np.where(out["model"] == REFUSED, f"{model.label} scores together with its partners, who do "
-                                "not hold this person; serve it with missing = 'fallback' (an active-only model "
-                                "saved beside it) to score such people", "")
-        return out.set_index(out[model.id_column].astype(str), drop=False).loc[[str(i) for i in ids]] \
-            .reset_index(drop=True)
+        values = np.full((len(ids), len(model.score_columns)), np.nan)
+        source = np.full(len(ids), REFUSED, dtype=object)
+        scored_by = np.full(len(ids), "", dtype=object)
+        if covered.any():
+            part = score_rows(model, ids[covered], np.ones(int(covered.sum()), dtype=bool), score, missing="refuse",
+                              fallback=None, fallback_rows=None)
+            values[covered], source[covered], scored_by[covered] = part.values, part.source, part.scored_by
+        error = np.where(covered, "", f"{model.label} scores together with its partners, who do not hold this "
+                         "person; serve it with missing = 'fallback' (an active-only model saved beside it) to score "
+                         "such people").astype(object)
+        return Scored(ids=ids, values=values, source=source, scored_by=scored_by, error=error)
 
     def check(self, ids: Sequence[object], features: pd.DataFrame | None) -> None:
         """Refuse a request whose people the active party neither holds nor was given values for (before it joins
@@ -200,24 +202,23 @@ class LiveModel:
             self._close()
 
 
-def frame_records(frame: pd.DataFrame, model: SavedModel) -> list[dict[str, Any]]:
-    """A scored batch as JSON records: each person's ID, scores by class, the class, who scored it."""
+def records(scored: Scored, model: SavedModel, *, version: str) -> list[dict[str, Any]]:
+    """A scored batch as JSON records: each person's ID, scores by class, the class, who scored it, the model's
+    version (and the reason, for a person refused)."""
     columns = model.score_columns
-    ids = frame[model.id_column].tolist()
-    scores = frame[columns].to_numpy(dtype=float)
-    models, by = frame["model"].astype(str).tolist(), frame["scored_by"].astype(str).tolist()
-    classes = frame["prediction"].tolist() if "prediction" in frame.columns else None
-    errors = frame["error"].tolist() if "error" in frame.columns else None
+    classes = scored.predictions(model)
+    values = scored.values.tolist()
     out = []
-    for k, person in enumerate(ids):
-        record: dict[str, Any] = {"id": _plain(person),
-                                  "scores": {c: None if math.isnan(v) else float(v)
-                                             for c, v in zip(columns, scores[k], strict=True)},
-                                  "model": models[k], "scored_by": by[k].split("+")}
+    for k, person in enumerate(scored.ids.tolist()):
+        record: dict[str, Any] = {"id": person,
+                                  "scores": {c: None if math.isnan(v) else v
+                                             for c, v in zip(columns, values[k], strict=True)},
+                                  "model": str(scored.source[k]), "scored_by": str(scored.scored_by[k]).split("+")}
         if classes is not None:
             record["prediction"] = _plain(classes[k])
-        if errors is not None and errors[k]:
-            record["error"] = str(errors[k])
+        if scored.error is not None and scored.error[k]:
+            record["error"] = str(scored.error[k])
+        record["version"] = version
         out.append(record)
     return out
 
