@@ -33,7 +33,7 @@ import numpy as np
 
 from vflo.comm.codec import decode, encode
 from vflo.comm.message import Message, Value
-from vflo.data.files import TableEncoding, read_table
+from vflo.data.files import Source, TableEncoding, read_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
 from vflo.errors import ConfigError, DataError, ProtocolError, VfloError
@@ -96,13 +96,14 @@ class Preprocessing:
                                                                    scale_=np.asarray(scaler["scale"],
                                                                                      dtype=np.float64)))
 
-    def rows(self, data: PartyData | str | Path, *, party: str) -> PartyData:
-        """Rows to score in the form the model was trained on: a file read with the saved encoding, or a
-        table whose columns must be the saved ones; then the saved standardisation."""
-        return self._prepared(self.read(data, party=party) if isinstance(data, str | Path) else data, party)
+    def rows(self, data: PartyData | Source, *, party: str) -> PartyData:
+        """Rows to score in the form the model was trained on: a file (or a database's rows) read with the saved
+        encoding, or a table whose columns must be the saved ones; then the saved standardisation."""
+        return self._prepared(data if isinstance(data, PartyData) else self.read(data, party=party), party)
 
-    def read(self, path: str | Path, *, party: str) -> PartyData:
-        """The rows of a file read with the saved encoding (its columns and categories), not yet standardised."""
+    def read(self, path: Source, *, party: str) -> PartyData:
+        """The rows of a file (or a database's, :mod:`vflo.data.sql`) read with the saved encoding (its columns and
+        categories), not yet standardised."""
         if self.encoding is None:
             raise DataError(f"party {party!r} was trained on a table, not a file: pass the rows to score as "
                             "PartyData with its columns")

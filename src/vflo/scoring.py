@@ -33,6 +33,7 @@ from vflo.artifacts import CARD, MANIFEST, ArtifactError, ModelCard, Part, PartS
 from vflo.comm.local import LocalTransport
 from vflo.comm.transport import Transport
 from vflo.data.catalog import as_task
+from vflo.data.files import Source
 from vflo.data.partydata import PartyData
 from vflo.errors import AlignmentError, ConfigError
 from vflo.federation.coordinator import Coordinator
@@ -46,7 +47,7 @@ from vflo.roles import PartyInfo, as_role
 Missing = Literal["refuse", "active_only", "subset"]
 #: Rows scored per call of a method's predict (and per message to each partner).
 SCORE_BATCH = 100_000
-Rows = PartyData | str | Path
+Rows = PartyData | Source
 
 
 @dataclass(frozen=True, eq=False)

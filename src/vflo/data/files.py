@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from vflo.data.sql import SqlSource, read_sql
 from vflo.errors import DataError, DataFileError, did_you_mean
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ Task = Literal["binary", "multiclass", "regression"]
 # Integer-valued labels with at most this many distinct values are read as classes, others as a quantity.
 MAX_CLASSES_GUESSED = 20
 SUFFIXES = ".csv, .csv.gz, .tsv, .tsv.gz, .txt or .parquet"
+#: Where a party's rows are: a file (its path), or a table or query of a database (:mod:`vflo.data.sql`).
+Source = str | Path | SqlSource
 
 
 def file_format(path: Path) -> str:
@@ -40,9 +43,14 @@ def file_format(path: Path) -> str:
     return ""
 
 
-def read_table(path: str | Path, *, party: str, id_column: str) -> pd.DataFrame:
-    """The file as a table, its ID column as text (so ``007`` stays ``007`` and matches across parties)."""
-    path = Path(path)
+def read_table(source: Source, *, party: str, id_column: str) -> pd.DataFrame:
+    """The file (or the database's rows) as a table, its ID column as text (so ``007`` stays ``007`` and matches
+    across parties)."""
+    if isinstance(source, SqlSource):
+        frame = read_sql(source, party=party, id_column=id_column)
+        _unique_ids(frame[id_column], party=party, path=source, id_column=id_column)
+        return frame
+    path = Path(source)
     if not path.is_file():
         raise DataFileError(f"party {party!r}: data file {path} does not exist")
     kind = file_format(path)
@@ -63,14 +71,16 @@ def read_table(path: str | Path, *, party: str, id_column: str) -> pd.DataFrame:
     return frame
 
 
-def _unique_ids(ids: pd.Series, *, party: str, path: Path, id_column: str) -> None:
+def _unique_ids(ids: pd.Series, *, party: str, path: Path | SqlSource, id_column: str) -> None:
     """Refuse a file that names a person twice, naming the IDs and the file (a party's rows are one per person;
     what checks the rows later knows neither the file nor, for a few, which IDs)."""
     repeated = ids[ids.duplicated()].dropna().unique()
     if len(repeated):
+        where = "table" if isinstance(path, SqlSource) else "file"
+        how = " (a query: one row per ID, e.g. the latest of each)" if isinstance(path, SqlSource) else ""
         raise DataError(f"party {party!r}: duplicate sample IDs {list(repeated[:5])} ({len(repeated)} in all) in "
-                        f"{path} (ID column {id_column!r}); each sample must appear once in a party's file: drop or "
-                        "merge the duplicates")
+                        f"{path} (ID column {id_column!r}); each sample must appear once in a party's {where}: drop "
+                        f"or merge the duplicates{how}")
 
 
 class ColumnFile:
@@ -161,10 +171,12 @@ def ascii_text(column: Any) -> np.ndarray | None:
     return out.view(f"<U{longest}").ravel()
 
 
-def open_table(path: str | Path, *, party: str, id_column: str) -> Table:
-    """The party's file for encoding: a Parquet file a column at a time (:class:`ColumnFile`), any other as
-    :func:`read_table` reads it."""
-    path = Path(path)
+def open_table(source: Source, *, party: str, id_column: str) -> Table:
+    """The party's file for encoding: a Parquet file a column at a time (:class:`ColumnFile`), any other file or a
+    database's rows as :func:`read_table` reads them."""
+    if isinstance(source, SqlSource):
+        return read_table(source, party=party, id_column=id_column)
+    path = Path(source)
     if path.is_file() and file_format(path) == "parquet":
         return ColumnFile(path, party=party, id_column=id_column)
     return read_table(path, party=party, id_column=id_column)

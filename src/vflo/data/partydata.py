@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from vflo.data.files import MissingValuesError, Table, TableEncoding, open_table
+from vflo.data.files import MissingValuesError, Source, Table, TableEncoding, open_table
 from vflo.data.order import in_order, positions_in
 from vflo.errors import DataError
 
@@ -327,7 +326,7 @@ class PartyData:
     @classmethod
     def from_file(
         cls,
-        path: str | Path,
+        path: Source,
         *,
         party: str,
         id_column: str,
@@ -339,8 +338,8 @@ class PartyData:
         impute: str | float | None = None,
         missing_indicator: bool = False,
     ) -> PartyData:
-        """Read a CSV (optionally gzipped), TSV or Parquet file; IDs are read as text (``impute``: as
-        :meth:`from_frame`)."""
+        """Read a CSV (optionally gzipped), TSV or Parquet file, or a database's rows (a
+        :class:`~vflo.data.sql.SqlSource`); IDs are read as text (``impute``: as :meth:`from_frame`)."""
         frame = open_table(path, party=party, id_column=id_column)
         return cls.from_frame(frame, party=party, id_column=id_column, label_column=label_column,
                               feature_columns=feature_columns, drop_columns=drop_columns, categorical=categorical,

@@ -13,6 +13,8 @@ from vflo.align.engines import check_policy
 from vflo.comm.codec import DEFAULT_MAX_BYTES
 from vflo.comm.departures import DepartureLog
 from vflo.comm.grpc_transport import DEFAULT_DEADLINE
+from vflo.data.files import Source
+from vflo.data.sql import SqlSource, absolute_url
 from vflo.dp import PrivacyBudget
 from vflo.errors import (
     ConfigError,
@@ -29,6 +31,10 @@ logger = logging.getLogger(__name__)
 class DataConfig:
     """A party's table: training rows in ``file``; rows to score in ``serve_file``. A party that only scores
     with a saved model needs no ``file``: its ``serve_file`` is read with the saved part's encoding.
+
+    Instead of files, a SQL database of the party's own (:mod:`vflo.data.sql`, docs/feature-store.md): ``sql``
+    names it (``sqlite:///PATH`` or ``duckdb:///PATH``), ``table`` or ``query`` the training rows (instead of
+    ``file``), ``serve_table`` or ``serve_query`` the rows to score (instead of ``serve_file``); read-only.
 
     ``feature_columns`` / ``drop_columns`` choose the features, ``categorical`` columns are one-hot encoded
     here, at the owner, with the categories of the training file; ``task`` (active party only) says what the
@@ -50,10 +56,43 @@ class DataConfig:
     # Numerical columns that already hold whole-number category codes (0/1 one-hot columns, as an export writes a
     # party's categories): kept as they are and treated as categories by the methods that treat them apart.
     category_codes: tuple[str, ...] = ()
+    sql: str | None = None
+    table: str | None = None
+    query: str | None = None
+    serve_table: str | None = None
+    serve_query: str | None = None
 
     def __post_init__(self) -> None:
-        if self.file is None and self.serve_file is None:
-            raise ConfigError("[data] needs file (training rows), serve_file (rows to score), or both")
+        named = [k for k in ("table", "query", "serve_table", "serve_query") if getattr(self, k) is not None]
+        if self.sql is None and named:
+            raise ConfigError(f"[data] {named[0]} reads rows from a database: name it with sql = "
+                              "\"sqlite:///PATH\" or \"duckdb:///PATH\"")
+        if self.sql is not None and not named:
+            raise ConfigError("[data] sql names a database: say which rows with table = \"NAME\" (or query = "
+                              "\"SELECT ...\") for training and serve_table (or serve_query) for the rows to score")
+        for file, keys in (("file", ("table", "query")), ("serve_file", ("serve_table", "serve_query"))):
+            given = [k for k in keys if getattr(self, k) is not None]
+            if getattr(self, file) is not None and given:
+                raise ConfigError(f"[data] reads these rows from {file} or from the database ({given[0]}), not both")
+        sources = (self.train_source, self.serve_source)  # made here, so a bad URL is refused with the config
+        if all(source is None for source in sources):
+            raise ConfigError("[data] needs file (training rows), serve_file (rows to score), or both (or, from a "
+                              "database, sql with table or query, serve_table or serve_query)")
+
+    @property
+    def train_source(self) -> Source | None:
+        """Where the training rows are: ``file``, or the database's ``table`` or ``query``."""
+        return self._source(self.file, self.table, self.query)
+
+    @property
+    def serve_source(self) -> Source | None:
+        """Where the rows to score are: ``serve_file``, or the database's ``serve_table`` or ``serve_query``."""
+        return self._source(self.serve_file, self.serve_table, self.serve_query)
+
+    def _source(self, file: str | None, table: str | None, query: str | None) -> Source | None:
+        if self.sql is None or (table is None and query is None):
+            return file
+        return SqlSource(url=self.sql, table=table, query=query)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,6 +280,8 @@ def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
             for k in keys:
                 if isinstance(section.get(k), str) and not Path(section[k]).is_absolute():
                     section[k] = str(base / section[k])
+            if table == "data" and isinstance(section.get("sql"), str):
+                section["sql"] = absolute_url(section["sql"], base)
             out[table] = section
     for key in ("models", "checkpoints", "audit_log", "alignments", "privacy_account"):
         if isinstance(out.get(key), str) and out[key] and not Path(out[key]).is_absolute():

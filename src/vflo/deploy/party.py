@@ -15,7 +15,7 @@ from vflo.artifacts import CheckpointStore, Part, Preprocessing
 from vflo.comm.grpc_transport import GrpcTransport, PartyServer
 from vflo.comm.tls import PartyCredentials
 from vflo.comm.transport import Transport
-from vflo.data.files import TableEncoding, open_table
+from vflo.data.files import Source, TableEncoding, open_table
 from vflo.data.partydata import PartyData
 from vflo.data.preprocessing import Standardizer
 from vflo.deploy.configs import DataConfig, PartyConfig, TLSConfig
@@ -47,15 +47,17 @@ class PartyTables:
 def load_party_data(party: str, config: DataConfig, *, extra: str | None = None) -> PartyTables:
     """Training rows, rows to score and (``extra``) a labelled test file: read with the encoding fitted on the
     training file and standardised on the training rows. Without a training file, nothing is fitted: a saved
-    model's part prepares the rows to score when it is loaded."""
-    if config.file is None:
+    model's part prepares the rows to score when it is loaded. Either may be a database's rows instead
+    (``[data] sql``: :mod:`vflo.data.sql`), read the same way."""
+    train_source, serve_source = config.train_source, config.serve_source
+    if train_source is None:
         return PartyTables(train=None, serve=None, test=None, preprocessing=None)
-    encoding = TableEncoding.fit(open_table(config.file, party=party, id_column=config.id_column), party=party,
+    encoding = TableEncoding.fit(open_table(train_source, party=party, id_column=config.id_column), party=party,
                                  id_column=config.id_column, label_column=config.label_column,
                                  feature_columns=config.feature_columns, drop_columns=config.drop_columns,
                                  categorical=config.categorical, task=config.task, impute=config.impute,
                                  missing_indicator=config.missing_indicator, category_codes=config.category_codes)
-    def rows(path: str, *, labelled: bool = True) -> PartyData:
+    def rows(path: Source, *, labelled: bool = True) -> PartyData:
         try:
             data = PartyData.encoded(open_table(path, party=party, id_column=config.id_column), encoding,
                                      labelled=labelled)
@@ -63,10 +65,10 @@ def load_party_data(party: str, config: DataConfig, *, extra: str | None = None)
             raise type(exc)(f"{path}: {exc}") from exc
         return data
 
-    train = rows(config.file)
+    train = rows(train_source)
     serve = test = None
-    if config.serve_file:
-        serve = rows(config.serve_file, labelled=False)
+    if serve_source:
+        serve = rows(serve_source, labelled=False)
     if extra:
         test = rows(extra)
     scaler = None
@@ -81,18 +83,19 @@ def load_party_data(party: str, config: DataConfig, *, extra: str | None = None)
 
 class DeployedStore(ModelShelf):
     """A deployed party's model folder, where every training keeps its own part (:class:`~vflo.shelf.ModelShelf`);
-    when it loads a part it also reads its rows to score (``serve_file``) with that part's saved encoding and
-    standardisation, so scoring does not depend on today's training file."""
+    when it loads a part it also reads its rows to score (``serve_file``, or the database's ``serve_table`` or
+    ``serve_query``) with that part's saved encoding and standardisation, so scoring does not depend on today's
+    training file, and a scoring session opened later reads the rows as they are then."""
 
     def __init__(self, root: Path, *, party: str, role: str, preprocessing: Preprocessing | None,
-                 serve_file: str | None) -> None:
+                 serve_source: Source | None) -> None:
         super().__init__(root, party=party, role=role, preprocessing=preprocessing)
-        self.serve_file = serve_file
+        self.serve_source = serve_source
 
     def serving_rows(self, part: Part) -> PartyData | None:
-        if self.serve_file is None or not part.manifest.get("preprocessing"):
+        if self.serve_source is None or not part.manifest.get("preprocessing"):
             return None
-        return part.preprocessing.rows(self.serve_file, party=self.party)
+        return part.preprocessing.rows(self.serve_source, party=self.party)
 
 
 def credentials_for(party: str, tls: TLSConfig) -> PartyCredentials | None:
@@ -143,7 +146,7 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
     store = None
     if config.models is not None:
         store = DeployedStore(Path(config.models), party=config.name, role=config.role, preprocessing=preprocessing,
-                              serve_file=None if config.data is None else config.data.serve_file)
+                              serve_source=None if config.data is None else config.data.serve_source)
     checkpoints = None
     if config.checkpoints is not None:
         checkpoints = CheckpointStore(Path(config.checkpoints), party=config.name, role=config.role)
@@ -180,12 +183,14 @@ def budget(config: PartyConfig) -> PrivacyBudget:
 
 
 def id_files(config: PartyConfig) -> dict[str, IdFile]:
-    """The party's own files by purpose, for an intersection streamed from disk (vflo.align.stream)."""
+    """The party's own files by purpose, for an intersection streamed from disk (vflo.align.stream); a database's
+    rows are not streamed (its rows are in memory, where an intersection in memory reads them)."""
     data = config.data
     if data is None:
         return {}
     return {purpose: IdFile(Path(file), data.id_column)
-            for purpose, file in (("train", data.file), ("serve", data.serve_file)) if file is not None}
+            for purpose, file in (("train", data.train_source), ("serve", data.serve_source))
+            if isinstance(file, str | Path)}
 
 
 def start_party(config: PartyConfig, *, data: PartyData | None = None, serve: PartyData | None = None,
