@@ -362,6 +362,9 @@ def handle_reuse(ctx: NodeContext, payload: Fields) -> Payload:
                                 "shares")
         known.held = np.sort(people[pick])
         count = int(pick.sum())
+        # The selector names people by their places among those shared: this party's own IDs for them, for its
+        # record of who asked about whom.
+        ctx.named = known.held
     logger.log(logging.INFO if store.first_reuse(record) else logging.DEBUG, "party %s reused its alignment %s "
                "with %s (kept %s)", ctx.party, token, ctx.sender, record.created)
     return {"reused": True, "why": "", "n_features": rows.n_features, "count": count}

@@ -251,6 +251,9 @@ def handle_result(ctx: NodeContext, payload: Fields) -> Payload:
     if order is None or matched.shape != (len(order),):
         raise ProtocolError(f"{RESULT_KIND} does not match this party's last {KIND}")
     known.held = np.sort(order[matched])
+    # The flags name people by their places in this party's own reply: its IDs for them, for its record of who
+    # asked about whom.
+    ctx.named = known.held
     return {"count": int(matched.sum())}
 
 

@@ -16,9 +16,16 @@ def add(sub: Any) -> None:
     party.set_defaults(func=_party)
     party_sub = party.add_subparsers(dest="party_command", required=True, metavar="ACTION")
     audit = party_sub.add_parser("audit", help="sum a party's record of what left it (its audit_log file): per peer "
-                                               "and kind, messages, bytes, rows and refusals")
+                                               "and kind, messages, bytes, rows and refusals; and how many of its "
+                                               "people each peer asked about (its asked_log file)")
     audit.add_argument("file", type=Path)
     audit.add_argument("--run", help="one run only (its ID, as the file gives it; 'last': the newest run)")
+    audit.add_argument("--asked", type=Path, metavar="FILE",
+                       help="its record of who asked about its people (default: PARTY_asked.jsonl beside the audit "
+                            "file, where it is)")
+    audit.add_argument("--person", metavar="ID",
+                       help="who asked about this person (the party's own ID for them): each request, when, by which "
+                            "peer, with which model")
     audit.add_argument("--account", type=Path, metavar="FILE",
                        help="its privacy account (default: PARTY_privacy.jsonl beside the audit file, where it is)")
     audit.add_argument("--delta", type=float, default=1e-5,
@@ -52,7 +59,9 @@ def _party(args: argparse.Namespace) -> int:
     from vflo.deploy import load_party_config
 
     if args.party_command == "audit":
-        return _party_audit(args.file, args.run, account=args.account, delta=args.delta)
+        if args.person is not None:
+            return _who_asked(args.file, args.person, asked=args.asked, run=args.run)
+        return _party_audit(args.file, args.run, account=args.account, delta=args.delta, asked=args.asked)
     config = load_party_config(args.config)
     _talk(args.verbose - args.quiet)
     if args.insecure:
@@ -75,20 +84,27 @@ def _talk(verbosity: int) -> None:
         logging.getLogger("vflo").setLevel(logging.INFO if verbosity == 0 else logging.WARNING)
 
 
-def _party_audit(path: Path, run: str | None, *, account: Path | None = None, delta: float = 1e-5) -> int:
+def _run_of(path: Path, runs: list[str], run: str | None) -> str | None:
+    """``--run`` as a run of the file (``last``: its newest)."""
+    if run == "last":
+        if not runs:
+            raise ConfigError(f"{path} records no run yet")
+        run = runs[-1]
+    if run is not None and run not in runs:
+        raise ConfigError(f"{path} has no run {run!r}; its runs: {runs[-5:]}")
+    return run
+
+
+def _party_audit(path: Path, run: str | None, *, account: Path | None = None, delta: float = 1e-5,
+                 asked: Path | None = None) -> int:
     from rich.table import Table
 
     from vflo.comm.departures import read_departures, summarize
 
     records = read_departures(path)
     runs = list(dict.fromkeys(r.run for r in records if r.run))
-    if run == "last":
-        if not runs:
-            raise ConfigError(f"{path} records no run yet")
-        run = runs[-1]
+    run = _run_of(path, runs, run)
     if run is not None:
-        if run not in runs:
-            raise ConfigError(f"{path} has no run {run!r}; its runs: {runs[-5:]}")
         records = [r for r in records if r.run == run]
     party = records[0].party if records else "?"
     scope = f"run {run}" if run else f"{len(runs)} runs and what came outside any"
@@ -102,7 +118,70 @@ def _party_audit(path: Path, run: str | None, *, account: Path | None = None, de
     table.add_row("all", "", *(f"{sum(r[k] for r in rows):,}" for k in ("messages", "bytes", "rows", "refused",
                                                                          "errors")))
     new_console().print(table)
+    _people_asked(asked or _beside(path, party, "asked"), run, given=asked is not None)
     _privacy_account(account or path.with_name(f"{party}_privacy.jsonl"), party, delta, given=account is not None)
+    return 0
+
+
+def _beside(audit: Path, party: str, what: str) -> Path:
+    """A party's file of ``what`` beside its audit file, by the default names (NAME_audit.jsonl, NAME_WHAT.jsonl);
+    the audit file's own name gives the party's where the file records nothing yet."""
+    if party == "?" and audit.name.endswith("_audit.jsonl"):
+        party = audit.name[:-len("_audit.jsonl")]
+    return audit.with_name(f"{party}_{what}.jsonl")
+
+
+def _asked_records(path: Path, run: str | None) -> list[Any]:
+    from vflo.party.asked import read_asked
+
+    records = read_asked(path)
+    if run is not None:
+        runs = list(dict.fromkeys(r.run for r in records if r.run))
+        if run != "last" and run not in runs:
+            return []  # a run in which no one asked about anyone
+        run = _run_of(path, runs, run)
+        records = [r for r in records if r.run == run]
+    return records
+
+
+def _people_asked(path: Path, run: str | None, *, given: bool) -> None:
+    """Per peer: the requests that named this party's people, how many people they named and how many distinct
+    people, those refused by its policy, and the models asked with."""
+    from rich.table import Table
+
+    from vflo.party.asked import per_peer
+
+    if not given and not path.is_file():
+        return
+    records = _asked_records(path, run)
+    table = Table(title=shown(f"who asked about the people of party {records[0].party if records else '?'} "
+                              f"({'run ' + run if run else 'every run'}; {path})"))
+    for col in ("asked by", "requests", "people named", "people", "refused", "models"):
+        table.add_column(col, justify="left" if col in ("asked by", "models") else "right")
+    for r in per_peer(records):
+        table.add_row(shown(r["peer"]), *(f"{r[k]:,}" for k in ("requests", "named", "people", "refused")),
+                      shown(", ".join(r["models"])))
+    new_console().print(table)
+
+
+def _who_asked(audit: Path, person: str, *, asked: Path | None, run: str | None) -> int:
+    """``vflo party audit FILE --person ID``: each request that named the person, oldest first."""
+    from rich.table import Table
+
+    from vflo.party.asked import about
+
+    path = asked or _beside(audit, "?", "asked")
+    if asked is None and not path.is_file():
+        raise ConfigError(f"no record of who asked beside {audit} ({path}); give it with --asked FILE (the party's "
+                          "asked_log)")
+    found = about(_asked_records(path, run), person)
+    table = Table(title=shown(f"who asked about {person} ({len(found)} requests; {path})"))
+    for col in ("time", "asked by", "model", "model ID", "kind", "named by", "run", "status"):
+        table.add_column(col)
+    for r in found:
+        table.add_row(*(shown(v) for v in (r.time, r.peer, r.model, r.model_id, r.kind, r.named_by, r.run,
+                                           r.status + (f" ({r.why})" if r.why else ""))))
+    new_console().print(table)
     return 0
 
 

@@ -27,7 +27,7 @@ from vflo.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Departure", "DepartureLog", "read_departures", "rows_of", "summarize"]
+__all__ = ["Departure", "DepartureLog", "JsonLines", "now", "read_departures", "rows_of", "summarize"]
 
 
 def rows_of(payload: Mapping[str, Any]) -> int:
@@ -52,45 +52,55 @@ class Departure:
     error: str = ""
 
 
-class DepartureLog:
-    """Appends a line per message that left ``party`` to ``path`` (thread-safe; each line flushed)."""
+class JsonLines:
+    """A party's file of JSON lines, appended and never rewritten (thread-safe; each line flushed), created for its
+    owner alone (0600): what it records names peers, and some of it people. ``what`` and ``key``: the file's name
+    and its config key, for the error where it cannot be written."""
 
-    def __init__(self, path: Path, party: str) -> None:
+    def __init__(self, path: Path, party: str, *, what: str = "audit file", key: str = "audit_log") -> None:
         self.path = Path(path)
         self.party = party
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Created for its owner alone: it names the kinds and sizes of every message, and the peers.
+            # Created 0600 from the start (not chmod-ed after), so no other user can open it in between.
             os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
         except OSError as exc:
-            raise ConfigError(f"party {party!r} cannot write its audit file {self.path}: {exc}; give audit_log = "
+            raise ConfigError(f"party {party!r} cannot write its {what} {self.path}: {exc}; give {key} = "
                               "'PATH' in its config a folder it can write to") from exc
+
+    def append(self, line: Mapping[str, Any]) -> None:
+        text = json.dumps(line, sort_keys=True) + "\n"
+        with self._lock, self.path.open("a", encoding="utf-8") as out:
+            out.write(text)
+
+
+class DepartureLog(JsonLines):
+    """Appends a line per message that left ``party`` to ``path``."""
 
     def message(self, message: Message, nbytes: int, direction: str) -> None:
         """``message`` (this party's request or reply) left, ``nbytes`` on the wire."""
         error = message.error
         status = "ok" if error is None else ("refused" if error.type in ("RefusedError", "PartyBoundaryError",
                                                                          "PolicyError") else "error")
-        self._write(Departure(time=_now(), party=self.party, run=message.run, peer=message.receiver, kind=message.kind,
+        self._write(Departure(time=now(), party=self.party, run=message.run, peer=message.receiver, kind=message.kind,
                               direction=direction, round=message.round, rows=rows_of(message.payload),
                               bytes=nbytes, status=status,
                               error="" if error is None else f"{error.type}: {error.message}"[:500]))
 
     def refused(self, peer: str, nbytes: int, why: str) -> None:
         """An error answer to a frame that was never read (a stranger's, a malformed one)."""
-        self._write(Departure(time=_now(), party=self.party, run="", peer=peer, kind="(unread)", direction="reply",
+        self._write(Departure(time=now(), party=self.party, run="", peer=peer, kind="(unread)", direction="reply",
                               round=0, rows=0, bytes=nbytes, status="refused", error=why[:500]))
 
     def _write(self, record: Departure) -> None:
-        line = json.dumps(record.__dict__, sort_keys=True) + "\n"
-        with self._lock, self.path.open("a", encoding="utf-8") as out:
-            out.write(line)
+        self.append(record.__dict__)
         logger.debug("party %s -> %s: %s %s, %d rows, %d bytes (%s)", record.party, record.peer, record.kind,
                      record.direction, record.rows, record.bytes, record.status)
 
 
-def _now() -> str:
+def now() -> str:
+    """The time a line is written: UTC, ISO 8601 to the millisecond."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 

@@ -20,6 +20,7 @@ from vflo.errors import (
     ConfigError,
 )
 from vflo.executor import ExecutorConfig
+from vflo.party.asked import AskedLog
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role, check_party_name
 from vflo.spill import SpillConfig
@@ -145,6 +146,10 @@ class PartyConfig:
     # Its own record of every message that left it (JSON lines, appended; `vflo party audit FILE` sums it). A
     # PARTY.toml without the key keeps NAME_audit.jsonl beside the config; "" keeps none.
     audit_log: str | None = None
+    # Its own record of who asked about which of its people (a line per scoring request: the peer, the saved model,
+    # the time, the people's IDs; vflo.party.asked), apart from audit_log, which holds no content. A PARTY.toml
+    # without the key keeps NAME_asked.jsonl beside the config; "" keeps none.
+    asked_log: str | None = None
     # Where it keeps each private set intersection it takes part in, to reuse while its people and the other
     # party's are unchanged (vflo.align.kept; `vflo align`). A PARTY.toml without the key keeps NAME_alignments/
     # beside the config; "" keeps none (every run intersects afresh).
@@ -203,6 +208,10 @@ class PartyConfig:
     def departures(self) -> DepartureLog | None:
         """Its record of what left it, where its config keeps one."""
         return DepartureLog(Path(self.audit_log), self.name) if self.audit_log else None
+
+    def asked(self) -> AskedLog | None:
+        """Its record of who asked about which of its people, where its config keeps one."""
+        return AskedLog(Path(self.asked_log), self.name) if self.asked_log else None
 
     @property
     def peer_roles(self) -> dict[str, Role]:
@@ -283,17 +292,18 @@ def _relative(config: dict[str, Any], base: Path) -> dict[str, Any]:
             if table == "data" and isinstance(section.get("sql"), str):
                 section["sql"] = absolute_url(section["sql"], base)
             out[table] = section
-    for key in ("models", "checkpoints", "audit_log", "alignments", "privacy_account"):
+    for key in ("models", "checkpoints", "audit_log", "asked_log", "alignments", "privacy_account"):
         if isinstance(out.get(key), str) and out[key] and not Path(out[key]).is_absolute():
             out[key] = str(base / out[key])
     return out
 
 
 def _audit_default(party: dict[str, Any]) -> dict[str, Any]:
-    """A party table read from a file keeps its audit file, its kept alignments and its privacy account beside the
-    config unless it says otherwise."""
+    """A party table read from a file keeps its audit file, its record of who asked about its people, its kept
+    alignments and its privacy account beside the config unless it says otherwise."""
     if isinstance(party.get("name"), str):
         party.setdefault("audit_log", f"{party['name']}_audit.jsonl")
+        party.setdefault("asked_log", f"{party['name']}_asked.jsonl")
         party.setdefault("alignments", f"{party['name']}_alignments")
         party.setdefault("privacy_account", f"{party['name']}_privacy.jsonl")
     return party

@@ -157,7 +157,7 @@ def build_node(config: PartyConfig, *, data: PartyData | None = None, serve: Par
                       settings=config.methods, idle_run_seconds=config.deadline, alignments=alignments,
                       privacy_journal=Path(config.privacy_account) if config.privacy_account else None,
                       executor=None if config.executor is None else make_executor(config.executor),
-                      spill=config.spill)
+                      spill=config.spill, asked=config.asked())
 
 
 def budget(config: PartyConfig) -> PrivacyBudget:
@@ -229,6 +229,14 @@ def announce(config: PartyConfig, where: str) -> None:
     if config.policy.open:
         logger.warning("party %s has no [policy]: it agrees to run any method its coordinator sets up; list the "
                        "ones it agrees to under [policy] methods = [...]", config.name)
+    policy = config.policy
+    served = "every model it saved" if policy.serve_models is None else (
+        ", ".join(policy.serve_models) if policy.serve_models else "no saved model")
+    rate = policy.max_peer_requests_per_second
+    logger.info("party %s scores with %s, %s; %s", config.name, served,
+                "at any rate" if rate is None else f"at most {rate:g} requests a second per peer",
+                f"who asked about which of its people goes to {config.asked_log}" if config.asked_log else
+                "it keeps no record of who asked about its people (asked_log = \"\")")
     peers = ", ".join(f"{n} ({r})" for n, r in config.peer_roles.items())
     print(f"party {config.name} ({config.role}) agrees to run {config.policy.describe()}; peers: {peers}",
           flush=True)

@@ -27,6 +27,7 @@ from vflo.methods.base import Method
 from vflo.methods.own_settings import party_section
 from vflo.methods.registry import method_for_party
 from vflo.nn.train import CheckpointPlan
+from vflo.party.asked import AskedLog
 from vflo.party.context import PartStoreLike
 from vflo.party.node import Node
 from vflo.party.policy import Policy
@@ -46,21 +47,23 @@ def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyDat
                secret: PartySecret | None = None, budget: PrivacyBudget | None = None,
                settings: Mapping[str, Mapping[str, Any]] | None = None, idle_run_seconds: float = 600.0,
                alignments: AlignmentStore | None = None, privacy_journal: Path | None = None,
-               executor: Executor | None = None, spill: SpillConfig | None = None) -> Node:
+               executor: Executor | None = None, spill: SpillConfig | None = None,
+               asked: AskedLog | None = None) -> Node:
     """A node that serves every registered method and alignment: what each party runs. ``peers``: the other
     parties and their roles as this party knows them (a mapping, or every party of the federation); ``secret``:
     its own randomness (the OS's unless given); ``budget``: its privacy budget; ``settings``: its own side of each
     method, by method name (its config's ``[methods.NAME]``); ``alignments``: where it keeps its private set
     intersections to reuse them (none in simulation unless given); ``policy``: its own (:data:`IN_PROCESS` unless
     given); ``privacy_journal``: the file its privacy account is kept in across restarts (none unless given);
-    ``executor`` and ``spill``: where its bulk work runs and when it spills (the process's defaults unless given)."""
+    ``executor`` and ``spill``: where its bulk work runs and when it spills (the process's defaults unless given);
+    ``asked``: its record of who asked about which of its people (none unless given)."""
     if not isinstance(peers, Mapping):
         peers = {p.name: p.role for p in peers if p.name != info.name}
     return Node(info, data, serving, peers=peers, policy=policy if policy is not None else IN_PROCESS,
                 methods=method_for_party, protocols=ALIGNMENT,
                 store=store, checkpoints=checkpoints, secret=secret, budget=budget, settings=settings,
                 idle_run_seconds=idle_run_seconds, alignments=alignments, privacy_journal=privacy_journal,
-                executor=executor, spill=spill)
+                executor=executor, spill=spill, asked=asked)
 
 
 def own_sections(method: Method, role: str) -> dict[str, dict[str, Any]]:

@@ -84,7 +84,7 @@ class NodeContext:
     """What a handler may touch: its own party's data and state, and an outbox."""
 
     __slots__ = ("_current_round", "_parts", "_secret", "_transport", "alignments", "checkpoints", "data", "info",
-                 "parties", "policy", "privacy", "release_key", "run", "seed", "sender", "serving")
+                 "named", "parties", "policy", "privacy", "release_key", "run", "seed", "sender", "serving")
 
     def __init__(
         self, *, info: PartyInfo, data: PartyData | None, serving: PartyData | None,
@@ -115,6 +115,10 @@ class NodeContext:
         self._parts: dict[type, Any] = {}
         # Who sent the message being handled (set by the node for each message).
         self.sender = ""
+        # The people of this party the message being handled named by their places among rows the sender and this
+        # party share (a kept intersection's reuse), as this party's own IDs: set by the handler that maps them,
+        # read by the node for its record of who asked about whom (vflo.party.asked).
+        self.named: np.ndarray | None = None
         self._transport = transport
         self._current_round = 0
         # This party's own checkpoint folder (from its own config), where training can pause and resume.
@@ -124,6 +128,7 @@ class NodeContext:
         """The message being handled: who sent it (``sender``), and the round onward messages are sent in."""
         self.sender = message.sender
         self._current_round = message.round
+        self.named = None
 
     def part(self, kind: type[P]) -> P:
         """This party's own state of ``kind`` (a class whose attributes hold it), made empty on first use."""

@@ -40,6 +40,7 @@ from vflo.dp import PrivacyAccount, PrivacyBudget, calibrate
 from vflo.errors import PartyBoundaryError, PrivacyBudgetError, ProtocolError, RefusedError, VfloError
 from vflo.executor import Executor
 from vflo.executor import using as using_executor
+from vflo.party.asked import AskedLog, NamedBy
 from vflo.party.context import (
     AlignmentFolder,
     CheckpointStoreLike,
@@ -49,6 +50,7 @@ from vflo.party.context import (
 )
 from vflo.party.handlers import HandlerInfo, HandlerSet
 from vflo.party.policy import Policy
+from vflo.party.rates import PeerRates
 from vflo.roles import ROLES, PartyInfo, Role
 from vflo.seeding import PartySecret
 from vflo.spill import SpillConfig
@@ -137,6 +139,7 @@ class Node:
         budget: PrivacyBudget | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None,
         idle_run_seconds: float = 600.0, alignments: AlignmentFolder | None = None,
         privacy_journal: Path | None = None, executor: Executor | None = None, spill: SpillConfig | None = None,
+        asked: AskedLog | None = None,
     ) -> None:
         if data is not None and data.party != info.name:
             raise PartyBoundaryError(f"node {info.name!r} was handed data of party {data.party!r}")
@@ -164,6 +167,12 @@ class Node:
         if self.name in self.peers:
             raise PartyBoundaryError(f"party {self.name!r} lists itself among its peers")
         self.policy = policy or Policy()
+        # How fast each peer may ask it to score (its policy's max_peer_requests_per_second), and its own record of
+        # who asked about which of its people with which model (its config's asked_log; none: not recorded).
+        self._rates = PeerRates(self.policy.max_peer_requests_per_second)
+        self.asked = asked
+        # The saved model of the scoring session going on (its label and model ID), for that record.
+        self._model = ("", "")
         # The settings of its own side of each method (its config's [methods.NAME]): a proposal cannot change them.
         self.settings: dict[str, Mapping[str, Any]] = dict(settings or {})
         self._coordinator: str | None = None
@@ -262,6 +271,8 @@ class Node:
                                                                     message.sender)
             self._run, self._rounds, self._run_kind = message.run, {}, kind
             self._coordinator, self._last_heard = message.sender, time.monotonic()
+            self._model = (str(message.payload["label"]), str(message.payload["model_id"])) if kind == LOAD \
+                else ("", "")
             return reply
         self._check_run(message)
         if kind in CONTROL_KINDS:
@@ -274,7 +285,7 @@ class Node:
                                 getattr(self.method, "name", "?"))
                 account = self._account(self.method)
                 self.context, self.method, self._handlers, self._coordinator = None, None, {}, None
-                self._run, self._rounds, self._run_kind = "", {}, ""
+                self._run, self._rounds, self._run_kind, self._model = "", {}, "", ("", "")
                 return account
             return self._ledger_columns()
         if kind in self._protocols:
@@ -295,9 +306,46 @@ class Node:
             raise ProtocolError(f"party {self.name!r} running {name} has no handler for {kind!r}")
         check_payload(kind, message.payload, info.accepts)
         self._check_sizes(message)
+        scoring = self._run_kind == LOAD
+        if scoring:
+            self._scoring_request(message, info, by_id=handler_set is self.method)
         self.context.handling(message)
         result: Payload = getattr(handler_set, attr)(self.context, Fields(kind, message.payload))
+        if scoring and self.context.named is not None:
+            self._record_asked(message, "positions", self.context.named)
         return result
+
+    # -- scoring: how fast a peer asks, and about whom ------------------------------------------------
+
+    def _scoring_request(self, message: Message, info: HandlerInfo, *, by_id: bool) -> None:
+        """A message of a scoring session: one of the method's that names people by ID (a scoring request) takes
+        a token of its sender's rate and is recorded with those people, or is refused (and recorded so) over the
+        rate; a protocol's that names people (a kept intersection's reuse, which comes first in a batch) is refused
+        while a scoring request would be, so that the batch leaves this party out rather than failing on it."""
+        fields = info.request_fields("ids") if by_id else []
+        if not fields:
+            if info.request_fields("ids", "membership") and not self._rates.ready(message.sender):
+                raise self._refuse(message, self._over_rate())
+            return
+        ids = np.concatenate([np.asarray(message.payload[f]).ravel() for f in fields])
+        if not self._rates.take(message.sender):
+            self._record_asked(message, "ids", ids, refused="policy.max_peer_requests_per_second")
+            raise self._refuse(message, self._over_rate())
+        self._record_asked(message, "ids", ids)
+
+    def _over_rate(self) -> str:
+        rate = self.policy.max_peer_requests_per_second
+        return (f"it comes over the rate of scoring requests this party answers a peer, {rate:g} a second ([policy] "
+                f"max_peer_requests_per_second = {rate:g} in its config); ask again later, or raise it there")
+
+    def _record_asked(self, message: Message, named_by: NamedBy, ids: np.ndarray, refused: str = "") -> None:
+        """Who asked about which of this party's people, written before the answer leaves (where it keeps the
+        record)."""
+        if self.asked is None or not len(ids):
+            return
+        label, model_id = self._model
+        self.asked.asked(peer=message.sender, run=message.run, model=label, model_id=model_id, kind=message.kind,
+                         named_by=named_by, ids=ids, refused=refused)
 
     def _check_sizes(self, message: Message) -> None:
         """No request may hold more rows than this party's policy allows (IDs, positions, rows of a block)."""
@@ -418,6 +466,7 @@ class Node:
     def _load(self, payload: Fields, run: str, sender: str) -> Payload:
         """Set the method up from this party's saved part, ready to score (its training data is not needed)."""
         check_payload(LOAD, payload, LOAD_SPEC)
+        self.policy.check_serving(self.name, payload.text("label"), payload.text("model_id"))
         part = self._require_store().load(label=payload.text("label"), model_id=payload.text("model_id"))
         name = payload.text("method")
         if part.manifest.get("method") != name:

@@ -16,6 +16,8 @@ surely does when that is less (``vflo.methods.masks.required_mixing``).
     max_peer_calls = 8                     # a peer's calls this party serves at once (more are refused)
     max_peer_bytes = 536870912             # a peer's message bytes this party holds at once (512 MiB)
     max_arrival_seconds = 300.0            # how long a call's message may take to arrive before it is dropped
+    max_peer_requests_per_second = 50.0    # a peer's scoring requests this party answers a second (leave out: any)
+    serve_models = ["splitnn"]             # the saved models (labels or model IDs) it opens a scoring session for
     [policy.require]
     "fedsvd.svd.mask" = "dense"            # a setting that must have this value
     "rap.max_condition" = { max = 10.0 }   # or stay within bounds
@@ -55,7 +57,18 @@ class Policy:
     call's message may take to arrive; a call beyond them is refused (or dropped, when late) without touching the
     other peers' calls. A client that is no peer is refused from its certificate before any of its message is
     read (:class:`vflo.comm.grpc_transport.PartyServer`). ``max_peer_bytes`` must hold the largest message a peer
-    may send (``max_message_bytes``)."""
+    may send (``max_message_bytes``).
+    ``max_peer_requests_per_second``: how many scoring requests (a saved model's session: requests that name people
+    by ID) one peer may make a second, a token bucket per peer holding a second's worth (at least one); a request
+    over it is refused, naming this key, and so is a kept intersection's reuse that comes first while the bucket is
+    empty, so that an active party serving with ``missing = "subset"`` leaves this party out of that batch. None
+    (the default): any rate, as nothing in vflo knows the traffic a deployment serves (a bound under it turns
+    this party absent for the batches over it); what a peer may hold at once is bounded by ``max_peer_calls``,
+    ``max_peer_bytes`` and ``max_rows`` whatever the rate, and every request is recorded with the people it
+    names (``asked_log``, :mod:`vflo.party.asked`).
+    ``serve_models``: the saved models, by label or model ID, this party opens a scoring session for
+    (``control.load``); None (the default): every model it saved; ``[]``: none. A session for another is refused,
+    naming it."""
 
     methods: tuple[str, ...] = ()
     require: dict[str, Any] = field(default_factory=dict)
@@ -74,6 +87,9 @@ class Policy:
     max_peer_calls: int = PeerBounds.max_peer_calls
     max_peer_bytes: int = PeerBounds.max_peer_bytes
     max_arrival_seconds: float = PeerBounds.max_arrival_seconds
+    # Scoring: how fast one peer may ask (None: any rate), and which saved models it may ask with (None: every one).
+    max_peer_requests_per_second: float | None = None
+    serve_models: tuple[str, ...] | None = None
 
     def runs_psi(self, protocol: str) -> bool:
         """Whether this party runs the PSI library's ``protocol`` (its ``psi_protocols``; None: every one)."""
@@ -115,6 +131,16 @@ class Policy:
         if not _is_number(arrival) or arrival <= 0:
             raise ConfigError(f"policy.max_arrival_seconds must be a positive number of seconds, got {arrival!r}; "
                               f"leave it out for the default ({Policy.max_arrival_seconds}) or raise it for slow links")
+        rate = self.max_peer_requests_per_second
+        if rate is not None and (not _is_number(rate) or rate <= 0):
+            raise ConfigError(f"policy.max_peer_requests_per_second must be a positive number of scoring requests a "
+                              f"second per peer, got {rate!r}; leave it out to answer at any rate, or give e.g. "
+                              "max_peer_requests_per_second = 50.0 under [policy]")
+        served = self.serve_models
+        if served is not None and (isinstance(served, str) or not all(isinstance(m, str) and m for m in served)):
+            raise ConfigError(f"policy.serve_models must be a list of saved model labels or model IDs ([] for none), "
+                              f"got {served!r}; e.g. serve_models = [\"splitnn\"] under [policy], or leave it out "
+                              "to serve every model this party saved")
         if not _is_number(mixing) or mixing < 1.0:
             raise ConfigError(f"policy.min_mask_mixing must be a finite number of at least 1.0 (1 turns the mixing "
                               f"check off), got {mixing!r}; set min_mask_mixing = 8.0 or more under [policy]")
@@ -133,6 +159,17 @@ class Policy:
             if "min" in rule and "max" in rule and rule["min"] > rule["max"]:
                 raise ConfigError(f"policy.require.{path}: min = {rule['min']} is above max = {rule['max']}, so no "
                                   "value could meet it; swap them or widen the range")
+
+    def check_serving(self, party: str, label: str, model_id: str) -> None:
+        """Refuse a scoring session for saved model ``label`` (training ``model_id``) unless ``serve_models`` names
+        it (by label or model ID) or is left out."""
+        served = self.serve_models
+        if served is None or label in served or (model_id and model_id in served):
+            return
+        serves = f"only {', '.join(served)}" if served else "no saved model"
+        raise PolicyError(f"party {party!r} does not open a scoring session for model {label!r} (model ID "
+                          f"{model_id or '?'}): its policy serves {serves}; add {label!r} to [policy] serve_models in "
+                          "its config if it should")
 
     @property
     def open(self) -> bool:
