@@ -260,6 +260,23 @@ def test_serving_with_whoever_answers_leaves_a_partner_over_its_rate_out_of_the_
     assert not second["pas"].any() and "pas" not in fed.absent
 
 
+@pytest.mark.parametrize("scoring", [{"policy": Policy(max_peer_requests_per_second=1000.0), "missing": "subset"}],
+                         indirect=True)
+def test_a_scoring_request_refused_by_a_partners_policy_leaves_it_out_of_an_any_subset_batch(
+        scoring: Scoring, saved: tuple[FederatedData, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    data, _ = saved
+    people = _people(data, 4)
+    fed, method = scoring.fed, scoring.method
+    fed.ctx.serving = scoring.everyone.subset(people)
+    # The reuse passes (the bucket looks ready), then the scoring request itself is refused over the rate.
+    monkeypatch.setattr(scoring.nodes["pas"]._rates, "take", lambda sender: False)
+    scores, by = method.predict_by(fed, people)
+    assert len(scores) == 4 and not by["pas"].any() and "pas" not in fed.absent  # scored without it, this batch
+    monkeypatch.undo()
+    _, again = method.predict_by(fed, people)
+    assert again["pas"].all()
+
+
 @pytest.mark.parametrize("scoring", [{"policy": Policy(serve_models=("splitnn",))}], indirect=True)
 def test_a_session_for_a_model_outside_serve_models_is_refused_at_load(scoring: Scoring) -> None:
     # "splitnn" opened (the fixture's session); the same part under another label is refused before it is read.

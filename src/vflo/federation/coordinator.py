@@ -26,7 +26,7 @@ from vflo.comm.message import Message, Payload, Reply
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
-from vflo.errors import MethodError, PartyBoundaryError, RemoteError, TransportError
+from vflo.errors import MethodError, PartyBoundaryError, ProtocolError, RemoteError, TransportError
 from vflo.party.context import AlignmentFolder, NodeContext
 from vflo.party.node import Node
 from vflo.party.policy import Policy
@@ -355,21 +355,24 @@ class Coordinator(Aligner):
         self.transport.flush()
 
     def exchange_tolerant(
-        self, kind: str, payloads: Mapping[str, Payload]
-    ) -> tuple[dict[str, Reply], dict[str, TransportError]]:
+        self, kind: str, payloads: Mapping[str, Payload], *, refusals: frozenset[str] = frozenset()
+    ) -> tuple[dict[str, Reply], dict[str, ProtocolError]]:
         """One round in which a party may fail to answer: (replies, failures by party).
 
-        Errors a party reports (a :class:`RemoteError`) still raise: only undelivered or
-        unanswered messages are tolerated.
+        Errors a party reports (a :class:`RemoteError`) still raise, unless their type is among ``refusals`` (a
+        party's policy refusing this request, as over its rate: the party is left out as if it had not answered);
+        otherwise only undelivered or unanswered messages are tolerated.
         """
         messages = self._messages(kind, payloads, round_no=self._round + 1)
         self.settle()
         self._round += 1
         replies: dict[str, Reply] = {}
-        failures: dict[str, TransportError] = {}
+        failures: dict[str, ProtocolError] = {}
         for m, r in zip(messages, self.transport.request_each(messages), strict=True):
             if isinstance(r, TransportError):
                 failures[m.receiver] = r
+            elif r.error is not None and r.error.type in refusals:
+                failures[m.receiver] = RemoteError(r.sender, r.kind, r.error.type, r.error.message)
             else:
                 replies[m.receiver] = r.unwrap()
         return replies, failures

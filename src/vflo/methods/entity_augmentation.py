@@ -15,7 +15,7 @@ from vflo.align import psi
 from vflo.comm.message import BOOL, IDS, INT, ArraySpec, Fields, Payload, Reply, expect_rows
 from vflo.data.datasets import Task
 from vflo.dp import DPSGD, GaussianNoise, PrivacyPlan, RandomisedResponse
-from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError, TransportError
+from vflo.errors import ConfigError, MethodError, ProtocolError, RefusedError
 from vflo.methods.base import Claim, Layout, Method, MethodConfig, handles, reveals
 from vflo.methods.saved import INTEGER, PARTY_NAMES, WIDTHS, Part, Saved, Saves, network
 from vflo.methods.split_learning import (
@@ -464,7 +464,7 @@ class EntityAugmentation(SplitParty, Method):
         return onehot
 
     def assemble_step(
-        self, guests: list[str], replies: Mapping[str, Reply], failures: dict[str, TransportError],
+        self, guests: list[str], replies: Mapping[str, Reply], failures: Mapping[str, ProtocolError],
         last: dict[str, tuple[np.ndarray, np.ndarray]],
     ) -> tuple[list[torch.Tensor], list[np.ndarray], set[str]] | None:
         """Activations and IDs for this step, from replies or (policy permitting) each guest's queue."""

@@ -445,6 +445,11 @@ def _held_by_whoever_answers(fed: Federation, ids: np.ndarray, parties: list[str
     return held
 
 
+#: A partner's refusals of a scoring request that leave it out of the batch, as a partner that did not answer
+#: is (its policy's rate or row bounds): an any-subset batch scores with the others.
+SCORING_REFUSALS = frozenset({"RefusedError", "PolicyError"})
+
+
 def ask_holders(fed: Federation, kind: str, ids: np.ndarray,
                 parties: list[str]) -> tuple[dict[str, Reply], dict[str, np.ndarray]]:
     """Ask each partner ``kind`` about the people among ``ids`` it holds (one alignment of the serving rows, one
@@ -453,7 +458,7 @@ def ask_holders(fed: Federation, kind: str, ids: np.ndarray,
     if fed.whoever_answers:
         held = _held_by_whoever_answers(fed, ids, parties)
         asked = {p: {"ids": ids[h], "purpose": "serve"} for p, h in held.items() if h.any()}
-        replies, lost = fed.exchange_tolerant(kind, asked)
+        replies, lost = fed.exchange_tolerant(kind, asked, refusals=SCORING_REFUSALS)
         for p, exc in lost.items():
             fed.mark_absent(p, exc)
             held[p] = np.zeros(len(ids), dtype=bool)

@@ -20,7 +20,7 @@ from vflo.comm.message import Payload, Reply
 from vflo.comm.transport import Transport
 from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
-from vflo.errors import TransportError
+from vflo.errors import ProtocolError
 from vflo.party.context import AlignmentFolder, NodeContext
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo
@@ -218,9 +218,10 @@ class Federation(Aligning, Protocol):
         ...
 
     def exchange_tolerant(
-        self, kind: str, payloads: Mapping[str, Payload]
-    ) -> tuple[dict[str, Reply], dict[str, TransportError]]:
-        """One round in which a party may fail to answer: (replies, failures by party)."""
+        self, kind: str, payloads: Mapping[str, Payload], *, refusals: frozenset[str] = frozenset()
+    ) -> tuple[dict[str, Reply], dict[str, ProtocolError]]:
+        """One round in which a party may fail to answer: (replies, failures by party); a party's error whose
+        type is among ``refusals`` counts as a failure too."""
         ...
 
     def post(self, kind: str, payloads: Mapping[str, Payload]) -> None:
