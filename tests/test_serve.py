@@ -5,6 +5,7 @@ process with vflo.load(...).score."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,149 @@ def test_a_server_reachable_from_elsewhere_needs_tls_and_a_token_file_its_owners
     shared.chmod(0o600)
     assert access_of(load_serve_config(config(f'token_file = "{shared}"\n')).serve).token == "s" * 40
     assert access_of(load_serve_config(config('auth = "none"\n')).serve).token is None
+
+
+def test_an_ab_test_sends_each_person_to_the_same_model_in_the_share_asked(tmp_path: Path, models: Path) -> None:
+    shared, _ = _both()
+    config = _config(tmp_path, models, '[models.splitnn]\nchallenger = "local"\nchallenger_share = 0.4\n')
+    with _client(config) as client:
+        listed = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+        assert listed["splitnn"]["challenger"] == "local" and "local" in listed  # the challenger served too
+        arms = {}
+        for person in shared:
+            answers = [client.post("/v1/models/splitnn:predict", json={"ids": [person]}).json() for _ in range(2)]
+            assert answers[0]["served_by"] == answers[1]["served_by"]  # the same person, the same model
+            assert answers[0]["predictions"][0]["model"] == answers[0]["served_by"]
+            arms[person] = answers[0]["served_by"]
+        assert set(arms.values()) == {"splitnn", "local"}
+        metrics = client.get("/metrics").text
+        challenged = sum(a == "local" for a in arms.values())
+        assert f'vflo_rows_total{{model="splitnn",scored_by="hospital",scored_model="local"}} {2.0 * challenged}' \
+            in metrics
+    from vflo.serve.app import Served
+
+    # The share holds over many people (a hash of the model's name and the first ID).
+    share = np.mean([Served.route(_StubServed(0.4), "m", [f"P{k}"]) == "c" for k in range(4000)])  # type: ignore[arg-type]
+    assert abs(share - 0.4) < 0.03
+    with pytest.raises(ConfigError, match="names both challenger"):
+        from vflo.serve.live import ServePolicy
+
+        ServePolicy(challenger="local")
+
+
+class _StubServed:
+    """What Served.route reads: one model with challenger "c" at ``share``."""
+
+    def __init__(self, share: float) -> None:
+        from types import SimpleNamespace
+
+        from vflo.serve.live import ServePolicy
+
+        self.live = {"m": SimpleNamespace(policy=ServePolicy(challenger="c", challenger_share=share))}
+
+
+def test_the_answer_cache_gives_complete_answers_again_within_their_time(tmp_path: Path, models: Path) -> None:
+    from vflo.serve.cache import AnswerCache
+
+    now = [0.0]
+    cache = AnswerCache(seconds=10, people=2, clock=lambda: now[0])
+    full = [{"id": "a", "scored_by": ["h", "l"]}, {"id": "b", "scored_by": ["h", "l"]}, {"id": "c", "scored_by": ["h"]}]
+    cache.put("v1", full, complete=lambda r: len(r["scored_by"]) == 2)
+    assert cache.get("v1", ["a", "b"]) == full[:2] and cache.get("v1", ["c"]) is None  # scored without the lab
+    assert cache.get("v2", ["a"]) is None  # another version starts empty
+    cache.put("v1", [{"id": "d", "scored_by": ["h", "l"]}], complete=lambda r: True)
+    assert cache.get("v1", ["a"]) is None and cache.get("v1", ["d"]) is not None  # at most two people: a went
+    now[0] = 10.5
+    assert cache.get("v1", ["d"]) is None  # past its time
+
+    shared, _ = _both()
+    config = _config(tmp_path, models, "[models.splitnn]\ncache_seconds = 60\n")
+    with _client(config) as client:
+        first = client.post("/v1/models/splitnn:predict", json={"ids": shared[:2]}).json()
+        again = client.post("/v1/models/splitnn:predict", json={"ids": shared[:2]}).json()
+        assert again["predictions"] == first["predictions"]
+        row = pd.read_csv(HOSPITAL, dtype={"pid": str}).drop(columns=["outcome"]).set_index("pid").loc[shared[0]]
+        given = client.post("/v1/models/splitnn:predict",
+                            json={"ids": [shared[0]], "features": [{**row.to_dict(), "pid": shared[0]}]})
+        assert given.status_code == 200  # values given with the request: scored, never from the cache
+        metrics = client.get("/metrics").text
+        assert 'vflo_cached_total{model="splitnn"} 1.0' in metrics
+        assert 'vflo_rows_total{model="splitnn",scored_by="hospital+lab",scored_model="splitnn"} 5.0' in metrics
+
+
+def test_a_model_saved_again_is_swapped_in_by_the_watcher(tmp_path: Path, models: Path) -> None:
+    from vflo.serve.config import load_serve_config
+    from vflo.serve.server import served_from
+
+    served = served_from(load_serve_config(_config(tmp_path, models, "[models.local]\n")))
+    live = served.live["local"]
+    saved = {"local": "a-newer-version"}  # what the folder's card says now
+    served.on_disk = saved.get
+    loads: list[str] = []
+    load = served._load
+
+    def counted(name: str) -> Any:
+        loads.append(name)
+        fresh = load(name)
+        saved[name] = fresh.version  # the folder's version, loaded: nothing more to swap
+        return fresh
+
+    served._load = counted
+
+    async def watched() -> None:
+        task = asyncio.get_running_loop().create_task(served.watch(0.01))
+        for _ in range(500):  # bounded: 5 s
+            await asyncio.sleep(0.01)
+            if loads:
+                break
+        await asyncio.sleep(0.05)
+        task.cancel()
+
+    try:
+        asyncio.run(watched())
+    finally:
+        served.close()
+    assert loads == ["local"] and served.live["local"] is not live
+
+
+def test_the_grpc_api_answers_as_http_does_with_the_same_token(tmp_path: Path, models: Path) -> None:
+    import threading
+
+    import grpc
+
+    from vflo.flower.local import free_port
+    from vflo.serve.config import load_serve_config
+    from vflo.serve.grpc_api import LIST_MODELS, call, start_grpc
+    from vflo.serve.guard import Access
+    from vflo.serve.server import served_from
+
+    address = f"127.0.0.1:{free_port()}"
+    config = load_serve_config(_config(tmp_path, models, "[models.splitnn]\n"))
+    config = replace(config, serve=replace(config.serve, grpc_listen=address))
+    served = served_from(config)
+    access = Access(token="t" * 32)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    stop = start_grpc(served, loop, config.serve, access)
+    shared, only = _both()
+    try:
+        with grpc.insecure_channel(address) as channel:
+            answer = call(channel, {"model": "splitnn", "ids": shared[:3]}, token=access.token)
+            assert [p["id"] for p in answer["predictions"]] == shared[:3] and answer["version"]
+            assert call(channel, {}, token=access.token, method=LIST_MODELS)["models"][0]["name"] == "splitnn"
+            for body, token, code in (({"model": "splitnn", "ids": shared[:1]}, None, "UNAUTHENTICATED"),
+                                      ({"model": "nope", "ids": shared[:1]}, access.token, "NOT_FOUND"),
+                                      ({"model": "splitnn", "ids": only[:1]}, access.token, "INVALID_ARGUMENT"),
+                                      ({"model": "splitnn"}, access.token, "INVALID_ARGUMENT")):
+                with pytest.raises(grpc.RpcError) as refused:
+                    call(channel, body, token=token)
+                assert refused.value.code().name == code
+        # The same scores as the model gives in process (and so as HTTP gives: one Served answers both).
+        here = served.live["splitnn"].score_records(shared[:3])
+        assert [p["scores"] for p in here] == [p["scores"] for p in answer["predictions"]]
+    finally:
+        stop()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        served.close()

@@ -1,5 +1,6 @@
 """vflo serve reachable only as its config says: over TLS with client certificates from the deployment's PKI
-(auth = "mtls"), a client without one refused at the handshake; with a bearer token over TLS otherwise."""
+(auth = "mtls"), a client without one refused at the handshake; with a bearer token over TLS otherwise; its gRPC
+API beside HTTP under the same rules."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
 from vflo.cli import main
 from vflo.comm.tls import init_certs
 from vflo.flower.local import free_port
+from vflo.serve.grpc_api import call
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -45,9 +48,10 @@ def test_vflo_serve_over_tls_asks_for_a_client_certificate_or_the_token(tmp_path
     mine.load_cert_chain(certs / "app.pem", certs / "app.key")
     person = {"ids": [HOSPITAL.read_text().splitlines()[1].split(",")[0]]}
     for auth in ("mtls", "token"):
-        port = free_port()
+        port, grpc_port = free_port(), free_port()
         config = tmp_path / f"{auth}.toml"
         config.write_text(f'[serve]\nmodels = "{tmp_path / "models"}"\nrows = "{HOSPITAL}"\nlisten = "0.0.0.0:{port}"\n'
+                          f'grpc_listen = "127.0.0.1:{grpc_port}"\n'
                           f'auth = "{auth}"\ncertificate = "{certs / "serve.pem"}"\nkey = "{certs / "serve.key"}"\n' +
                           (f'client_ca = "{certs / "ca.pem"}"\n' if auth == "mtls" else "") + "\n[models.local]\n")
         server = subprocess.Popen([sys.executable, "-m", "vflo", "serve", str(config)],
@@ -65,6 +69,19 @@ def test_vflo_serve_over_tls_asks_for_a_client_certificate_or_the_token(tmp_path
                 assert httpx.post(url, json=person, verify=ca).status_code == 401
                 reply = httpx.post(url, json=person, verify=ca, headers={"Authorization": f"Bearer {token}"})
                 assert reply.status_code == 200 and reply.json()["predictions"][0]["model"] == "local"
+            # The gRPC API beside it: the same TLS, and the same client certificate or token.
+            root = (certs / "ca.pem").read_bytes()
+            own = {"private_key": (certs / "app.key").read_bytes(),
+                   "certificate_chain": (certs / "app.pem").read_bytes()}
+            token = None if auth == "mtls" else (tmp_path / "token.token").read_text().strip()
+            options = [("grpc.ssl_target_name_override", "serve")]
+            with grpc.secure_channel(f"127.0.0.1:{grpc_port}", grpc.ssl_channel_credentials(root, **own),
+                                     options=options) as channel:
+                assert call(channel, {"model": "local", **person}, token=token)["predictions"][0]["model"] == "local"
+            with grpc.secure_channel(f"127.0.0.1:{grpc_port}", grpc.ssl_channel_credentials(root),
+                                     options=options) as channel, pytest.raises(grpc.RpcError) as refused:
+                call(channel, {"model": "local", **person}, timeout=5.0)  # no certificate, or no token
+            assert refused.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED)
             with pytest.raises(httpx.HTTPError):  # plain HTTP is not served
                 httpx.post(f"http://127.0.0.1:{port}/v1/models/local:predict", json=person).raise_for_status()
         finally:

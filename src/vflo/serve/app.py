@@ -2,7 +2,8 @@
 partners answer in time, in milliseconds.
 
     POST /v1/models/{name}:predict   {"ids": [...], "features": [{...}, ...]}  ->  each person's scores, class,
-                                     model and scored_by; the model's version; the time taken
+                                     model and scored_by; the model that answered (served_by: the model or its
+                                     A/B challenger) and its version; the time taken
     GET  /v1/models                  what is served, each model's version and policy
     PUT  /v1/models/{name}           load the model saved under that name again (a new version), swapped in
                                      without stopping; the old session is closed once no batch uses it
@@ -10,17 +11,21 @@ partners answer in time, in milliseconds.
     GET  /readyz                     every served model's session is open and no partner has left it
     GET  /metrics                    Prometheus: requests, latency, batch sizes, fallbacks, partners absent
 
-Every route but the two probes needs the serve token (``Authorization: Bearer``), and a swap the admin token
+The same answers over gRPC: :mod:`vflo.serve.grpc_api`. A model saved again is swapped in by :meth:`Served.watch`;
+answers scored with every partner may be given again from :mod:`vflo.serve.cache`. Every route but the two probes
+needs the serve token (``Authorization: Bearer``), and a swap the admin token
 (:mod:`vflo.serve.guard`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pandas as pd
@@ -30,6 +35,7 @@ from pydantic import BaseModel, Field
 
 from vflo.errors import VfloError
 from vflo.serve.batcher import Batcher
+from vflo.serve.cache import AnswerCache
 from vflo.serve.guard import Access, Guard
 from vflo.serve.live import LiveModel
 
@@ -40,10 +46,12 @@ class Served:
     """The models a server holds, each with its micro-batcher; ``load(name)`` makes a model live (again)."""
 
     def __init__(self, load: Callable[[str], LiveModel], names: list[str], *, max_people: int,
-                 max_wait: float) -> None:
+                 max_wait: float, on_disk: Callable[[str], str | None] | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self._load, self.max_people, self.max_wait = load, max_people, max_wait
+        # The version saved under a name now (its card's model ID; None while it cannot be read): the watcher's.
+        self.on_disk = on_disk
         self.registry = CollectorRegistry()
         self.requests = Counter("vflo_requests", "prediction requests answered, by model and outcome",
                                 ["model", "outcome"], registry=self.registry)
@@ -58,6 +66,9 @@ class Served:
         self.batchers: dict[str, Batcher] = {}
         self.swaps = Counter("vflo_swaps", "model versions swapped in without stopping", ["model"],
                              registry=self.registry)
+        self.cached = Counter("vflo_cached", "requests answered from the answer cache", ["model"],
+                              registry=self.registry)
+        self.caches: dict[str, AnswerCache] = {}
         for name in names:
             self.install(name)
 
@@ -71,8 +82,89 @@ class Served:
         live = self._load(name)
         self.live[name] = live
         self.batchers[name] = self._batcher(name, live.score_records, live.encoding.id_column)
+        if live.policy.cache_seconds > 0:
+            self.caches[name] = AnswerCache(seconds=live.policy.cache_seconds, people=live.policy.cache_people)
         logger.info("serving %s version %s (%s)", name, live.version, live.policy)
         return live
+
+    def route(self, name: str, ids: list[object]) -> str:
+        """Which model answers a request for ``name``: its challenger where the request's first person falls in the
+        challenger's share (the same person, the same model), else ``name``."""
+        policy = self.live[name].policy
+        if policy.challenger is None or not ids:
+            return name
+        place = hashlib.blake2b(f"{name}\0{ids[0]}".encode(), digest_size=8).digest()
+        return policy.challenger if int.from_bytes(place, "big") / 2**64 < policy.challenger_share else name
+
+    async def answer(self, name: str, ids: list[object], features: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """A prediction request answered, as the API gives it (HTTP and gRPC alike); :class:`ServeError` says why
+        not, with the HTTP status it maps to."""
+        if name not in self.live:
+            raise ServeError(404, f"no model {name!r} is served here; served: {sorted(self.live)}")
+        started = time.perf_counter()
+        label = self.route(name, ids)
+        live = self.live[label]
+        frame = pd.DataFrame(features) if features else None
+        if frame is not None and live.encoding.id_column not in frame:
+            self.requests.labels(name, "bad_request").inc()
+            raise ServeError(422, f"each entry of 'features' needs the ID column {live.encoding.id_column!r}")
+        cache = self.caches.get(label) if frame is None else None
+        records = cache.get(live.version, ids) if cache is not None else None
+        if records is not None:
+            self.cached.labels(name).inc()
+        else:
+            try:
+                live.check(ids, frame)
+            except VfloError as exc:
+                self.requests.labels(name, "bad_request").inc()
+                raise ServeError(422, f"{type(exc).__name__}: {exc}") from exc
+            try:
+                records = await self.batchers[label].submit(ids, frame)
+            except VfloError as exc:  # a partner's failure: the whole batch's, said to each request in it
+                self.requests.labels(name, "failed").inc()
+                raise ServeError(503, f"{type(exc).__name__}: {exc}") from exc
+            if cache is not None:
+                everyone = len(live.model.card_partners()) + 1
+                cache.put(live.version, records, complete=lambda r: len(r["scored_by"]) == everyone)
+        refused = [r for r in records if r.get("error")]
+        if refused:
+            self.requests.labels(name, "refused").inc()
+            raise ServeError(422, f"{len(refused)} of the {len(records)} people asked for cannot be scored (e.g. "
+                                  f"{[r['id'] for r in refused[:3]]}): {refused[0]['error']}")
+        took = time.perf_counter() - started
+        self.requests.labels(name, "ok").inc()
+        self.latency.labels(name).observe(took)
+        for (model, by), count in Tally((r["model"], "+".join(r["scored_by"])) for r in records).items():
+            self.rows.labels(name, model, by).inc(count)
+        version = records[0]["version"] if records else live.version  # the version that scored it (one batch)
+        return {"model": name, "served_by": label, "version": version,
+                "predictions": [{k: v for k, v in r.items() if k != "version"} for r in records],
+                "took_ms": round(took * 1000, 3)}
+
+    def listing(self) -> dict[str, Any]:
+        """What is served: each model's version and policy."""
+        return {"models": [{"name": n, "version": m.version, "method": m.model.card.method,
+                            "missing": m.policy.missing, "fallback": m.policy.fallback,
+                            "deadline_ms": m.policy.deadline_ms, "challenger": m.policy.challenger,
+                            "challenger_share": m.policy.challenger_share,
+                            "cache_seconds": m.policy.cache_seconds} for n, m in sorted(self.live.items())]}
+
+    async def watch(self, every: float) -> None:
+        """Swap in each model saved again under its name (its card names another version), checking every
+        ``every`` seconds; a version that does not load is logged, and the one live keeps answering."""
+        if self.on_disk is None:
+            return
+        while True:
+            await asyncio.sleep(every)
+            for name in list(self.live):
+                saved = await asyncio.get_running_loop().run_in_executor(None, self.on_disk, name)
+                if saved is None or saved == self.live[name].version:
+                    continue
+                logger.info("%s was saved again (version %s): swapping it in", name, saved)
+                try:
+                    await self.reload(name)
+                except Exception:  # the model live before keeps answering; logged by reload
+                    continue
 
     async def reload(self, name: str) -> LiveModel:
         """Model ``name`` loaded again and swapped in without losing a request: new requests queue for the new
@@ -109,66 +201,58 @@ class Served:
             live.close()
 
 
+class ServeError(VfloError):
+    """A request the server does not answer, with the HTTP status it maps to."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
 class PredictRequest(BaseModel):
     """A prediction request: the people to score (at most 10,000), and the active party's feature values for
-    people not in its table (each with its ID column)."""
+    people not in its table (each with its ID column; at most 10,000)."""
 
     ids: list[int | str] = Field(min_length=1, max_length=10_000)
-    features: list[dict[str, Any]] | None = None
+    features: list[dict[str, Any]] | None = Field(default=None, max_length=10_000)
 
 
-def create_app(served: Served, *, access: Access) -> FastAPI:
-    """The FastAPI application over ``served``, its calls checked by ``access`` (:class:`vflo.serve.guard.Guard`)."""
-    app = FastAPI(title="vflo serve", docs_url=None, redoc_url=None, openapi_url=None)
+def create_app(served: Served, *, access: Access, watch_seconds: float = 0.0,
+               on_start: Callable[[asyncio.AbstractEventLoop], Callable[[], None]] | None = None) -> FastAPI:
+    """The FastAPI application over ``served``, its calls checked by ``access`` (:class:`vflo.serve.guard.Guard`);
+    ``watch_seconds``: how often the models folder is checked for models saved again (0: never); ``on_start``:
+    called with the server's event loop once it runs (the gRPC API starts there), returning what stops it."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        watcher = asyncio.get_running_loop().create_task(served.watch(watch_seconds)) if watch_seconds > 0 else None
+        stop = on_start(asyncio.get_running_loop()) if on_start is not None else None
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if stop is not None:
+                stop()
+
+    app = FastAPI(title="vflo serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.add_middleware(Guard, access=access)
-
-    def live_of(name: str) -> LiveModel:
-        if name not in served.live:
-            raise HTTPException(404, f"no model {name!r} is served here; served: {sorted(served.live)}")
-        return served.live[name]
 
     @app.post("/v1/models/{name}:predict")
     async def predict(name: str, request: PredictRequest) -> dict[str, Any]:
-        live = live_of(name)
-        started = time.perf_counter()
-        features = pd.DataFrame(request.features) if request.features else None
-        if features is not None and live.encoding.id_column not in features:
-            served.requests.labels(name, "bad_request").inc()
-            raise HTTPException(422, f"each entry of 'features' needs the ID column {live.encoding.id_column!r}")
         try:
-            live.check(request.ids, features)
-        except VfloError as exc:
-            served.requests.labels(name, "bad_request").inc()
-            raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
-        try:
-            records = await served.batchers[name].submit(request.ids, features)
-        except VfloError as exc:  # a partner's failure: the whole batch's, said to each request in it
-            served.requests.labels(name, "failed").inc()
-            raise HTTPException(503, f"{type(exc).__name__}: {exc}") from exc
-        refused = [r for r in records if r.get("error")]
-        if refused:
-            served.requests.labels(name, "refused").inc()
-            raise HTTPException(422, f"{len(refused)} of the {len(records)} people asked for cannot be scored (e.g. "
-                                f"{[r['id'] for r in refused[:3]]}): {refused[0]['error']}")
-        took = time.perf_counter() - started
-        served.requests.labels(name, "ok").inc()
-        served.latency.labels(name).observe(took)
-        for (model, by), count in Tally((r["model"], "+".join(r["scored_by"])) for r in records).items():
-            served.rows.labels(name, model, by).inc(count)
-        version = records[0]["version"] if records else live.version  # the version that scored it (one batch)
-        return {"model": name, "version": version, "predictions": [{k: v for k, v in r.items() if k != "version"}
-                                                                     for r in records],
-                "took_ms": round(took * 1000, 3)}
+            return await served.answer(name, list(request.ids), request.features)
+        except ServeError as exc:
+            raise HTTPException(exc.status, exc.detail) from exc
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"models": [{"name": n, "version": m.version, "method": m.model.card.method,
-                            "missing": m.policy.missing, "fallback": m.policy.fallback,
-                            "deadline_ms": m.policy.deadline_ms} for n, m in sorted(served.live.items())]}
+        return served.listing()
 
     @app.put("/v1/models/{name}")
     async def reload(name: str) -> dict[str, Any]:
-        live_of(name)
+        if name not in served.live:
+            raise HTTPException(404, f"no model {name!r} is served here; served: {sorted(served.live)}")
         try:
             live = await served.reload(name)
         except VfloError as exc:

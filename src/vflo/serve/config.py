@@ -14,6 +14,8 @@ feature table, and its partners (deployed, or their files in this process for a 
     certificate = "certs/serve.pem"       # TLS: the server's certificate and key ...
     key = "certs/serve.key"
     client_ca = "certs/ca.pem"            # ... and, for auth = "mtls", the CA that signs clients' certificates
+    grpc_listen = "127.0.0.1:8081"        # the same API over gRPC (none by default)
+    watch_seconds = 5.0                   # a model saved again under its name is swapped in (0: never)
 
     [partners]                            # instead of deploy: each partner's rows, all in this process
     lab = "data/lab_to_score.csv"
@@ -61,11 +63,19 @@ class ServeSettings:
     insecure_listen: bool = False
     max_request_bytes: int = 4 << 20
     max_connections: int = 512
+    grpc_listen: str = ""
+    watch_seconds: float = 5.0
 
     def __post_init__(self) -> None:
-        host, _, port = self.listen.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"serve.listen is HOST:PORT (e.g. 127.0.0.1:8080), got {self.listen!r}")
+        for key, address in (("listen", self.listen), ("grpc_listen", self.grpc_listen or "x:1")):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(f"serve.{key} is HOST:PORT (e.g. 127.0.0.1:8080), got {address!r}")
+        if self.grpc_listen and self.grpc_listen == self.listen:
+            raise ConfigError("serve.grpc_listen and serve.listen are the same address: give gRPC a port of its own")
+        if self.watch_seconds < 0:
+            raise ConfigError(f"serve.watch_seconds: how often the models folder is checked for models saved again, "
+                              f"0 for never; got {self.watch_seconds}")
         if self.auth not in ("token", "mtls", "none"):
             raise ConfigError(f"serve.auth is 'token' (a bearer token), 'mtls' (client certificates) or 'none', got "
                               f"{self.auth!r}")
@@ -76,11 +86,13 @@ class ServeSettings:
                               "signs the clients' certificates)")
         if self.client_ca is not None and self.auth != "mtls":
             raise ConfigError("serve.client_ca is read only with auth = 'mtls'")
-        if not is_loopback(host) and self.certificate is None and not self.insecure_listen:
-            raise ConfigError(f"serve.listen {self.listen!r} is reachable from other hosts, and without TLS anyone on "
-                              "the way reads the people asked about, their scores and the token: give "
-                              "serve.certificate and serve.key, or listen on 127.0.0.1 behind your own TLS proxy "
-                              "(insecure_listen = true serves plain HTTP there anyway, logged)")
+        for key, address in (("listen", self.listen), ("grpc_listen", self.grpc_listen)):
+            if address and not is_loopback(address.rpartition(":")[0]) and self.certificate is None and \
+                    not self.insecure_listen:
+                raise ConfigError(f"serve.{key} {address!r} is reachable from other hosts, and without TLS anyone on "
+                                  "the way reads the people asked about, their scores and the token: give "
+                                  "serve.certificate and serve.key, or listen on 127.0.0.1 behind your own TLS proxy "
+                                  "(insecure_listen = true serves it in the clear there anyway, logged)")
         if self.max_request_bytes < 1024:
             raise ConfigError(f"serve.max_request_bytes: at least 1024, got {self.max_request_bytes}")
         if self.max_connections < 1:
@@ -153,9 +165,11 @@ def access_of(settings: ServeSettings) -> Access:
     elif settings.auth == "none":
         logger.warning("vflo serve asks callers for nothing (auth = 'none'): whoever reaches %s can ask for any "
                        "person's scores", settings.listen)
-    if settings.insecure_listen and settings.certificate is None and not is_loopback(settings.host):
-        logger.warning("vflo serve listens on %s in plain HTTP (insecure_listen = true): the people asked about, "
-                       "their scores and the token cross the network in the clear", settings.listen)
+    for address in (settings.listen, settings.grpc_listen):
+        if address and settings.insecure_listen and settings.certificate is None and \
+                not is_loopback(address.rpartition(":")[0]):
+            logger.warning("vflo serve listens on %s in the clear (insecure_listen = true): the people asked about, "
+                           "their scores and the token cross the network unencrypted", address)
     admin = None if settings.admin_token_file is None else \
         read_token(Path(settings.admin_token_file), create=True, what="serve admin token")
     return Access(token=token, admin_token=admin, max_request_bytes=settings.max_request_bytes)

@@ -49,11 +49,22 @@ class ServePolicy:
     (a model trained to do without partners: LASER-VFL, SecureBoost, SplitNN with party dropout); ``"fallback"``
     scores the people the partners cannot with the active-only model ``fallback`` saved beside it; ``"refuse"``
     answers those people with an error. ``deadline_ms``: how long a partner may take to answer a batch (a request
-    may ask for less)."""
+    may ask for less).
+
+    ``challenger`` and ``challenger_share``: another saved model (a new version, or another method) answering
+    that share of the requests for this one, an A/B test: a request goes to it when its first person's place
+    (a hash of the model's name and the ID) falls in the share, so a person keeps seeing the same one.
+    ``cache_seconds``: how long a person's answer, scored with every partner, is given again without asking the
+    partners (0, the default: never); ``cache_people``: the most people it keeps (the oldest go first). A
+    request that brings its own feature values is never answered from the cache."""
 
     missing: Missing = "refuse"
     fallback: str | None = None
     deadline_ms: float = 100.0
+    challenger: str | None = None
+    challenger_share: float = 0.0
+    cache_seconds: float = 0.0
+    cache_people: int = 100_000
 
     def __post_init__(self) -> None:
         if self.missing not in ("subset", "fallback", "refuse"):
@@ -63,6 +74,15 @@ class ServePolicy:
                               "and fallback is read only with missing = 'fallback'")
         if not self.deadline_ms > 0:
             raise ConfigError(f"deadline_ms must be a positive number of milliseconds, got {self.deadline_ms}")
+        if (self.challenger is None) != (self.challenger_share == 0):
+            raise ConfigError("an A/B test names both challenger = 'LABEL' (a model saved beside this one) and "
+                              "challenger_share, the share of requests it answers (between 0 and 1)")
+        if not 0 <= self.challenger_share < 1:
+            raise ConfigError(f"challenger_share is the share of requests the challenger answers, at least 0 and "
+                              f"below 1, got {self.challenger_share}")
+        if self.cache_seconds < 0 or self.cache_people < 1:
+            raise ConfigError(f"cache_seconds must be 0 (no cache) or more, and cache_people at least 1; got "
+                              f"{self.cache_seconds} and {self.cache_people}")
 
 
 class LiveModel:

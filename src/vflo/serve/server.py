@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vflo.artifacts import CARD, ModelCard
-from vflo.errors import ConfigError
+from vflo.errors import ConfigError, VfloError
 from vflo.scoring import SavedModel
 from vflo.serve.app import Served
 from vflo.serve.config import ServeConfig, access_of
@@ -31,6 +34,19 @@ def served_from(config: ServeConfig) -> Served:
     folder = config.serve.models
     labels = saved_labels(folder)
     names = list(config.models) or labels
+    policies = dict(config.models)
+    for name in list(names):  # each challenger is served too, with its own [models.LABEL] or its model's policy
+        champion = policies.get(name, ServePolicy())
+        if champion.challenger is None:
+            continue
+        if champion.challenger == name:
+            raise ConfigError(f"[models.{name}] names itself as its challenger: name another saved model")
+        own = policies.setdefault(champion.challenger, replace(champion, challenger=None, challenger_share=0.0))
+        if own.challenger is not None:
+            raise ConfigError(f"{champion.challenger}, the challenger of {name}, has a challenger of its own: an A/B "
+                              "test has two models")
+        if champion.challenger not in names:
+            names.append(champion.challenger)
     unknown = [n for n in names if n not in labels]
     if unknown:
         raise ConfigError(f"[models] names {unknown}, not saved under {folder}; saved: {labels}")
@@ -39,16 +55,31 @@ def served_from(config: ServeConfig) -> Served:
 
     def load(name: str) -> LiveModel:
         # Read again from the folder each time: a model saved again since is the new version.
-        policy = config.models.get(name, ServePolicy())
+        policy = policies.get(name, ServePolicy())
         saved = {label: SavedModel.load(folder, label) for label in labels if label in (name, policy.fallback)}
-        return load_live(saved, name, rows=config.serve.rows, policy=policy, session=opener)
+        live = load_live(saved, name, rows=config.serve.rows, policy=policy, session=opener)
+        for champion, other in policies.items():
+            if other.challenger == name and champion in labels:
+                theirs = SavedModel.load(folder, champion).score_columns
+                if theirs != live.model.score_columns:
+                    live.close()
+                    raise ConfigError(f"{name} scores {live.model.score_columns}, {champion} {theirs}: a challenger "
+                                      "answers the same question as the model it is tested against")
+        return live
+
+    def on_disk(name: str) -> str | None:
+        try:
+            return str(ModelCard.read(Path(folder) / name).model_id)
+        except (OSError, VfloError):  # being written, or removed: the live version keeps answering
+            return None
 
     # From the cards alone: each model's parts are read (and checked) once, when it is loaded.
     collaborative = [n for n in names if ModelCard.read(Path(folder) / n).inference != "active_only"]
     if config.serve.deploy and len(collaborative) > 1:
         raise ConfigError(f"the partners of a deployment hold one scoring session at a time; serve one of "
                           f"{collaborative} with them (the active-only models beside it need no partner)")
-    return Served(load, names, max_people=config.serve.batch_people, max_wait=config.serve.batch_wait_ms / 1000)
+    return Served(load, names, max_people=config.serve.batch_people, max_wait=config.serve.batch_wait_ms / 1000,
+                  on_disk=on_disk)
 
 
 def serve_forever(config: ServeConfig) -> None:
@@ -65,8 +96,16 @@ def serve_forever(config: ServeConfig) -> None:
     if settings.auth == "mtls":
         tls |= {"ssl_ca_certs": settings.client_ca, "ssl_cert_reqs": ssl.CERT_REQUIRED}
     served = served_from(config)
+    on_start = None
+    if settings.grpc_listen:
+        from vflo.serve.grpc_api import start_grpc
+
+        def on_start(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+            return start_grpc(served, loop, settings, access)
+
     try:
-        uvicorn.run(create_app(served, access=access), host=settings.host, port=settings.port,
-                    log_level="warning", workers=1, limit_concurrency=settings.max_connections, **tls)
+        uvicorn.run(create_app(served, access=access, watch_seconds=settings.watch_seconds, on_start=on_start),
+                    host=settings.host, port=settings.port, log_level="warning", workers=1,
+                    limit_concurrency=settings.max_connections, **tls)
     finally:
         served.close()
