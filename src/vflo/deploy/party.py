@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -248,6 +249,10 @@ def serve_forever(config: PartyConfig) -> int:
     party = start_party(config)
     stop = stop_on_signal()
     assert party.server is not None
+    # Its rows stay for the process's life: out of the collector's sight, so that full collections, which would
+    # walk them all, do not stall an answer now and then (a scoring session's deadline is milliseconds).
+    gc.collect()
+    gc.freeze()
     announce(config, f"listening on {party.server.address}")
     while not stop.wait(0.5):
         pass

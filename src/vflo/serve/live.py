@@ -190,7 +190,12 @@ class LiveModel:
     def check(self, ids: Sequence[object], features: pd.DataFrame | None) -> None:
         """Refuse a request whose people the active party neither holds nor was given values for (before it joins
         a batch, so that it fails alone)."""
-        self._raw_rows(ids, features)
+        if features is not None:
+            self._raw_rows(ids, features)
+            return
+        # Only whether each is held: the rows themselves are read once, for the whole batch.
+        wanted = np.asarray(list(ids), dtype=self.rows.ids.dtype)
+        _refuse_lacking(wanted[~self.rows.contains(wanted)])
 
     def _raw_rows(self, ids: Sequence[object], features: pd.DataFrame | None) -> PartyData:
         """The active party's rows for ``ids`` as read from its file (encoded, not yet standardised): from its
@@ -205,9 +210,7 @@ class LiveModel:
         lacking = wanted[~held]
         if given is not None:
             lacking = lacking[~given.contains(lacking)]
-        if len(lacking):
-            raise DataError(f"the active party holds no row of {len(lacking)} of the people asked for (e.g. "
-                            f"{lacking[:3].tolist()}): give their feature values in the request's 'features'")
+        _refuse_lacking(lacking)
         if given is None:
             return self.rows.subset(wanted)
         mine, theirs = self.rows.subset(wanted[held]), given.subset(wanted[~held])
@@ -220,6 +223,12 @@ class LiveModel:
         """End the scoring session at every partner."""
         if self._close is not None:
             self._close()
+
+
+def _refuse_lacking(lacking: np.ndarray) -> None:
+    if len(lacking):
+        raise DataError(f"the active party holds no row of {len(lacking)} of the people asked for (e.g. "
+                        f"{lacking[:3].tolist()}): give their feature values in the request's 'features'")
 
 
 def records(scored: Scored, model: SavedModel, *, version: str) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import ssl
 from collections.abc import Callable
@@ -96,6 +97,10 @@ def serve_forever(config: ServeConfig) -> None:
     if settings.auth == "mtls":
         tls |= {"ssl_ca_certs": settings.client_ca, "ssl_cert_reqs": ssl.CERT_REQUIRED}
     served = served_from(config)
+    # What was loaded (models, tables, sessions) stays for the server's life: out of the collector's sight, so that
+    # its full collections, which would walk it all, do not stall a request now and then.
+    gc.collect()
+    gc.freeze()
     on_start = None
     if settings.grpc_listen:
         from vflo.serve.grpc_api import start_grpc
