@@ -377,3 +377,26 @@ def test_the_grpc_api_answers_as_http_does_with_the_same_token(tmp_path: Path, m
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
         served.close()
+
+
+def test_a_deployment_serves_one_collaborative_model_and_live_rows_carry_their_encoding(tmp_path: Path,
+                                                                                       models: Path) -> None:
+    from vflo.data.partydata import PartyData
+    from vflo.errors import DataError
+    from vflo.serve.config import load_serve_config
+    from vflo.serve.live import LiveModel
+    from vflo.serve.server import served_from
+
+    deployed = tmp_path / "deployed.toml"
+    deployed.write_text(f'[serve]\nmodels = "{models}"\nrows = "{HOSPITAL}"\ndeploy = "deploy.toml"\n\n'
+                        '[models.splitnn]\nchallenger = "rap"\nchallenger_share = 0.5\n')
+    with pytest.raises(ConfigError, match=r"one scoring session at a time; serve one of \['splitnn', 'rap'\]"):
+        served_from(load_serve_config(deployed))  # refused from the cards, before any partner is dialled
+    served = served_from(load_serve_config(_config(tmp_path, models, "[models.local]\n")))
+    try:
+        live = served.live["local"]
+        bare = PartyData(party=live.rows.party, ids=live.rows.ids, X=live.rows.X, columns=live.rows.columns)
+        with pytest.raises(DataError, match="must be read from its file, with the encoding its model was trained"):
+            LiveModel(live.model, live.fed, live.method, bare, policy=live.policy)
+    finally:
+        served.close()

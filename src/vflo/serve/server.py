@@ -51,6 +51,13 @@ def served_from(config: ServeConfig) -> Served:
     unknown = [n for n in names if n not in labels]
     if unknown:
         raise ConfigError(f"[models] names {unknown}, not saved under {folder}; saved: {labels}")
+
+    # From the cards alone: each model's parts are read (and checked) once, when it is loaded.
+    collaborative = [n for n in names if ModelCard.read(Path(folder) / n).inference != "active_only"]
+    if config.serve.deploy and len(collaborative) > 1:
+        raise ConfigError(f"the partners of a deployment hold one scoring session at a time; serve one of "
+                          f"{collaborative} with them (the active-only models beside it need no partner; an A/B "
+                          "test of two collaborative models runs in one process, with [partners])")
     opener: Opener | None = deployed(config.serve.deploy) if config.serve.deploy else \
         in_process(config.partners) if config.partners else None
 
@@ -74,11 +81,6 @@ def served_from(config: ServeConfig) -> Served:
         except (OSError, VfloError):  # being written, or removed: the live version keeps answering
             return None
 
-    # From the cards alone: each model's parts are read (and checked) once, when it is loaded.
-    collaborative = [n for n in names if ModelCard.read(Path(folder) / n).inference != "active_only"]
-    if config.serve.deploy and len(collaborative) > 1:
-        raise ConfigError(f"the partners of a deployment hold one scoring session at a time; serve one of "
-                          f"{collaborative} with them (the active-only models beside it need no partner)")
     return Served(load, names, max_people=config.serve.batch_people, max_wait=config.serve.batch_wait_ms / 1000,
                   on_disk=on_disk)
 
