@@ -114,7 +114,7 @@ def test_requests_arriving_together_are_scored_in_one_batch() -> None:
 
     calls: list[list[object]] = []
 
-    def score(ids: list[object], features: pd.DataFrame | None) -> list[dict[str, Any]]:
+    def score(ids: list[object], features: pd.DataFrame | None, since: float) -> list[dict[str, Any]]:
         calls.append(ids)
         return [{"id": i, "score": float(str(i)[1:])} for i in ids]
 
@@ -398,5 +398,49 @@ def test_a_deployment_serves_one_collaborative_model_and_live_rows_carry_their_e
         bare = PartyData(party=live.rows.party, ids=live.rows.ids, X=live.rows.X, columns=live.rows.columns)
         with pytest.raises(DataError, match="must be read from its file, with the encoding its model was trained"):
             LiveModel(live.model, live.fed, live.method, bare, policy=live.policy)
+    finally:
+        served.close()
+
+
+def test_a_batchs_partners_must_answer_within_the_deadline_of_its_oldest_request(tmp_path: Path,
+                                                                                models: Path) -> None:
+    import time
+
+    from vflo.serve.config import load_serve_config
+    from vflo.serve.live import RESERVE
+    from vflo.serve.server import served_from
+
+    served = served_from(load_serve_config(_config(tmp_path, models,
+                                                   "[models.splitnn]\ndeadline_ms = 200\n")))
+    live = served.live["splitnn"]
+    seen: list[float | None] = []
+
+    class Timed:
+        """The session's transport, with the absolute time a deployed one bounds each call by."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.until = inner, None
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def request_each(self, messages: Any) -> Any:
+            seen.append(self.until)
+            return self.inner.request_each(messages)
+
+        def request_many(self, messages: Any) -> Any:
+            seen.append(self.until)
+            return self.inner.request_many(messages)
+
+    shared, _ = _both()
+    try:
+        live.fed.transport = Timed(live.fed.transport)
+        arrived = time.monotonic() - 0.05  # the oldest request of the batch came 50 ms ago
+        live.scored(shared[:2], since=arrived)
+        assert seen and all(u == pytest.approx(arrived + 0.2 - RESERVE) for u in seen)
+        assert live.fed.transport.until is None  # each batch its own
+        seen.clear()
+        live.scored(shared[:2], since=time.monotonic() - 10)  # waited past its deadline: a millisecond left
+        assert seen and all(u is not None and u <= time.monotonic() + 0.001 for u in seen)
     finally:
         served.close()

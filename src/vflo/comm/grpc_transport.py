@@ -540,6 +540,9 @@ class GrpcTransport(Transport):
         self.peers = dict(peers)
         self.credentials = credentials
         self.deadline = deadline
+        # An absolute time (time.monotonic) by which every call must also be answered, where the caller has one
+        # (a served request's own deadline, counted from its arrival); None: each call has the whole deadline.
+        self.until: float | None = None
         self.retries = retries
         self.backoff = backoff
         self._channels: dict[str, grpc.Channel] = {}
@@ -675,6 +678,8 @@ class GrpcTransport(Transport):
         # The deadline bounds the call, retries and the certificate check included: a party down for longer is
         # late, not waited for.
         until = time.monotonic() + self.deadline
+        if self.until is not None:
+            until = min(until, self.until)
         one, several = self._stub(receiver, kinds, until)
         framing = FRAME_HEADER if len(chunk) > 1 else 0  # each frame's length header in a CallMany body
         seqs = self._record_requests([m for m, _ in chunk], [f for _, f in chunk], framing=framing)

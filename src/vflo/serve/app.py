@@ -175,7 +175,7 @@ class Served:
         ready, holder = asyncio.Event(), [old_live]
         # Late-bound: the batcher scores with whichever version is live when its first batch runs.
         self.batchers[name] = self._batcher(
-            name, lambda ids, features: holder[0].score_records(ids, features),  # noqa: PLW0108
+            name, lambda ids, features, since: holder[0].score_records(ids, features, since),  # noqa: PLW0108
             old_live.encoding.id_column, ready)
         await old_batcher.drain()
         old_batcher.close()

@@ -18,7 +18,9 @@ import pandas as pd
 logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]
-Score = Callable[[list[object], pd.DataFrame | None], list[Record]]
+#: ``score(ids, features, since)``: one record per ID; ``since``, when the batch's oldest request arrived
+#: (time.monotonic).
+Score = Callable[[list[object], pd.DataFrame | None, float], list[Record]]
 
 
 @dataclass
@@ -26,7 +28,7 @@ class _Pending:
     ids: list[object]
     features: pd.DataFrame | None
     done: asyncio.Future[list[Record]]
-    arrived: float = field(default_factory=time.perf_counter)
+    arrived: float = field(default_factory=time.monotonic)
 
 
 class Batcher:
@@ -87,7 +89,9 @@ class Batcher:
         features = pd.concat(given, ignore_index=True).drop_duplicates(self.id_column) if given else None
         started = time.perf_counter()
         try:
-            frame = await loop.run_in_executor(self._executor, self.score, ids, features)
+            # The batch's oldest request says how long its partners may still take (its deadline counts from it).
+            since = min(p.arrived for p in batch)
+            frame = await loop.run_in_executor(self._executor, self.score, ids, features, since)
         except Exception as exc:  # every request of the batch gets the failure, said once in the log
             logger.warning("a batch of %d people failed: %s", len(ids), exc)
             for p in batch:

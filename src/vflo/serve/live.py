@@ -39,6 +39,8 @@ SESSION_MISSING: dict[str, Literal["subset", "active_only", "refuse"]] = {
 REFUSED = "(refused)"
 #: Seconds a partner that missed its deadline is left out of the next batches before it is asked again.
 RESTING = 1.0
+#: Seconds of a request's deadline kept for scoring without a partner that did not answer in time.
+RESERVE = 0.005
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,8 +137,11 @@ class LiveModel:
         column, one row each)."""
         return self.scored(ids, features).frame(self.model)
 
-    def scored(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> Scored:
-        """:meth:`score` as arrays (:class:`vflo.scoring.Scored`): what a server turns into its answers."""
+    def scored(self, ids: Sequence[object], features: pd.DataFrame | None = None, *,
+               since: float | None = None) -> Scored:
+        """:meth:`score` as arrays (:class:`vflo.scoring.Scored`): what a server turns into its answers. ``since``:
+        when the batch's oldest request arrived (time.monotonic): its partners must answer within the model's
+        deadline from then, less :data:`RESERVE` (the deadline is the request's, its wait for a turn included)."""
         raw = self._raw_rows(ids, features)
         with self._lock:
             fed, method = self.fed, self.method
@@ -144,9 +149,16 @@ class LiveModel:
             rest = [p for p, until in self.resting.items() if until > now and p not in fed.absent]
             for party in rest:  # out of this batch only
                 fed.absent[party] = "missed its deadline a moment ago; asked again after a rest"
+            transport: Any = fed.transport
+            timed = since is not None and hasattr(transport, "until")
+            if timed:
+                assert since is not None
+                transport.until = max(since + self.policy.deadline_ms / 1000 - RESERVE, now + 0.001)
             try:
                 return self._score(fed, method, raw)
             finally:
+                if timed:
+                    transport.until = None
                 for party in rest:
                     fed.absent.pop(party, None)
 
@@ -167,9 +179,10 @@ class LiveModel:
         return score_rows(self.model, rows.ids, covered, lambda keep: method.predict_by(fed, keep),
                           missing=missing, fallback=self.fallback, fallback_rows=raw)
 
-    def score_records(self, ids: Sequence[object], features: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+    def score_records(self, ids: Sequence[object], features: pd.DataFrame | None = None,
+                      since: float | None = None) -> list[dict[str, Any]]:
         """:meth:`score` as JSON records (:func:`records`), made where the batch is scored."""
-        return records(self.scored(ids, features), self.model, version=self.version)
+        return records(self.scored(ids, features, since=since), self.model, version=self.version)
 
     def _refusing(self, ids: np.ndarray, covered: np.ndarray,
                   score: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]]) -> Scored:
