@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from vflo.data.partydata import PartyData
-from vflo.errors import ConfigError, DataError, DeliveryTimeoutError
+from vflo.errors import ConfigError, DataError, RemoteError, TransportError
 from vflo.federation.coordinator import Coordinator
 from vflo.methods.base import Method
 from vflo.scoring import SavedModel, Scored, score_rows
@@ -119,7 +119,9 @@ class LiveModel:
             fed.on_absent = self._missed
 
     def _missed(self, party: str, why: Exception | str) -> None:
-        if isinstance(why, DeliveryTimeoutError):
+        # Late, unreachable (a dialled party that is down costs each batch its retries) or refusing (over its
+        # rate): each would cost the next batches the same, so it rests.
+        if isinstance(why, TransportError | RemoteError):
             self.resting[party] = time.monotonic() + RESTING
 
     @property
