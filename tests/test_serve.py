@@ -444,3 +444,19 @@ def test_a_batchs_partners_must_answer_within_the_deadline_of_its_oldest_request
         assert seen and all(u is not None and u <= time.monotonic() + 0.001 for u in seen)
     finally:
         served.close()
+
+
+def test_a_model_is_added_and_unloaded_without_stopping_with_the_admin_token(tmp_path: Path, models: Path) -> None:
+    shared, _ = _both()
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    with _client(_config(tmp_path, models, "[models.local]\n")) as client:
+        assert client.post("/v1/models/splitnn:predict", json={"ids": shared[:1]}).status_code == 404
+        assert client.put("/v1/models/splitnn").status_code == 401  # an admin call
+        added = client.put("/v1/models/splitnn", headers=admin)
+        assert added.status_code == 200 and added.json()["version"] == SavedModel.load(models, "splitnn").card.model_id
+        assert client.post("/v1/models/splitnn:predict", json={"ids": shared[:1]}).status_code == 200
+        assert client.delete("/v1/models/local").status_code == 401
+        assert client.delete("/v1/models/local", headers=admin).json() == {"model": "local", "unloaded": True}
+        assert client.post("/v1/models/local:predict", json={"ids": shared[:1]}).status_code == 404
+        assert [m["name"] for m in client.get("/v1/models").json()["models"]] == ["splitnn"]
+        assert client.put("/v1/models/nothing", headers=admin).status_code == 503  # not saved: said why

@@ -134,6 +134,9 @@ def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_par
             assert np.allclose(got, without[saved.score_columns].to_numpy(float), atol=1e-6)
             metrics = http.get(f"{base}/metrics").text
             assert 'vflo_rows_total{model="laser_vfl",scored_by="a+p1",scored_model="laser_vfl"} 26.0' in metrics
+            late = 'vflo_partner_absent_total{model="laser_vfl",partner="p2",why="DeliveryTimeoutError"} 1.0'
+            assert late in metrics  # the hung batch; the killed partner's batch is counted as unreachable
+            assert 'vflo_partner_absent_total{model="laser_vfl",partner="p2",why="TransportError"}' in metrics
     finally:
         if server is not None:
             server.terminate()

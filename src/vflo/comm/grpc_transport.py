@@ -525,6 +525,10 @@ class _Sender:
         return reply
 
 
+#: Seconds a call still has when made past its caller's ``until`` (GrpcTransport.until).
+LAST_CALL = 0.005
+
+
 class GrpcTransport(Transport):
     """Requests from one party to others over gRPC, with deadlines and retries for unreachable parties."""
 
@@ -677,9 +681,12 @@ class GrpcTransport(Transport):
         kinds = " + ".join(dict.fromkeys(m.kind for m, _ in chunk))
         # The deadline bounds the call, retries and the certificate check included: a party down for longer is
         # late, not waited for.
-        until = time.monotonic() + self.deadline
+        now = time.monotonic()
+        until = now + self.deadline
         if self.until is not None:
-            until = min(until, self.until)
+            # A call made once the caller's time is (nearly) up still has a few milliseconds: a party that answers
+            # at once is not left out because another took the time before it.
+            until = min(until, max(self.until, now + LAST_CALL))
         one, several = self._stub(receiver, kinds, until)
         framing = FRAME_HEADER if len(chunk) > 1 else 0  # each frame's length header in a CallMany body
         seqs = self._record_requests([m for m, _ in chunk], [f for _, f in chunk], framing=framing)

@@ -5,8 +5,9 @@ partners answer in time, in milliseconds.
                                      model and scored_by; the model that answered (served_by: the model or its
                                      A/B challenger) and its version; the time taken
     GET  /v1/models                  what is served, each model's version and policy
-    PUT  /v1/models/{name}           load the model saved under that name again (a new version), swapped in
-                                     without stopping; the old session is closed once no batch uses it
+    PUT  /v1/models/{name}           load the model saved under that name (again: a new version, swapped in
+                                     without stopping; the old session is closed once no batch uses it)
+    DELETE /v1/models/{name}         stop serving it (the requests it holds answered first)
     GET  /healthz                    the process answers
     GET  /readyz                     every served model's session is open and no partner has left it
     GET  /metrics                    Prometheus: requests, latency, batch sizes, fallbacks, partners absent
@@ -46,10 +47,14 @@ class Served:
     """The models a server holds, each with its micro-batcher; ``load(name)`` makes a model live (again)."""
 
     def __init__(self, load: Callable[[str], LiveModel], names: list[str], *, max_people: int,
-                 max_wait: float, on_disk: Callable[[str], str | None] | None = None) -> None:
+                 max_wait: float, on_disk: Callable[[str], str | None] | None = None,
+                 admit: Callable[[str, list[str]], None] | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
-        self._load, self.max_people, self.max_wait = load, max_people, max_wait
+        self._load: Callable[[str], LiveModel] = lambda name: self._wired(name, load(name))
+        # Raises where a model may not join those served now (a deployment's one collaborative model).
+        self.admit = admit
+        self.max_people, self.max_wait = max_people, max_wait
         # The version saved under a name now (its card's model ID; None while it cannot be read): the watcher's.
         self.on_disk = on_disk
         self.registry = CollectorRegistry()
@@ -69,8 +74,19 @@ class Served:
         self.cached = Counter("vflo_cached", "requests answered from the answer cache", ["model"],
                               registry=self.registry)
         self.caches: dict[str, AnswerCache] = {}
+        self.absences = Counter("vflo_partner_absent", "partners left out of a batch, by model, partner and why "
+                                "(DeliveryTimeoutError: past the deadline; TransportError: unreachable; "
+                                "RemoteError: it refused)", ["model", "partner", "why"], registry=self.registry)
         for name in names:
             self.install(name)
+
+    def _wired(self, name: str, live: LiveModel) -> LiveModel:
+        """``live`` telling the metrics of each partner it leaves out."""
+        def missed(party: str, why: Exception | str) -> None:
+            self.absences.labels(name, party, type(why).__name__ if isinstance(why, Exception) else "absent").inc()
+
+        live.on_missed = missed
+        return live
 
     def _batcher(self, name: str, score: Callable[..., Any], id_column: str,
                  ready: asyncio.Event | None = None) -> Batcher:
@@ -79,7 +95,9 @@ class Served:
 
     def install(self, name: str) -> LiveModel:
         """Model ``name`` loaded and served (at start, before any request)."""
-        live = self._load(name)
+        return self._serving(name, self._load(name))
+
+    def _serving(self, name: str, live: LiveModel) -> LiveModel:
         self.live[name] = live
         self.batchers[name] = self._batcher(name, live.score_records, live.encoding.id_column)
         if live.policy.cache_seconds > 0:
@@ -194,6 +212,23 @@ class Served:
         logger.info("swapped %s to version %s (was %s)", name, live.version, old_live.version)
         return live
 
+    async def unload(self, name: str) -> None:
+        """Model ``name`` no longer served: the requests it holds answered, then its session closed."""
+        batcher = self.batchers.pop(name)
+        live = self.live.pop(name)
+        self.caches.pop(name, None)
+        await batcher.drain()
+        batcher.close()
+        await asyncio.get_running_loop().run_in_executor(None, live.close)
+        logger.info("unloaded %s (version %s)", name, live.version)
+
+    async def add(self, name: str) -> LiveModel:
+        """Model ``name``, saved but not served, loaded and served (its session opened) without stopping."""
+        if self.admit is not None:
+            self.admit(name, list(self.live))
+        live = await asyncio.get_running_loop().run_in_executor(None, self._load, name)
+        return self._serving(name, live)
+
     def close(self) -> None:
         for batcher in self.batchers.values():
             batcher.close()
@@ -251,13 +286,18 @@ def create_app(served: Served, *, access: Access, watch_seconds: float = 0.0,
 
     @app.put("/v1/models/{name}")
     async def reload(name: str) -> dict[str, Any]:
+        try:
+            live = await (served.reload(name) if name in served.live else served.add(name))
+        except VfloError as exc:
+            raise HTTPException(503, f"{name} was not loaded: {exc}") from exc
+        return {"model": name, "version": live.version}
+
+    @app.delete("/v1/models/{name}")
+    async def unload(name: str) -> dict[str, Any]:
         if name not in served.live:
             raise HTTPException(404, f"no model {name!r} is served here; served: {sorted(served.live)}")
-        try:
-            live = await served.reload(name)
-        except VfloError as exc:
-            raise HTTPException(503, f"{name} was not reloaded: {exc}") from exc
-        return {"model": name, "version": live.version}
+        await served.unload(name)
+        return {"model": name, "unloaded": True}
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -90,7 +90,7 @@ class Guard:
         path, method = scope["path"], scope["method"]
         headers = dict(scope.get("headers") or [])
         if path not in OPEN_PATHS:
-            admin = method == "PUT"
+            admin = method in ("PUT", "DELETE")
             if admin and self._admin is None:
                 await _refuse(send, 403, "model swaps over HTTP are off on this server: set serve.admin_token_file "
                                          "in its config (a second token, for whoever deploys models)")

@@ -115,13 +115,16 @@ class LiveModel:
         # A partner that missed its deadline rests: the next batches leave it out at once (it would hold each one a
         # whole deadline) until RESTING seconds have passed, when a batch asks it again.
         self.resting: dict[str, float] = {}
-        if policy.missing == "subset":
-            fed.on_absent = self._missed
+        # Told of each partner left out of a batch, and why (a server's metrics).
+        self.on_missed: Callable[[str, Exception | str], None] | None = None
+        fed.on_absent = self._missed
 
     def _missed(self, party: str, why: Exception | str) -> None:
+        if self.on_missed is not None:
+            self.on_missed(party, why)
         # Late, unreachable (a dialled party that is down costs each batch its retries) or refusing (over its
         # rate): each would cost the next batches the same, so it rests.
-        if isinstance(why, TransportError | RemoteError):
+        if self.policy.missing == "subset" and isinstance(why, TransportError | RemoteError):
             self.resting[party] = time.monotonic() + RESTING
 
     @property

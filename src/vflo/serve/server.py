@@ -52,19 +52,24 @@ def served_from(config: ServeConfig) -> Served:
     if unknown:
         raise ConfigError(f"[models] names {unknown}, not saved under {folder}; saved: {labels}")
 
-    # From the cards alone: each model's parts are read (and checked) once, when it is loaded.
-    collaborative = [n for n in names if ModelCard.read(Path(folder) / n).inference != "active_only"]
-    if config.serve.deploy and len(collaborative) > 1:
-        raise ConfigError(f"the partners of a deployment hold one scoring session at a time; serve one of "
-                          f"{collaborative} with them (the active-only models beside it need no partner; an A/B "
-                          "test of two collaborative models runs in one process, with [partners])")
+    def admit(name: str, served: list[str]) -> None:
+        # From the cards alone: each model's parts are read (and checked) once, when it is loaded.
+        together = [n for n in dict.fromkeys([*served, name])
+                    if ModelCard.read(Path(folder) / n).inference != "active_only"]
+        if config.serve.deploy and len(together) > 1:
+            raise ConfigError(f"the partners of a deployment hold one scoring session at a time; serve one of "
+                              f"{together} with them (the active-only models beside it need no partner; an A/B "
+                              "test of two collaborative models runs in one process, with [partners])")
+
+    admit(names[0], names)
     opener: Opener | None = deployed(config.serve.deploy) if config.serve.deploy else \
         in_process(config.partners) if config.partners else None
 
     def load(name: str) -> LiveModel:
-        # Read again from the folder each time: a model saved again since is the new version.
+        # Read again from the folder each time: a model saved again since is the new version (or a new one).
         policy = policies.get(name, ServePolicy())
-        saved = {label: SavedModel.load(folder, label) for label in labels if label in (name, policy.fallback)}
+        saved = {label: SavedModel.load(folder, label) for label in saved_labels(folder)
+                 if label in (name, policy.fallback)}
         live = load_live(saved, name, rows=config.serve.rows, policy=policy, session=opener)
         for champion, other in policies.items():
             if other.challenger == name and champion in labels:
@@ -82,7 +87,7 @@ def served_from(config: ServeConfig) -> Served:
             return None
 
     return Served(load, names, max_people=config.serve.batch_people, max_wait=config.serve.batch_wait_ms / 1000,
-                  on_disk=on_disk)
+                  on_disk=on_disk, admit=admit)
 
 
 def serve_forever(config: ServeConfig) -> None:
