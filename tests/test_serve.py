@@ -407,7 +407,7 @@ def test_a_batchs_partners_must_answer_within_the_deadline_of_its_oldest_request
     import time
 
     from vflo.serve.config import load_serve_config
-    from vflo.serve.live import RESERVE
+    from vflo.serve.live import reserve
     from vflo.serve.server import served_from
 
     served = served_from(load_serve_config(_config(tmp_path, models,
@@ -437,7 +437,8 @@ def test_a_batchs_partners_must_answer_within_the_deadline_of_its_oldest_request
         live.fed.transport = Timed(live.fed.transport)
         arrived = time.monotonic() - 0.05  # the oldest request of the batch came 50 ms ago
         live.scored(shared[:2], since=arrived)
-        assert seen and all(u == pytest.approx(arrived + 0.2 - RESERVE) for u in seen)
+        assert seen and all(u == pytest.approx(arrived + 0.2 - 0.015) for u in seen)  # RESERVE: over a twentieth
+        assert reserve(0.5) == 0.025 and reserve(0.02) == 0.01  # a twentieth of a long one, half of a short one
         assert live.fed.transport.until is None  # each batch its own
         seen.clear()
         live.scored(shared[:2], since=time.monotonic() - 10)  # waited past its deadline: a millisecond left

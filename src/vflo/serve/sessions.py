@@ -80,6 +80,9 @@ def deployed(deploy_path: str | Path) -> Opener:
         transport: Any = party.transport
         if hasattr(transport, "deadline"):
             transport.deadline = policy.deadline_ms / 1000
+            # A partner that cannot be reached is left out of the batch at once (and rests), not dialled again
+            # and again within the deadline: its retries would hold every request of the batch.
+            transport.retries = 0
 
         def close() -> None:
             try:
