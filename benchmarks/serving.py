@@ -356,14 +356,15 @@ def render(results: dict[str, Any]) -> str:
              "localhost, each its own process, over mutual TLS; the server and the load generator on the same "
              "machine; one person per request. The floor: the same model scoring the same people one at a time in "
              "one process, partners included, with no network, HTTP or batching. Synthetic parties (not a paper's "
-             "data).", ""]
+             "data). × floor: predictions a second served over the floor's, one at a time in one process.", ""]
     goals = []
     for n, block in sorted(results["partners"].items(), key=lambda kv: int(kv[0])):
         lines += [f"**{n} partner{'s' if int(n) > 1 else ''}** ({block['people']:,} people held by every party): "
-                  f"`{block['command']}`, run on {block['date']} at commit {block['commit']} on {block['machine']}, "
+                  f"`{block['command'].strip()}`, run on {block['date']} at commit {block['commit']} on "
+                  f"{block['machine']}, "
                   f"{block['seconds']:g} s per cell, deadline {block['deadline_ms']:g} ms.", "",
                   "| model | clients | p50 ms | p95 ms | p99 ms | predictions/s | with a partner | floor p50 ms "
-                  "| floor predictions/s |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| floor predictions/s | × floor |", "|---|---|---|---|---|---|---|---|---|---|"]
         for model, cells in block["models"].items():
             base = cells.get("floor", {})
             rows = [(str(c["concurrency"]), c) for c in cells.get("served", [])]
@@ -371,11 +372,12 @@ def render(results: dict[str, Any]) -> str:
                      if what in cells]
             for label, c in rows:
                 if not c["requests"]:
-                    lines.append(f"| {model} | {label} | no answer ({c['failed']} failed) | | | | | | |")
+                    lines.append(f"| {model} | {label} | no answer ({c['failed']} failed) | | | | | | | |")
                     continue
                 lines.append(f"| {model} | {label} | {c['p50_ms']:.1f} | {c['p95_ms']:.1f} | {c['p99_ms']:.1f} | "
                              f"{c['per_second']:,.0f} | {c['with_partner']:.0%} | {base.get('p50_ms', math.nan):.2f} "
-                             f"| {base.get('per_second', math.nan):,.0f} |")
+                             f"| {base.get('per_second', math.nan):,.0f} | "
+                             f"{c['per_second'] / base.get('per_second', math.nan):.1f} |")
         lines.append("")
         if n == "1":
             split = {c["concurrency"]: c for c in block["models"].get("splitnn", {}).get("served", [])}
