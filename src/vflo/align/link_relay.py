@@ -138,6 +138,10 @@ async def _end(*writers: asyncio.StreamWriter) -> None:
         _abort(writer)
 
 
+#: Seconds a relay still carries what one end sent after the other end closed.
+TRAILING_S = 0.5
+
+
 class LinkRelays:
     """One side's two relays of the library's link with ``peer``: the library listens on :attr:`own` and dials
     :attr:`to_peer` (both ``unix:`` addresses in ``folder``, a folder only this user may enter), the peer dials
@@ -492,7 +496,11 @@ class LinkRelays:
         pumps = [asyncio.ensure_future(self._pump(near_reader, far_writer, to_far)),
                  asyncio.ensure_future(self._pump(far_reader, near_writer, to_near))]
         try:
-            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            _, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            # One end closed: what the other had sent already (its last message, often a goodbye) is still carried
+            # and counted before both end, for a moment at most.
+            if pending:
+                await asyncio.wait(pending, timeout=TRAILING_S)
         finally:
             for pump in pumps:
                 pump.cancel()

@@ -139,7 +139,7 @@ class Policy:
         served = self.serve_models
         if served is not None and (isinstance(served, str) or not all(isinstance(m, str) and m for m in served)):
             raise ConfigError(f"policy.serve_models must be a list of saved model labels or model IDs ([] for none), "
-                              f"got {served!r}; e.g. serve_models = [\"splitnn\"] under [policy], or leave it out "
+                              f"got {served!r}; e.g. serve_models = [\"credit_v2\"] under [policy], or leave it out "
                               "to serve every model this party saved")
         if not _is_number(mixing) or mixing < 1.0:
             raise ConfigError(f"policy.min_mask_mixing must be a finite number of at least 1.0 (1 turns the mixing "

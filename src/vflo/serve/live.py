@@ -40,8 +40,8 @@ REFUSED = "(refused)"
 #: Seconds a partner that missed its deadline is left out of the next batches before it is asked again.
 RESTING = 1.0
 #: Seconds of a request's deadline kept for what follows a partner that did not answer in time (the other
-#: partners' turns, scoring without it, the answer's way back, and the batch queued behind it: about 20 ms with
-#: three partners on 2 cores), at least; a twentieth of a longer deadline, at most half of a short one.
+#: partners' turns, scoring without it, the answer's way back, and the batch queued behind it; measured by python -m
+#: benchmarks.serving, docs/deploy.md), at least; a twentieth of a longer deadline, at most half of a short one.
 RESERVE = 0.015
 
 
