@@ -250,6 +250,10 @@ def test_an_ab_test_sends_each_person_to_the_same_model_in_the_share_asked(tmp_p
         challenged = sum(a == "local" for a in arms.values())
         assert f'vflo_rows_total{{model="splitnn",scored_by="hospital",scored_model="local"}} {2.0 * challenged}' \
             in metrics
+        # The challenger unloaded: its share goes back to the model it was tested against.
+        assert client.delete("/v1/models/local", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 200
+        after = [client.post("/v1/models/splitnn:predict", json={"ids": [p]}).json()["served_by"] for p in shared]
+        assert set(after) == {"splitnn"}
     from vflo.serve.app import Served
 
     # The share holds over many people (a hash of the model's name and the first ID).
@@ -262,14 +266,15 @@ def test_an_ab_test_sends_each_person_to_the_same_model_in_the_share_asked(tmp_p
 
 
 class _StubServed:
-    """What Served.route reads: one model with challenger "c" at ``share``."""
+    """What Served.route reads: model "m" with challenger "c" at ``share``, both served."""
 
     def __init__(self, share: float) -> None:
         from types import SimpleNamespace
 
         from vflo.serve.live import ServePolicy
 
-        self.live = {"m": SimpleNamespace(policy=ServePolicy(challenger="c", challenger_share=share))}
+        self.live = {"m": SimpleNamespace(policy=ServePolicy(challenger="c", challenger_share=share)),
+                     "c": SimpleNamespace(policy=ServePolicy())}
 
 
 def test_the_answer_cache_gives_complete_answers_again_within_their_time(tmp_path: Path, models: Path) -> None:

@@ -344,4 +344,3 @@ class PartyData:
         return cls.from_frame(frame, party=party, id_column=id_column, label_column=label_column,
                               feature_columns=feature_columns, drop_columns=drop_columns, categorical=categorical,
                               task=task, impute=impute, missing_indicator=missing_indicator)
-

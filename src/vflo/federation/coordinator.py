@@ -371,10 +371,13 @@ class Coordinator(Aligner):
         for m, r in zip(messages, self.transport.request_each(messages), strict=True):
             if isinstance(r, TransportError):
                 failures[m.receiver] = r
-            elif r.error is not None and r.error.type in refusals:
-                failures[m.receiver] = RemoteError(r.sender, r.kind, r.error.type, r.error.message)
-            else:
+                continue
+            try:
                 replies[m.receiver] = r.unwrap()
+            except RemoteError as exc:
+                if exc.error_type not in refusals:
+                    raise
+                failures[m.receiver] = exc
         return replies, failures
 
     def request(self, receiver: str, kind: str, payload: Payload) -> Reply:

@@ -39,8 +39,7 @@ class TokenBucket:
 
     def take(self) -> bool:
         """Take a token for a request now: False (nothing taken) where the bucket is empty."""
-        self._refill()
-        if self._tokens < 1.0:
+        if not self.ready():
             return False
         self._tokens -= 1.0
         return True

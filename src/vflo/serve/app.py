@@ -105,11 +105,16 @@ class Served:
         logger.info("serving %s version %s (%s)", name, live.version, live.policy)
         return live
 
+    def require(self, name: str) -> None:
+        """Refuse a call for a model this server does not serve (404)."""
+        if name not in self.live:
+            raise ServeError(404, f"no model {name!r} is served here; served: {sorted(self.live)}")
+
     def route(self, name: str, ids: list[object]) -> str:
         """Which model answers a request for ``name``: its challenger where the request's first person falls in the
         challenger's share (the same person, the same model), else ``name``."""
         policy = self.live[name].policy
-        if policy.challenger is None or not ids:
+        if policy.challenger is None or policy.challenger not in self.live or not ids:  # unloaded: the model alone
             return name
         place = hashlib.blake2b(f"{name}\0{ids[0]}".encode(), digest_size=8).digest()
         return policy.challenger if int.from_bytes(place, "big") / 2**64 < policy.challenger_share else name
@@ -117,8 +122,7 @@ class Served:
     async def answer(self, name: str, ids: list[object], features: list[dict[str, Any]] | None) -> dict[str, Any]:
         """A prediction request answered, as the API gives it (HTTP and gRPC alike); :class:`ServeError` says why
         not, with the HTTP status it maps to."""
-        if name not in self.live:
-            raise ServeError(404, f"no model {name!r} is served here; served: {sorted(self.live)}")
+        self.require(name)
         started = time.perf_counter()
         label = self.route(name, ids)
         live = self.live[label]
@@ -294,8 +298,10 @@ def create_app(served: Served, *, access: Access, watch_seconds: float = 0.0,
 
     @app.delete("/v1/models/{name}")
     async def unload(name: str) -> dict[str, Any]:
-        if name not in served.live:
-            raise HTTPException(404, f"no model {name!r} is served here; served: {sorted(served.live)}")
+        try:
+            served.require(name)
+        except ServeError as exc:
+            raise HTTPException(exc.status, exc.detail) from exc
         await served.unload(name)
         return {"model": name, "unloaded": True}
 

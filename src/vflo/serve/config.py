@@ -86,9 +86,8 @@ class ServeSettings:
                               "signs the clients' certificates)")
         if self.client_ca is not None and self.auth != "mtls":
             raise ConfigError("serve.client_ca is read only with auth = 'mtls'")
-        for key, address in (("listen", self.listen), ("grpc_listen", self.grpc_listen)):
-            if address and not is_loopback(address.rpartition(":")[0]) and self.certificate is None and \
-                    not self.insecure_listen:
+        for key, address in self.in_the_clear.items():
+            if not self.insecure_listen:
                 raise ConfigError(f"serve.{key} {address!r} is reachable from other hosts, and without TLS anyone on "
                                   "the way reads the people asked about, their scores and the token: give "
                                   "serve.certificate and serve.key, or listen on 127.0.0.1 behind your own TLS proxy "
@@ -101,6 +100,14 @@ class ServeSettings:
             raise ConfigError(f"serve.batch_people: at least 1 person a batch, got {self.batch_people}")
         if not 0 <= self.batch_wait_ms <= 1000:
             raise ConfigError(f"serve.batch_wait_ms: 0 to 1000 ms, got {self.batch_wait_ms}")
+
+    @property
+    def in_the_clear(self) -> dict[str, str]:
+        """The addresses (by key) it would serve without TLS where other hosts can reach them."""
+        if self.certificate is not None:
+            return {}
+        return {key: address for key, address in (("listen", self.listen), ("grpc_listen", self.grpc_listen))
+                if address and not is_loopback(address.rpartition(":")[0])}
 
     @property
     def host(self) -> str:
@@ -165,11 +172,9 @@ def access_of(settings: ServeSettings) -> Access:
     elif settings.auth == "none":
         logger.warning("vflo serve asks callers for nothing (auth = 'none'): whoever reaches %s can ask for any "
                        "person's scores", settings.listen)
-    for address in (settings.listen, settings.grpc_listen):
-        if address and settings.insecure_listen and settings.certificate is None and \
-                not is_loopback(address.rpartition(":")[0]):
-            logger.warning("vflo serve listens on %s in the clear (insecure_listen = true): the people asked about, "
-                           "their scores and the token cross the network unencrypted", address)
+    for address in settings.in_the_clear.values():  # only with insecure_listen: refused otherwise
+        logger.warning("vflo serve listens on %s in the clear (insecure_listen = true): the people asked about, "
+                       "their scores and the token cross the network unencrypted", address)
     admin = None if settings.admin_token_file is None else \
         read_token(Path(settings.admin_token_file), create=True, what="serve admin token")
     return Access(token=token, admin_token=admin, max_request_bytes=settings.max_request_bytes)

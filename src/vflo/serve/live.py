@@ -153,7 +153,8 @@ class LiveModel:
                since: float | None = None) -> Scored:
         """:meth:`score` as arrays (:class:`vflo.scoring.Scored`): what a server turns into its answers. ``since``:
         when the batch's oldest request arrived (time.monotonic): its partners must answer within the model's
-        deadline from then, less :data:`RESERVE` (the deadline is the request's, its wait for a turn included)."""
+        deadline from then, less :func:`reserve` of it (the deadline is the request's, its wait for a turn
+        included)."""
         raw = self._raw_rows(ids, features)
         with self._lock:
             fed, method = self.fed, self.method
@@ -220,13 +221,17 @@ class LiveModel:
             self._raw_rows(ids, features)
             return
         # Only whether each is held: the rows themselves are read once, for the whole batch.
-        wanted = np.asarray(list(ids), dtype=self.rows.ids.dtype)
+        wanted = self._wanted(ids)
         _refuse_lacking(wanted[~self.rows.contains(wanted)])
+
+    def _wanted(self, ids: Sequence[object]) -> np.ndarray:
+        """The IDs asked for, as an array of the active party's own ID type."""
+        return np.asarray(list(ids), dtype=self.rows.ids.dtype) if len(ids) else self.rows.ids[:0]
 
     def _raw_rows(self, ids: Sequence[object], features: pd.DataFrame | None) -> PartyData:
         """The active party's rows for ``ids`` as read from its file (encoded, not yet standardised): from its
         table, or from ``features`` for people not in it."""
-        wanted = np.asarray(list(ids), dtype=self.rows.ids.dtype) if len(ids) else self.rows.ids[:0]
+        wanted = self._wanted(ids)
         held = self.rows.contains(wanted)
         given = None
         if features is not None and len(features):
