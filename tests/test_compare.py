@@ -16,15 +16,18 @@ from vflo.experiments.compare import (
     Comparison,
     applicable,
     cannot_run,
+    cells,
     column_split,
     compare,
     experiment_tables,
     held_out_people,
+    load_compare,
     paired,
     paired_p,
     summary,
     which_method,
 )
+from vflo.experiments.compare_privacy import privacy_cells, privacy_sentences, privacy_table
 from vflo.experiments.compare_report import claims
 from vflo.experiments.config import parse_config
 from vflo.experiments.protocols import AlignedHoldout, RepeatedRuns
@@ -304,3 +307,40 @@ def test_the_privacy_axis_runs_the_methods_that_protect_their_partners_within_th
     assert isinstance(why, str) and "label-only host" in why
     with pytest.raises(ConfigError, match="compare.epsilons"):
         CompareSettings(epsilons=(0.0,))
+
+
+def test_the_privacy_axis_runs_in_the_second_hop_layout_where_a_method_needs_a_second_hop() -> None:
+    tiny = {"train": FAST}
+    raw = {**BASE, "compare": {
+        "aligned": [0.5], "passives": [1], "splits": ["random"], "second_hop": [1.0], "base_second_hop": 0.5,
+        "scored": ["aligned"], "p_miss": [], "absent": [], "epsilons": [4.0], "repeats": 1,
+        "methods": ["local", "vfl_asp"],
+        "settings": {"vfl_asp": {**tiny, "student_train": FAST, "embedding_train": FAST}}}}
+    settings = load_compare(raw)[1]
+    plan = cells(settings)
+    # The base second-hop share joins the second-hop axis (it is ε = ∞ for the second-hop ε cells).
+    assert [c.value for c in plan if c.axis == "second_hop"] == [0.5, 1.0]
+    assert [(c.value, c.layout) for c in plan if c.axis == "epsilon_hop"] == [(4.0, "second_hop")]
+    result = compare(raw)
+    rows = result.rows
+    hop = rows[rows["axis"] == "epsilon_hop"]
+    assert set(hop["method"]) == {"local", "vfl_asp"} and (hop["status"] == "ok").all()
+    asp = hop[hop["method"] == "vfl_asp"].iloc[0]
+    # Both hops protect their side within the budget, and the label holder randomises its labels at it.
+    for party in ("passive1", "passive2", "active"):
+        assert 0 < asp[f"epsilon_account_{party}"] <= 4.0 + 1e-6, party
+    base = rows[(rows["axis"] == "second_hop") & (rows["value"].astype(str) == "0.5")]
+    other = rows[(rows["axis"] == "second_hop") & (rows["value"].astype(str) == "1.0")]
+    assert base[base["method"] == "vfl_asp"]["attack_r2"].notna().all()  # ε = ∞ of this layout: attacked
+    assert "attack_r2" not in other or other["attack_r2"].isna().all()  # another second-hop cell: not
+    found = privacy_cells(result)
+    assert {(c.layout, c.epsilon, c.method) for c in found} == {
+        ("second_hop", e, m) for e in ("∞", "4") for m in ("local", "vfl_asp")}
+    # The star ε cell ran Local alone (VFL-ASP needs a second hop): nothing to read against it there.
+    assert "needs a second-hop party" in result.skipped["vfl_asp (aligned)"]
+    said = privacy_sentences(result, found)
+    assert any(line.startswith("At ε = 4 per party, scoring aligned people with a second-hop party") for line in said)
+    table = privacy_table(result, found)[1]
+    assert {row[1] for row in table} == {"aligned (second hop)"}
+    with pytest.raises(ConfigError, match="base_second_hop"):
+        CompareSettings(base_second_hop=0.0)

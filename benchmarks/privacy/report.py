@@ -490,24 +490,28 @@ def axis_section(runs: Path, out: Path | None = None) -> list[str]:
         meta = json.loads(results.read_text())
         rows = pd.DataFrame(meta["rows"])
         bases = sorted(set(rows[rows["axis"] == "aligned"]["value"].astype(str)))
-        if len(bases) != 1:
-            raise SystemExit(f"{results}: the privacy axis reads against one base cell, found aligned {bases}")
-        comparison = SimpleNamespace(rows=rows, metric=meta["metric"], base_cell={"axis": "aligned",
-                                                                                  "value": bases[0]})
+        hops = sorted(set(rows[rows["axis"] == "second_hop"]["value"].astype(str)))
+        if len(bases) != 1 or len(hops) > 1:
+            raise SystemExit(f"{results}: the privacy axis reads against one base cell per layout, found aligned "
+                             f"{bases} and second hop {hops}")
+        comparison = SimpleNamespace(rows=rows, metric=meta["metric"],
+                                     base_cell={"axis": "aligned", "value": bases[0]},
+                                     base_hop_cell={"axis": "second_hop", "value": hops[0]} if hops else {})
         cells = privacy_cells(comparison)  # type: ignore[arg-type]
         header, body = privacy_table(comparison, cells)  # type: ignore[arg-type]
         stamp = runs / f"{name}.commit"
         code = f"the code of commit {stamp.read_text().strip()}" if stamp.is_file() else "code of an unrecorded commit"
         ok = rows[rows["status"] == "ok"]
         figure = []
-        fig = privacy_figure(comparison, cells, "aligned", meta["dataset"])  # type: ignore[arg-type]
-        if fig is not None and out is not None:
-            import matplotlib.pyplot as plt
+        for layout, suffix, what in (("star", "", ""), ("second_hop", "_second_hop", ", with a second-hop party")):
+            fig = privacy_figure(comparison, cells, "aligned", meta["dataset"], layout)  # type: ignore[arg-type]
+            if fig is not None and out is not None:
+                import matplotlib.pyplot as plt
 
-            (out / "privacy").mkdir(parents=True, exist_ok=True)
-            fig.savefig(out / "privacy" / f"{name}.png", dpi=110)
-            plt.close(fig)
-            figure = [f"![privacy and utility, {meta['dataset']}](privacy/{name}.png)", ""]
+                (out / "privacy").mkdir(parents=True, exist_ok=True)
+                fig.savefig(out / "privacy" / f"{name}{suffix}.png", dpi=110)
+                plt.close(fig)
+                figure += [f"![privacy and utility{what}, {meta['dataset']}](privacy/{name}{suffix}.png)", ""]
         lines += [f"### {meta['dataset']}" + (" [STAND-IN DATA]" if meta.get("standin") else ""), "",
                   f"`vflo compare configs/privacy/{name}.toml` ({len(ok)} method runs, {meta['seconds'] / 60:.1f} min, "
                   f"{code}; {meta['test_people']} test people every party holds).", "", *figure,

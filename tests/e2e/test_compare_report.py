@@ -26,6 +26,7 @@ aligned = [0.5, 1.0]
 passives = [1, 2]
 splits = ["random", "correlation"]
 second_hop = [1.0]
+base_second_hop = 1.0
 p_miss = []
 absent = [0.5]
 epsilons = [4.0]
@@ -56,7 +57,7 @@ def test_compare_writes_a_report_that_renders_in_a_browser(tmp_path: Path) -> No
     out = tmp_path / "out"
     assert main(["compare", str(config), "--out", str(out)]) == 0
     rows = pd.read_csv(out / "results.csv")
-    assert set(rows["axis"]) == {"aligned", "passives", "split", "second_hop", "absent", "epsilon"}
+    assert set(rows["axis"]) == {"aligned", "passives", "split", "second_hop", "absent", "epsilon", "epsilon_hop"}
     missing = rows[rows["scored"] == "missing"]
     # The same held-out people everywhere; the missing-partner cell scores both kinds' count, each lacking partners.
     assert (rows["status"] == "ok").all() and set(rows.drop(missing.index)["n_test"]) == {57}
@@ -66,11 +67,13 @@ def test_compare_writes_a_report_that_renders_in_a_browser(tmp_path: Path) -> No
     active_only = rows[rows["scored"] == "active_only"]
     assert set(active_only["method"]) == {"local", "apc_vfl", "centralized"}
     assert {"splitnn", "rap", "entity_augmentation"} <= set(rows[rows["scored"] == "aligned"]["method"])
-    assert set(rows[rows["method"] == "vfl_asp"]["axis"]) == {"second_hop"}
+    assert set(rows[rows["method"] == "vfl_asp"]["axis"]) == {"second_hop", "epsilon_hop"}
     # The privacy axis: the methods that protect a partner's side, and Local beside them.
     private = rows[rows["axis"] == "epsilon"]
     assert set(private[private["scored"] == "aligned"]["method"]) == {"local", "splitnn", "apc_vfl"}
     assert set(private[private["scored"] == "active_only"]["method"]) == {"local", "apc_vfl"}
+    # With a second hop, VFL-ASP's ε cells beside them (ε = ∞: the second-hop cell at the base share).
+    assert "vfl_asp" in set(rows[(rows["axis"] == "epsilon_hop") & (rows["scored"] == "aligned")]["method"])
     report = (out / "report.md").read_text()
     assert "Which method when" in report and "vfl_asp (aligned)" in report  # skipped in star cells, with why
     assert "scores together with its partners" in report and "paired t-test" in report

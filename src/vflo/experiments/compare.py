@@ -75,7 +75,11 @@ logger = logging.getLogger(__name__)
 Split = Literal["random", "importance", "correlation"]
 Scored = Literal["aligned", "active_only", "missing"]
 #: ``dropped`` and ``without`` are the own-files axes (columns a partner leaves out, a partner left out).
-Axis = Literal["aligned", "passives", "split", "second_hop", "p_miss", "absent", "dropped", "without", "epsilon"]
+Axis = Literal["aligned", "passives", "split", "second_hop", "p_miss", "absent", "dropped", "without", "epsilon",
+               "epsilon_hop"]
+#: The privacy axis's cells: ``epsilon`` in the base scenario, ``epsilon_hop`` in the second-hop layout (at
+#: ``base_second_hop``), where the methods that need a second hop (VFL-ASP) run.
+PRIVATE_AXES = ("epsilon", "epsilon_hop")
 #: The names of the passive parties in a second-hop cell.
 FIRST_HOP, SECOND_HOP = "passive1", "passive2"
 
@@ -130,7 +134,10 @@ class CompareSettings(CompareCommon):
     #: its side calibrated at setup, as a deployed party's own [privacy] epsilon does), and the label holder
     #: randomises its labels at the same ε where a method sends what they shape (``label_epsilon``), at the base
     #: share. ε = ∞ is the base cell of the aligned axis. These cells and the base cell are attacked (``[attacks]``).
+    #: Where ``second_hop`` is not empty, the same ε cells run in the second-hop layout too, at
+    #: ``base_second_hop`` (ε = ∞: that second-hop cell), so a method that needs a second hop has its ε cells.
     epsilons: tuple[float, ...] = (1.0, 4.0, 8.0)
+    base_second_hop: float = 0.5
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -145,9 +152,10 @@ class CompareSettings(CompareCommon):
         if any(not 0 < e < math.inf for e in self.epsilons):
             raise ConfigError(f"compare.epsilons: budgets per person, each a positive number (ε = ∞ is the base cell, "
                               f"without a budget); got {self.epsilons}")
-        if any(not 0 < v <= 1 for v in self.second_hop):
-            raise ConfigError(f"compare.second_hop: people the two passive parties share, as a share of the active "
-                              f"party's training people, in (0, 1]; got {self.second_hop}")
+        if any(not 0 < v <= 1 for v in (*self.second_hop, self.base_second_hop)):
+            raise ConfigError(f"compare.second_hop and base_second_hop: people the two passive parties share, as a "
+                              f"share of the active party's training people, in (0, 1]; got {self.second_hop} and "
+                              f"{self.base_second_hop}")
         if any(not 0 <= v < 1 for v in (*self.p_miss, self.base_p_miss)):
             raise ConfigError(f"compare.p_miss and base_p_miss: the probability that a partner lacks a training "
                               f"person, in [0, 1); got {self.p_miss} and {self.base_p_miss}")
@@ -191,7 +199,7 @@ class Cell:
     def layout(self) -> Layout:
         if self.scored == "missing":
             return "missing"
-        return "second_hop" if self.axis == "second_hop" else "star"
+        return "second_hop" if self.axis in ("second_hop", "epsilon_hop") else "star"
 
 
 @dataclass
@@ -226,6 +234,13 @@ class Comparison:
         if self.base or not isinstance(self.settings, CompareSettings):
             return self.base
         return {"axis": "aligned", "value": str(float(self.settings.base_aligned))}
+
+    @property
+    def base_hop_cell(self) -> dict[str, str]:
+        """The second-hop cell the privacy axis's second-hop ε cells read against (ε = ∞); empty on own files."""
+        if not isinstance(self.settings, CompareSettings):
+            return {}
+        return {"axis": "second_hop", "value": str(float(self.settings.base_second_hop))}
 
 
 def load_compare(raw: Mapping[str, Any], *, quick: bool = False) -> tuple[dict[str, Any], CompareSettings]:
@@ -335,12 +350,16 @@ def cells(settings: CompareSettings) -> list[Cell]:
     """The comparison's cells; the base share always among the aligned axis's, since the report answers it first."""
     out = []
     aligned = sorted({*settings.aligned, settings.base_aligned})
+    hop_epsilons = settings.epsilons if settings.second_hop else ()
+    # ε = ∞ in the second-hop layout is its cell at the base share, so that cell always runs with the ε cells.
+    hops = sorted({*settings.second_hop, *((settings.base_second_hop,) if hop_epsilons else ())})
     for scored in settings.scored:
         out += [Cell("aligned", a, scored, 1, "random") for a in aligned]
         out += [Cell("passives", n, scored, n, "random") for n in settings.passives if n != 1]
         out += [Cell("split", s, scored, 1, s) for s in settings.splits if s != "random"]
-        out += [Cell("second_hop", v, scored, 2, "random") for v in settings.second_hop]
+        out += [Cell("second_hop", v, scored, 2, "random") for v in hops]
         out += [Cell("epsilon", e, scored, 1, "random") for e in settings.epsilons]
+        out += [Cell("epsilon_hop", e, scored, 2, "random") for e in hop_epsilons]
     n = settings.missing_passives
     out += [Cell("p_miss", v, "missing", n, "random") for v in settings.p_miss]
     out += [Cell("absent", v, "missing", n, "random") for v in settings.absent]
@@ -365,24 +384,28 @@ def cannot_run(name: str, task: str, cell: Cell, settings: Mapping[str, Any] | N
         return f"does not support {task} tasks"
     if cell.scored == "active_only" and cls.inference != "active_only" and not cls.any_subset:
         return "scores together with its partners, who have never seen these people"
-    if cell.axis == "epsilon":
+    if cell.axis in PRIVATE_AXES:
         # The label holder protects what its labels shape (gradients) at the same ε; shared settings a protecting
         # partner needs (no IDs in the clear) are set too.
         own = {**own, **cls.private_settings(float(cell.value))}
-        why = cls.private_refusal(cell.layout) or unprotected(name, {**(settings or {}), **own})
+        parties = (FIRST_HOP, SECOND_HOP) if cell.layout == "second_hop" else (FIRST_HOP,)
+        why = cls.private_refusal(cell.layout) or unprotected(name, {**(settings or {}), **own}, parties)
         if why:
             return why
     return own
 
 
-def unprotected(name: str, settings: Mapping[str, Any] | None = None) -> str:
-    """Why method ``name`` (with ``settings``) cannot run where every passive party protects what it sends with a
-    budget ("" where it can: it sends nothing from them, or calibrates their side)."""
+def unprotected(name: str, settings: Mapping[str, Any] | None = None,
+                parties: Collection[str] = (FIRST_HOP,)) -> str:
+    """Why method ``name`` (with ``settings``) cannot run where every passive party (``parties``, by name: a
+    method may give each its own side) protects what it sends with a budget ("" where it can: it sends nothing
+    from them, or calibrates their side)."""
     cls = get_method(name)
     if cls.simulation_only:
         return "pools every party's raw features: no budget applies to it"
     method = cls(**{k: v for k, v in (settings or {}).items() if k not in ("label", "fallback", "name")})
-    if method.handler_table() and method.protected("passive", 1.0, rows=1000) is None:
+    if method.handler_table() and any(method.protected("passive", 1.0, rows=1000, party=p) is None
+                                      for p in parties):
         return ("cannot protect what a passive party sends under a privacy budget: its side "
                 f"{method.unprotectable('passive')}")
     return ""
@@ -443,12 +466,13 @@ def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: 
         # people again, whom the active party does not hold.
         own = (n - 2 * tests) // 2
         shared = round(aligned * own)
+        hop = settings.base_second_hop if cell.axis == "epsilon_hop" else float(cell.value)
         samples = {"layout": "blocks", "test_seed": seed, "blocks": [
             {"parties": ["active", FIRST_HOP], "rows": tests, "test": True},
             {"parties": ["active"], "rows": tests, "test": True},
             {"parties": ["active", FIRST_HOP], "rows": shared},
             {"parties": ["active"], "rows": own - shared},
-            {"parties": [FIRST_HOP, SECOND_HOP], "rows": round(float(cell.value) * own)}]}
+            {"parties": [FIRST_HOP, SECOND_HOP], "rows": round(hop * own)}]}
     else:
         samples = {"aligned": float(aligned), "test_aligned": tests, "test_active_only": tests, "test_seed": seed}
     if settings.rows is not None:
@@ -458,17 +482,23 @@ def experiment_tables(base: Mapping[str, Any], settings: CompareSettings, cell: 
     raw["scenario"] = {"parties": parties, "samples": samples}
     test_from = "active" if cell.scored == "missing" else cell.scored  # every held-out person, whoever holds them
     raw["protocol"] = {"name": "repeated_runs", "runs": settings.repeats, "test_from": test_from}
-    if cell.axis == "epsilon":
+    if cell.axis in PRIVATE_AXES:
         raw["privacy"] = {"epsilon": float(cell.value), "delta": 1e-5}
     attackers = raw.pop("attacks", None)
-    if settings.epsilons and (cell.axis == "epsilon" or (cell.axis == "aligned" and
-                                                         float(cell.value) == settings.base_aligned)):
-        # What leaks at each ε, and at ε = ∞ (the base cell) to read it against: the attack columns ([attacks]
+    if settings.epsilons and (cell.axis in PRIVATE_AXES or base_of_privacy(settings, cell)):
+        # What leaks at each ε, and at ε = ∞ (the base cells) to read it against: the attack columns ([attacks]
         # says what the attackers know; the other cells are not attacked).
         raw["attacks"] = attackers or {}
     # A method's table may name another method and a label (an entry of its own, e.g. PlugVFL's SplitNN).
     raw["methods"] = [{"name": m, **dict(table)} for m, table in methods.items()]
     return raw
+
+
+def base_of_privacy(settings: CompareSettings, cell: Cell) -> bool:
+    """Whether a cell is ε = ∞ of the privacy axis: the base cell, or the second-hop cell its ε cells run at."""
+    if cell.axis == "aligned":
+        return float(cell.value) == settings.base_aligned
+    return cell.axis == "second_hop" and float(cell.value) == settings.base_second_hop
 
 
 def reads_own_files(raw: Mapping[str, Any]) -> bool:

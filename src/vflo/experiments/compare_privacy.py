@@ -22,7 +22,8 @@ INFINITY = "∞"
 
 @dataclass(frozen=True)
 class PrivacyCell:
-    """One method at one ε (``INFINITY``: the base cell, no budget) for one kind of people scored."""
+    """One method at one ε (``INFINITY``: the base cell, no budget) for one kind of people scored, in one layout
+    (``"star"``, the base scenario; ``"second_hop"``, where a method that needs a second hop runs)."""
 
     epsilon: str
     scored: str
@@ -34,6 +35,7 @@ class PrivacyCell:
     verdict: str  # against Local: "ahead of", "behind", "not clearly different from", or why it was not tested
     p: float
     columns: dict[str, float]  # the attack columns' means; the *_leaks ones: the share of runs that leaked
+    layout: str = "star"
 
     @property
     def leaks(self) -> list[str]:
@@ -45,24 +47,47 @@ class PrivacyCell:
             out.append("label inference")
         return out
 
+    @property
+    def who(self) -> str:
+        """The people scored, with the layout where it is not the base scenario's."""
+        return self.scored if self.layout == "star" else f"{self.scored} (second hop)"
+
+
+#: Each layout's ε cells and the cell that is its ε = ∞: (layout, the ε cells' axis, the base cell's attribute).
+LAYOUTS = (("star", "epsilon", "base_cell"), ("second_hop", "epsilon_hop", "base_hop_cell"))
+
 
 def privacy_cells(comparison: Comparison) -> list[PrivacyCell]:
-    """Every method's cell on the privacy axis and in the base cell, in order of ε (∞ first) and method."""
-    rows, metric = comparison.rows, comparison.metric
-    if rows.empty or "status" not in rows or not (rows["axis"] == "epsilon").any():
+    """Every method's cell on the privacy axis and in its base cell, per layout, in order of ε (∞ first) and
+    method."""
+    rows = comparison.rows
+    if rows.empty or "status" not in rows:
         return []
     ok = rows[rows["status"] == "ok"]
-    base = comparison.base_cell
-    wheres: list[tuple[str, dict[str, str]]] = [(INFINITY, {"axis": base.get("axis", "aligned"),
-                                                            "value": base.get("value", "")})]
-    wheres += [(f"{float(v):g}", {"axis": "epsilon", "value": str(v)})
-               for v in sorted(set(ok[ok["axis"] == "epsilon"]["value"]), key=float)]
+    out = []
+    for layout, axis, base_attribute in LAYOUTS:
+        mine = ok[ok["axis"] == axis]
+        if set(mine["method"]) <= {floor()}:
+            continue  # no ε cell here, or Local's alone: nothing to read against it
+        base = getattr(comparison, base_attribute)
+        wheres: list[tuple[str, dict[str, str]]] = [(INFINITY, {"axis": base.get("axis", ""),
+                                                                "value": base.get("value", "")})]
+        wheres += [(f"{float(v):g}", {"axis": axis, "value": str(v)})
+                   for v in sorted(set(mine["value"]), key=float)]
+        out += _cells(comparison, wheres, set(mine["method"]), layout)
+    return out
+
+
+def _cells(comparison: Comparison, wheres: list[tuple[str, dict[str, str]]], methods: set[str],
+           layout: str) -> list[PrivacyCell]:
+    rows, metric = comparison.rows, comparison.metric
+    ok = rows[rows["status"] == "ok"]
     better = higher_is_better(metric)
     against = floor()
+    methods_here = methods | {against}
     out = []
     for epsilon, where in wheres:
         cell = ok[(ok["axis"].astype(str) == where["axis"]) & (ok["value"].astype(str) == where["value"])]
-        methods_here = set(ok[ok["axis"] == "epsilon"]["method"]) | {against}
         for (scored, method), runs in cell.groupby(["scored", "method"], sort=True):
             if method not in methods_here:
                 continue  # the base cell's other methods have no ε cell to read against
@@ -82,7 +107,7 @@ def privacy_cells(comparison: Comparison) -> list[PrivacyCell]:
                                    mean=float(values.mean()),
                                    std=float(np.std(values, ddof=1)) if len(values) > 1 else math.nan,
                                    spent=float(spent.mean()) if len(spent) and spent.notna().any() else math.nan,
-                                   verdict=verdict, p=p, columns=columns))
+                                   verdict=verdict, p=p, columns=columns, layout=layout))
     return out
 
 
@@ -99,7 +124,7 @@ def privacy_table(comparison: Comparison, cells: list[PrivacyCell]) -> tuple[lis
     body = []
     for c in cells:
         col = c.columns
-        body.append([c.epsilon, c.scored, c.method, _f(c.mean), _f(c.std), str(c.runs), _f(c.spent, 2),
+        body.append([c.epsilon, c.who, c.method, _f(c.mean), _f(c.std), str(c.runs), _f(c.spent, 2),
                      c.verdict + ("" if math.isnan(c.p) else f" (p = {c.p:.3g})"),
                      f"{_f(col.get('attack_r2', math.nan), 2)} [{_f(col.get('attack_own_r2', math.nan), 2)}]",
                      _share(col.get("attack_leaks", math.nan), c.runs), _f(col.get("label_auc", math.nan), 2),
@@ -120,9 +145,11 @@ def privacy_sentences(comparison: Comparison, cells: list[PrivacyCell]) -> list[
     """One sentence per ε and kind of people scored: who beats Local, who does not, and what leaked."""
     out = []
     against = floor()
-    keys = sorted({(c.epsilon, c.scored) for c in cells}, key=lambda k: (k[0] != INFINITY, _num(k[0]), k[1]))
-    for epsilon, scored in keys:
-        here = [c for c in cells if (c.epsilon, c.scored) == (epsilon, scored) and c.method != against]
+    keys = sorted({(c.layout, c.epsilon, c.scored) for c in cells},
+                  key=lambda k: (k[0] != "star", k[1] != INFINITY, _num(k[1]), k[2]))
+    for layout, epsilon, scored in keys:
+        here = [c for c in cells if (c.layout, c.epsilon, c.scored) == (layout, epsilon, scored)
+                and c.method != against]
         if not here:
             continue
         at = "Without a budget (ε = ∞)" if epsilon == INFINITY else f"At ε = {epsilon} per party"
@@ -147,7 +174,8 @@ def privacy_sentences(comparison: Comparison, cells: list[PrivacyCell]) -> list[
             leak = f"an attack beats the receiver's own data against {', '.join(leaking)}"
         else:
             leak = "no attack beats the receiver's own data in any run"
-        out.append(f"{at}, scoring {scored} people ({comparison.metric}, paired t-test at p < {ALPHA} over the "
+        where = "" if layout == "star" else " with a second-hop party"
+        out.append(f"{at}, scoring {scored} people{where} ({comparison.metric}, paired t-test at p < {ALPHA} over the "
                    f"repeats): {'; '.join(parts)}; {leak}.")
     return out
 
@@ -160,11 +188,12 @@ def _names(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def privacy_figure(comparison: Comparison, cells: list[PrivacyCell], scored: str, title: str) -> Any:
-    """The privacy-utility plot of one kind of people scored: each method's metric (± 1 std) at each ε, ∞ last,
-    and the best feature reconstruction against what the receiver's own features give (R², 5 % known rows by
-    default); a matplotlib figure, or None where no ε cell ran."""
-    here = [c for c in cells if c.scored == scored]
+def privacy_figure(comparison: Comparison, cells: list[PrivacyCell], scored: str, title: str,
+                   layout: str = "star") -> Any:
+    """The privacy-utility plot of one kind of people scored in one layout: each method's metric (± 1 std) at
+    each ε, ∞ last, and the best feature reconstruction against what the receiver's own features give (R², 5 %
+    known rows by default); a matplotlib figure, or None where no ε cell ran."""
+    here = [c for c in cells if c.scored == scored and c.layout == layout]
     levels = sorted({c.epsilon for c in here}, key=_num)
     if len(levels) < 2:
         return None
@@ -194,7 +223,9 @@ def privacy_figure(comparison: Comparison, cells: list[PrivacyCell], scored: str
         ax.set_xlabel("ε per person at each party (δ 1e-5; ∞: no budget)")
         ax.grid(alpha=0.3)
     left.set_ylabel(comparison.metric)
-    left.set_title(f"{title}\n{comparison.metric} scoring {scored} people; ± 1 std over the repeats", fontsize=9)
+    where = "" if layout == "star" else ", with a second-hop party"
+    left.set_title(f"{title}\n{comparison.metric} scoring {scored} people{where}; ± 1 std over the repeats",
+                   fontsize=9)
     right.axhline(0.0, color="grey", linewidth=0.8)
     right.set_ylabel("feature R² of the best reconstruction")
     right.set_title("what a receiver recovers (solid) and its own features give (dotted)", fontsize=9)

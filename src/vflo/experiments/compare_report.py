@@ -38,7 +38,9 @@ AXIS_TEXT = {"aligned": "share of the active party's people the others also hold
              "absent": "share of the partners a test person lacks",
              "without": "a partner left out",
              "dropped": "share of each partner's columns it leaves out",
-             "epsilon": "ε per person at each passive party, end to end (δ 1e-5): its side calibrated to it"}
+             "epsilon": "ε per person at each passive party, end to end (δ 1e-5): its side calibrated to it",
+             "epsilon_hop": "ε per person at each passive party, end to end, with a second-hop party (at the base "
+                            "second-hop share)"}
 PRIVACY_HEADING = "Which method at each privacy level"
 #: How to read the privacy section, in one line.
 PRIVACY_READING = (
@@ -87,10 +89,10 @@ def plots(comparison: Comparison, table: pd.DataFrame) -> dict[str, str]:
     if missing:
         out["metric_missing"] = missing
     cells = privacy_cells(comparison)
-    for scored in sorted({c.scored for c in cells}):
-        fig = privacy_figure(comparison, cells, scored, title)
+    for layout, scored in sorted({(c.layout, c.scored) for c in cells}):
+        fig = privacy_figure(comparison, cells, scored, title, layout)
         if fig is not None:
-            out[f"privacy_{scored}"] = _svg(fig)
+            out[f"privacy_{scored}" + ("" if layout == "star" else f"_{layout}")] = _svg(fig)
     data = table[table["axis"] == "aligned"].copy()
     if data.empty:
         return out
@@ -506,6 +508,10 @@ def render_html(comparison: Comparison, table: pd.DataFrame) -> str:
                        ("metric_missing", "Scoring people some partners lack"),
                        ("privacy_aligned", "Privacy and utility, scoring people every party holds"),
                        ("privacy_active_only", "Privacy and utility, scoring people only the active party holds"),
+                       ("privacy_aligned_second_hop", "Privacy and utility with a second-hop party, scoring people "
+                                                      "the active party and the first hop hold"),
+                       ("privacy_active_only_second_hop", "Privacy and utility with a second-hop party, scoring "
+                                                          "people only the active party holds"),
                        ("fit_bytes", "Training traffic"), ("fit_rounds", "Training rounds")):
         if key in figures:
             parts += [f"<h2>{esc(title)}</h2>", f"<div class='plot' id='plot-{key}'>{figures[key]}</div>"]
