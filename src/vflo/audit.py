@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from vflo.align.protocol import ALIGNMENT
 from vflo.methods.registry import get_method, method_names
 from vflo.methods.saved import Saved
+from vflo.party.explore import EXPLORE
 from vflo.party.handlers import HandlerInfo
 from vflo.party.node import CONTROL_INFO
 
@@ -32,10 +33,10 @@ class Declaration:
 
 
 def handler_infos(method: str | None = None) -> dict[str, HandlerInfo]:
-    """Every kind a party may be asked, with its declaration: control, alignment, and ``method``'s (or every
-    deployable method's)."""
+    """Every kind a party may be asked, with its declaration: control, alignment, vflo explore, and ``method``'s
+    (or every deployable method's)."""
     infos: dict[str, HandlerInfo] = dict(CONTROL_INFO)
-    infos |= {kind: info for handlers in ALIGNMENT for kind, (info, _) in handlers.handler_table().items()}
+    infos |= {kind: info for handlers in (*ALIGNMENT, *EXPLORE) for kind, (info, _) in handlers.handler_table().items()}
     for name in [method] if method else deployable():
         infos |= {kind: info for kind, (info, _) in get_method(name).handler_table().items()}
     return infos

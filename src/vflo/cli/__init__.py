@@ -20,6 +20,7 @@ from vflo.cli import (
     certs,
     common,
     compare,
+    explore,
     flower,
     holdout,
     models,
@@ -36,7 +37,8 @@ from vflo.version import __version__
 
 #: Each command's module, in the order ``vflo --help`` lists them: each adds its parser (and its handler, by
 #: ``set_defaults(func=...)``) to the ``vflo`` command.
-COMMANDS = (run, compare, align, certs, party, models, flower, predict, serve, scenario, probe, holdout, catalog)
+COMMANDS = (run, compare, explore, align, certs, party, models, flower, predict, serve, scenario, probe, holdout,
+            catalog)
 
 
 class _Parser(argparse.ArgumentParser):

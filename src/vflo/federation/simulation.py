@@ -29,6 +29,7 @@ from vflo.methods.registry import method_for_party
 from vflo.nn.train import CheckpointPlan
 from vflo.party.asked import AskedLog
 from vflo.party.context import PartStoreLike
+from vflo.party.explore import EXPLORE
 from vflo.party.node import Node
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role
@@ -60,7 +61,7 @@ def party_node(info: PartyInfo, data: PartyData | None = None, serving: PartyDat
     if not isinstance(peers, Mapping):
         peers = {p.name: p.role for p in peers if p.name != info.name}
     return Node(info, data, serving, peers=peers, policy=policy if policy is not None else IN_PROCESS,
-                methods=method_for_party, protocols=ALIGNMENT,
+                methods=method_for_party, protocols=(*ALIGNMENT, *EXPLORE),
                 store=store, checkpoints=checkpoints, secret=secret, budget=budget, settings=settings,
                 idle_run_seconds=idle_run_seconds, alignments=alignments, privacy_journal=privacy_journal,
                 executor=executor, spill=spill, asked=asked)

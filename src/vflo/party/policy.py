@@ -18,6 +18,9 @@ surely does when that is less (``vflo.methods.masks.required_mixing``).
     max_arrival_seconds = 300.0            # how long a call's message may take to arrive before it is dropped
     max_peer_requests_per_second = 50.0    # a peer's scoring requests this party answers a second (leave out: any)
     serve_models = ["splitnn"]             # the saved models (labels or model IDs) it opens a scoring session for
+    explore = true                         # answer vflo explore: per-bin counts and encrypted label sums
+    explore_bins = 10                      # the most bins of each column it releases (equal-frequency)
+    min_bin_rows = 50                      # the fewest people in a bin it releases (smaller ones merged)
     [policy.require]
     "fedsvd.svd.mask" = "dense"            # a setting that must have this value
     "rap.max_condition" = { max = 10.0 }   # or stay within bounds
@@ -68,7 +71,13 @@ class Policy:
     names (``asked_log``, :mod:`vflo.party.asked`).
     ``serve_models``: the saved models, by label or model ID, this party opens a scoring session for
     (``control.load``); None (the default): every model it saved; ``[]``: none. A session for another is refused,
-    naming it."""
+    naming it.
+    ``explore``: whether it answers ``vflo explore`` (:mod:`vflo.party.explore`): for the people it shares with
+    the label holder, per column, each of its own bins' people count and, under the label holder's encryption, the
+    label sums, from which the label holder learns each bin's event rate (never a threshold, nor who is in which
+    bin); off by default, a disclosure this party names. ``explore_bins``: the most equal-frequency bins of a column
+    it releases (2 to 126); ``min_bin_rows``: the fewest people a released bin holds (adjacent bins merged until
+    each does; the people missing a value withheld when fewer)."""
 
     methods: tuple[str, ...] = ()
     require: dict[str, Any] = field(default_factory=dict)
@@ -90,6 +99,10 @@ class Policy:
     # Scoring: how fast one peer may ask (None: any rate), and which saved models it may ask with (None: every one).
     max_peer_requests_per_second: float | None = None
     serve_models: tuple[str, ...] | None = None
+    # vflo explore: whether this party answers it, and how coarse what it releases is.
+    explore: bool = False
+    explore_bins: int = 10
+    min_bin_rows: int = 50
 
     def runs_psi(self, protocol: str) -> bool:
         """Whether this party runs the PSI library's ``protocol`` (its ``psi_protocols``; None: every one)."""
@@ -141,6 +154,15 @@ class Policy:
             raise ConfigError(f"policy.serve_models must be a list of saved model labels or model IDs ([] for none), "
                               f"got {served!r}; e.g. serve_models = [\"credit_v2\"] under [policy], or leave it out "
                               "to serve every model this party saved")
+        if not isinstance(self.explore, bool):
+            raise ConfigError(f"policy.explore must be true or false, got {self.explore!r}")
+        for key, least, most in (("explore_bins", 2, 126), ("min_bin_rows", 1, None)):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least or \
+                    (most is not None and value > most):
+                span = f"from {least} to {most}" if most is not None else f"of at least {least}"
+                raise ConfigError(f"policy.{key} must be an integer {span}, got {value!r}; leave it out for the "
+                                  f"default ({getattr(Policy, key)})")
         if not _is_number(mixing) or mixing < 1.0:
             raise ConfigError(f"policy.min_mask_mixing must be a finite number of at least 1.0 (1 turns the mixing "
                               f"check off), got {mixing!r}; set min_mask_mixing = 8.0 or more under [policy]")

@@ -1,0 +1,63 @@
+"""vflo explore across processes: the lab served as its own process over gRPC with mutual TLS, alignment by PSI,
+gives the weight of evidence and information value of the same run in one process, and of a centralized
+computation on the lab's own bins, to 1e-9; a lab whose policy leaves explore off refuses, naming the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import vertical_split
+from tests.e2e.conftest import Federation, spawn, wait_listening, write_deploy, write_federation
+from vflo.cli import main
+from vflo.explore.run import explore
+from vflo.explore.woe import woe_iv
+from vflo.party.explore import own_bins
+
+pytestmark = pytest.mark.slow
+
+
+def test_explore_over_grpc_equals_one_process_and_the_centralized_computation(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = write_federation(tmp_path, vertical_split(30), {})
+    lab = files.configs["pas"]
+    refused = {"pas": spawn(lab)}
+    federation = Federation(deploy=files.deploy, local=files.local, processes=refused, directory=tmp_path)
+    deploy = write_deploy(files.deploy, tmp_path / "deploy.toml")
+    try:
+        wait_listening(refused)
+        assert main(["explore", "--deploy", str(deploy), "--out", str(tmp_path / "no")]) != 0
+        assert "does not answer vflo explore" in capsys.readouterr().err
+    finally:
+        federation.stop()
+    lab.write_text(lab.read_text() + "\n[policy]\nexplore = true\nexplore_bins = 8\nmin_bin_rows = 20\n")
+    processes = {"pas": spawn(lab)}
+    federation = Federation(deploy=files.deploy, local=files.local, processes=processes, directory=tmp_path)
+    try:
+        wait_listening(processes)
+        out = tmp_path / "explored"
+        assert main(["explore", "--deploy", str(deploy), "--out", str(out), "--scheme", "ou"]) == 0
+    finally:
+        federation.stop()
+    said = capsys.readouterr().out
+    # Aligned by private set intersection (a deployment's default): the engine that ran, or the intersection kept
+    # by the first (refused) attempt, reused.
+    assert json.loads((out / "explore.json").read_text())["alignment"] in ("vflo", "rr22", "reused")
+    assert "alignment by" in said
+    deployed = pd.read_csv(out / "explore.csv")
+    local = explore(list(files.local.train.values()), scheme="plaintext", bins=8, min_bin_rows=20).table()
+    assert deployed["column"].tolist() == local["column"].tolist()
+    assert np.allclose(deployed["iv"], local["iv"], rtol=0, atol=1e-9)
+    # Centralized: the lab's own file and the hospital's labels, joined on the IDs they share.
+    active, passive = files.local.train[files.local.active], files.local.train["pas"]
+    shared = np.intersect1d(active.ids, passive.ids)
+    t = active.subset(shared).y
+    for j, name in enumerate(passive.columns):
+        codes, n_bins, _ = own_bins(passive.subset(shared).X[:, j].astype(np.float64), 8, 20)
+        _, iv = woe_iv(np.bincount(codes, weights=t.astype(float), minlength=n_bins),  # type: ignore[union-attr]
+                       np.bincount(codes, minlength=n_bins))
+        assert abs(float(deployed.set_index("column").loc[name, "iv"]) - iv) < 1e-9, name

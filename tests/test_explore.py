@@ -1,0 +1,221 @@
+"""vflo explore: weight of evidence and information value from a partner's per-bin sums of encrypted labels equal
+a centralized computation on the same bins; a partner releases only bins of its policy's size, and only where its
+policy says so."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vflo.cli import main
+from vflo.data.partydata import PartyData
+from vflo.errors import ConfigError, RemoteError
+from vflo.explore.report import page, strength, write
+from vflo.explore.run import explore
+from vflo.explore.woe import SMOOTHING, chi_merge, merged, targets, woe_iv
+from vflo.party.explore import own_bins, pack, unpack
+from vflo.party.policy import Policy
+
+
+def _parties(n: int = 1500, seed: int = 0, task: str = "binary") -> tuple[PartyData, PartyData, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = np.array([f"P{i:05d}" for i in range(n)])
+    if task == "binary":
+        y: np.ndarray = (rng.random(n) < 0.3).astype(np.int64)
+        signal = y.astype(float)
+    elif task == "multiclass":
+        y = rng.integers(0, 3, n).astype(np.int64)
+        signal = y.astype(float)
+    else:
+        y = rng.normal(size=n)
+        signal = y
+    a = PartyData(party="bank", ids=ids, X=rng.normal(size=(n, 2)) + signal[:, None], columns=("a1", "a2"), y=y)
+    keep = rng.random(n) < 0.8
+    # b2 had gaps in the bureau's file, filled there, with its missing indicator beside it (missing_indicator).
+    Xb = np.c_[rng.normal(size=n) + 0.8 * signal, rng.normal(size=n), (rng.random(n) < 0.1).astype(float),
+               rng.integers(0, 3, n).astype(float)]
+    b = PartyData(party="bureau", ids=ids[keep][::-1], X=Xb[keep][::-1],
+                  columns=("b1", "b2", "b2=missing", "b3"))
+    return a, b, keep
+
+
+def _central(column: np.ndarray, t: np.ndarray, bins: int, min_rows: int) -> tuple[np.ndarray, float, np.ndarray]:
+    """WOE and IV of one column on the partner's bins, computed from the raw column and targets together."""
+    codes, n_bins, reported = own_bins(column, bins, min_rows)
+    kept = codes >= 0
+    counts = np.bincount(codes[kept], minlength=n_bins + reported)
+    events = np.bincount(codes[kept], weights=t[kept].astype(float), minlength=n_bins + reported)
+    woe, iv = woe_iv(events, counts)
+    return woe, iv, counts
+
+
+def test_woe_and_iv_by_hand() -> None:
+    woe, iv = woe_iv(np.array([10, 30]), np.array([50, 50]))
+    # events 10/40, 30/40; non-events 40/60, 20/60
+    expected = [math.log((10 / 40) / (40 / 60)), math.log((30 / 40) / (20 / 60))]
+    assert np.allclose(woe, expected, rtol=0, atol=1e-12)
+    assert iv == pytest.approx((10 / 40 - 40 / 60) * expected[0] + (30 / 40 - 20 / 60) * expected[1], abs=1e-12)
+    # A bin with no event gets SMOOTHING on both of its counts, not an infinite WOE.
+    woe, iv = woe_iv(np.array([0, 20]), np.array([30, 30]))
+    assert np.isfinite(woe).all() and woe[0] == pytest.approx(math.log((SMOOTHING / 20) / ((30 + SMOOTHING) / 40)))
+    # A target with one value says nothing: IV 0.
+    assert woe_iv(np.array([0, 0]), np.array([5, 5]))[1] == 0.0
+    with pytest.raises(ValueError, match="between 0"):
+        woe_iv(np.array([6]), np.array([5]))
+
+
+def test_targets_for_each_task() -> None:
+    assert targets(np.array([0, 1, 1]), "binary").values.ravel().tolist() == [False, True, True]
+    many = targets(np.array([0, 2, 1, 2]), "multiclass", ("a", "b", "c"))
+    assert many.values.shape == (4, 3) and many.names == ("label = a", "label = b", "label = c")
+    above = targets(np.array([1.0, 2.0, 3.0, 4.0]), "regression")
+    assert above.values.ravel().tolist() == [False, False, True, True] and "median" in above.names[0]
+    with pytest.raises(ConfigError, match="binary, multiclass or regression"):
+        targets(np.array([1]), "ranking")
+
+
+def test_a_partners_bins_hold_at_least_its_minimum() -> None:
+    rng = np.random.default_rng(1)
+    column = np.r_[rng.normal(size=300), np.full(40, 5.0), [np.nan] * 7]
+    codes, n_bins, reported = own_bins(column, 20, 30)
+    counts = np.bincount(codes[codes >= 0])
+    assert n_bins == len(counts) and (counts >= 30).all() and n_bins <= 20
+    assert not reported and (codes[-7:] == -1).all()  # seven missing: under the minimum, withheld
+    # Equal-frequency, in order: bin codes rise with the values.
+    present = ~np.isnan(column)
+    order = np.argsort(column[present], kind="stable")
+    assert (np.diff(codes[present][order]) >= 0).all()
+
+
+def test_chi_merge_merges_adjacent_bins_to_the_most_kept() -> None:
+    events, counts = np.array([5, 6, 30, 31, 2]), np.array([50, 50, 50, 50, 50])
+    groups = chi_merge(events, counts, 3)
+    assert groups.tolist() == [0, 0, 1, 1, 2]  # like neighbours first; order kept
+    assert merged(counts, groups).tolist() == [100, 100, 50] and merged(events, groups).sum() == events.sum()
+
+
+def test_packed_blobs_round_trip_and_a_bad_head_is_refused() -> None:
+    blobs = [b"abc", b"", b"defgh"]
+    assert unpack(pack(blobs)) == blobs
+    with pytest.raises(Exception, match="do not add up"):
+        unpack(pack(blobs) + b"x")
+
+
+@pytest.mark.parametrize("scheme", ["plaintext", "ou"])
+def test_explore_equals_the_centralized_computation_on_the_same_bins(scheme: str) -> None:
+    a, b, keep = _parties()
+    found = explore([a, b], scheme=scheme, bins=10, min_bin_rows=50)  # type: ignore[arg-type]
+    assert found.shared == {"bureau": int(keep.sum())} and found.asked == len(a.ids)
+    t = a.y[keep]  # type: ignore[index]
+    rows = {name: b.subset(a.ids[keep]).X[:, j] for j, name in enumerate(b.columns)}
+    assert {c.name for c in found.columns} == set(b.columns)
+    for c in found.columns:
+        woe, iv, counts = _central(rows[c.name], t, 10, 50)
+        assert abs(c.iv[0] - iv) < 1e-9, c.name
+        assert np.allclose(c.woe[:, 0], woe, rtol=0, atol=1e-9, equal_nan=True)
+        assert c.counts.tolist() == counts.tolist() and (c.counts >= 50).all()
+    table = found.table()
+    assert table["iv"].is_monotonic_decreasing and table.iloc[0]["column"] == "b1"  # the column with the signal
+    assert table.iloc[0]["rank"] == 1 and strength(float(table.iloc[0]["iv"])) in ("strong", "suspiciously strong")
+    # b2's missing share is its indicator's, on the shared people; b3 had no gaps.
+    share = {c.name: c.missing_share for c in found.columns}
+    assert share["b2"] == pytest.approx(b.subset(a.ids[keep]).X[:, 2].mean()) and 0 < share["b2"] < 0.2
+    assert share["b3"] == 0.0 and next(c for c in found.columns if c.name == "b3").distinct == 3
+
+
+def test_multiclass_gives_one_iv_per_class_and_regression_one_above_the_median() -> None:
+    a, b, keep = _parties(task="multiclass")
+    found = explore([a, b], scheme="plaintext", bins=8, min_bin_rows=40)
+    assert len(found.targets) == 3 and all(len(c.iv) == 3 for c in found.columns)
+    column = b.subset(a.ids[keep]).X[:, 0]
+    for k in range(3):
+        _, iv, _ = _central(column, (a.y[keep] == k), 8, 40)  # type: ignore[index]
+        assert abs(found.columns[0].iv[k] - iv) < 1e-9
+    assert {f"iv[label = {k}]" for k in range(3)} <= set(found.table().columns)
+    a, b, keep = _parties(task="regression")
+    found = explore([a, b], task="regression", scheme="plaintext")
+    # Above the median of every label the active party holds: one target for every partner.
+    _, iv, _ = _central(b.subset(a.ids[keep]).X[:, 0], a.y[keep] > np.median(a.y), 10, 50)  # type: ignore[index, arg-type]
+    assert abs(found.columns[0].iv[0] - iv) < 1e-9 and "median" in found.targets[0]
+    with pytest.raises(ConfigError, match="chi-merge merges bins by one target"):
+        explore(list(_parties(task="multiclass")[:2]), scheme="plaintext", binning="chimerge")
+
+
+def test_chi_merge_explores_the_merged_bins() -> None:
+    a, b, keep = _parties()
+    found = explore([a, b], scheme="plaintext", bins=12, min_bin_rows=40, binning="chimerge", max_bins=4)
+    column = b.subset(a.ids[keep]).X[:, 0]
+    codes, n_bins, _ = own_bins(column, 12, 40)
+    t = a.y[keep]  # type: ignore[index]
+    counts = np.bincount(codes, minlength=n_bins)
+    events = np.bincount(codes, weights=t.astype(float), minlength=n_bins)
+    groups = chi_merge(events, counts, 4)
+    _, iv = woe_iv(merged(events, groups), merged(counts, groups))
+    first = next(c for c in found.columns if c.name == "b1")
+    assert len(first.counts) == 4 and abs(first.iv[0] - iv) < 1e-9
+
+
+def test_a_partner_answers_only_where_its_policy_says_so() -> None:
+    from vflo.align.engines import AlignmentConfig
+    from vflo.comm.local import LocalTransport
+    from vflo.explore.run import explore_with
+    from vflo.federation.coordinator import Aligner
+    from vflo.federation.simulation import party_node
+    from vflo.roles import PartyInfo
+
+    a, b, _ = _parties(n=300)
+    infos = (PartyInfo("bank", "active"), PartyInfo("bureau", "passive"))
+    nodes = {"bank": party_node(infos[0], a, peers=infos),
+             "bureau": party_node(infos[1], b, peers=infos, policy=Policy(alignment="plain"))}
+    fed = Aligner(node=nodes["bank"], transport=LocalTransport(nodes), parties=infos,
+                  alignment=AlignmentConfig(method="plain"))
+    with pytest.raises(RemoteError, match=r"does not answer vflo explore.*explore = true under \[policy\]"):
+        explore_with(fed, a)
+    with pytest.raises(ConfigError, match="policy.min_bin_rows"):
+        Policy(min_bin_rows=0)
+    with pytest.raises(ConfigError, match="policy.explore_bins"):
+        Policy(explore_bins=200)
+
+
+def test_the_report_escapes_partner_column_names(tmp_path: Path) -> None:
+    a, b, _ = _parties(n=600)
+    b = PartyData(party=b.party, ids=b.ids, X=b.X, columns=("<script>x</script>", "b2", "b2=missing", "b3"))
+    found = explore([a, b], scheme="plaintext", bins=5, min_bin_rows=30)
+    text = page(found)
+    assert "<script>x" not in text and "&lt;script&gt;" in text
+    written = write(found, tmp_path / "out")
+    assert [p.name for p in written] == ["explore.csv", "explore.json", "explore.md", "explore.html"]
+    assert not list((tmp_path / "out").glob("*.part"))
+
+
+def test_vflo_explore_rehearses_a_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "breast.toml"
+    config.write_text('name = "x"\nseed = 0\n[dataset]\nname = "breast_cancer"\n[scenario]\n'
+                      '[[scenario.parties]]\nname = "hospital"\nrole = "active"\nshare = 1.0\n'
+                      '[[scenario.parties]]\nname = "lab"\nshare = 0.6\n[[methods]]\nname = "local"\n')
+    out = tmp_path / "explored"
+    assert main(["explore", str(config), "--out", str(out), "--scheme", "ou", "--min-bin-rows", "20"]) == 0
+    said = capsys.readouterr().out
+    assert "lab:" in said and "people hospital holds are shared" in said and "IV" in said
+    assert (out / "explore.html").is_file() and "lab" in (out / "explore.md").read_text()
+    assert main(["explore", str(config), "--out", str(out), "--max-bins", "0"]) == 2
+
+
+def test_what_the_label_holder_learns_is_measured_as_a_guess_of_a_persons_bin() -> None:
+    a, b, keep = _parties()
+    found = explore([a, b], scheme="plaintext", bins=10, min_bin_rows=50)
+    t = a.y[keep]  # type: ignore[index]
+    shared = a.ids[keep]
+    for c in found.columns:
+        codes, _, _ = own_bins(b.subset(shared).X[:, b.columns.index(c.name)], 10, 50)
+        # The label holder's best guess from what it got: for each label, the bin with most people of that label.
+        best = {label: int(np.argmax(np.bincount(codes[t == label], minlength=len(c.counts)))) for label in (0, 1)}
+        right = np.mean([codes[i] == best[int(t[i])] for i in range(len(t))])
+        guess, sizes = c.guessed
+        assert guess == pytest.approx(right) and sizes == pytest.approx(np.bincount(codes).max() / len(codes))
+    signal = next(c for c in found.columns if c.name == "b1").guessed
+    noise = next(c for c in found.columns if c.name == "b2").guessed
+    assert signal[0] - signal[1] > noise[0] - noise[1]  # its labels say more about a column that predicts them
