@@ -117,13 +117,29 @@ class FittedModel:
         card = save_model(Session(self.federation), self.nodes, self.method, self.data, Path(folder), label=label)
         return Path(folder) / card.label
 
-    def predict(self, ids: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
-        """Scores for ``ids`` (default: the split's test rows): class probabilities (n, C) or values (n,)."""
+    def predict(self, ids: Sequence[Any] | np.ndarray | None = None, *,
+                partners: Sequence[str] | None = None) -> np.ndarray:
+        """Scores for ``ids`` (default: the split's test rows): class probabilities (n, C) or values (n,).
+
+        ``partners``: score with these partners only, the others absent as if they did not answer (a method
+        that scores with any subset of its partners: LASER-VFL, SecureBoost, SplitNN with party dropout); None,
+        every partner."""
         ids = self.data.test_ids if ids is None else np.asarray(ids)
         if len(ids) == 0:
             return np.empty((0,))
-        scores = self.method.predict(self.federation, ids)
-        self.federation.flush()
+        fed = self.federation
+        if partners is None:
+            scores = self.method.predict(fed, ids)
+        else:
+            unknown = sorted(set(partners) - set(fed.names()))
+            if unknown:
+                raise ConfigError(f"partners {unknown} are not among this model's: {fed.names()}")
+            why = self.method.subset_refusal()
+            if why:
+                raise ConfigError(f"{self.method.name} cannot score with a subset of its partners: {why}")
+            with fed.scoring_with(partners):
+                scores = self.method.predict(fed, ids)
+        fed.flush()
         return scores
 
 

@@ -30,6 +30,7 @@ from vflo.cli import (
     run,
     scenario,
     serve,
+    worth,
 )
 from vflo.errors import VfloError
 from vflo.private import owner_only_umask
@@ -37,8 +38,8 @@ from vflo.version import __version__
 
 #: Each command's module, in the order ``vflo --help`` lists them: each adds its parser (and its handler, by
 #: ``set_defaults(func=...)``) to the ``vflo`` command.
-COMMANDS = (run, compare, explore, align, certs, party, models, flower, predict, serve, scenario, probe, holdout,
-            catalog)
+COMMANDS = (run, compare, explore, worth, align, certs, party, models, flower, predict, serve, scenario, probe,
+            holdout, catalog)
 
 
 class _Parser(argparse.ArgumentParser):

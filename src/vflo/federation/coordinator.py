@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -318,6 +318,18 @@ class Coordinator(Aligner):
         if session:
             self.absent[party] = text
         logger.warning("party %s is absent%s: %s", party, "" if session else " for this batch", text)
+
+    @contextlib.contextmanager
+    def scoring_with(self, partners: Sequence[str]) -> Iterator[None]:
+        """What runs inside scores with ``partners`` alone: every other partner absent, as one that does not answer
+        (for a method that scores with any subset of its partners); as before afterwards."""
+        saved = self._whoever_answers, dict(self.absent)
+        self._whoever_answers = True
+        self.absent.update({p: "left out of this scoring" for p in self.names() if p not in partners})
+        try:
+            yield
+        finally:
+            self._whoever_answers, self.absent = saved
 
     def present(self, parties: Sequence[str]) -> list[str]:
         """Those of ``parties`` not absent for the whole session."""
