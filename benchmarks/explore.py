@@ -101,6 +101,7 @@ def deployed(data: Any, repeats: int) -> dict[str, Any]:
         (work / "bureau.toml").write_text(
             f'name = "bureau"\nlisten = "127.0.0.1:{ports["bureau"]}"\n[data]\nfile = "bureau.csv"\n'
             f'id_column = "id"\n[policy]\nexplore = true\nexplore_bins = {BINS}\nmin_bin_rows = {MIN_ROWS}\n'
+            f'explore_answers = {repeats}\n'
             f'[tls]\ndir = "certs"\n[peers]\nbank = {{ address = "127.0.0.1:{ports["bank"]}", role = "active" }}\n')
         (work / "deploy.toml").write_text(
             f'[active]\nname = "bank"\nrole = "active"\nlisten = "127.0.0.1:{ports["bank"]}"\nalignments = ""\n'

@@ -219,3 +219,26 @@ def test_what_the_label_holder_learns_is_measured_as_a_guess_of_a_persons_bin() 
     signal = next(c for c in found.columns if c.name == "b1").guessed
     noise = next(c for c in found.columns if c.name == "b2").guessed
     assert signal[0] - signal[1] > noise[0] - noise[1]  # its labels say more about a column that predicts them
+
+
+def test_a_partner_answers_each_peer_only_as_often_as_its_policy_says() -> None:
+    from vflo.align.engines import AlignmentConfig
+    from vflo.comm.local import LocalTransport
+    from vflo.explore.run import explore_with
+    from vflo.federation.coordinator import Aligner
+    from vflo.federation.simulation import party_node
+    from vflo.roles import PartyInfo
+
+    a, b, _ = _parties(n=400)
+    infos = (PartyInfo("bank", "active"), PartyInfo("bureau", "passive"))
+    for answers in (1, 2):
+        policy = Policy(alignment="plain", explore=True, min_bin_rows=20, explore_answers=answers)
+        nodes = {"bank": party_node(infos[0], a, peers=infos), "bureau": party_node(infos[1], b, peers=infos,
+                                                                                    policy=policy)}
+        fed = Aligner(node=nodes["bank"], transport=LocalTransport(nodes), parties=infos,
+                      alignment=AlignmentConfig(method="plain"))
+        for _ in range(answers):
+            explore_with(fed, a, he=None)
+        # One more, past the policy (about one person fewer, its difference with the last would place that person).
+        with pytest.raises(RemoteError, match=rf"answered 'bank'.s vflo explore {answers} time.*explore_answers"):
+            explore_with(fed, a)

@@ -211,7 +211,7 @@ def explore(parties: Sequence[PartyData], *, task: str | None = None, classes: t
                           f"{[p.party for p in labelled] or 'none'}")
     active = labelled[0]
     infos = tuple(PartyInfo(p.party, "active" if p is active else "passive") for p in parties)
-    policy = Policy(alignment="plain", explore=True, explore_bins=bins, min_bin_rows=min_bin_rows)
+    policy = Policy(alignment="plain", explore=True, explore_bins=bins, min_bin_rows=min_bin_rows)  # fresh nodes
     nodes = {info.name: party_node(info, p, peers=infos, policy=policy)
              for info, p in zip(infos, parties, strict=True)}
     transport = LocalTransport(nodes)

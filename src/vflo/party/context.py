@@ -21,6 +21,7 @@ from vflo.data.partydata import PartyData
 from vflo.dp import PrivacyAccount, RowNoise
 from vflo.errors import PartyBoundaryError, ProtocolError
 from vflo.party.policy import Policy
+from vflo.party.rates import Tally
 from vflo.roles import PartyInfo
 from vflo.seeding import PartySecret, numpy_rng
 
@@ -84,14 +85,14 @@ class NodeContext:
     """What a handler may touch: its own party's data and state, and an outbox."""
 
     __slots__ = ("_current_round", "_parts", "_secret", "_transport", "alignments", "checkpoints", "data", "info",
-                 "named", "parties", "policy", "privacy", "release_key", "run", "seed", "sender", "serving")
+                 "named", "parties", "policy", "privacy", "release_key", "run", "seed", "sender", "serving", "tally")
 
     def __init__(
         self, *, info: PartyInfo, data: PartyData | None, serving: PartyData | None,
         parties: tuple[PartyInfo, ...], seed: int, transport: Transport | None,
         checkpoints: CheckpointStoreLike | None = None, secret: PartySecret | None = None,
         privacy: PrivacyAccount | None = None, policy: Policy | None = None, run: str = "",
-        alignments: AlignmentFolder | None = None,
+        alignments: AlignmentFolder | None = None, tally: Tally | None = None,
     ) -> None:
         self.info = info
         # Where this party keeps its private set intersections (its own folder), to reuse them: vflo.align.kept.
@@ -111,6 +112,8 @@ class NodeContext:
         self.privacy = privacy if privacy is not None else PrivacyAccount(info.name)
         # What this party agreed to (its own config): bounds handlers check, such as the masks it accepts.
         self.policy = policy if policy is not None else Policy()
+        # How often it has answered each peer the kinds it answers only so often: the node's, across runs.
+        self.tally = tally if tally is not None else Tally()
         # This party's own state, one typed object per kind (a method's part, its alignment): see part().
         self._parts: dict[type, Any] = {}
         # Who sent the message being handled (set by the node for each message).

@@ -9,7 +9,7 @@ people missing a value are a bin of their own, or withheld from the sums where f
 ciphertexts per bin, and replies with the sums, each bin's people count and each column's missing share and
 distinct values. It learns nothing of the targets (ciphertexts only); the label holder learns, per bin, how many
 people and how many events, in the bins' order, never a threshold nor who is in which bin. A party answers only
-where its policy says ``explore = true``.
+where its policy says ``explore = true``, and each peer only ``explore_answers`` times while it runs.
 """
 
 from __future__ import annotations
@@ -74,6 +74,12 @@ class ExploreHandlers(HandlerSet):
             raise PolicyError(f"party {ctx.info.name!r} does not answer vflo explore: its policy leaves explore off; "
                               "set explore = true under [policy] in its config to let the label holder learn, per "
                               "bin of its columns, how many shared people and how many events")
+        if not ctx.tally.take(KIND, ctx.sender, policy.explore_answers):
+            raise PolicyError(f"party {ctx.info.name!r} has answered {ctx.sender!r}'s vflo explore "
+                              f"{policy.explore_answers} time(s) while it runs, as many as its policy allows "
+                              f"(explore_answers = {policy.explore_answers}: two answers over people that differ by "
+                              "one would show which of its bins that person is in); raise it under [policy] to "
+                              "answer again")
         data = ctx.require_data()
         ids = payload.array("ids")
         if not data.contains(ids).all():

@@ -50,7 +50,7 @@ from vflo.party.context import (
 )
 from vflo.party.handlers import HandlerInfo, HandlerSet
 from vflo.party.policy import Policy
-from vflo.party.rates import PeerRates
+from vflo.party.rates import PeerRates, Tally
 from vflo.roles import ROLES, PartyInfo, Role
 from vflo.seeding import PartySecret
 from vflo.spill import SpillConfig
@@ -170,6 +170,8 @@ class Node:
         # How fast each peer may ask it to score (its policy's max_peer_requests_per_second), and its own record of
         # who asked about which of its people with which model (its config's asked_log; none: not recorded).
         self._rates = PeerRates(self.policy.max_peer_requests_per_second)
+        # How often it answered each peer the kinds it answers only so often (vflo explore), for as long as it runs.
+        self._tally = Tally()
         self.asked = asked
         # The saved model of the scoring session going on (its label and model ID), for that record.
         self._model = ("", "")
@@ -227,7 +229,8 @@ class Node:
         """A fresh context over this party's own data, secret, privacy account and policy."""
         return NodeContext(info=self.info, data=self._data, serving=self._serving, parties=parties, seed=seed,
                            transport=self._transport, checkpoints=self.checkpoints, secret=self.secret,
-                           privacy=self.privacy, policy=self.policy, run=run, alignments=self.alignments)
+                           privacy=self.privacy, policy=self.policy, run=run, alignments=self.alignments,
+                           tally=self._tally)
 
     def handle(self, message: Message) -> Message:
         """Run the handler for ``message`` and return the reply; failures become error replies."""

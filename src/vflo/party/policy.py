@@ -21,6 +21,7 @@ surely does when that is less (``vflo.methods.masks.required_mixing``).
     explore = true                         # answer vflo explore: per-bin counts and encrypted label sums
     explore_bins = 10                      # the most bins of each column it releases (equal-frequency)
     min_bin_rows = 50                      # the fewest people in a bin it releases (smaller ones merged)
+    explore_answers = 1                    # how many explore requests it answers each peer while it runs
     [policy.require]
     "fedsvd.svd.mask" = "dense"            # a setting that must have this value
     "rap.max_condition" = { max = 10.0 }   # or stay within bounds
@@ -77,7 +78,9 @@ class Policy:
     label sums, from which the label holder learns each bin's event rate (never a threshold, nor who is in which
     bin); off by default, a disclosure this party names. ``explore_bins``: the most equal-frequency bins of a column
     it releases (2 to 126); ``min_bin_rows``: the fewest people a released bin holds (adjacent bins merged until
-    each does; the people missing a value withheld when fewer)."""
+    each does; the people missing a value withheld when fewer); ``explore_answers``: how many of a peer's explore
+    requests it answers while it runs (1 by default: two answers over people sets that differ by one person would
+    show the label holder, from the difference, which bin that person is in)."""
 
     methods: tuple[str, ...] = ()
     require: dict[str, Any] = field(default_factory=dict)
@@ -103,6 +106,7 @@ class Policy:
     explore: bool = False
     explore_bins: int = 10
     min_bin_rows: int = 50
+    explore_answers: int = 1
 
     def runs_psi(self, protocol: str) -> bool:
         """Whether this party runs the PSI library's ``protocol`` (its ``psi_protocols``; None: every one)."""
@@ -156,7 +160,7 @@ class Policy:
                               "to serve every model this party saved")
         if not isinstance(self.explore, bool):
             raise ConfigError(f"policy.explore must be true or false, got {self.explore!r}")
-        for key, least, most in (("explore_bins", 2, 126), ("min_bin_rows", 1, None)):
+        for key, least, most in (("explore_bins", 2, 126), ("min_bin_rows", 1, None), ("explore_answers", 1, None)):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < least or \
                     (most is not None and value > most):

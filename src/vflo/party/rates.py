@@ -75,3 +75,22 @@ class PeerRates:
             return True
         with self._lock:
             return self._bucket(peer).take()
+
+
+class Tally:
+    """How many times each peer has been answered a kind, while the party runs: for kinds a party answers a peer
+    only so often (``[policy] explore_answers``: two answers over people sets that differ by one person would say
+    which of its bins that person is in). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def take(self, kind: str, peer: str, most: int) -> bool:
+        """Count one more answer of ``kind`` to ``peer``, unless it has had ``most``: then False, nothing counted."""
+        with self._lock:
+            seen = self._counts.get((kind, peer), 0)
+            if seen >= most:
+                return False
+            self._counts[(kind, peer)] = seen + 1
+            return True
