@@ -1,5 +1,5 @@
 """What each partner is worth, two ways, paired: Shapley values from one LASER-VFL model scoring with every subset
-of its partners (vflo.experiments.worth.any_subset_worth) against exact Shapley values from LASER-VFL retrained
+of its partners (vflo.worth.any_subset_worth) against exact Shapley values from LASER-VFL retrained
 once per subset (retrained_worth), on the same split and seed, for each of the runs of
 configs/papers/laser_vfl_wine.toml (wine, the label holder and three partners of 3 columns each, every person
 held by every party; the config's LASER-VFL settings), both timed in the same process.
@@ -29,8 +29,8 @@ CONFIG = ROOT / "configs" / "papers" / "laser_vfl_wine.toml"
 
 def run(runs: int, data_dir: str | None) -> dict[str, Any]:
     from vflo.experiments.config import load_config
-    from vflo.experiments.worth import any_subset_worth, retrained_worth
     from vflo.seeding import derive_seed, numpy_rng
+    from vflo.worth import any_subset_worth, retrained_worth
 
     config = load_config(CONFIG)
     entry = next(e for e in config.methods if e.label == "laser_vfl")

@@ -110,13 +110,15 @@ ATTACKS: tuple[Attack, ...] = (
     Attack("vflo explore's per-bin sums",
            "the label holder asks a partner for the per-bin label sums of its columns while the partner's policy "
            "leaves explore off; asks again, about people that differ by one, to place that person in a bin; asks "
-           "about a handful of people so that a bin describes a few",
+           "about a handful of people so that a bin describes a few; makes a partner drop its columns in the middle "
+           "of a run",
            "refused unless the partner's [policy] explore = true; each peer answered explore_answers times (1) while "
            "the partner runs; no bin released with fewer than min_bin_rows people (50), smaller ones merged, the "
-           "people missing a value withheld",
+           "people missing a value withheld; columns are dropped by the partner's own policy, between runs only",
            ("tests/test_explore.py::test_a_partner_answers_only_where_its_policy_says_so",
             "tests/test_explore.py::test_a_partner_answers_each_peer_only_as_often_as_its_policy_says",
             "tests/test_explore.py::test_a_partners_bins_hold_at_least_its_minimum",
+            "tests/test_explore.py::test_a_node_refuses_to_drop_columns_during_a_run",
             "tests/e2e/test_explore_deployed.py")),
     Attack("a coordinator choosing a party's computation",
            "the coordinator proposes settings outside a party's policy, or its own choice of the party's side",

@@ -242,3 +242,92 @@ def test_a_partner_answers_each_peer_only_as_often_as_its_policy_says() -> None:
         # One more, past the policy (about one person fewer, its difference with the last would place that person).
         with pytest.raises(RemoteError, match=rf"answered 'bank'.s vflo explore {answers} time.*explore_answers"):
             explore_with(fed, a)
+
+
+def test_a_partner_selects_its_own_columns_by_its_policy() -> None:
+    from vflo.party.explore import selected_out
+
+    policy = Policy(select_iv_below=0.05, select_missing_above=0.3)
+    columns = ("x", "y", "z", "w")
+    iv, missing = np.array([0.5, 0.01, 0.2, 0.3]), np.array([0.0, 0.0, 0.4, math.nan])
+    assert selected_out(policy, columns, iv, missing) == ["y", "z"]  # a share not known drops nothing
+    assert selected_out(Policy(), columns, iv, missing) == []  # the defaults select nothing
+    # Never every column: its best one stays.
+    assert selected_out(Policy(select_iv_below=9.0), columns, iv, missing) == ["y", "z", "w"]
+    with pytest.raises(ConfigError, match="select_missing_above"):
+        Policy(select_missing_above=1.5)
+
+
+def test_explore_with_selection_drops_the_columns_at_their_owner_and_training_uses_the_rest() -> None:
+    from vflo.explore.run import kept
+
+    a, b, _ = _parties()
+    found = explore([a, b], scheme="plaintext", bins=10, min_bin_rows=50, select_iv_below=0.05)
+    weak = sorted(c.name for c in found.columns if c.best_iv < 0.05)
+    assert found.dropped == {"bureau": weak} and "b1" not in weak and weak
+    assert "bureau dropped" in " ".join(__import__("vflo.explore.report", fromlist=["x"]).summary_lines(found))
+    a2, b2 = kept([a, b], found)
+    assert a2.columns == a.columns and b2.columns == tuple(c for c in b.columns if c not in weak)
+    assert np.array_equal(b2.X, b.X[:, [b.columns.index(c) for c in b2.columns]])
+
+
+def test_a_node_drops_selected_columns_between_runs_only_and_saves_parts_that_read_without_them(
+        tmp_path: Path) -> None:
+    from vflo.align.engines import AlignmentConfig
+    from vflo.artifacts import PartStore, Preprocessing
+    from vflo.comm.local import LocalTransport
+    from vflo.explore.run import explore_with
+    from vflo.federation.coordinator import Aligner
+    from vflo.federation.simulation import party_node
+    from vflo.roles import PartyInfo
+
+    a, b, _ = _parties(n=400)
+    infos = (PartyInfo("bank", "active"), PartyInfo("bureau", "passive"))
+    policy = Policy(alignment="plain", explore=True, min_bin_rows=20, select_iv_below=9.0, explore_answers=2)
+    store = PartStore(tmp_path, party="bureau", role="passive", preprocessing=Preprocessing(columns=b.columns))
+    nodes = {"bank": party_node(infos[0], a, peers=infos),
+             "bureau": party_node(infos[1], b, b, peers=infos, policy=policy, store=store)}
+    fed = Aligner(node=nodes["bank"], transport=LocalTransport(nodes), parties=infos,
+                  alignment=AlignmentConfig(method="plain"))
+    found = explore_with(fed, a, he=None, select=True)
+    best = max(found.columns, key=lambda c: c.best_iv).name
+    assert sorted(found.dropped["bureau"]) == sorted(c for c in b.columns if c != best)
+    # The parts it saves from now on read a table with every column of its file, without the dropped ones.
+    assert store.preprocessing is not None and store.preprocessing.columns == (best,)
+    assert store.preprocessing.dropped == tuple(c for c in b.columns if c != best)
+    rows = store.preprocessing.rows(b, party="bureau")
+    assert rows.columns == (best,) and np.array_equal(rows.X[:, 0], b.X[:, b.columns.index(best)])
+    # Exploring again shows one column: the node holds its rows without the others.
+    assert [c.name for c in explore_with(fed, a, he=None).columns] == [best]
+
+
+def test_a_node_refuses_to_drop_columns_during_a_run() -> None:
+    from vflo.api import fit
+    from vflo.data.layout import Layout
+    from vflo.party.explore import SELECT_KIND
+
+    a, b, _ = _parties(n=300)
+    data = Layout.from_parties([a, b], seed=0).materialize()
+    model = fit("local", data)  # its run stays open
+    with pytest.raises(RemoteError, match="drops columns only between runs"):
+        model.federation.exchange(SELECT_KIND, {"bureau": {"columns": np.asarray(b.columns), "iv": np.zeros(4),
+                                                           "missing": np.zeros(4)}})
+
+
+def test_preprocessing_without_columns_keeps_the_standardisation_of_the_rest() -> None:
+    from vflo.artifacts import Preprocessing
+    from vflo.data.preprocessing import Standardizer
+
+    pre = Preprocessing(columns=("x", "y", "z"), scaler=Standardizer(mean_=np.array([1.0, 2.0, 3.0]),
+                                                                      scale_=np.array([2.0, 4.0, 8.0])))
+    less = pre.without(["y"])
+    assert less.columns == ("x", "z") and less.dropped == ("y",)
+    assert less.scaler is not None and less.scaler.mean_.tolist() == [1.0, 3.0]
+    assert less.scaler.scale_.tolist() == [2.0, 8.0]
+    assert Preprocessing.from_dict(less.to_dict()).dropped == ("y",)
+    rows = PartyData(party="p", ids=np.array(["a", "b"]), X=np.array([[3.0, 0.0, 11.0], [1.0, 0.0, 3.0]]),
+                     columns=("x", "y", "z"))
+    ready = less.rows(rows, party="p")
+    assert ready.columns == ("x", "z") and np.allclose(ready.X, [[1.0, 1.0], [0.0, 0.0]])
+    with pytest.raises(Exception, match="differ from those its model was trained on"):
+        less.rows(rows.without(["z"]), party="p")  # a column it kept is missing: refused as before

@@ -13,8 +13,8 @@ from vflo.api import fit
 from vflo.data.layout import FederatedData
 from vflo.data.scenario import PartySpec, ScenarioSpec
 from vflo.errors import ConfigError
-from vflo.experiments.worth import any_subset_worth, only, retrained_worth, shapley, subsets, value
 from vflo.methods.registry import get_method
+from vflo.worth import any_subset_worth, only, retrained_worth, shapley, subsets, value
 
 TRAIN = {"lr": 3e-3, "batch_size": 64, "max_epochs": 8, "validation_fraction": 0.0}
 

@@ -23,7 +23,7 @@ import json
 import secrets
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -81,16 +81,30 @@ class Preprocessing:
     columns: tuple[str, ...]
     encoding: TableEncoding | None = None
     scaler: Standardizer | None = None
+    #: Columns its file has that the party dropped by its own selection (``vflo explore --select``): rows to score
+    #: that still have them are read without them.
+    dropped: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"columns": list(self.columns), "encoding": None if self.encoding is None else self.encoding.to_dict(),
                 "scaler": None if self.scaler is None else {"mean": self.scaler.mean_.tolist(),
-                                                            "scale": self.scaler.scale_.tolist()}}
+                                                            "scale": self.scaler.scale_.tolist()},
+                "dropped": list(self.dropped)}
+
+    def without(self, columns: Sequence[str]) -> Preprocessing:
+        """The same, with ``columns`` dropped: from the columns, from the standardisation, and named as dropped."""
+        keep = np.asarray([c not in set(columns) for c in self.columns], dtype=bool)
+        scaler = None if self.scaler is None else Standardizer(mean_=self.scaler.mean_[keep],
+                                                              scale_=self.scaler.scale_[keep])
+        return Preprocessing(columns=tuple(c for c, k in zip(self.columns, keep, strict=True) if k),
+                             encoding=self.encoding, scaler=scaler,
+                             dropped=(*self.dropped, *(c for c in self.columns if c in set(columns))))
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Preprocessing:
         scaler = raw.get("scaler")
         return cls(columns=tuple(str(c) for c in raw.get("columns", ())),
+                   dropped=tuple(str(c) for c in raw.get("dropped", ())),
                    encoding=None if raw.get("encoding") is None else TableEncoding.from_dict(raw["encoding"]),
                    scaler=None if scaler is None else Standardizer(mean_=np.asarray(scaler["mean"], dtype=np.float64),
                                                                    scale_=np.asarray(scaler["scale"],
@@ -111,6 +125,8 @@ class Preprocessing:
         return PartyData.encoded(frame, self.encoding, labelled=False)
 
     def _prepared(self, data: PartyData, party: str) -> PartyData:
+        if self.dropped and set(data.columns) == {*self.columns, *self.dropped}:
+            data = data.without(self.dropped)  # columns the party selected out: its model never read them
         if data.columns != self.columns:
             missing = [c for c in self.columns if c not in data.columns]
             extra = [c for c in data.columns if c not in self.columns]
@@ -308,6 +324,11 @@ class PartStore:
 
     def folder(self, label: str) -> Path:
         return self.root / safe_name(label, "method label") / safe_name(self.party, "party name")
+
+    def drop_columns(self, columns: Sequence[str]) -> None:
+        """Parts saved from now on read their rows without ``columns`` (the party's own selection)."""
+        if self.preprocessing is not None:
+            self.preprocessing = self.preprocessing.without(columns)
 
     def part_folder(self, label: str, model_id: str | None) -> Path:
         """Where this store keeps its part of training ``model_id``: here one model per label (a folder saved by

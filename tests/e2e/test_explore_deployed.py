@@ -61,3 +61,38 @@ def test_explore_over_grpc_equals_one_process_and_the_centralized_computation(
         _, iv = woe_iv(np.bincount(codes, weights=t.astype(float), minlength=n_bins),  # type: ignore[union-attr]
                        np.bincount(codes, minlength=n_bins))
         assert abs(float(deployed.set_index("column").loc[name, "iv"]) - iv) < 1e-9, name
+
+
+def test_a_deployed_partner_drops_its_weak_columns_and_trains_and_scores_without_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.e2e.conftest import train_and_save
+    from vflo.methods.registry import get_method
+
+    files = write_federation(tmp_path, vertical_split(30), {})
+    lab = files.configs["pas"]
+    # Its own selection: every column under IV 100 goes, that is all but its best one.
+    lab.write_text(lab.read_text() + "\n[policy]\nexplore = true\nmin_bin_rows = 20\nselect_iv_below = 100.0\n")
+    processes = {"pas": spawn(lab)}
+    federation = Federation(deploy=files.deploy, local=files.local, processes=processes, directory=tmp_path)
+    deploy = write_deploy(files.deploy, tmp_path / "deploy.toml")
+    columns = files.local.train["pas"].columns
+    try:
+        wait_listening(processes)
+        out = tmp_path / "explored"
+        assert main(["explore", "--deploy", str(deploy), "--out", str(out), "--select"]) == 0
+        found = json.loads((out / "explore.json").read_text())
+        best = max(found["columns"], key=lambda c: c["iv"][0])["column"]
+        assert sorted(found["dropped"]["pas"]) == sorted(c for c in columns if c != best)
+        assert "pas dropped 2 of its columns by its own policy" in capsys.readouterr().out
+        # Training after it reads the lab's one column, and the model it saves scores from its full serve file.
+        quick = {"train": {"max_epochs": 2, "patience": 0, "batch_size": 64}}
+        train_and_save(federation, get_method("splitnn")(**quick), tmp_path / "models", "sn")
+        scores = tmp_path / "scores.csv"
+        assert main(["predict", str(tmp_path / "models"), "--method", "sn", "--data", str(files.deploy.test_file),
+                     "--deploy", str(deploy), "--out", str(scores)]) == 0
+        assert len(pd.read_csv(scores)) == 30
+    finally:
+        federation.stop()
+    manifest = next((tmp_path / "pas_models").rglob("manifest.json"))
+    pre = json.loads(manifest.read_text())["preprocessing"]
+    assert pre["columns"] == [best] and sorted(pre["dropped"]) == sorted(c for c in columns if c != best)

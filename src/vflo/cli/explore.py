@@ -39,6 +39,16 @@ def add(sub: Any) -> None:
     explore.add_argument("--min-bin-rows", type=int, default=50,
                          help="in a rehearsal: the fewest people in a released bin (deployed: each partner's own "
                               "[policy] min_bin_rows); default 50")
+    explore.add_argument("--select", action="store_true",
+                         help="deployed: then send each partner its columns' IV and missing share, so that it drops "
+                              "those its own [policy] select_iv_below and select_missing_above select out (from its "
+                              "rows and the models it trains after)")
+    explore.add_argument("--select-iv-below", type=float, default=0.0,
+                         help="in a rehearsal: each partner drops its columns under this IV (deployed: its own "
+                              "[policy] select_iv_below); default 0, none")
+    explore.add_argument("--select-missing-above", type=float, default=1.0,
+                         help="in a rehearsal: and those missing for more than this share (deployed: its own "
+                              "[policy] select_missing_above); default 1, none")
     explore.add_argument("--data-dir", help="where the datasets are (default: VFLO_DATA_DIR)")
     explore.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
 
@@ -83,7 +93,8 @@ def _rehearsed(args: argparse.Namespace, he: Any) -> Any:
     parties = [data.train[p.name] for p in data.parties if p.name in data.train]
     return explore(parties, task=data.task, classes=tuple(data.classes), bins=args.bins,
                    min_bin_rows=args.min_bin_rows, binning=args.binning, max_bins=args.max_bins, scheme=he.scheme,
-                   key_size=he.key_size)
+                   key_size=he.key_size, select_iv_below=args.select_iv_below,
+                   select_missing_above=args.select_missing_above)
 
 
 def _deployed(args: argparse.Namespace, he: Any) -> Any:
@@ -108,7 +119,7 @@ def _deployed(args: argparse.Namespace, he: Any) -> Any:
             encoding = deployment.preprocessing.encoding
             return explore_with(fed, deployment.train, task=deployment.task,
                                 classes=tuple(encoding.classes) if encoding is not None else (), he=he,
-                                binning=args.binning, max_bins=args.max_bins)
+                                binning=args.binning, max_bins=args.max_bins, select=args.select)
         finally:
             deployment.close()
 

@@ -1,5 +1,5 @@
 """``vflo worth``: after training, what each partner is worth to a method (Shapley values over the partners;
-:mod:`vflo.experiments.worth`)."""
+:mod:`vflo.worth`)."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def add(sub: Any) -> None:
 def _worth(args: argparse.Namespace) -> int:
     from vflo.errors import ConfigError
     from vflo.experiments.config import load_config
-    from vflo.experiments.worth import any_subset_worth, retrained_worth
     from vflo.metrics import check_metric
     from vflo.seeding import derive_seed, numpy_rng
+    from vflo.worth import any_subset_worth, retrained_worth
 
     config = load_config(args.config)
     entries = {e.label: e for e in config.methods}

@@ -203,6 +203,16 @@ class PartyData:
                             "finite")
         return self._rows(slice(None), X=X)
 
+    def without(self, columns: Sequence[str]) -> PartyData:
+        """The same rows without ``columns`` (its own, by name; a name it lacks is refused)."""
+        unknown = [c for c in columns if c not in self.columns]
+        if unknown:
+            raise DataError(f"party {self.party!r} has no columns {unknown} to drop")
+        keep = [j for j, c in enumerate(self.columns) if c not in set(columns)]
+        kept = tuple(self.columns[j] for j in keep)
+        return PartyData(party=self.party, ids=self.ids, X=np.ascontiguousarray(self.X[:, keep]), columns=kept,
+                         y=self.y, categorical=tuple(c for c in self.categorical if c in kept), encoding=self.encoding)
+
     # -- basic facts -------------------------------------------------------------------------
 
     @property

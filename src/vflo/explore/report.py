@@ -37,6 +37,10 @@ def summary_lines(found: Exploration) -> list[str]:
         useful = sum(c.best_iv >= STRENGTH[0][0] for c in mine)
         out.append(f"{party}: {shared:,} of the {found.asked:,} people {found.active} holds are shared; "
                    f"{useful} of its {len(mine)} columns reach IV {STRENGTH[0][0]}; the strongest: {top or 'none'}.")
+        if party in found.dropped:
+            gone = found.dropped[party]
+            out.append(f"{party} dropped {len(gone)} of its columns by its own policy"
+                       + (f": {', '.join(gone)}" if gone else "") + " (names only: no value of them left it).")
         if mine:
             gains = [c.guessed[0] - c.guessed[1] for c in mine]
             worst = mine[int(np.nanargmax(gains))]
@@ -109,7 +113,7 @@ def _bins(found: Exploration, c: Column) -> str:
 def as_json(found: Exploration) -> dict[str, object]:
     return {"active": found.active, "task": found.task, "targets": list(found.targets), "binning": found.binning,
             "scheme": found.scheme, "alignment": found.alignment, "seconds": found.seconds, "asked": found.asked,
-            "shared": found.shared,
+            "shared": found.shared, "dropped": found.dropped,
             "columns": [{"party": c.party, "column": c.name, "missing_share": None if math.isnan(c.missing_share)
                          else c.missing_share, "distinct": c.distinct, "iv": c.iv.tolist(),
                          "counts": c.counts.tolist(), "events": np.asarray(c.events).tolist(),

@@ -30,7 +30,7 @@ from vflo.errors import ConfigError, DataError
 from vflo.explore.woe import Targets, chi_merge, merged, targets, woe_iv
 from vflo.federation.coordinator import Aligner
 from vflo.federation.simulation import party_node
-from vflo.party.explore import KIND, pack, unpack
+from vflo.party.explore import KIND, SELECT_KIND, pack, unpack
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo
 from vflo.trees.crypto import HESettings, KeyPair, Scheme, from_wire, new_keys, to_wire
@@ -89,6 +89,8 @@ class Exploration:
     columns: list[Column] = field(default_factory=list)
     seconds: float = 0.0
     alignment: str = ""
+    #: With ``select``: the columns each partner dropped by its own policy (names; nothing else said of them).
+    dropped: dict[str, list[str]] = field(default_factory=dict)
 
     def table(self) -> pd.DataFrame:
         """One row per partner column, each partner's columns ranked by information value (the largest over the
@@ -110,11 +112,13 @@ class Exploration:
 
 
 def explore_with(fed: Aligner, data: PartyData, *, task: str | None = None, classes: tuple[str, ...] = (),
-                 he: HESettings | None = None, binning: Binning = "quantile", max_bins: int = 6) -> Exploration:
+                 he: HESettings | None = None, binning: Binning = "quantile", max_bins: int = 6,
+                 select: bool = False) -> Exploration:
     """The label holder's side: align with each partner, send it the shared people's targets encrypted under a
     fresh key of its own, decrypt the per-bin sums it returns, and compute WOE and IV (``binning = "chimerge"``:
     the partner's bins merged here, by χ² on their decrypted counts, to at most ``max_bins``; binary and
-    regression tasks)."""
+    regression tasks). With ``select``, each partner is then sent its own columns' IV and missing share, and drops
+    those its own policy selects out (``explore.select``), from its rows and the models it trains after."""
     started = time.perf_counter()
     y = data.require_labels()
     task = task or infer_task(y)
@@ -147,6 +151,13 @@ def explore_with(fed: Aligner, data: PartyData, *, task: str | None = None, clas
             found.columns += _columns(name, replies[name], keys, wanted, shared[name], binning, max_bins)
     finally:
         keys.close()
+    if select:
+        asks = {name: {"columns": np.asarray([c.name for c in found.columns if c.party == name], dtype=str),
+                       "iv": np.asarray([c.best_iv for c in found.columns if c.party == name], dtype=np.float64),
+                       "missing": np.asarray([c.missing_share for c in found.columns if c.party == name],
+                                             dtype=np.float64)} for name in passives}
+        answers = fed.exchange(SELECT_KIND, asks)
+        found.dropped = {name: [str(c) for c in np.asarray(answers[name]["dropped"])] for name in passives}
     found.seconds = time.perf_counter() - started
     return found
 
@@ -201,21 +212,31 @@ def _columns(party: str, reply: Reply, keys: KeyPair, wanted: Targets, shared: i
 
 def explore(parties: Sequence[PartyData], *, task: str | None = None, classes: tuple[str, ...] = (),
             bins: int = 10, min_bin_rows: int = 50, binning: Binning = "quantile", max_bins: int = 6,
-            scheme: Scheme = "ou", key_size: int = 2048) -> Exploration:
+            scheme: Scheme = "ou", key_size: int = 2048, select_iv_below: float = 0.0,
+            select_missing_above: float = 1.0) -> Exploration:
     """``vflo.explore``: every party a node of its own in this process, behind the in-process transport, the one
     with labels exploring the others' columns as a deployment would (each partner answering with its policy's
-    ``explore_bins = bins`` and ``min_bin_rows``)."""
+    ``explore_bins = bins`` and ``min_bin_rows``); where a selection threshold is given, each partner then drops
+    its columns as its policy's ``select_iv_below`` and ``select_missing_above`` would (``Exploration.dropped``;
+    :func:`kept` gives the parties' tables without them)."""
     labelled = [p for p in parties if p.has_labels]
     if len(labelled) != 1:
         raise ConfigError(f"explore: exactly one party holds the labels (the active party), found "
                           f"{[p.party for p in labelled] or 'none'}")
     active = labelled[0]
     infos = tuple(PartyInfo(p.party, "active" if p is active else "passive") for p in parties)
-    policy = Policy(alignment="plain", explore=True, explore_bins=bins, min_bin_rows=min_bin_rows)  # fresh nodes
+    policy = Policy(alignment="plain", explore=True, explore_bins=bins, min_bin_rows=min_bin_rows,  # fresh nodes
+                    select_iv_below=select_iv_below, select_missing_above=select_missing_above)
     nodes = {info.name: party_node(info, p, peers=infos, policy=policy)
              for info, p in zip(infos, parties, strict=True)}
     transport = LocalTransport(nodes)
     fed = Aligner(node=nodes[active.party], transport=transport, parties=infos,
                   alignment=AlignmentConfig(method="plain"))
     return explore_with(fed, active, task=task, classes=classes, he=HESettings(scheme=scheme, key_size=key_size),
-                        binning=binning, max_bins=max_bins)
+                        binning=binning, max_bins=max_bins,
+                        select=select_iv_below > 0 or select_missing_above < 1)
+
+
+def kept(parties: Sequence[PartyData], found: Exploration) -> list[PartyData]:
+    """The parties' tables without the columns each dropped by its own selection (:func:`explore`'s)."""
+    return [p.without(found.dropped.get(p.party, [])) for p in parties]

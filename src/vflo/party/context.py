@@ -9,7 +9,7 @@ named here by what the context needs of them; the packages that write them own t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -63,6 +63,10 @@ class PartStoreLike(Protocol):
 
     def serving_rows(self, part: Any) -> PartyData | None:
         """The party's rows to score, prepared as ``part`` was trained (None: keep the node's own)."""
+        ...
+
+    def drop_columns(self, columns: Sequence[str]) -> None:
+        """Parts saved from now on read their rows without ``columns`` (the party's own selection)."""
         ...
 
 class AlignmentFolder(Protocol):

@@ -14,6 +14,7 @@ where its policy says ``explore = true``, and each peer only ``explore_answers``
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +22,7 @@ import numpy as np
 from vflo.comm.message import IDS, STR, ArraySpec, Fields, Payload
 from vflo.errors import ProtocolError
 from vflo.party.handlers import HandlerSet, handles
-from vflo.party.policy import PolicyError
+from vflo.party.policy import Policy, PolicyError
 from vflo.trees.bins import MAX_BINS, bin_codes, quantile_cuts
 from vflo.trees.crypto import BLOB_ROW, PublicSide, from_wire, to_wire
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from vflo.party.context import NodeContext
 
 KIND = "explore.sums"
+SELECT_KIND = "explore.select"
 BLOB = ArraySpec(("uint8",), (None, BLOB_ROW))
 INTS = ArraySpec(("int64",), (None,))
 
@@ -60,6 +62,25 @@ def own_bins(column: np.ndarray, n_bins: int, min_rows: int) -> tuple[np.ndarray
 
 class ExploreHandlers(HandlerSet):
     """What every node serves for ``vflo explore``, refused unless its policy says ``explore = true``."""
+
+    @handles(SELECT_KIND,
+             served=("outside a run, after this party answered the sender's explore.sums: its columns' information "
+                     "values and missing shares, from which its own [policy] select_iv_below and "
+                     "select_missing_above decide which of its columns it drops; the node drops them"),
+             carries={}, replies={"dropped": "control"},
+             columns=ArraySpec(("str",), (None,)), iv=ArraySpec(("float64",), (None,)),
+             missing=ArraySpec(("float64",), (None,)))
+    def _select(self, ctx: NodeContext, payload: Fields) -> Payload:
+        data = ctx.require_data()
+        names = tuple(str(c) for c in payload.array("columns"))
+        iv, missing = payload.array("iv"), payload.array("missing")
+        if names != data.columns or len(iv) != len(names) or len(missing) != len(names):
+            raise ProtocolError(f"{SELECT_KIND}: one information value and one missing share for each of party "
+                                f"{ctx.info.name!r}'s columns, in its order ({len(data.columns)} of them)")
+        if ctx.tally.count(KIND, ctx.sender) == 0:
+            raise PolicyError(f"{SELECT_KIND}: party {ctx.info.name!r} has answered no vflo explore from "
+                              f"{ctx.sender!r}; the information values come after its per-bin sums")
+        return {"dropped": np.asarray(selected_out(ctx.policy, names, iv, missing), dtype=str)}
 
     @handles(KIND,
              served=("before or after a run, where [policy] explore = true: once per request, over the people the "
@@ -119,6 +140,17 @@ class ExploreHandlers(HandlerSet):
         return {"columns": np.asarray(data.columns, dtype=str), "bins": bins, "counts": counts.astype(np.int64),
                 "missing": missing, "gaps": gaps(data.columns, X, getattr(data.encoding, "fills", {})),
                 "distinct": distinct, "sums": to_wire(pack(sums))}
+
+
+def selected_out(policy: Policy, columns: tuple[str, ...], iv: np.ndarray, missing: np.ndarray) -> list[str]:
+    """The columns a party drops by its own policy: under ``select_iv_below`` or missing for more than
+    ``select_missing_above`` of the shared people (a share not known never drops a column); never every column,
+    its best one kept."""
+    out = [c for c, v, m in zip(columns, iv.tolist(), missing.tolist(), strict=True)
+           if v < policy.select_iv_below or (not math.isnan(m) and m > policy.select_missing_above)]
+    if len(out) == len(columns) and columns:
+        out.remove(columns[int(np.argmax(iv))])
+    return out
 
 
 def gaps(columns: tuple[str, ...], X: np.ndarray, fills: object) -> np.ndarray:

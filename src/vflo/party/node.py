@@ -48,6 +48,7 @@ from vflo.party.context import (
     PartStoreLike,
     require_checkpoints,
 )
+from vflo.party.explore import SELECT_KIND
 from vflo.party.handlers import HandlerInfo, HandlerSet
 from vflo.party.policy import Policy
 from vflo.party.rates import PeerRates, Tally
@@ -296,6 +297,9 @@ class Node:
             # the rows to score before anything trains.
             handler_set, info, attr = self._protocols[kind]
             self._authorize(message, info)
+            if kind == SELECT_KIND and self._run:
+                raise ProtocolError(f"party {self.name!r} drops columns only between runs, not during run "
+                                    f"{self._run} of {getattr(self.method, 'name', '?')}")
             if self.context is None:
                 self.context = self._new_context((self.info,), seed=0)
         elif self.context is None or self.method is None:
@@ -316,7 +320,27 @@ class Node:
         result: Payload = getattr(handler_set, attr)(self.context, Fields(kind, message.payload))
         if scoring and self.context.named is not None:
             self._record_asked(message, "positions", self.context.named)
+        if kind == SELECT_KIND:
+            # Its own selection changes its own rows, which outlive the handler's context: the node drops them.
+            self._drop_columns([str(c) for c in np.asarray(result["dropped"])], message.sender)
         return result
+
+    def _drop_columns(self, dropped: list[str], asker: str) -> None:
+        """The columns this party's own policy selected out (vflo explore --select), gone from its training and
+        serving rows and from the parts it saves from now on; the next message builds a context over the rest."""
+        if not dropped:
+            return
+        if self._data is not None:
+            self._data = self._data.without(dropped)
+        if self._serving is not None:
+            self._serving = self._serving.without([c for c in dropped if c in self._serving.columns])
+        if self.store is not None:
+            self.store.drop_columns(dropped)
+        self.context = None
+        logger.warning("party %s dropped its columns %s by its own policy (select_iv_below %g, select_missing_above "
+                       "%g) from what %s's explore found; to keep them out after a restart, add them to drop_columns "
+                       "under [data] in its config", self.name, dropped, self.policy.select_iv_below,
+                       self.policy.select_missing_above, asker)
 
     # -- scoring: how fast a peer asks, and about whom ------------------------------------------------
 

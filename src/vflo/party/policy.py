@@ -22,6 +22,8 @@ surely does when that is less (``vflo.methods.masks.required_mixing``).
     explore_bins = 10                      # the most bins of each column it releases (equal-frequency)
     min_bin_rows = 50                      # the fewest people in a bin it releases (smaller ones merged)
     explore_answers = 1                    # how many explore requests it answers each peer while it runs
+    select_iv_below = 0.02                 # vflo explore --select: drop its own columns under this IV
+    select_missing_above = 0.5             # and those whose values are missing for more than this share
     [policy.require]
     "fedsvd.svd.mask" = "dense"            # a setting that must have this value
     "rap.max_condition" = { max = 10.0 }   # or stay within bounds
@@ -80,7 +82,11 @@ class Policy:
     it releases (2 to 126); ``min_bin_rows``: the fewest people a released bin holds (adjacent bins merged until
     each does; the people missing a value withheld when fewer); ``explore_answers``: how many of a peer's explore
     requests it answers while it runs (1 by default: two answers over people sets that differ by one person would
-    show the label holder, from the difference, which bin that person is in)."""
+    show the label holder, from the difference, which bin that person is in). ``select_iv_below`` and
+    ``select_missing_above``: its own feature selection, when the label holder sends it each of its columns'
+    information value and missing share (``vflo explore --select``): it drops its columns under that IV or missing
+    for more than that share of the shared people, from its training and serving rows and from the models it saves
+    after (0 and 1, the defaults: none); it keeps at least its best column."""
 
     methods: tuple[str, ...] = ()
     require: dict[str, Any] = field(default_factory=dict)
@@ -107,6 +113,8 @@ class Policy:
     explore_bins: int = 10
     min_bin_rows: int = 50
     explore_answers: int = 1
+    select_iv_below: float = 0.0
+    select_missing_above: float = 1.0
 
     def runs_psi(self, protocol: str) -> bool:
         """Whether this party runs the PSI library's ``protocol`` (its ``psi_protocols``; None: every one)."""
@@ -167,6 +175,12 @@ class Policy:
                 span = f"from {least} to {most}" if most is not None else f"of at least {least}"
                 raise ConfigError(f"policy.{key} must be an integer {span}, got {value!r}; leave it out for the "
                                   f"default ({getattr(Policy, key)})")
+        if not _is_number(self.select_iv_below) or self.select_iv_below < 0:
+            raise ConfigError(f"policy.select_iv_below must be a number of at least 0 (an information value; 0 drops "
+                              f"nothing), got {self.select_iv_below!r}; e.g. select_iv_below = 0.02")
+        if not _is_number(self.select_missing_above) or not 0 <= self.select_missing_above <= 1:
+            raise ConfigError(f"policy.select_missing_above must be a share in [0, 1] (1 drops nothing), got "
+                              f"{self.select_missing_above!r}; e.g. select_missing_above = 0.5")
         if not _is_number(mixing) or mixing < 1.0:
             raise ConfigError(f"policy.min_mask_mixing must be a finite number of at least 1.0 (1 turns the mixing "
                               f"check off), got {mixing!r}; set min_mask_mixing = 8.0 or more under [policy]")

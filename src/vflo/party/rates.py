@@ -94,3 +94,8 @@ class Tally:
                 return False
             self._counts[(kind, peer)] = seen + 1
             return True
+
+    def count(self, kind: str, peer: str) -> int:
+        """How many answers of ``kind`` ``peer`` has had."""
+        with self._lock:
+            return self._counts.get((kind, peer), 0)

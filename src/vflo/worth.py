@@ -31,6 +31,7 @@ from typing import Literal
 
 import numpy as np
 
+from vflo.data.datasets import Task
 from vflo.data.layout import FederatedData
 from vflo.errors import ConfigError
 from vflo.methods.base import Method
@@ -58,7 +59,7 @@ class Worth:
         return sorted(self.partners, key=lambda p: -self.worth[p])
 
 
-def value(task: str, y: np.ndarray, scores: np.ndarray, metric: str | None = None) -> float:
+def value(task: Task, y: np.ndarray, scores: np.ndarray, metric: str | None = None) -> float:
     """How good ``scores`` are, higher better: the negative log loss (classification) or mean squared error
     (regression) by default; else ``metric`` (of :func:`vflo.metrics.compute_metrics`), negated where lower is
     better."""
@@ -67,7 +68,7 @@ def value(task: str, y: np.ndarray, scores: np.ndarray, metric: str | None = Non
             return -float(np.mean((np.asarray(scores, dtype=np.float64).reshape(-1) - y) ** 2))
         proba = np.clip(np.asarray(scores, dtype=np.float64), 1e-12, 1.0)
         return float(np.mean(np.log(proba[np.arange(len(y)), np.asarray(y, dtype=np.int64)])))
-    got = compute_metrics(task, y, scores)[metric]  # type: ignore[arg-type]
+    got = compute_metrics(task, y, scores)[metric]
     return got if higher_is_better(metric) else -got
 
 
