@@ -331,3 +331,10 @@ def test_preprocessing_without_columns_keeps_the_standardisation_of_the_rest() -
     assert ready.columns == ("x", "z") and np.allclose(ready.X, [[1.0, 1.0], [0.0, 0.0]])
     with pytest.raises(Exception, match="differ from those its model was trained on"):
         less.rows(rows.without(["z"]), party="p")  # a column it kept is missing: refused as before
+
+
+def test_a_partner_without_columns_is_explored_as_such() -> None:
+    a, b, _ = _parties(n=200)
+    empty = PartyData(party="bureau", ids=b.ids, X=np.zeros((len(b.ids), 0)), columns=())
+    found = explore([a, empty], scheme="plaintext", min_bin_rows=20)
+    assert found.columns == [] and found.shared["bureau"] == len(b.ids) and found.table().empty

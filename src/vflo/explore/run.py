@@ -177,6 +177,8 @@ def _encrypted(keys: KeyPair, values: np.ndarray) -> list[bytes]:
 def _columns(party: str, reply: Reply, keys: KeyPair, wanted: Targets, shared: int, binning: str,
              max_bins: int) -> list[Column]:
     names = [str(v) for v in np.asarray(reply["columns"])]
+    if not names:
+        return []  # a partner with no columns of its own
     bins, counts = np.asarray(reply["bins"], dtype=np.int64), np.asarray(reply["counts"], dtype=np.int64)
     missing, distinct = np.asarray(reply["missing"], dtype=np.int64), np.asarray(reply["distinct"], dtype=np.int64)
     holes = np.asarray(reply["gaps"], dtype=np.int64)

@@ -120,7 +120,7 @@ class ExploreHandlers(HandlerSet):
                 raise ProtocolError(f"{KIND}: {rows} encrypted rows for {len(ids)} people")
         n_bins = min(policy.explore_bins, MAX_BINS)
         columns = X.shape[1]
-        codes = np.empty(X.shape, dtype=np.int64)
+        codes = np.empty(X.shape, dtype=np.int8)  # a byte a value: at most 126 bins, the missing and the withheld
         bins = np.empty(columns, dtype=np.int64)
         missing = np.empty(columns, dtype=np.int64)
         for j in range(columns):
@@ -128,14 +128,15 @@ class ExploreHandlers(HandlerSet):
             missing[j] = int(np.isnan(X[:, j]).sum()) if reported else -int(np.isnan(X[:, j]).sum())
         # One layout for every column: its reported bins first, withheld people in the last bucket.
         buckets = int(bins.max() + 2) if columns else 2
-        codes = np.where(codes < 0, buckets - 1, codes)
+        codes[codes < 0] = buckets - 1
         keep = np.concatenate([j * buckets + np.arange(bins[j] + (1 if missing[j] > 0 else 0))
                                for j in range(columns)]) if columns else np.zeros(0, dtype=np.int64)
-        counts = np.concatenate([np.bincount(codes[:, j], minlength=buckets) for j in range(columns)])[keep] \
+        counts = np.concatenate([np.bincount(codes[:, j].astype(np.int64), minlength=buckets)
+                                 for j in range(columns)])[keep] \
             if columns else np.zeros(0, dtype=np.int64)
         everyone = np.arange(len(ids))
-        sums = [ops.dump(ops.rows(ops.bucket_sums(h, everyone, codes.astype(np.int8), buckets), keep))
-                for h in handles_]
+        sums = [ops.dump(ops.rows(ops.bucket_sums(h, everyone, codes, buckets), keep))
+                for h in handles_] if columns else []
         distinct = np.asarray([len(np.unique(X[~np.isnan(X[:, j]), j])) for j in range(columns)], dtype=np.int64)
         return {"columns": np.asarray(data.columns, dtype=str), "bins": bins, "counts": counts.astype(np.int64),
                 "missing": missing, "gaps": gaps(data.columns, X, getattr(data.encoding, "fills", {})),
