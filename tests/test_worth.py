@@ -106,3 +106,15 @@ def test_vflo_worth_values_a_configs_partners(tmp_path: object, capsys: pytest.C
     saved = json.loads((folder / "worth.json").read_text())
     assert set(saved["worth"]) == {"b", "c"} and "(active alone)" in saved["values"]
     assert main(["worth", str(config), "--method", "nope"]) == 2
+
+
+@pytest.mark.parametrize("name, settings", [
+    ("secureboost", {"he": {"scheme": "plaintext"}, "n_trees": 3, "max_depth": 3}),
+    ("splitnn", {"party_dropout": 0.3, "train": {"max_epochs": 3, "batch_size": 64}}),
+])
+def test_every_any_subset_method_is_valued_from_one_model(name: str, settings: dict[str, object]) -> None:
+    data = _three()
+    found = any_subset_worth(get_method(name)(**settings), data, seed=0, bootstrap=10)
+    everyone = frozenset({"p1", "p2", "p3"})
+    assert sum(found.worth.values()) == pytest.approx(found.values[everyone] - found.values[frozenset()])
+    assert len(set(found.values.values())) > 1  # the subsets score differently: partners were left out
