@@ -384,18 +384,25 @@ def test_the_grpc_api_answers_as_http_does_with_the_same_token(tmp_path: Path, m
         served.close()
 
 
-def test_a_deployment_serves_one_collaborative_model_and_live_rows_carry_their_encoding(tmp_path: Path,
-                                                                                       models: Path) -> None:
+def test_a_deployment_serves_two_collaborative_models_at_most_and_live_rows_carry_their_encoding(
+        tmp_path: Path, models: Path) -> None:
+    import shutil
+
     from vflo.data.partydata import PartyData
     from vflo.errors import DataError
     from vflo.serve.config import load_serve_config
     from vflo.serve.live import LiveModel
     from vflo.serve.server import served_from
 
+    # Three collaborative models (a copy of SplitNN's beside SplitNN's and RAP's): more than a deployment's
+    # partners keep sessions for, two each.
+    more = tmp_path / "models"
+    shutil.copytree(models, more)
+    shutil.copytree(more / "splitnn", more / "splitnn_b")
     deployed = tmp_path / "deployed.toml"
-    deployed.write_text(f'[serve]\nmodels = "{models}"\nrows = "{HOSPITAL}"\ndeploy = "deploy.toml"\n\n'
-                        '[models.splitnn]\nchallenger = "rap"\nchallenger_share = 0.5\n')
-    with pytest.raises(ConfigError, match=r"one scoring session at a time; serve one of \['splitnn', 'rap'\]"):
+    deployed.write_text(f'[serve]\nmodels = "{more}"\nrows = "{HOSPITAL}"\ndeploy = "deploy.toml"\n')
+    with pytest.raises(ConfigError, match=r"keep 4 scoring sessions open at once.*serve at most 2 of "
+                                          r"\[.*'rap', 'splitnn', 'splitnn_b'\]"):
         served_from(load_serve_config(deployed))  # refused from the cards, before any partner is dialled
     served = served_from(load_serve_config(_config(tmp_path, models, "[models.local]\n")))
     try:

@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -124,6 +125,23 @@ def _no_methods(name: str, proposal: Mapping[str, Any], *, own: Mapping[str, Any
     raise ProtocolError(f"this node serves no methods; it cannot set up {name!r}")
 
 
+
+#: The most scoring sessions a party keeps open at once for one coordinator (the current one included).
+MAX_SCORING_SESSIONS = 4
+
+
+@dataclass
+class _Session:
+    """A scoring session kept aside while another of the same coordinator's is current."""
+
+    method: HandlerSet | None
+    handlers: dict[str, tuple[HandlerInfo, str]]
+    context: NodeContext | None
+    rounds: dict[str, int]
+    coordinator: str | None
+    last_heard: float
+    model: tuple[str, str]
+
 class Node:
     """Serves one party's handlers; knows nothing of other parties but their names and roles.
 
@@ -189,6 +207,9 @@ class Node:
         # run at a time, messages of other runs and rounds that go backwards refused.
         self._run = ""
         self._rounds: dict[str, int] = {}
+        # Other scoring sessions of the same coordinator kept open beside the current one (an A/B test of two saved
+        # models), by run ID, least recently used first.
+        self._parked: dict[str, _Session] = {}
         # Whether the run is a training (setup) or a scoring session (load), and when its coordinator last spoke:
         # a training run silent for longer than ``idle_run_seconds`` counts as abandoned.
         self._run_kind = ""
@@ -271,13 +292,21 @@ class Node:
         if kind in (SETUP, LOAD):
             self._authorize_control(message)
             self._start_run(message)
-            reply = (self._setup if kind == SETUP else self._load)(Fields(kind, message.payload), message.run,
-                                                                    message.sender)
+            parked = self._park_for(message)
+            try:
+                reply = (self._setup if kind == SETUP else self._load)(Fields(kind, message.payload), message.run,
+                                                                        message.sender)
+            except BaseException:
+                if parked:  # the new session did not open: the one it would have sat beside is current again
+                    self._resume(parked)
+                raise
             self._run, self._rounds, self._run_kind = message.run, {}, kind
             self._coordinator, self._last_heard = message.sender, time.monotonic()
             self._model = (str(message.payload["label"]), str(message.payload["model_id"])) if kind == LOAD \
                 else ("", "")
             return reply
+        if message.run and message.run != self._run and message.run in self._parked:
+            self._resume(message.run)  # a message of another scoring session this party keeps open
         self._check_run(message)
         if kind in CONTROL_KINDS:
             self._authorize_control(message)
@@ -385,12 +414,53 @@ class Node:
                                                 f"allows in one request ([policy] max_rows = {bound}); raise it "
                                                 "there for larger data")
 
+    # -- scoring sessions side by side ----------------------------------------------------------------
+
+    def _park_for(self, message: Message) -> str:
+        """Before a scoring session opens beside another of the same coordinator's (an A/B test of two saved
+        models), the current one is kept aside (its run ID returned), at most ``MAX_SCORING_SESSIONS`` in all, the
+        least recently used going first. A training setup ends every scoring session kept aside."""
+        if message.kind == SETUP:
+            if self._parked:
+                logger.info("party %s: a training run ends the scoring sessions it kept open (%s)", self.name,
+                            ", ".join(self._parked))
+            self._parked.clear()
+            return ""
+        if self._run_kind != LOAD or not self._run or self._run == message.run:
+            return ""
+        parked = self._run
+        self._parked[parked] = _Session(
+            method=self.method, handlers=self._handlers, context=self.context, rounds=self._rounds,
+            coordinator=self._coordinator, last_heard=self._last_heard, model=self._model)
+        while len(self._parked) >= MAX_SCORING_SESSIONS:
+            gone = next(iter(self._parked))
+            del self._parked[gone]
+            logger.info("party %s: scoring session %s closed: %d sessions are open beside the new one, the most it "
+                        "keeps", self.name, gone, MAX_SCORING_SESSIONS - 1)
+        self.context, self.method, self._handlers, self._run, self._run_kind = None, None, {}, "", ""
+        return parked
+
+    def _resume(self, run: str) -> None:
+        """Make the scoring session ``run`` kept aside current, keeping the current one aside in its place."""
+        session = self._parked.pop(run)
+        if self._run_kind == LOAD and self._run:
+            self._parked[self._run] = _Session(
+                method=self.method, handlers=self._handlers, context=self.context, rounds=self._rounds,
+                coordinator=self._coordinator, last_heard=self._last_heard, model=self._model)
+        self.method, self._handlers, self.context = session.method, session.handlers, session.context
+        self._rounds, self._coordinator, self._last_heard = session.rounds, session.coordinator, session.last_heard
+        self._model, self._run, self._run_kind = session.model, run, LOAD
+
     # -- one run at a time --------------------------------------------------------------------------
 
     def _start_run(self, message: Message) -> None:
         """A setup (or load) starts a run: refused while another coordinator's run is going on."""
         if not message.run:
             raise self._refuse(message, "a setup must carry the ID of the run it starts")
+        others = {s.coordinator for s in self._parked.values()} - {message.sender}
+        if others:
+            raise self._refuse(message, f"this party keeps scoring sessions of {sorted(map(str, others))} open; it "
+                                        "takes another coordinator's setup only after they end")
         if self._run and self._coordinator is not None and message.sender != self._coordinator:
             raise self._refuse(message, f"this party is serving a run of {self._coordinator!r}; it takes another "
                                         "coordinator's setup only after that run ends")

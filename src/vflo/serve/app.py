@@ -52,7 +52,7 @@ class Served:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self._load: Callable[[str], LiveModel] = lambda name: self._wired(name, load(name))
-        # Raises where a model may not join those served now (a deployment's one collaborative model).
+        # Raises where a model may not join those served now (more collaborative models than partners keep).
         self.admit = admit
         self.max_people, self.max_wait = max_people, max_wait
         # The version saved under a name now (its card's model ID; None while it cannot be read): the watcher's.

@@ -13,6 +13,7 @@ from typing import Any
 
 from vflo.artifacts import CARD, ModelCard
 from vflo.errors import ConfigError, VfloError
+from vflo.party.node import MAX_SCORING_SESSIONS
 from vflo.scoring import SavedModel
 from vflo.serve.app import Served
 from vflo.serve.config import ServeConfig, access_of
@@ -20,6 +21,10 @@ from vflo.serve.live import LiveModel, ServePolicy
 from vflo.serve.sessions import Opener, deployed, in_process, load_live
 
 logger = logging.getLogger(__name__)
+
+#: Collaborative models a deployment serves at once: a partner keeps MAX_SCORING_SESSIONS sessions open per
+#: coordinator, and a model being swapped holds two (the version answering and the next).
+COLLABORATIVE = MAX_SCORING_SESSIONS // 2
 
 
 def saved_labels(folder: str | Path) -> list[str]:
@@ -56,10 +61,11 @@ def served_from(config: ServeConfig) -> Served:
         # From the cards alone: each model's parts are read (and checked) once, when it is loaded.
         together = [n for n in dict.fromkeys([*served, name])
                     if ModelCard.read(Path(folder) / n).inference != "active_only"]
-        if config.serve.deploy and len(together) > 1:
-            raise ConfigError(f"the partners of a deployment hold one scoring session at a time; serve one of "
-                              f"{together} with them (the active-only models beside it need no partner; an A/B "
-                              "test of two collaborative models runs in one process, with [partners])")
+        if config.serve.deploy and len(together) > COLLABORATIVE:
+            raise ConfigError(f"the partners of a deployment keep {MAX_SCORING_SESSIONS} scoring sessions open at "
+                              f"once, two for each model served with them (its version and the next while it is "
+                              f"swapped): serve at most {COLLABORATIVE} of {together} with them (an A/B test; the "
+                              "active-only models beside them need no partner)")
 
     admit(names[0], names)
     opener: Opener | None = deployed(config.serve.deploy) if config.serve.deploy else \

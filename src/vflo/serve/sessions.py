@@ -5,6 +5,7 @@ default), each partner reading its own rows."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,11 @@ def deployed(deploy_path: str | Path) -> Opener:
         if deploy.active.name != model.card.active:
             raise ConfigError(f"{model.label} was saved with {model.card.active!r} as the active party, but the "
                               f"deployment's [active] is {deploy.active.name!r}")
-        party = start_party(deploy.coordinator_config(), data=None, serve=model.rows(model.card.active, own))
+        # Each session its own server on a port of its own: the partners never call the active party while they
+        # score, and two sessions open at once (an A/B test, or a swap) must not contend for the configured one.
+        config = deploy.coordinator_config()
+        config = replace(config, listen=f"{config.listen.rpartition(':')[0] or '127.0.0.1'}:0")
+        party = start_party(config, data=None, serve=model.rows(model.card.active, own))
         try:
             # Opened within the deployment's own deadline (a partner loads its part); each batch then within the
             # model's: a partner past it is left out of that batch.

@@ -1,0 +1,70 @@
+"""An A/B test of two collaborative models served with deployed partners: vflo serve as its own process, two
+partners over gRPC and mutual TLS, each keeping both models' scoring sessions open side by side; every request
+answered by the model its hash picks, scored with both partners, as that model scores the same people in one
+process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks.serving import wait_ready
+from tests.e2e.conftest import in_one_folder, start_federation, train_and_save, write_deploy
+from tests.e2e.test_serve_deployed import WAIT, bearer
+from tests.test_laser_vfl import TRAIN, _blocks
+from vflo.flower.local import free_port
+from vflo.methods.registry import get_method
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_collaborative_models_ab_tested_with_deployed_partners(tmp_path: Path) -> None:
+    import httpx
+
+    together, _ = _blocks()
+    cls = get_method("laser_vfl")
+    settings: dict[str, Any] = {"train": {**TRAIN, "max_epochs": 3}}
+    federation = start_federation(tmp_path / "fed", together, {}, proposals=[cls(**settings)])
+    server = None
+    try:
+        train_and_save(federation, cls(**settings), tmp_path / "models", "laser_vfl", seed=4)
+        train_and_save(federation, cls(**settings), tmp_path / "models", "laser_vfl_v2", seed=5)
+        deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
+        port = free_port()
+        config = tmp_path / "serve.toml"
+        config.write_text(f'[serve]\nmodels = "{tmp_path / "models"}"\nrows = "{federation.deploy.test_file}"\n'
+                          f'deploy = "{deploy}"\nlisten = "127.0.0.1:{port}"\nbatch_wait_ms = 2\n\n'
+                          '[models.laser_vfl]\nmissing = "subset"\ndeadline_ms = 3000\n'
+                          'challenger = "laser_vfl_v2"\nchallenger_share = 0.5\n')
+        server = subprocess.Popen([sys.executable, "-m", "vflo", "serve", str(config)],
+                                  env={**os.environ, "OMP_NUM_THREADS": "1"})
+        ids = pd.read_csv(federation.deploy.test_file, dtype={"id": str})["id"].tolist()[:30]
+        rows = {"a": federation.deploy.test_file, **{p: federation.directory / f"{p}_serve.csv" for p in ("p1", "p2")}}
+        expected = {label: in_one_folder(tmp_path / "models", federation, label, ("p1", "p2"), tmp_path / label)
+                    for label in ("laser_vfl", "laser_vfl_v2")}
+        scored = {label: m.score(rows, missing="subset").set_index("id") for label, m in expected.items()}
+        wait_ready(port, server)
+        by: dict[str, int] = {}
+        with httpx.Client(timeout=WAIT, headers=bearer(tmp_path / "serve.token")) as http:
+            for person in ids:  # one person a request: the hash of each picks the model
+                reply = http.post(f"http://127.0.0.1:{port}/v1/models/laser_vfl:predict", json={"ids": [person]})
+                assert reply.status_code == 200, reply.text
+                answer, label = reply.json()["predictions"][0], reply.json()["served_by"]
+                by[label] = by.get(label, 0) + 1
+                assert "+".join(answer["scored_by"]) == "a+p1+p2"  # with both partners, whichever model answered
+                cols = expected[label].score_columns
+                got = np.array([answer["scores"][c] for c in cols])
+                assert np.allclose(got, scored[label].loc[person, cols].to_numpy(float), atol=1e-6), label
+        assert set(by) == {"laser_vfl", "laser_vfl_v2"} and min(by.values()) >= 5, by
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
+        federation.stop()
