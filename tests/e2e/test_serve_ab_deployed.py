@@ -9,18 +9,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from benchmarks.serving import wait_ready
-from tests.e2e.conftest import in_one_folder, start_federation, train_and_save, write_deploy
-from tests.e2e.test_serve_deployed import WAIT, bearer
-from tests.test_laser_vfl import TRAIN, _blocks
+from tests.e2e.conftest import in_one_folder, train_and_save, write_deploy
+from tests.e2e.test_serve_deployed import WAIT, bearer, laser_federation
 from vflo.flower.local import free_port
-from vflo.methods.registry import get_method
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +25,11 @@ pytestmark = pytest.mark.slow
 def test_two_collaborative_models_ab_tested_with_deployed_partners(tmp_path: Path) -> None:
     import httpx
 
-    together, _ = _blocks()
-    cls = get_method("laser_vfl")
-    settings: dict[str, Any] = {"train": {**TRAIN, "max_epochs": 3}}
-    federation = start_federation(tmp_path / "fed", together, {}, proposals=[cls(**settings)])
+    federation, laser = laser_federation(tmp_path)
     server = None
     try:
-        train_and_save(federation, cls(**settings), tmp_path / "models", "laser_vfl", seed=4)
-        train_and_save(federation, cls(**settings), tmp_path / "models", "laser_vfl_v2", seed=5)
+        train_and_save(federation, laser(), tmp_path / "models", "laser_vfl", seed=4)
+        train_and_save(federation, laser(), tmp_path / "models", "laser_vfl_v2", seed=5)
         deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
         port = free_port()
         config = tmp_path / "serve.toml"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ import pandas as pd
 import pytest
 
 from benchmarks.serving import wait_ready
-from tests.e2e.conftest import in_one_folder, start_federation, train_and_save, write_deploy
+from tests.e2e.conftest import Federation, in_one_folder, start_federation, train_and_save, write_deploy
 from tests.test_laser_vfl import TRAIN, _blocks
 from vflo.flower.local import free_port
+from vflo.methods.base import Method
 from vflo.methods.registry import get_method
 
 pytestmark = pytest.mark.slow
@@ -31,16 +33,22 @@ def bearer(token_file: Path) -> dict[str, str]:
     return {"Authorization": f"Bearer {token_file.read_text().strip()}"}
 
 
-def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_partner(tmp_path: Path) -> None:
-    import httpx
-
+def laser_federation(tmp_path: Path) -> tuple[Federation, Callable[[], Method]]:
+    """The active party and two partners, each its own process, set to train LASER-VFL briefly: the federation
+    and a maker of the method."""
     together, _ = _blocks()
     cls = get_method("laser_vfl")
     settings: dict[str, Any] = {"train": {**TRAIN, "max_epochs": 3}}
-    federation = start_federation(tmp_path / "fed", together, {}, proposals=[cls(**settings)])
+    return start_federation(tmp_path / "fed", together, {}, proposals=[cls(**settings)]), lambda: cls(**settings)
+
+
+def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_partner(tmp_path: Path) -> None:
+    import httpx
+
+    federation, laser = laser_federation(tmp_path)
     server = None
     try:
-        train_and_save(federation, cls(**settings), tmp_path / "models", "laser_vfl")
+        train_and_save(federation, laser(), tmp_path / "models", "laser_vfl")
         deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
         port = free_port()
         config = tmp_path / "serve.toml"
