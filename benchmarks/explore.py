@@ -50,7 +50,7 @@ def credit(data_dir: str | None) -> Any:
 
 def floor(data: Any, repeats: int) -> dict[str, float]:
     """The homomorphic work alone, in one process: median seconds of each step over ``repeats``."""
-    from vflo.explore.woe import targets
+    from vflo.explorer.woe import targets
     from vflo.party.explore import own_bins
     from vflo.trees.crypto import HESettings, PublicSide, new_keys
 

@@ -13,9 +13,9 @@ import pytest
 from vflo.cli import main
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, RemoteError
-from vflo.explore.report import page, strength, write
-from vflo.explore.run import explore
-from vflo.explore.woe import SMOOTHING, chi_merge, merged, targets, woe_iv
+from vflo.explorer.report import page, strength, write
+from vflo.explorer.run import explore
+from vflo.explorer.woe import SMOOTHING, chi_merge, merged, targets, woe_iv
 from vflo.party.explore import own_bins, pack, unpack
 from vflo.party.policy import Policy
 
@@ -161,7 +161,7 @@ def test_chi_merge_explores_the_merged_bins() -> None:
 def test_a_partner_answers_only_where_its_policy_says_so() -> None:
     from vflo.align.engines import AlignmentConfig
     from vflo.comm.local import LocalTransport
-    from vflo.explore.run import explore_with
+    from vflo.explorer.run import explore_with
     from vflo.federation.coordinator import Aligner
     from vflo.federation.simulation import party_node
     from vflo.roles import PartyInfo
@@ -224,7 +224,7 @@ def test_what_the_label_holder_learns_is_measured_as_a_guess_of_a_persons_bin() 
 def test_a_partner_answers_each_peer_only_as_often_as_its_policy_says() -> None:
     from vflo.align.engines import AlignmentConfig
     from vflo.comm.local import LocalTransport
-    from vflo.explore.run import explore_with
+    from vflo.explorer.run import explore_with
     from vflo.federation.coordinator import Aligner
     from vflo.federation.simulation import party_node
     from vflo.roles import PartyInfo
@@ -259,13 +259,13 @@ def test_a_partner_selects_its_own_columns_by_its_policy() -> None:
 
 
 def test_explore_with_selection_drops_the_columns_at_their_owner_and_training_uses_the_rest() -> None:
-    from vflo.explore.run import kept
+    from vflo.explorer.run import kept
 
     a, b, _ = _parties()
     found = explore([a, b], scheme="plaintext", bins=10, min_bin_rows=50, select_iv_below=0.05)
     weak = sorted(c.name for c in found.columns if c.best_iv < 0.05)
     assert found.dropped == {"bureau": weak} and "b1" not in weak and weak
-    assert "bureau dropped" in " ".join(__import__("vflo.explore.report", fromlist=["x"]).summary_lines(found))
+    assert "bureau dropped" in " ".join(__import__("vflo.explorer.report", fromlist=["x"]).summary_lines(found))
     a2, b2 = kept([a, b], found)
     assert a2.columns == a.columns and b2.columns == tuple(c for c in b.columns if c not in weak)
     assert np.array_equal(b2.X, b.X[:, [b.columns.index(c) for c in b2.columns]])
@@ -276,7 +276,7 @@ def test_a_node_drops_selected_columns_between_runs_only_and_saves_parts_that_re
     from vflo.align.engines import AlignmentConfig
     from vflo.artifacts import PartStore, Preprocessing
     from vflo.comm.local import LocalTransport
-    from vflo.explore.run import explore_with
+    from vflo.explorer.run import explore_with
     from vflo.federation.coordinator import Aligner
     from vflo.federation.simulation import party_node
     from vflo.roles import PartyInfo
@@ -338,3 +338,11 @@ def test_a_partner_without_columns_is_explored_as_such() -> None:
     empty = PartyData(party="bureau", ids=b.ids, X=np.zeros((len(b.ids), 0)), columns=())
     found = explore([a, empty], scheme="plaintext", min_bin_rows=20)
     assert found.columns == [] and found.shared["bureau"] == len(b.ids) and found.table().empty
+
+
+def test_vflo_explore_is_the_python_entry() -> None:
+    import vflo
+
+    assert vflo.explore is explore and "explore" in vflo.__all__
+    a, b, _ = _parties(n=300)
+    assert [c.name for c in vflo.explore([a, b], scheme="plaintext", min_bin_rows=20).columns] == list(b.columns)

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vflo.federation.coordinator", "vflo.federation"),
     ("vflo.federation.session",),
     ("vflo.federation.simulation", "vflo.privacy", "vflo.artifacts", "vflo.shelf", "vflo.audit"),
-    ("vflo.deploy", "vflo.scoring", "vflo.explore"),
+    ("vflo.deploy", "vflo.scoring", "vflo.explorer"),
     ("vflo.experiments", "vflo.api", "vflo.flower", "vflo.worth"),
     ("vflo.transports",),
     ("vflo.serve",),

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from vflo.data.partydata import PartyData
     from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
     from vflo.errors import VfloError
+    from vflo.explorer.run import explore
     from vflo.methods.registry import method_names
 
 _EXPORTS = {
@@ -27,12 +28,13 @@ _EXPORTS = {
     "SamplesSpec": "vflo.data.scenario", "ScenarioSpec": "vflo.data.scenario", "VfloError": "vflo.errors",
     "FittedModel": "vflo.api", "evaluate": "vflo.api", "fit": "vflo.api", "run_experiment": "vflo.api",
     "hold_out": "vflo.api", "split": "vflo.api", "method_names": "vflo.methods.registry", "load": "vflo.api",
-    "SavedModel": "vflo.api", "AlignmentConfig": "vflo.federation.coordinator",
+    "SavedModel": "vflo.api", "AlignmentConfig": "vflo.federation.coordinator", "explore": "vflo.explorer.run",
 }
 
 __all__ = [
     "AlignmentConfig", "Dataset", "FederatedData", "FittedModel", "Layout", "PartyData", "PartySpec", "SamplesSpec",
-    "SavedModel", "ScenarioSpec", "VfloError", "__version__", "evaluate", "fit", "hold_out", "load", "load_dataset",
+    "SavedModel", "ScenarioSpec", "VfloError", "__version__", "evaluate", "explore", "fit", "hold_out", "load",
+    "load_dataset",
     "method_names", "run_experiment", "split",
 ]
 

@@ -14,8 +14,8 @@ import pytest
 from tests.conftest import vertical_split
 from tests.e2e.conftest import Federation, spawn, wait_listening, write_deploy, write_federation
 from vflo.cli import main
-from vflo.explore.run import explore
-from vflo.explore.woe import woe_iv
+from vflo.explorer.run import explore
+from vflo.explorer.woe import woe_iv
 from vflo.party.explore import own_bins
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """``vflo explore``: before training, each partner's columns scored privately against the label holder's label
-(weight of evidence and information value per column; :mod:`vflo.explore`)."""
+(weight of evidence and information value per column; :mod:`vflo.explorer`)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def add(sub: Any) -> None:
 
 def _explore(args: argparse.Namespace) -> int:
     from vflo.errors import ConfigError
-    from vflo.explore.report import strength, write
+    from vflo.explorer.report import strength, write
     from vflo.trees.crypto import HESettings
 
     if args.max_bins < 1:
@@ -64,7 +64,7 @@ def _explore(args: argparse.Namespace) -> int:
     found = _deployed(args, he) if args.deploy is not None else _rehearsed(args, he)
     written = write(found, args.out)
     console = new_console()
-    from vflo.explore.report import summary_lines
+    from vflo.explorer.report import summary_lines
 
     for line in summary_lines(found):
         console.print(shown(line))
@@ -80,7 +80,7 @@ def _explore(args: argparse.Namespace) -> int:
 
 def _rehearsed(args: argparse.Namespace, he: Any) -> Any:
     from vflo.experiments.config import load_config
-    from vflo.explore.run import explore
+    from vflo.explorer.run import explore
     from vflo.seeding import derive_seed, numpy_rng
 
     config = load_config(args.config)
@@ -103,7 +103,7 @@ def _deployed(args: argparse.Namespace, he: Any) -> Any:
     from vflo import transports
     from vflo.align.engines import DEPLOYED_ALIGNMENT
     from vflo.deploy import Deployment, load_deploy_config
-    from vflo.explore.run import explore_with
+    from vflo.explorer.run import explore_with
     from vflo.federation.coordinator import Aligner
 
     deploy = load_deploy_config(args.deploy)

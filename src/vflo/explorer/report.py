@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vflo.explore.run import Column, Exploration
+from vflo.explorer.run import Column, Exploration
 
 #: Information value's customary reading in credit scoring (Siddiqi, "Credit Risk Scorecards", 2006).
 STRENGTH = ((0.02, "not useful"), (0.1, "weak"), (0.3, "medium"), (0.5, "strong"), (math.inf, "suspiciously strong"))

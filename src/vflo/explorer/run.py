@@ -1,6 +1,6 @@
 """``vflo explore``: before training, what each partner's columns say about the label holder's label, computed
 privately: per column its missing share, distinct values, and the weight of evidence of each of the partner's own
-bins with the column's information value (:mod:`vflo.explore.woe`), from per-bin sums of the label holder's
+bins with the column's information value (:mod:`vflo.explorer.woe`), from per-bin sums of the label holder's
 encrypted targets that the partner computes (:mod:`vflo.party.explore`), as FATE's hetero feature binning and
 SecretFlow's vertical WOE binning do. The overlap with each partner comes from the alignment the run makes (PSI
 when deployed).
@@ -27,7 +27,7 @@ from vflo.comm.message import Reply
 from vflo.data.datasets import infer_task
 from vflo.data.partydata import PartyData
 from vflo.errors import ConfigError, DataError
-from vflo.explore.woe import Targets, chi_merge, merged, targets, woe_iv
+from vflo.explorer.woe import Targets, chi_merge, merged, targets, woe_iv
 from vflo.federation.coordinator import Aligner
 from vflo.federation.simulation import party_node
 from vflo.party.explore import KIND, SELECT_KIND, pack, unpack
