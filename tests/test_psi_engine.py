@@ -381,7 +381,9 @@ def test_both_sides_meet_over_mutual_tls_through_the_relays_whichever_starts_fir
             mine = active.run(mine_ids)
             theirs = running.join(60)
         assert mine.sum() == theirs.sum() == 200 and mine[:200].all() and theirs[100:].all()
-        # What one party's relays sent, the other's received; nothing was refused.
-        assert (inbound.sent, inbound.received) == (outbound.received, outbound.sent) and min(inbound.sent,
-                                                                                            inbound.received) > 0
+        # What one party's relays sent, the other's received, but for what a library still sent after the other
+        # side's had closed (its goodbye, carried TRAILING_S at most: on a loaded machine it can miss that): a few
+        # hundred bytes at most, never a message the run needed. Nothing was refused.
+        for sent, got in ((inbound.sent, outbound.received), (outbound.sent, inbound.received)):
+            assert 0 < got <= sent and sent - got < 4096, (sent, got)
         assert inbound.refused == outbound.refused == 0
