@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.compare_all import commit
+from benchmarks.pages import fill, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "explore.md"
@@ -38,14 +40,9 @@ BINS, MIN_ROWS = 10, 50
 def credit(data_dir: str | None) -> Any:
     """The first split of configs/explore/credit.toml, as `vflo run` and `vflo explore` cut it."""
     from vflo.experiments.config import load_config
-    from vflo.seeding import derive_seed, numpy_rng
+    from vflo.experiments.runner import first_split
 
-    config = load_config(ROOT / "configs" / "explore" / "credit.toml")
-    drawn = config.protocol.split_repeat(0)
-    layout = config.layout(config.variants[0], derive_seed(config.seed, "layout", drawn),
-                           config.load_dataset(data_dir))
-    split = config.protocol.splits(layout, numpy_rng(config.seed, "split", drawn))[0]
-    return layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+    return first_split(load_config(ROOT / "configs" / "explore" / "credit.toml"), data_dir=data_dir)
 
 
 def floor(data: Any, repeats: int) -> dict[str, float]:
@@ -129,9 +126,8 @@ def deployed(data: Any, repeats: int) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     data = credit(args.data_dir)
     started = time.perf_counter()
-    out = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-           "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                    check=False).stdout.strip(),
+    out = {"machine": machine(),
+           "commit": commit(),
            "repeats": args.repeats, "people": int(data.train["bank"].n_samples),
            "bureau_columns": int(data.train["bureau"].n_features), "floor": floor(data, args.repeats),
            "deployed": deployed(data, args.repeats)}
@@ -160,10 +156,7 @@ def report(results: dict[str, Any]) -> None:
              f"The goal (under {GOAL_S:g} s on 2 cores) is {goal}: {d['median_s']:.2f} s, "
              f"{d['median_s'] / f['total']:.1f}x the homomorphic floor. The bureau's columns by information value: "
              + ", ".join(f"{c['column']} {c['iv']:.3f}" for c in ranked[:6]) + ".", "", END]
-    text = PAGE.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{PAGE} has no {BEGIN} ... {END} section to fill")
-    PAGE.write_text(text[:text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END):])
+    fill(PAGE, BEGIN, END, "\n".join(lines))
     print(f"wrote {PAGE}")
 
 

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.compare_all import commit
+from benchmarks.pages import fill
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "bench" / "serving.json"
@@ -401,11 +402,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def write_page(results: dict[str, Any]) -> None:
-    text = PAGE.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{PAGE} has no {BEGIN} ... {END} section to write")
-    head, rest = text.split(BEGIN, 1)
-    PAGE.write_text(head + render(results) + rest.split(END, 1)[1])
+    fill(PAGE, BEGIN, END, render(results))
     print(f"wrote the serving section of {PAGE}")
 
 

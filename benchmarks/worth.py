@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.compare_all import commit
+from benchmarks.pages import fill, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "explore.md"
@@ -30,7 +31,8 @@ CONFIG = ROOT / "configs" / "papers" / "laser_vfl_wine.toml"
 def run(runs: int, data_dir: str | None) -> dict[str, Any]:
     from vflo.api import fit
     from vflo.experiments.config import load_config
-    from vflo.seeding import derive_seed, numpy_rng
+    from vflo.experiments.runner import first_split
+    from vflo.seeding import derive_seed
     from vflo.worth import any_subset_worth, retrained_worth
 
     config = load_config(CONFIG)
@@ -38,10 +40,7 @@ def run(runs: int, data_dir: str | None) -> dict[str, Any]:
     source = config.load_dataset(data_dir)
     out = []
     for repeat in range(runs):
-        drawn = config.protocol.split_repeat(repeat)
-        layout = config.layout(config.variants[0], derive_seed(config.seed, "layout", drawn), source)
-        split = config.protocol.splits(layout, numpy_rng(config.seed, "split", drawn))[0]
-        data = layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+        data = first_split(config, repeat=repeat, source=source)
         seed = derive_seed(config.seed, "method", repeat, 0)
         if repeat == 0:  # a first training warms PyTorch up, outside both timings
             fit(entry.instantiate(), data, seed=seed)
@@ -54,9 +53,8 @@ def run(runs: int, data_dir: str | None) -> dict[str, Any]:
         print(f"run {repeat}: one model {one.ranking()} in {one.seconds:.1f} s; retrained {every.ranking()} in "
               f"{every.seconds:.1f} s", flush=True)
         out.append(row)
-    return {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-            "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                     check=False).stdout.strip(),
+    return {"machine": machine(),
+            "commit": commit(),
             "config": str(CONFIG.relative_to(ROOT)), "runs": out}
 
 
@@ -98,10 +96,7 @@ def report(results: dict[str, Any]) -> None:
              f"{', '.join(all_rank)} retrained); run by run, the same order in {same} of {len(rows)} (median "
              f"Spearman ρ {statistics.median(rho):+.2f}). One model took {one_s:.0f} s in all against {all_s:.0f} s "
              f"retrained: {one_s / all_s:.2f} of its time, {tenth} a tenth.", "", END]
-    text = PAGE.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{PAGE} has no {BEGIN} ... {END} section to fill")
-    PAGE.write_text(text[:text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END):])
+    fill(PAGE, BEGIN, END, "\n".join(lines))
     print(f"wrote {PAGE}")
 
 

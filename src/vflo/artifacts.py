@@ -93,12 +93,13 @@ class Preprocessing:
 
     def without(self, columns: Sequence[str]) -> Preprocessing:
         """The same, with ``columns`` dropped: from the columns, from the standardisation, and named as dropped."""
-        keep = np.asarray([c not in set(columns) for c in self.columns], dtype=bool)
+        gone = set(columns)
+        keep = np.asarray([c not in gone for c in self.columns], dtype=bool)
         scaler = None if self.scaler is None else Standardizer(mean_=self.scaler.mean_[keep],
                                                               scale_=self.scaler.scale_[keep])
         return Preprocessing(columns=tuple(c for c, k in zip(self.columns, keep, strict=True) if k),
                              encoding=self.encoding, scaler=scaler,
-                             dropped=(*self.dropped, *(c for c in self.columns if c in set(columns))))
+                             dropped=(*self.dropped, *(c for c, k in zip(self.columns, keep, strict=True) if not k)))
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Preprocessing:

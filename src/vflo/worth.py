@@ -135,6 +135,7 @@ def retrained_worth(make: Callable[[], Method], data: FederatedData, *, seed: in
     values = {}
     for s in wanted:
         model = fit(make(), only(data, s), seed=seed)
+        name = model.name
         values[s] = value(data.task, data.test_y, model.predict(), metric)
     seconds = time.perf_counter() - started
     if leave_one_out:
@@ -143,7 +144,7 @@ def retrained_worth(make: Callable[[], Method], data: FederatedData, *, seed: in
         how: How = "leave one out (retrained)"
     else:
         worth, how = shapley(values, partners), "retrained"
-    return Worth(method=make().name, how=how, metric=metric or _default(data.task), partners=partners,
+    return Worth(method=name, how=how, metric=metric or _default(data.task), partners=partners,
                  values=values, worth=worth, seconds=seconds)
 
 

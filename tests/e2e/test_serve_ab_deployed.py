@@ -5,9 +5,6 @@ process."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +12,8 @@ import pandas as pd
 import pytest
 
 from benchmarks.serving import wait_ready
-from tests.e2e.conftest import in_one_folder, train_and_save, write_deploy
-from tests.e2e.test_serve_deployed import WAIT, bearer, laser_federation
-from vflo.flower.local import free_port
+from tests.e2e.conftest import in_one_folder, train_and_save
+from tests.e2e.test_serve_deployed import WAIT, bearer, laser_federation, start_serving
 
 pytestmark = pytest.mark.slow
 
@@ -30,15 +26,8 @@ def test_two_collaborative_models_ab_tested_with_deployed_partners(tmp_path: Pat
     try:
         train_and_save(federation, laser(), tmp_path / "models", "laser_vfl", seed=4)
         train_and_save(federation, laser(), tmp_path / "models", "laser_vfl_v2", seed=5)
-        deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
-        port = free_port()
-        config = tmp_path / "serve.toml"
-        config.write_text(f'[serve]\nmodels = "{tmp_path / "models"}"\nrows = "{federation.deploy.test_file}"\n'
-                          f'deploy = "{deploy}"\nlisten = "127.0.0.1:{port}"\nbatch_wait_ms = 2\n\n'
-                          '[models.laser_vfl]\nmissing = "subset"\ndeadline_ms = 3000\n'
-                          'challenger = "laser_vfl_v2"\nchallenger_share = 0.5\n')
-        server = subprocess.Popen([sys.executable, "-m", "vflo", "serve", str(config)],
-                                  env={**os.environ, "OMP_NUM_THREADS": "1"})
+        server, port = start_serving(tmp_path, federation, '\n[models.laser_vfl]\nmissing = "subset"\n'
+                                     'deadline_ms = 3000\nchallenger = "laser_vfl_v2"\nchallenger_share = 0.5\n')
         ids = pd.read_csv(federation.deploy.test_file, dtype={"id": str})["id"].tolist()[:30]
         rows = {"a": federation.deploy.test_file, **{p: federation.directory / f"{p}_serve.csv" for p in ("p1", "p2")}}
         expected = {label: in_one_folder(tmp_path / "models", federation, label, ("p1", "p2"), tmp_path / label)

@@ -42,6 +42,18 @@ def laser_federation(tmp_path: Path) -> tuple[Federation, Callable[[], Method]]:
     return start_federation(tmp_path / "fed", together, {}, proposals=[cls(**settings)]), lambda: cls(**settings)
 
 
+def start_serving(tmp_path: Path, federation: Federation, extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    """`vflo serve` as its own process over the models saved under tmp_path/models, with the federation's
+    partners deployed, on a free port; ``extra``: the rest of its config (its [serve] keys first)."""
+    deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
+    port = free_port()
+    config = tmp_path / "serve.toml"
+    config.write_text(f'[serve]\nmodels = "{tmp_path / "models"}"\nrows = "{federation.deploy.test_file}"\n'
+                      f'deploy = "{deploy}"\nlisten = "127.0.0.1:{port}"\nbatch_wait_ms = 2\n{extra}')
+    return subprocess.Popen([sys.executable, "-m", "vflo", "serve", str(config)],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}), port
+
+
 def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_partner(tmp_path: Path) -> None:
     import httpx
 
@@ -49,15 +61,8 @@ def test_vflo_serve_with_two_partners_swaps_under_load_and_leaves_out_a_dead_par
     server = None
     try:
         train_and_save(federation, laser(), tmp_path / "models", "laser_vfl")
-        deploy = write_deploy(federation.deploy, tmp_path / "deploy.toml")
-        port = free_port()
-        config = tmp_path / "serve.toml"
-        config.write_text(f'[serve]\nmodels = "{tmp_path / "models"}"\nrows = "{federation.deploy.test_file}"\n'
-                          f'deploy = "{deploy}"\nlisten = "127.0.0.1:{port}"\nbatch_wait_ms = 2\n'
-                          'admin_token_file = "admin.token"\n\n'
-                          '[models.laser_vfl]\nmissing = "subset"\ndeadline_ms = 3000\n')
-        server = subprocess.Popen([sys.executable, "-m", "vflo", "serve", str(config)],
-                                  env={**os.environ, "OMP_NUM_THREADS": "1"})
+        server, port = start_serving(tmp_path, federation, 'admin_token_file = "admin.token"\n\n'
+                                     '[models.laser_vfl]\nmissing = "subset"\ndeadline_ms = 3000\n')
         base = f"http://127.0.0.1:{port}"
         ids = pd.read_csv(federation.deploy.test_file, dtype={"id": str})["id"].tolist()[:20]
         url = f"{base}/v1/models/laser_vfl:predict"

@@ -80,16 +80,11 @@ def _explore(args: argparse.Namespace) -> int:
 
 def _rehearsed(args: argparse.Namespace, he: Any) -> Any:
     from vflo.experiments.config import load_config
+    from vflo.experiments.runner import first_split
     from vflo.explorer.run import explore
-    from vflo.seeding import derive_seed, numpy_rng
 
-    config = load_config(args.config)
-    source = config.load_dataset(args.data_dir)
-    drawn = config.protocol.split_repeat(0)
-    layout = config.layout(config.variants[0], derive_seed(config.seed, "layout", drawn), source)
     # The first run's training people, as `vflo run` holds its test people out: never explored on.
-    split = config.protocol.splits(layout, numpy_rng(config.seed, "split", drawn))[0]
-    data = layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+    data = first_split(load_config(args.config), data_dir=args.data_dir)
     parties = [data.train[p.name] for p in data.parties if p.name in data.train]
     return explore(parties, task=data.task, classes=tuple(data.classes), bins=args.bins,
                    min_bin_rows=args.min_bin_rows, binning=args.binning, max_bins=args.max_bins, scheme=he.scheme,

@@ -40,8 +40,8 @@ def add(sub: Any) -> None:
 def _worth(args: argparse.Namespace) -> int:
     from vflo.errors import ConfigError
     from vflo.experiments.config import load_config
+    from vflo.experiments.runner import first_split
     from vflo.metrics import check_metric
-    from vflo.seeding import derive_seed, numpy_rng
     from vflo.worth import any_subset_worth, retrained_worth
 
     config = load_config(args.config)
@@ -49,11 +49,7 @@ def _worth(args: argparse.Namespace) -> int:
     if args.method not in entries:
         raise ConfigError(f"--method {args.method!r} is not among the config's methods: {sorted(entries)}")
     entry = entries[args.method]
-    drawn = config.protocol.split_repeat(0)
-    layout = config.layout(config.variants[0], derive_seed(config.seed, "layout", drawn),
-                           config.load_dataset(args.data_dir))
-    split = config.protocol.splits(layout, numpy_rng(config.seed, "split", drawn))[0]
-    data = layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+    data = first_split(config, data_dir=args.data_dir)
     if args.metric is not None:
         check_metric(args.metric, data.task)
     if args.retrain or args.leave_one_out:

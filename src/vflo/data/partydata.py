@@ -208,7 +208,8 @@ class PartyData:
         unknown = [c for c in columns if c not in self.columns]
         if unknown:
             raise DataError(f"party {self.party!r} has no columns {unknown} to drop")
-        keep = [j for j, c in enumerate(self.columns) if c not in set(columns)]
+        gone = set(columns)
+        keep = [j for j, c in enumerate(self.columns) if c not in gone]
         kept = tuple(self.columns[j] for j in keep)
         return PartyData(party=self.party, ids=self.ids, X=np.ascontiguousarray(self.X[:, keep]), columns=kept,
                          y=self.y, categorical=tuple(c for c in self.categorical if c in kept), encoding=self.encoding)

@@ -157,6 +157,17 @@ def run_experiment(
     return result
 
 
+def first_split(config: ExperimentConfig, *, repeat: int = 0, source: Dataset | None = None,
+                data_dir: str | Path | None = None) -> FederatedData:
+    """The data of run ``repeat`` of the config's first variant, its first split, cut as :func:`run_experiment` cuts
+    it (``source``: the config's dataset, already loaded; else read from ``data_dir``)."""
+    drawn = config.protocol.split_repeat(repeat)
+    source = source if source is not None else config.load_dataset(data_dir)
+    layout = config.layout(config.variants[0], derive_seed(config.seed, "layout", drawn), source)
+    split = config.protocol.splits(layout, numpy_rng(config.seed, "split", drawn))[0]
+    return layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+
+
 def run_key(*parts: object) -> str:
     """The folder name of one run's checkpoints: the same for the run and its resumption, another for any
     other method, config, variant, repeat, fold or seed."""

@@ -125,7 +125,8 @@ class ExploreHandlers(HandlerSet):
         missing = np.empty(columns, dtype=np.int64)
         for j in range(columns):
             codes[:, j], bins[j], reported = own_bins(X[:, j], n_bins, policy.min_bin_rows)
-            missing[j] = int(np.isnan(X[:, j]).sum()) if reported else -int(np.isnan(X[:, j]).sum())
+            nans = int(np.isnan(X[:, j]).sum())
+            missing[j] = nans if reported else -nans
         # One layout for every column: its reported bins first, withheld people in the last bucket.
         buckets = int(bins.max() + 2) if columns else 2
         codes[codes < 0] = buckets - 1

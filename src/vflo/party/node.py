@@ -429,9 +429,7 @@ class Node:
         if self._run_kind != LOAD or not self._run or self._run == message.run:
             return ""
         parked = self._run
-        self._parked[parked] = _Session(
-            method=self.method, handlers=self._handlers, context=self.context, rounds=self._rounds,
-            coordinator=self._coordinator, last_heard=self._last_heard, model=self._model)
+        self._keep_aside()
         while len(self._parked) >= MAX_SCORING_SESSIONS:
             gone = next(iter(self._parked))
             del self._parked[gone]
@@ -444,12 +442,16 @@ class Node:
         """Make the scoring session ``run`` kept aside current, keeping the current one aside in its place."""
         session = self._parked.pop(run)
         if self._run_kind == LOAD and self._run:
-            self._parked[self._run] = _Session(
-                method=self.method, handlers=self._handlers, context=self.context, rounds=self._rounds,
-                coordinator=self._coordinator, last_heard=self._last_heard, model=self._model)
+            self._keep_aside()
         self.method, self._handlers, self.context = session.method, session.handlers, session.context
         self._rounds, self._coordinator, self._last_heard = session.rounds, session.coordinator, session.last_heard
         self._model, self._run, self._run_kind = session.model, run, LOAD
+
+    def _keep_aside(self) -> None:
+        """The current scoring session among those kept aside, as the most recently used."""
+        self._parked[self._run] = _Session(
+            method=self.method, handlers=self._handlers, context=self.context, rounds=self._rounds,
+            coordinator=self._coordinator, last_heard=self._last_heard, model=self._model)
 
     # -- one run at a time --------------------------------------------------------------------------
 
