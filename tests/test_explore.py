@@ -346,3 +346,27 @@ def test_vflo_explore_is_the_python_entry() -> None:
     assert vflo.explore is explore and "explore" in vflo.__all__
     a, b, _ = _parties(n=300)
     assert [c.name for c in vflo.explore([a, b], scheme="plaintext", min_bin_rows=20).columns] == list(b.columns)
+
+
+def test_a_partner_takes_information_values_only_after_its_own_sums() -> None:
+    from vflo.align.engines import AlignmentConfig
+    from vflo.comm.local import LocalTransport
+    from vflo.federation.coordinator import Aligner
+    from vflo.federation.simulation import party_node
+    from vflo.party.explore import SELECT_KIND
+    from vflo.roles import PartyInfo
+
+    a, b, _ = _parties(n=200)
+    infos = (PartyInfo("bank", "active"), PartyInfo("bureau", "passive"))
+    policy = Policy(alignment="plain", explore=True, select_iv_below=0.5)
+    nodes = {"bank": party_node(infos[0], a, peers=infos), "bureau": party_node(infos[1], b, peers=infos,
+                                                                                policy=policy)}
+    fed = Aligner(node=nodes["bank"], transport=LocalTransport(nodes), parties=infos,
+                  alignment=AlignmentConfig(method="plain"))
+    ask = {"columns": np.asarray(b.columns), "iv": np.zeros(4), "missing": np.zeros(4)}
+    with pytest.raises(RemoteError, match="has answered no vflo explore from 'bank'.*after its per-bin sums"):
+        fed.exchange(SELECT_KIND, {"bureau": ask})
+    with pytest.raises(RemoteError, match="one information value and one missing share for each"):
+        fed.exchange(SELECT_KIND, {"bureau": {**ask, "columns": np.asarray(b.columns[:2])}})
+    with pytest.raises(ConfigError, match="select_iv_below"):
+        Policy(select_iv_below=-1.0)
