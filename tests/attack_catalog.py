@@ -111,11 +111,18 @@ ATTACKS: tuple[Attack, ...] = (
            "the label holder asks a partner for the per-bin label sums of its columns while the partner's policy "
            "leaves explore off; asks again, about people that differ by one, to place that person in a bin; asks "
            "about a handful of people so that a bin describes a few; makes a partner drop its columns in the middle "
-           "of a run",
+           "of a run; reads who it shares with the partner from what comes back; asks over people it names from a "
+           "partner whose policy keeps that to a count",
            "refused unless the partner's [policy] explore = true; each peer answered explore_answers times (1) while "
            "the partner runs; no bin released with fewer than min_bin_rows people (50), smaller ones merged, the "
-           "people missing a value withheld; columns are dropped by the partner's own policy, between runs only",
+           "people missing a value withheld, and no sums at all over fewer shared people; columns are dropped by the "
+           "partner's own policy, between runs only; by default (explore_shared = 'count') the partner matches "
+           "blinded IDs and nothing that comes back names a person; a request over named people refused unless "
+           "explore_shared = 'ids'",
            ("tests/test_explore.py::test_a_partner_answers_only_where_its_policy_says_so",
+            "tests/test_explore.py::test_by_default_the_label_holder_learns_how_many_it_shares_and_never_who",
+            "tests/test_explore.py::test_a_partner_whose_policy_keeps_who_is_shared_refuses_to_answer_over_named_people",
+            "tests/test_explore.py::test_blinded_sums_come_only_after_the_points_and_over_at_least_min_bin_rows_people",
             "tests/test_explore.py::test_a_partner_answers_each_peer_only_as_often_as_its_policy_says",
             "tests/test_explore.py::test_a_partners_bins_hold_at_least_its_minimum",
             "tests/test_explore.py::test_a_node_refuses_to_drop_columns_during_a_run",

@@ -104,11 +104,11 @@ def test_packed_blobs_round_trip_and_a_bad_head_is_refused() -> None:
         unpack(pack(blobs) + b"x")
 
 
-@pytest.mark.parametrize("scheme", ["plaintext", "ou"])
-def test_explore_equals_the_centralized_computation_on_the_same_bins(scheme: str) -> None:
+@pytest.mark.parametrize(("scheme", "shared"), [("plaintext", "count"), ("ou", "count"), ("ou", "ids")])
+def test_explore_equals_the_centralized_computation_on_the_same_bins(scheme: str, shared: str) -> None:
     a, b, keep = _parties()
-    found = explore([a, b], scheme=scheme, bins=10, min_bin_rows=50)  # type: ignore[arg-type]
-    assert found.shared == {"bureau": int(keep.sum())} and found.asked == len(a.ids)
+    found = explore([a, b], scheme=scheme, bins=10, min_bin_rows=50, shared=shared)  # type: ignore[arg-type]
+    assert found.shared == {"bureau": int(keep.sum())} and found.asked == len(a.ids) and found.shared_as == shared
     t = a.y[keep]  # type: ignore[index]
     rows = {name: b.subset(a.ids[keep]).X[:, j] for j, name in enumerate(b.columns)}
     assert {c.name for c in found.columns} == set(b.columns)
@@ -370,3 +370,130 @@ def test_a_partner_takes_information_values_only_after_its_own_sums() -> None:
         fed.exchange(SELECT_KIND, {"bureau": {**ask, "columns": np.asarray(b.columns[:2])}})
     with pytest.raises(ConfigError, match="select_iv_below"):
         Policy(select_iv_below=-1.0)
+
+
+def _nodes(a: PartyData, b: PartyData, policy: Policy) -> tuple[object, dict[str, object]]:
+    from vflo.align.engines import AlignmentConfig
+    from vflo.comm.local import LocalTransport
+    from vflo.federation.coordinator import Aligner
+    from vflo.federation.simulation import party_node
+    from vflo.roles import PartyInfo
+
+    infos = (PartyInfo("bank", "active"), PartyInfo("bureau", "passive"))
+    nodes = {"bank": party_node(infos[0], a, peers=infos), "bureau": party_node(infos[1], b, peers=infos,
+                                                                                policy=policy)}
+    return Aligner(node=nodes["bank"], transport=LocalTransport(nodes), parties=infos,
+                   alignment=AlignmentConfig(method="plain")), nodes
+
+
+def test_by_default_the_label_holder_learns_how_many_it_shares_and_never_who(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vflo.align.psi import hash_ids
+    from vflo.explorer.run import explore_with
+
+    a, b, keep = _parties(n=600)
+    fed, _ = _nodes(a, b, Policy(alignment="plain", explore=True, min_bin_rows=20))
+    received, sent = [], []
+    real = fed.exchange  # type: ignore[attr-defined]
+
+    def spy(kind: str, payloads: dict[str, object]) -> object:
+        sent.append((kind, payloads))
+        replies = real(kind, payloads)
+        received.append((kind, replies))
+        return replies
+
+    monkeypatch.setattr(fed, "exchange", spy)
+    found = explore_with(fed, a, he=None)  # type: ignore[arg-type]
+    assert [k for k, _ in sent] == ["explore.points", "explore.blind_sums"]  # no alignment: nothing named by ID
+    assert found.shared == {"bureau": int(keep.sum())} and found.shared_as == "count"
+    # Nothing that came back names a person: no ID in the clear, and the partner's points are not its IDs hashed
+    # (they are under its secret key), nor the label holder's own points raised once more in its order.
+    theirs = received[0][1]["bureau"].array("points")  # type: ignore[index]
+    salt = sent[0][1]["bureau"]["salt"].tobytes()  # type: ignore[index]
+    assert not np.isin(hash_ids(b.ids, salt).view("V32").ravel(), theirs.view("V32").ravel()).any()
+    for _, replies in received:
+        for name in replies["bureau"]:  # type: ignore[index]
+            value = replies["bureau"][name]  # type: ignore[index]
+            if isinstance(value, np.ndarray) and value.dtype.kind in "UO":
+                assert not np.isin(value, a.ids).any(), name
+    # What the partner sent per bin is over exactly the people both hold: the centralized IV on them.
+    t = a.y[keep]  # type: ignore[index]
+    column = b.subset(a.ids[keep]).X[:, 0]
+    assert abs(next(c for c in found.columns if c.name == "b1").iv[0] - _central(column, t, 10, 20)[1]) < 1e-9
+
+
+def test_a_partner_whose_policy_keeps_who_is_shared_refuses_to_answer_over_named_people() -> None:
+    from vflo.explorer.run import explore_with
+
+    a, b, _ = _parties(n=400)
+    fed, _ = _nodes(a, b, Policy(alignment="plain", explore=True, min_bin_rows=20, explore_answers=2))
+    with pytest.raises(RemoteError, match=r"only how many people they share.*--shared count.*explore_shared"):
+        explore_with(fed, a, he=None, shared="ids")  # type: ignore[arg-type]
+    assert explore_with(fed, a, he=None).shared_as == "count"  # type: ignore[arg-type]  # the refusal took none
+    with pytest.raises(ConfigError, match="policy.explore_shared"):
+        Policy(explore_shared="who")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="shared is 'count'"):
+        explore_with(fed, a, shared="all")  # type: ignore[arg-type]
+
+
+def test_blinded_sums_come_only_after_the_points_and_over_at_least_min_bin_rows_people() -> None:
+    from vflo.explorer.run import explore_with
+    from vflo.party.explore import BLIND_KIND
+
+    a, b, keep = _parties(n=400)
+    fed, _ = _nodes(a, b, Policy(alignment="plain", explore=True, min_bin_rows=20, explore_answers=3))
+    ask = {"double": np.zeros((len(b.ids), 32), dtype=np.uint8), "scheme": "plaintext",
+           "public_key": np.zeros(1, dtype=np.uint8), "labels": np.zeros((1, 4096), dtype=np.uint8)}
+    with pytest.raises(RemoteError, match="no explore.points of 'bank'.*send explore.points first"):
+        fed.exchange(BLIND_KIND, {"bureau": ask})  # type: ignore[attr-defined]
+    # A label holder that shares fewer people with the partner than its min_bin_rows gets no sums.
+    few = a.subset(a.ids[keep][:15])
+    with pytest.raises(RemoteError, match=r"shares 15 people with 'bank', fewer than its min_bin_rows \(20\)"):
+        explore_with(fed, few, he=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("forge", "said"), [
+    (lambda r: {**r, "counts": r["counts"] // 10}, "between 0 and its people"),
+    (lambda r: {**r, "columns": r["columns"][:-1]}, "do not fit its columns and bins"),
+    (lambda r: {**r, "counts": -r["counts"]}, "between 0 and its people"),
+])
+def test_the_label_holder_refuses_per_bin_sums_that_cannot_be_right(
+        monkeypatch: pytest.MonkeyPatch, forge: object, said: str) -> None:
+    import vflo.align.blind_join as partner
+    from vflo.errors import DataError
+    from vflo.explorer.run import explore_with
+
+    a, b, _ = _parties(n=400)
+    fed, _ = _nodes(a, b, Policy(alignment="plain", explore=True, min_bin_rows=20))
+    real = partner.binned
+    monkeypatch.setattr(partner, "binned", lambda *args: forge(real(*args)))  # type: ignore[operator]
+    with pytest.raises(DataError, match=said):
+        explore_with(fed, a, he=None)  # type: ignore[arg-type]
+
+
+def test_the_label_holder_refuses_a_shared_count_it_cannot_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vflo.align.blind_join as partner
+    from vflo.errors import DataError
+    from vflo.explorer.run import explore_with
+
+    a, b, _ = _parties(n=400)
+    fed, _ = _nodes(a, b, Policy(alignment="plain", explore=True, min_bin_rows=20))
+    handler = partner.BlindJoinHandlers._blind_sums
+    monkeypatch.setattr(partner.BlindJoinHandlers, "_blind_sums",
+                        lambda self, ctx, payload: {**handler(self, ctx, payload), "shared": 10 ** 6})
+    with pytest.raises(DataError, match="says it shares 1000000 of the 400 people"):
+        explore_with(fed, a, he=None)  # type: ignore[arg-type]
+
+
+def test_the_label_holder_refuses_bins_holding_more_people_than_are_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vflo.align.blind_join as partner
+    from vflo.errors import DataError
+    from vflo.explorer.run import explore_with
+
+    a, b, _ = _parties(n=400)
+    fed, _ = _nodes(a, b, Policy(alignment="plain", explore=True, min_bin_rows=20))
+    handler = partner.BlindJoinHandlers._blind_sums
+    monkeypatch.setattr(partner.BlindJoinHandlers, "_blind_sums",
+                        lambda self, ctx, payload: {**handler(self, ctx, payload), "shared": 30})
+    with pytest.raises(DataError, match="people in the bins of 'b1', more than the 30 it shares"):
+        explore_with(fed, a, he=None)  # type: ignore[arg-type]

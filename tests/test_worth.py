@@ -14,7 +14,7 @@ from vflo.data.layout import FederatedData
 from vflo.data.scenario import PartySpec, ScenarioSpec
 from vflo.errors import ConfigError
 from vflo.methods.registry import get_method
-from vflo.worth import any_subset_worth, only, retrained_worth, shapley, subsets, value
+from vflo.worth import any_subset_worth, only, retrained_worth, shapley, subsets, value, worth_of
 
 TRAIN = {"lr": 3e-3, "batch_size": 64, "max_epochs": 8, "validation_fraction": 0.0}
 
@@ -66,6 +66,10 @@ def test_one_any_subset_model_values_every_subset_and_its_shapley_values_add_up(
     assert not np.array_equal(alone, full) and found.values[frozenset()] == \
         pytest.approx(value("binary", data.test_y, alone))
     assert np.array_equal(model.predict(), full)  # the model scores with everyone again after a subset
+    # Valued after training from the model already trained: the same worth, only the scoring timed.
+    after = worth_of(model, bootstrap=50, seed=0)
+    assert after.values == found.values and after.worth == found.worth and after.interval == found.interval
+    assert after.training_seconds == 0.0 and found.training_seconds > 0.0
     with pytest.raises(ConfigError, match=r"partners \['p9'\] are not among"):
         model.predict(partners=["p9"])
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vflo.align.blind_join import EXPLORE
 from vflo.align.protocol import ALIGNMENT
 from vflo.methods.registry import get_method, method_names
 from vflo.methods.saved import Saved
-from vflo.party.explore import EXPLORE
 from vflo.party.handlers import HandlerInfo
 from vflo.party.node import CONTROL_INFO
 

@@ -8,10 +8,11 @@ join the active party:
 with v(S) the model's score on held-out people when it scores with the partners S alone (the active party always
 present). Two ways to get every v(S):
 
-- **from one model** (:func:`any_subset_worth`): a model that scores with any subset of its partners (LASER-VFL,
-  SecureBoost, SplitNN with party dropout) is trained once and scores the held-out people 2^n times, the partners
-  outside S absent as if they did not answer; intervals from the bootstrap of those people (the same scores,
-  resampled, no model trained again);
+- **from one model** (:func:`worth_of` for a model already trained, :func:`any_subset_worth` to train it first): a
+  model that scores with any subset of its partners (LASER-VFL, SecureBoost, SplitNN with party dropout) scores
+  the held-out people 2^n times, the partners outside S absent as if they did not answer; intervals from the
+  bootstrap of those people (the same scores, resampled, no model trained again). After training, this costs
+  the scoring alone; its ``seconds`` are that, and the training's are ``training_seconds``;
 - **by retraining** (:func:`retrained_worth`): the method trained once per subset, on the active party and S
   alone (exact, and 2^n trainings); with ``leave_one_out``, only the full set and each set less one partner
   (v(N) − v(N∖{i}), n + 1 trainings), labelled as such.
@@ -27,7 +28,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from vflo.data.layout import FederatedData
 from vflo.errors import ConfigError
 from vflo.methods.base import Method
 from vflo.metrics import compute_metrics, higher_is_better
+
+if TYPE_CHECKING:
+    from vflo.api import FittedModel
 
 How = Literal["any subset", "retrained", "leave one out (retrained)"]
 Subset = frozenset[str]
@@ -51,8 +55,11 @@ class Worth:
     partners: tuple[str, ...]
     values: dict[Subset, float]
     worth: dict[str, float]
+    #: What valuing the partners took: the 2^n scorings and the bootstrap (one model), or every training (retrained).
     seconds: float
     interval: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: One model: the time its training took where :func:`any_subset_worth` trained it (0 for a model given).
+    training_seconds: float = 0.0
 
     def ranking(self) -> list[str]:
         """The partners from the most worth to the least."""
@@ -94,19 +101,33 @@ def subsets(partners: Sequence[str]) -> list[Subset]:
 
 def any_subset_worth(method: Method, data: FederatedData, *, seed: int = 0, metric: str | None = None,
                      bootstrap: int = 500, level: float = 0.95) -> Worth:
-    """Every partner's Shapley value from one model scoring with each subset of its partners; a ``level``
-    interval from ``bootstrap`` resamples of the held-out people (scores kept, resampled)."""
+    """Train ``method`` once on ``data`` and value every partner from that one model (:func:`worth_of`); its
+    training's time is ``training_seconds``."""
     from vflo.api import fit
 
     why = method.subset_refusal()
     if why:
         raise ConfigError(f"{method.name} cannot value its partners from one model: {why}; use retrained_worth")
-    partners = tuple(p.name for p in data.parties if p.role == "passive")
     started = time.perf_counter()
     model = fit(method, data, seed=seed)
+    trained = time.perf_counter() - started
+    return replace(worth_of(model, metric=metric, bootstrap=bootstrap, level=level, seed=seed),
+                   training_seconds=trained)
+
+
+def worth_of(model: FittedModel, *, metric: str | None = None, bootstrap: int = 500, level: float = 0.95,
+             seed: int = 0) -> Worth:
+    """Every partner's Shapley value from a trained model scoring its split's held-out people with each subset of
+    its partners; a ``level`` interval from ``bootstrap`` resamples of those people (scores kept, resampled; the
+    resampling's own generator from ``seed``)."""
+    why = model.method.subset_refusal()
+    if why:
+        raise ConfigError(f"{model.name} cannot value its partners from one model: {why}; use retrained_worth")
+    data = model.data
+    partners = tuple(p.name for p in data.parties if p.role == "passive")
+    started = time.perf_counter()
     scores = {s: model.predict(partners=sorted(s)) for s in subsets(partners)}
     values = {s: value(data.task, data.test_y, v, metric) for s, v in scores.items()}
-    seconds = time.perf_counter() - started
     worth = shapley(values, partners)
     rng = np.random.default_rng(seed)
     draws = []
@@ -118,8 +139,8 @@ def any_subset_worth(method: Method, data: FederatedData, *, seed: int = 0, metr
     interval = {p: (float(np.quantile([d[p] for d in draws], tail)), float(np.quantile([d[p] for d in draws],
                                                                                       1 - tail)))
                 for p in partners} if draws else {}
-    return Worth(method=method.name, how="any subset", metric=metric or _default(data.task), partners=partners,
-                 values=values, worth=worth, seconds=seconds, interval=interval)
+    return Worth(method=model.name, how="any subset", metric=metric or _default(data.task), partners=partners,
+                 values=values, worth=worth, seconds=time.perf_counter() - started, interval=interval)
 
 
 def retrained_worth(make: Callable[[], Method], data: FederatedData, *, seed: int = 0, metric: str | None = None,

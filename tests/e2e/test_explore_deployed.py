@@ -1,6 +1,7 @@
 """vflo explore across processes: the lab served as its own process over gRPC with mutual TLS, alignment by PSI,
 gives the weight of evidence and information value of the same run in one process, and of a centralized
-computation on the lab's own bins, to 1e-9; a lab whose policy leaves explore off refuses, naming the key."""
+computation on the lab's own bins, to 1e-9, whether the hospital learns only how many people they share (the
+default) or who (by PSI); a lab whose policy leaves explore off refuses, naming the key."""
 
 from __future__ import annotations
 
@@ -34,33 +35,43 @@ def test_explore_over_grpc_equals_one_process_and_the_centralized_computation(
         assert "does not answer vflo explore" in capsys.readouterr().err
     finally:
         federation.stop()
-    lab.write_text(lab.read_text() + "\n[policy]\nexplore = true\nexplore_bins = 8\nmin_bin_rows = 20\n")
+    lab.write_text(lab.read_text() + "\n[policy]\nexplore = true\nexplore_bins = 8\nmin_bin_rows = 20\n"
+                   "explore_answers = 2\nexplore_shared = \"ids\"\n")
     processes = {"pas": spawn(lab)}
     federation = Federation(deploy=files.deploy, local=files.local, processes=processes, directory=tmp_path)
     try:
         wait_listening(processes)
-        out = tmp_path / "explored"
-        assert main(["explore", "--deploy", str(deploy), "--out", str(out), "--scheme", "ou"]) == 0
+        # The default: the hospital learns how many people it shares with the lab, the lab matching blinded IDs;
+        # then by the deployment's PSI, which the lab's policy allows too.
+        for shared_as in ("count", "ids"):
+            out = tmp_path / f"explored_{shared_as}"
+            assert main(["explore", "--deploy", str(deploy), "--out", str(out), "--scheme", "ou",
+                         "--shared", shared_as]) == 0
     finally:
         federation.stop()
     said = capsys.readouterr().out
+    counted = json.loads((tmp_path / "explored_count" / "explore.json").read_text())
+    assert counted["shared_as"] == "count" and "count only" in counted["alignment"]
+    assert "who they are stays with the partner" in said
     # Aligned by private set intersection (a deployment's default): the engine that ran, or the intersection kept
     # by the first (refused) attempt, reused.
-    assert json.loads((out / "explore.json").read_text())["alignment"] in ("vflo", "rr22", "reused")
-    assert "alignment by" in said
-    deployed = pd.read_csv(out / "explore.csv")
-    local = explore(list(files.local.train.values()), scheme="plaintext", bins=8, min_bin_rows=20).table()
-    assert deployed["column"].tolist() == local["column"].tolist()
-    assert np.allclose(deployed["iv"], local["iv"], rtol=0, atol=1e-9)
-    # Centralized: the lab's own file and the hospital's labels, joined on the IDs they share.
+    assert json.loads((tmp_path / "explored_ids" / "explore.json").read_text())["alignment"] in \
+        ("vflo", "rr22", "reused")
     active, passive = files.local.train[files.local.active], files.local.train["pas"]
     shared = np.intersect1d(active.ids, passive.ids)
-    t = active.subset(shared).y
-    for j, name in enumerate(passive.columns):
-        codes, n_bins, _ = own_bins(passive.subset(shared).X[:, j].astype(np.float64), 8, 20)
-        _, iv = woe_iv(np.bincount(codes, weights=t.astype(float), minlength=n_bins),  # type: ignore[union-attr]
-                       np.bincount(codes, minlength=n_bins))
-        assert abs(float(deployed.set_index("column").loc[name, "iv"]) - iv) < 1e-9, name
+    assert counted["shared"] == {"pas": len(shared)}
+    local = explore(list(files.local.train.values()), scheme="plaintext", bins=8, min_bin_rows=20).table()
+    for shared_as in ("count", "ids"):
+        deployed = pd.read_csv(tmp_path / f"explored_{shared_as}" / "explore.csv")
+        assert deployed["column"].tolist() == local["column"].tolist()
+        assert np.allclose(deployed["iv"], local["iv"], rtol=0, atol=1e-9)
+        # Centralized: the lab's own file and the hospital's labels, joined on the IDs they share.
+        t = active.subset(shared).y
+        for j, name in enumerate(passive.columns):
+            codes, n_bins, _ = own_bins(passive.subset(shared).X[:, j].astype(np.float64), 8, 20)
+            _, iv = woe_iv(np.bincount(codes, weights=t.astype(float), minlength=n_bins),  # type: ignore[union-attr]
+                           np.bincount(codes, minlength=n_bins))
+            assert abs(float(deployed.set_index("column").loc[name, "iv"]) - iv) < 1e-9, name
 
 
 def test_a_deployed_partner_drops_its_weak_columns_and_trains_and_scores_without_them(

@@ -54,7 +54,7 @@ PARALLEL_FROM = 40_000
 HASH_BLOCK = 65_536
 
 
-def _names(ids: np.ndarray) -> pa.Array:
+def unique_names(ids: np.ndarray) -> pa.Array:
     """``ids`` tagged (an Arrow array: no Python string per ID) and checked unique."""
     names = tagged_array(ids)
     check_unique(names, ids=ids)
@@ -63,7 +63,7 @@ def _names(ids: np.ndarray) -> pa.Array:
 
 def hash_ids(ids: np.ndarray, salt: bytes) -> np.ndarray:
     """One 32-byte curve point (an X25519 u-coordinate) per ID."""
-    return np.frombuffer(_hash_chunk(salt, _names(ids)), dtype=np.uint8).reshape(len(ids), 32).copy()
+    return np.frombuffer(_hash_chunk(salt, unique_names(ids)), dtype=np.uint8).reshape(len(ids), 32).copy()
 
 
 def _hash_chunk(salt: bytes, names: list[str] | pa.Array) -> bytes:
@@ -154,7 +154,7 @@ class Blinder:
 
     def ids(self, ids: np.ndarray, salt: bytes) -> Callable[[], np.ndarray]:
         """Start hashing ``ids`` to the curve with ``salt`` and blinding them; call the result for the points."""
-        return self.names(_names(ids), salt)
+        return self.names(unique_names(ids), salt)
 
     def names(self, names: list[str] | pa.Array, salt: bytes) -> Callable[[], np.ndarray]:
         """As :meth:`ids`, for IDs already tagged (:func:`vflo.align.ids.tagged` or ``tagged_array``) and checked
@@ -235,7 +235,7 @@ def handle(ctx: NodeContext, payload: Fields) -> Payload:
                 curve.backend())
     order = shuffled(rows.n_samples)
     # Checked unique in the file's order (by neighbours where it is sorted), then sent in the secret one.
-    double, own = answer(new_key(), _names(rows.ids).take(pa.array(order)), points, salt.tobytes())
+    double, own = answer(new_key(), unique_names(rows.ids).take(pa.array(order)), points, salt.tobytes())
     reply: Payload = {"double": double, "points": own, "n_features": rows.n_features}
     known = ctx.part(Aligned)
     known.psi_order, known.held = rows.ids[order], None

@@ -49,6 +49,11 @@ def add(sub: Any) -> None:
     explore.add_argument("--select-missing-above", type=float, default=1.0,
                          help="in a rehearsal: and those missing for more than this share (deployed: its own "
                               "[policy] select_missing_above); default 1, none")
+    explore.add_argument("--shared", choices=["count", "ids"], default="count",
+                         help="what this party learns of who each partner shares with it: 'count' (default) how many "
+                              "alone, each partner matching blinded IDs (and so learning which of its people this "
+                              "party holds); 'ids' who, by the deployment's alignment, where the partner's [policy] "
+                              "explore_shared = \"ids\"")
     explore.add_argument("--data-dir", help="where the datasets are (default: VFLO_DATA_DIR)")
     explore.add_argument("--insecure", action="store_true", help="no TLS (loopback experiments only)")
 
@@ -89,7 +94,7 @@ def _rehearsed(args: argparse.Namespace, he: Any) -> Any:
     return explore(parties, task=data.task, classes=tuple(data.classes), bins=args.bins,
                    min_bin_rows=args.min_bin_rows, binning=args.binning, max_bins=args.max_bins, scheme=he.scheme,
                    key_size=he.key_size, select_iv_below=args.select_iv_below,
-                   select_missing_above=args.select_missing_above)
+                   select_missing_above=args.select_missing_above, shared=args.shared)
 
 
 def _deployed(args: argparse.Namespace, he: Any) -> Any:
@@ -114,7 +119,8 @@ def _deployed(args: argparse.Namespace, he: Any) -> Any:
             encoding = deployment.preprocessing.encoding
             return explore_with(fed, deployment.train, task=deployment.task,
                                 classes=tuple(encoding.classes) if encoding is not None else (), he=he,
-                                binning=args.binning, max_bins=args.max_bins, select=args.select)
+                                binning=args.binning, max_bins=args.max_bins, select=args.select,
+                                shared=args.shared)
         finally:
             deployment.close()
 

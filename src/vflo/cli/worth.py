@@ -59,8 +59,10 @@ def _worth(args: argparse.Namespace) -> int:
         found = any_subset_worth(entry.instantiate(), data, seed=args.seed, metric=args.metric,
                                  bootstrap=args.bootstrap)
     console = new_console()
+    took = f"{found.seconds:.1f} s" + (f", after {found.training_seconds:.1f} s training the model"
+                                       if found.training_seconds else "")
     console.print(f"{shown(found.method)}: each partner's worth ({found.how}; {found.metric} of the "
-                  f"{len(data.test_ids)} held-out people; {found.seconds:.1f} s)")
+                  f"{len(data.test_ids)} held-out people; {took})")
     for p in found.ranking():
         low_high = found.interval.get(p)
         band = f" (95 % interval {low_high[0]:+.4f} to {low_high[1]:+.4f})" if low_high else ""
@@ -69,6 +71,7 @@ def _worth(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "worth.json").write_text(json.dumps(
             {"method": found.method, "how": found.how, "metric": found.metric, "seconds": found.seconds,
+             "training_seconds": found.training_seconds,
              "worth": found.worth, "interval": found.interval,
              "values": {"+".join(sorted(s)) or "(active alone)": v for s, v in found.values.items()}}, indent=1))
         console.print(f"written: {args.out / 'worth.json'}")

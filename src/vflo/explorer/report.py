@@ -35,7 +35,8 @@ def summary_lines(found: Exploration) -> list[str]:
         mine = sorted((c for c in found.columns if c.party == party), key=lambda c: -c.best_iv)
         top = ", ".join(f"{c.name} ({c.best_iv:.3f}, {strength(c.best_iv)})" for c in mine[:3])
         useful = sum(c.best_iv >= STRENGTH[0][0] for c in mine)
-        out.append(f"{party}: {shared:,} of the {found.asked:,} people {found.active} holds are shared; "
+        who = " (their count only: who they are stays with the partner)" if found.shared_as == "count" else ""
+        out.append(f"{party}: {shared:,} of the {found.asked:,} people {found.active} holds are shared{who}; "
                    f"{useful} of its {len(mine)} columns reach IV {STRENGTH[0][0]}; the strongest: {top or 'none'}.")
         if party in found.dropped:
             gone = found.dropped[party]
@@ -113,7 +114,7 @@ def _bins(found: Exploration, c: Column) -> str:
 def as_json(found: Exploration) -> dict[str, object]:
     return {"active": found.active, "task": found.task, "targets": list(found.targets), "binning": found.binning,
             "scheme": found.scheme, "alignment": found.alignment, "seconds": found.seconds, "asked": found.asked,
-            "shared": found.shared, "dropped": found.dropped,
+            "shared": found.shared, "shared_as": found.shared_as, "dropped": found.dropped,
             "columns": [{"party": c.party, "column": c.name, "missing_share": None if math.isnan(c.missing_share)
                          else c.missing_share, "distinct": c.distinct, "iv": c.iv.tolist(),
                          "counts": c.counts.tolist(), "events": np.asarray(c.events).tolist(),

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from vflo.align.blind_join import EXPLORE
 from vflo.align.engines import AlignmentConfig
 from vflo.align.kept import AlignmentStore
 from vflo.align.protocol import ALIGNMENT
@@ -29,7 +30,6 @@ from vflo.methods.registry import method_for_party
 from vflo.nn.train import CheckpointPlan
 from vflo.party.asked import AskedLog
 from vflo.party.context import PartStoreLike
-from vflo.party.explore import EXPLORE
 from vflo.party.node import Node
 from vflo.party.policy import Policy
 from vflo.roles import PartyInfo, Role

@@ -1,27 +1,33 @@
 """A partner's side of ``vflo explore``: per column of its own, how many of the shared people fall in each of its
 own bins and, under the label holder's homomorphic encryption, the sums of their targets per bin.
 
-The label holder sends, for the people they share (by ID, as a both-sided PSI shows each of them), its targets
-encrypted under its own key (HEU's OU or Paillier, two targets packed per ciphertext, as SecureBoost packs a
-gradient and a hessian). This party cuts each of its columns into bins of its own (equal-frequency, at most
-``[policy] explore_bins``; adjacent bins merged until each holds at least ``[policy] min_bin_rows`` people; the
-people missing a value are a bin of their own, or withheld from the sums where fewer than that), sums the
-ciphertexts per bin, and replies with the sums, each bin's people count and each column's missing share and
-distinct values. It learns nothing of the targets (ciphertexts only); the label holder learns, per bin, how many
-people and how many events, in the bins' order, never a threshold nor who is in which bin. A party answers only
-where its policy says ``explore = true``, and each peer only ``explore_answers`` times while it runs.
+The label holder sends its targets (of the people they share, or, by default, of every person it holds, the shared
+ones found here from blinded IDs: see below) encrypted under its own key (HEU's OU or Paillier, two targets packed
+per ciphertext, as SecureBoost packs a gradient and a hessian). This party cuts each of its columns into bins of
+its own (equal-frequency, at most ``[policy] explore_bins``; adjacent bins merged until each holds at least
+``[policy] min_bin_rows`` people; the people missing a value are a bin of their own, or withheld from the sums
+where fewer than that), sums the ciphertexts per bin, and replies with the sums, each bin's people count and each
+column's missing share and distinct values. It learns nothing of the targets (ciphertexts only); the label holder
+learns, per bin, how many people and how many events, in the bins' order, never a threshold nor who is in which
+bin. A party answers only where its policy says ``explore = true``, and each peer only ``explore_answers`` times
+while it runs.
+
+Who is shared: by default (``[policy] explore_shared = "count"``) the label holder learns only how many people it
+shares with this party, never which: this party finds them from blinded IDs (:mod:`vflo.align.blind_join`), and
+learns who itself. With ``explore_shared = "ids"`` it also answers over people the label holder names
+(``explore.sums``), after the deployment's own alignment, which shows both of them who is shared.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vflo.comm.message import IDS, STR, ArraySpec, Fields, Payload
 from vflo.errors import ProtocolError
-from vflo.party.handlers import HandlerSet, handles
+from vflo.party.handlers import Content, HandlerSet, handles
 from vflo.party.policy import Policy, PolicyError
 from vflo.trees.bins import MAX_BINS, bin_codes, quantile_cuts
 from vflo.trees.crypto import BLOB_ROW, PublicSide, from_wire, to_wire
@@ -30,9 +36,15 @@ if TYPE_CHECKING:
     from vflo.party.context import NodeContext
 
 KIND = "explore.sums"
+POINTS_KIND = "explore.points"
+BLIND_KIND = "explore.blind_sums"
 SELECT_KIND = "explore.select"
 BLOB = ArraySpec(("uint8",), (None, BLOB_ROW))
 INTS = ArraySpec(("int64",), (None,))
+PUBLIC_KEY = ArraySpec(("uint8",), (None,))
+SUMS_REPLY: dict[str, Content] = {"columns": "control", "bins": "control", "counts": "control",
+                                  "missing": "control", "gaps": "control", "distinct": "control",
+                                  "sums": "ciphertexts"}
 
 
 def own_bins(column: np.ndarray, n_bins: int, min_rows: int) -> tuple[np.ndarray, int, bool]:
@@ -64,8 +76,8 @@ class ExploreHandlers(HandlerSet):
     """What every node serves for ``vflo explore``, refused unless its policy says ``explore = true``."""
 
     @handles(SELECT_KIND,
-             served=("outside a run, after this party answered the sender's explore.sums: its columns' information "
-                     "values and missing shares, from which its own [policy] select_iv_below and "
+             served=("outside a run, after this party answered the sender's explore.sums or explore.blind_sums: its "
+                     "columns' information values and missing shares, from which its own [policy] select_iv_below and "
                      "select_missing_above decide which of its columns it drops; the node drops them"),
              carries={}, replies={"dropped": "control"},
              columns=ArraySpec(("str",), (None,)), iv=ArraySpec(("float64",), (None,)),
@@ -83,65 +95,101 @@ class ExploreHandlers(HandlerSet):
         return {"dropped": np.asarray(selected_out(ctx.policy, names, iv, missing), dtype=str)}
 
     @handles(KIND,
-             served=("before or after a run, where [policy] explore = true: once per request, over the people the "
-                     "request names (which this party must hold), bins of its own of at least min_bin_rows people"),
-             carries={"ids": "ids", "labels": "ciphertexts"},
-             replies={"columns": "control", "bins": "control", "counts": "control", "missing": "control",
-                      "gaps": "control", "distinct": "control", "sums": "ciphertexts"},
-             ids=IDS, scheme=STR, public_key=ArraySpec(("uint8",), (None,)), labels=BLOB)
+             served=("before or after a run, where [policy] explore = true and explore_shared = \"ids\": once per "
+                     "request, over the people the request names (which this party must hold), bins of its own of at "
+                     "least min_bin_rows people"),
+             carries={"ids": "ids", "labels": "ciphertexts"}, replies=SUMS_REPLY,
+             ids=IDS, scheme=STR, public_key=PUBLIC_KEY, labels=BLOB)
     def _sums(self, ctx: NodeContext, payload: Fields) -> Payload:
-        policy = ctx.policy
-        if not policy.explore:
-            raise PolicyError(f"party {ctx.info.name!r} does not answer vflo explore: its policy leaves explore off; "
-                              "set explore = true under [policy] in its config to let the label holder learn, per "
-                              "bin of its columns, how many shared people and how many events")
-        if not ctx.tally.take(KIND, ctx.sender, policy.explore_answers):
-            raise PolicyError(f"party {ctx.info.name!r} has answered {ctx.sender!r}'s vflo explore "
-                              f"{policy.explore_answers} time(s) while it runs, as many as its policy allows "
-                              f"(explore_answers = {policy.explore_answers}: two answers over people that differ by "
-                              "one would show which of its bins that person is in); raise it under [policy] to "
-                              "answer again")
+        policy = answering(ctx)
+        if policy.explore_shared != "ids":
+            raise PolicyError(f"party {ctx.info.name!r} does not answer vflo explore over people named to it: its "
+                              "policy lets the label holder learn only how many people they share "
+                              "(explore_shared = \"count\"); explore with the count only (vflo explore's default, "
+                              "--shared count), or set explore_shared = \"ids\" under [policy] in its config")
+        take_answer(ctx)
         data = ctx.require_data()
         ids = payload.array("ids")
         if not data.contains(ids).all():
             raise ProtocolError(f"{KIND}: {int((~data.contains(ids)).sum())} of the {len(ids)} people named are "
                                 f"not among party {ctx.info.name!r}'s rows: name the people the alignment found")
-        X = np.asarray(data.subset(ids).X, dtype=np.float64)
-        ops = PublicSide(payload.text("scheme"), payload.array("public_key").tobytes())
-        try:
-            handles_ = [ops.load(b) for b in unpack(from_wire(payload.array("labels")))]
-        except ValueError as exc:
-            raise ProtocolError(f"{KIND}: the encrypted labels do not load: {exc}") from exc
-        if not handles_:
-            raise ProtocolError(f"{KIND}: no encrypted labels")
-        for h in handles_:
-            rows = h.shape[0] if hasattr(h, "shape") else len(h)
-            if rows != len(ids):
-                raise ProtocolError(f"{KIND}: {rows} encrypted rows for {len(ids)} people")
-        n_bins = min(policy.explore_bins, MAX_BINS)
-        columns = X.shape[1]
-        codes = np.empty(X.shape, dtype=np.int8)  # a byte a value: at most 126 bins, the missing and the withheld
-        bins = np.empty(columns, dtype=np.int64)
-        missing = np.empty(columns, dtype=np.int64)
-        for j in range(columns):
-            codes[:, j], bins[j], reported = own_bins(X[:, j], n_bins, policy.min_bin_rows)
-            nans = int(np.isnan(X[:, j]).sum())
-            missing[j] = nans if reported else -nans
-        # One layout for every column: its reported bins first, withheld people in the last bucket.
-        buckets = int(bins.max() + 2) if columns else 2
-        codes[codes < 0] = buckets - 1
-        keep = np.concatenate([j * buckets + np.arange(bins[j] + (1 if missing[j] > 0 else 0))
-                               for j in range(columns)]) if columns else np.zeros(0, dtype=np.int64)
-        counts = np.concatenate([np.bincount(codes[:, j].astype(np.int64), minlength=buckets)
-                                 for j in range(columns)])[keep] \
-            if columns else np.zeros(0, dtype=np.int64)
-        everyone = np.arange(len(ids))
-        sums = [ops.dump(ops.rows(ops.bucket_sums(h, everyone, codes, buckets), keep))
-                for h in handles_] if columns else []
-        distinct = np.asarray([len(np.unique(X[~np.isnan(X[:, j]), j])) for j in range(columns)], dtype=np.int64)
-        return {"columns": np.asarray(data.columns, dtype=str), "bins": bins, "counts": counts.astype(np.int64),
-                "missing": missing, "gaps": gaps(data.columns, X, getattr(data.encoding, "fills", {})),
-                "distinct": distinct, "sums": to_wire(pack(sums))}
+        ops, labels = encrypted_labels(payload, len(ids), KIND)
+        return binned(ctx, np.asarray(data.subset(ids).X, dtype=np.float64), ops, labels, np.arange(len(ids)),
+                      len(ids))
+
+
+def answering(ctx: NodeContext) -> Policy:
+    """The party's policy, where it answers this peer's vflo explore at all (explore on, answers left)."""
+    policy = ctx.policy
+    if not policy.explore:
+        raise PolicyError(f"party {ctx.info.name!r} does not answer vflo explore: its policy leaves explore off; "
+                          "set explore = true under [policy] in its config to let the label holder learn, per "
+                          "bin of its columns, how many shared people and how many events")
+    if ctx.tally.count(KIND, ctx.sender) >= policy.explore_answers:
+        spent(ctx)
+    return policy
+
+
+def take_answer(ctx: NodeContext) -> None:
+    if not ctx.tally.take(KIND, ctx.sender, ctx.policy.explore_answers):
+        spent(ctx)
+
+
+def spent(ctx: NodeContext) -> None:
+    policy = ctx.policy
+    raise PolicyError(f"party {ctx.info.name!r} has answered {ctx.sender!r}'s vflo explore "
+                          f"{policy.explore_answers} time(s) while it runs, as many as its policy allows "
+                          f"(explore_answers = {policy.explore_answers}: two answers over people that differ by "
+                          "one would show which of its bins that person is in); raise it under [policy] to "
+                          "answer again")
+
+
+def encrypted_labels(payload: Fields, rows: int, kind: str) -> tuple[PublicSide, list[Any]]:
+    """The label holder's public side and its encrypted targets, each ``rows`` long."""
+    ops = PublicSide(payload.text("scheme"), payload.array("public_key").tobytes())
+    try:
+        labels = [ops.load(b) for b in unpack(from_wire(payload.array("labels")))]
+    except ValueError as exc:
+        raise ProtocolError(f"{kind}: the encrypted labels do not load: {exc}") from exc
+    if not labels:
+        raise ProtocolError(f"{kind}: no encrypted labels")
+    for h in labels:
+        got = h.shape[0] if hasattr(h, "shape") else len(h)
+        if got != rows:
+            raise ProtocolError(f"{kind}: {got} encrypted rows for {rows} people")
+    return ops, labels
+
+
+def binned(ctx: NodeContext, X: np.ndarray, ops: PublicSide, labels: list[Any], rows: np.ndarray,
+           items: int) -> Payload:
+    """The reply to an explore request: ``X`` the shared people's values, one row per entry of ``rows`` (their
+    places among the ``items`` encrypted targets); per column its own bins over them, each bin's people and, per blob of
+    targets, the encrypted sums of those in it."""
+    policy, data = ctx.policy, ctx.require_data()
+    n_bins = min(policy.explore_bins, MAX_BINS)
+    columns = X.shape[1]
+    codes = np.empty(X.shape, dtype=np.int8)  # a byte a value: at most 126 bins, the missing and the withheld
+    bins = np.empty(columns, dtype=np.int64)
+    missing = np.empty(columns, dtype=np.int64)
+    for j in range(columns):
+        codes[:, j], bins[j], reported = own_bins(X[:, j], n_bins, policy.min_bin_rows)
+        nans = int(np.isnan(X[:, j]).sum())
+        missing[j] = nans if reported else -nans
+    # One layout for every column: its reported bins first, withheld people in the last bucket.
+    buckets = int(bins.max() + 2) if columns else 2
+    codes[codes < 0] = buckets - 1
+    keep = np.concatenate([j * buckets + np.arange(bins[j] + (1 if missing[j] > 0 else 0))
+                           for j in range(columns)]) if columns else np.zeros(0, dtype=np.int64)
+    counts = np.concatenate([np.bincount(codes[:, j].astype(np.int64), minlength=buckets)
+                             for j in range(columns)])[keep] if columns else np.zeros(0, dtype=np.int64)
+    # Codes for every encrypted target, the shared people's in their places; only those are summed.
+    every = np.full((items, columns), buckets - 1, dtype=np.int8)
+    every[rows] = codes
+    sums = [ops.dump(ops.rows(ops.bucket_sums(h, rows, every, buckets), keep)) for h in labels] if columns else []
+    distinct = np.asarray([len(np.unique(X[~np.isnan(X[:, j]), j])) for j in range(columns)], dtype=np.int64)
+    return {"columns": np.asarray(data.columns, dtype=str), "bins": bins, "counts": counts.astype(np.int64),
+            "missing": missing, "gaps": gaps(data.columns, X, getattr(data.encoding, "fills", {})),
+            "distinct": distinct, "sums": to_wire(pack(sums))}
 
 
 def selected_out(policy: Policy, columns: tuple[str, ...], iv: np.ndarray, missing: np.ndarray) -> list[str]:
@@ -191,7 +239,3 @@ def unpack(blob: bytes) -> list[bytes]:
         raise ProtocolError("explore: a packed blob's lengths do not add up to it")
     ends = head + np.cumsum(sizes)
     return [blob[int(e - s):int(e)] for s, e in zip(sizes, ends, strict=True)]
-
-
-#: The handler set every node serves for vflo explore.
-EXPLORE: tuple[HandlerSet, ...] = (ExploreHandlers(),)

@@ -22,6 +22,7 @@ surely does when that is less (``vflo.methods.masks.required_mixing``).
     explore_bins = 10                      # the most bins of each column it releases (equal-frequency)
     min_bin_rows = 50                      # the fewest people in a bin it releases (smaller ones merged)
     explore_answers = 1                    # how many explore requests it answers each peer while it runs
+    explore_shared = "count"               # the label holder learns how many people are shared; "ids": who
     select_iv_below = 0.02                 # vflo explore --select: drop its own columns under this IV
     select_missing_above = 0.5             # and those whose values are missing for more than this share
     [policy.require]
@@ -82,7 +83,10 @@ class Policy:
     it releases (2 to 126); ``min_bin_rows``: the fewest people a released bin holds (adjacent bins merged until
     each does; the people missing a value withheld when fewer); ``explore_answers``: how many of a peer's explore
     requests it answers while it runs (1 by default: two answers over people sets that differ by one person would
-    show the label holder, from the difference, which bin that person is in). ``select_iv_below`` and
+    show the label holder, from the difference, which bin that person is in). ``explore_shared``: what the label
+    holder learns of who it shares with this party: ``"count"`` (the default) how many alone, this party matching
+    blinded IDs and learning who itself; ``"ids"`` also lets it explore over people it names after the deployment's
+    alignment, which shows both who is shared. ``select_iv_below`` and
     ``select_missing_above``: its own feature selection, when the label holder sends it each of its columns'
     information value and missing share (``vflo explore --select``): it drops its columns under that IV or missing
     for more than that share of the shared people, from its training and serving rows and from the models it saves
@@ -113,6 +117,7 @@ class Policy:
     explore_bins: int = 10
     min_bin_rows: int = 50
     explore_answers: int = 1
+    explore_shared: Literal["count", "ids"] = "count"
     select_iv_below: float = 0.0
     select_missing_above: float = 1.0
 
@@ -175,6 +180,9 @@ class Policy:
                 span = f"from {least} to {most}" if most is not None else f"of at least {least}"
                 raise ConfigError(f"policy.{key} must be an integer {span}, got {value!r}; leave it out for the "
                                   f"default ({getattr(Policy, key)})")
+        if self.explore_shared not in ("count", "ids"):
+            raise ConfigError(f"policy.explore_shared must be \"count\" (the label holder learns how many people "
+                              f"this party shares with it) or \"ids\" (also who), got {self.explore_shared!r}")
         if not _is_number(self.select_iv_below) or self.select_iv_below < 0:
             raise ConfigError(f"policy.select_iv_below must be a number of at least 0 (an information value; 0 drops "
                               f"nothing), got {self.select_iv_below!r}; e.g. select_iv_below = 0.02")
