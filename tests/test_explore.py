@@ -497,3 +497,41 @@ def test_the_label_holder_refuses_bins_holding_more_people_than_are_shared(monke
                         lambda self, ctx, payload: {**handler(self, ctx, payload), "shared": 30})
     with pytest.raises(DataError, match="people in the bins of 'b1', more than the 30 it shares"):
         explore_with(fed, a, he=None)  # type: ignore[arg-type]
+
+
+def test_a_config_with_select_trains_every_method_on_the_columns_each_partner_kept(tmp_path: Path) -> None:
+    import json
+
+    from vflo.experiments.config import load_config
+    from vflo.experiments.runner import first_split, run_experiment
+    from vflo.explorer.run import explore as explored
+
+    config = tmp_path / "breast.toml"
+    config.write_text('name = "x"\nseed = 0\n[dataset]\nname = "breast_cancer"\n[scenario]\n'
+                      '[[scenario.parties]]\nname = "hospital"\nrole = "active"\nshare = 1.0\n'
+                      '[[scenario.parties]]\nname = "lab"\nshare = 0.8\n'
+                      '[protocol]\nname = "holdout"\nrepeats = 1\n'
+                      '[select]\niv_below = 1.5\nscheme = "plaintext"\nmin_bin_rows = 20\n'
+                      '[[methods]]\nname = "local"\n[[methods]]\nname = "centralized"\n'
+                      '[[methods]]\nname = "splitnn"\nfallback = "local"\ntrain = { max_epochs = 2 }\n')
+    loaded = load_config(config)
+    raw = first_split(loaded)
+    lab = raw.train["lab"]
+    # What the lab drops is what exploring the run's training people gives, by the same thresholds.
+    found = explored([raw.train["hospital"], lab], scheme="plaintext", min_bin_rows=20, select_iv_below=1.5)
+    gone = found.dropped["lab"]
+    assert gone and len(gone) < len(lab.columns)
+    result = run_experiment(loaded, save=tmp_path / "models")
+    assert {r["status"] for r in result.rows} == {"ok"}
+    assert {r["dropped_columns"] for r in result.rows} == {f"lab: {', '.join(gone)}"}
+    # The lab's saved part reads its full file without them; the pooled baseline saw the kept columns only.
+    manifest = json.loads(next((tmp_path / "models").rglob("lab/**/manifest.json")).read_text())
+    assert sorted(manifest["preprocessing"]["dropped"]) == sorted(gone)
+    assert manifest["preprocessing"]["columns"] == [c for c in lab.columns if c not in gone]
+    less = raw.without({"lab": gone})
+    assert less.oracle is not None and not set(gone) & set(less.oracle.columns())
+    assert less.scalers["lab"].mean_.shape == (len(lab.columns) - len(gone),)
+    nothing = tmp_path / "nothing.toml"
+    nothing.write_text(config.read_text().replace("iv_below = 1.5\n", ""))
+    with pytest.raises(ConfigError, match=r"\[select\] drops nothing"):
+        load_config(nothing)

@@ -8,7 +8,7 @@ whatever their IDs say.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -323,7 +323,30 @@ class FederatedData:
     scalers: Mapping[str, Standardizer] = field(default_factory=dict)
     encodings: Mapping[str, TableEncoding] = field(default_factory=dict)
     classes: tuple[str, ...] = ()
+    #: Per party, the columns of its table it dropped by its own selection (``[select]``, :mod:`vflo.explorer.select`):
+    #: gone from its rows, its standardisation and the pooled baselines' columns; its saved parts read without them.
+    dropped: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def active(self) -> str:
         return active_party(self.parties).name
+
+    def without(self, dropped: Mapping[str, Sequence[str]]) -> FederatedData:
+        """The same split, each party without the columns ``dropped`` names for it: from its training and serving
+        rows, from its standardisation, and from the pooled rows the simulation-only baselines read."""
+        gone = {p: tuple(c) for p, c in dropped.items() if len(c)}
+        if not gone:
+            return self
+
+        def scaler(party: str, fitted: Standardizer) -> Standardizer:
+            keep = np.asarray([c not in gone[party] for c in self.train[party].columns], dtype=bool)
+            return Standardizer(mean_=fitted.mean_[keep], scale_=fitted.scale_[keep])
+
+        oracle = self.oracle
+        if oracle is not None:
+            columns = {p: tuple(c for c in cs if c not in gone.get(p, ())) for p, cs in oracle.layout.columns.items()}
+            oracle = replace(oracle, layout=replace(oracle.layout, columns=columns))
+        return replace(self, train={p: d.without(gone[p]) if p in gone else d for p, d in self.train.items()},
+                       serve={p: d.without(gone[p]) if p in gone else d for p, d in self.serve.items()},
+                       scalers={p: scaler(p, s) if p in gone else s for p, s in self.scalers.items()},
+                       oracle=oracle, dropped={**self.dropped, **gone})

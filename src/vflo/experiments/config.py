@@ -29,13 +29,14 @@ from vflo.data.scenario import ScenarioSpec
 from vflo.dp import PrivacyBudget
 from vflo.errors import ConfigError, did_you_mean
 from vflo.experiments.protocols import Protocol, parse_protocol
+from vflo.explorer.select import SelectSettings
 from vflo.methods.base import Method
 from vflo.methods.registry import active_only, get_method
 from vflo.metrics import check_metric, default_metric
 from vflo.privacy.columns import AttackSettings
 
 TOP_LEVEL = ("name", "description", "seed", "dataset", "scenario", "protocol", "methods", "alignment", "transport",
-             "report", "quick", "privacy", "attacks")
+             "report", "quick", "privacy", "attacks", "select")
 def default_quick(raw: Mapping[str, Any]) -> dict[str, Any]:
     """``--quick`` without a ``[quick]`` table: one repetition of whatever the protocol repeats (its ``repeats``,
     or ``runs`` for repeated_runs)."""
@@ -122,6 +123,9 @@ class ExperimentConfig:
     #: ``[attacks]``: every run is attacked from the messages that crossed in it, and its row gets the attack
     #: columns (:mod:`vflo.privacy.columns`); None: no attack.
     attacks: AttackSettings | None = None
+    #: ``[select]``: before each run trains, every partner drops its weak columns by these thresholds, found by
+    #: exploring the run's training people privately (:mod:`vflo.explorer.select`); None: every column kept.
+    select: SelectSettings | None = None
     raw: Mapping[str, Any] = field(repr=False)
     quick: bool = False
     base_dir: Path | None = None
@@ -283,6 +287,7 @@ def parse_config(
     alignment = schema.build(AlignmentConfig, raw.get("alignment"), where="alignment")
     privacy = None if raw.get("privacy") is None else schema.build(PrivacyBudget, raw["privacy"], where="privacy")
     attacks = None if raw.get("attacks") is None else schema.build(AttackSettings, raw["attacks"], where="attacks")
+    select = None if raw.get("select") is None else schema.build(SelectSettings, raw["select"], where="select")
     report = schema.build(ReportConfig, raw.get("report"), where="report")
     if report.metric is not None:
         check_metric(report.metric, task)
@@ -303,7 +308,8 @@ def parse_config(
     return ExperimentConfig(
         name=name, description=description, seed=seed, dataset=dataset, task=task, variants=variants,
         sweep_paths=sweep_paths, protocol=protocol, methods=methods, transport=transport, report=report,
-        alignment=alignment, privacy=privacy, attacks=attacks, raw=raw, quick=quick, base_dir=base, table_cache=tables,
+        alignment=alignment, privacy=privacy, attacks=attacks, select=select, raw=raw, quick=quick, base_dir=base,
+        table_cache=tables,
     )
 
 

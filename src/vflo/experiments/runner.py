@@ -28,6 +28,7 @@ from vflo.errors import AlignmentError, ConfigError, VfloError
 from vflo.experiments.config import ExperimentConfig, MethodEntry, Variant
 from vflo.experiments.protocols import ActiveCV, pool
 from vflo.experiments.rows import failed_row, majority_columns, majority_warning, ok_row
+from vflo.explorer.select import selected
 from vflo.federation.session import RunOutput, Session
 from vflo.federation.simulation import build_federation, held_by_all, run_method
 from vflo.methods.base import Method
@@ -127,7 +128,7 @@ def run_experiment(
             rng = numpy_rng(config.seed, "split", drawn)
             if transductive:
                 assert isinstance(protocol, ActiveCV)
-                data = layout.materialize(train_scope=protocol.train_scope)
+                data = _selected(config, layout.materialize(train_scope=protocol.train_scope))
                 folds = protocol.fold_ids(*pool(layout, protocol.test_from), rng)
                 facts = _facts(layout, data, n_test=len(folds[0]))
                 for entry in config.methods:
@@ -141,7 +142,7 @@ def run_experiment(
                 continue
             splits = protocol.splits(layout, rng)
             for split in splits:
-                data = layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+                data = _selected(config, layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope))
                 check_scoring_rows(config, data)
                 facts = _facts(layout, data, n_test=len(split.test_ids))
                 first = variant is config.variants[0] and repeat == 0 and split.fold == 0
@@ -166,6 +167,11 @@ def first_split(config: ExperimentConfig, *, repeat: int = 0, source: Dataset | 
     layout = config.layout(config.variants[0], derive_seed(config.seed, "layout", drawn), source)
     split = config.protocol.splits(layout, numpy_rng(config.seed, "split", drawn))[0]
     return layout.materialize(test_ids=split.test_ids, train_scope=split.train_scope)
+
+
+def _selected(config: ExperimentConfig, data: FederatedData) -> FederatedData:
+    """The run's data with each partner's weak columns dropped, where the config has ``[select]``."""
+    return data if config.select is None else selected(data, config.select)
 
 
 def run_key(*parts: object) -> str:
@@ -213,6 +219,9 @@ def _facts(layout: Layout, data: FederatedData, *, n_test: int) -> dict[str, Any
         "active_features": len(layout.columns[layout.active]),
         "n_train_active": data.train[data.active].n_samples,
         "n_test": n_test,
+        # [select]: each party's columns dropped by its own thresholds, "party: a, b; ..." (names only).
+        **({"dropped_columns": "; ".join(f"{p}: {', '.join(c)}" for p, c in data.dropped.items())}
+           if data.dropped else {}),
     }
 
 

@@ -94,7 +94,7 @@ def preprocessing_of(data: FederatedData, party: str) -> Preprocessing | None:
     if party not in data.train:
         return None
     return Preprocessing(columns=data.train[party].columns, encoding=data.encodings.get(party),
-                         scaler=data.scalers.get(party))
+                         scaler=data.scalers.get(party), dropped=tuple(data.dropped.get(party, ())))
 
 
 def give_stores(nodes: Mapping[str, Node], data: FederatedData, folder: Path) -> None:
