@@ -23,6 +23,7 @@ import pandas as pd
 
 from vflo.experiments.compare import summary, which_method
 from vflo.experiments.compare_report import claims as compare_claims
+from vflo.experiments.compare_report import not_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = ("breast_cancer", "wine", "digits", "diabetes", "credit", "handwritten", "mnist5000", "houseprice_standin")
@@ -125,7 +126,8 @@ def render(data: dict[str, dict[str, Any]], shot: bool) -> str:
                       f"`configs/compare/{name}.toml` now adds them.", ""]
         skipped = meta.get("skipped", {})
         if skipped:
-            lines += ["Did not run: " + "; ".join(f"{k}: {v}" for k, v in sorted(skipped.items())), ""]
+            lines += ["Did not run:", "", "| methods | cells | why |", "|---|---|---|",
+                      *(f"| {m} | {c} | {w} |" for m, c, w in not_run(skipped)), ""]
     missing = [name for name in ORDER if name not in data]
     if missing:
         lines += ["## Not run for this page", "",

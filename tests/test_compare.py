@@ -344,3 +344,19 @@ def test_the_privacy_axis_runs_in_the_second_hop_layout_where_a_method_needs_a_s
     assert {row[1] for row in table} == {"aligned (second hop)"}
     with pytest.raises(ConfigError, match="base_second_hop"):
         CompareSettings(base_second_hop=0.0)
+
+
+def test_what_did_not_run_is_a_short_table_one_row_per_reason_and_cells() -> None:
+    from vflo.experiments.compare_report import not_run
+
+    hop = "the second-hop party shares none"
+    skipped = {"ablation (aligned, second hop)": hop, "ablation (active_only, second hop)": hop,
+               "apc_vfl (aligned, second hop)": hop, "apc_vfl (active_only, second hop)": hop,
+               "fedsvd (aligned, second hop)": hop, "rap (active_only)": "scores together with its partners",
+               "splitnn (active_only)": "scores together with its partners", "ldp": "no budget"}
+    assert not_run(skipped) == [
+        ["ldp", "every cell", "no budget"],
+        ["rap, splitnn", "active_only", "scores together with its partners"],
+        ["ablation, apc_vfl", "active_only, second hop; aligned, second hop", hop],
+        ["fedsvd", "aligned, second hop", hop],
+    ]

@@ -275,9 +275,22 @@ def _tables(comparison: Comparison, table: pd.DataFrame) -> list[tuple[str, list
                     [[axis_text(comparison, r["axis"]), r["value"], r["scored"], r["method"], str(r["error"])[:200]]
                      for _, r in failed.drop_duplicates(["axis", "value", "scored", "method"]).iterrows()]))
     if comparison.skipped:
-        out.append(("Methods that did not run, and why", ["method (people scored)", "why"],
-                    [[k, v] for k, v in sorted(comparison.skipped.items())]))
+        out.append(("Methods that did not run, and why", ["methods", "cells", "why"], not_run(comparison.skipped)))
     return out
+
+
+def not_run(skipped: dict[str, str]) -> list[list[str]]:
+    """What did not run, short: from ``{"method (cell)": why}``, one row per reason and set of cells, the methods
+    it kept out of those cells together (methods, cells, why), by reason."""
+    cells: dict[tuple[str, str], list[str]] = {}  # (method, why) -> its cells
+    for key, why in skipped.items():
+        method, _, cell = key.partition(" (")
+        cells.setdefault((method, why), []).append(cell.removesuffix(")") or "every cell")
+    rows: dict[tuple[str, str], list[str]] = {}  # (cells, why) -> methods
+    for (method, why), where in cells.items():
+        rows.setdefault(("; ".join(sorted(where)), why), []).append(method)
+    return [[", ".join(sorted(methods)), where, why]
+            for (where, why), methods in sorted(rows.items(), key=lambda item: (item[0][1], item[0][0]))]
 
 
 def _value_text(comparison: Comparison, axis: str, value: Any) -> str:
