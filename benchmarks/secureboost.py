@@ -6,8 +6,9 @@
 
 Parts already in ``--out`` are kept (``--only`` adds or replaces the parts it runs).
 
-1. ``floor``: what HEU costs on this machine, in one process: an OU encryption (2048-bit key, g and h packed),
-   a ciphertext added into a per-bin sum (``feature_wise_bucket_sum``), a decryption.
+1. ``floor``: what HEU costs on this machine, in one process and shared out among the party's workers as a
+   training shares it (one per core): an OU encryption (2048-bit key, g and h packed), a ciphertext added into a
+   per-bin sum (``feature_wise_bucket_sum``), a decryption.
 2. ``credit``: UCI Credit Card, the bank (label holder) with X1-X5 and the bureau with X6-X23, every person held
    by both, 80 % of them to train; ``--trees`` trees of depth 5 (rate 0.3, λ 1, 32 bins). Over gRPC with mutual
    TLS, the bureau as its own process (``vflo party serve``); then in one process. Seconds, bytes and rounds from
@@ -62,25 +63,40 @@ from benchmarks.link import wait_for  # noqa: E402
 BINS = 32
 
 
-def floor_costs(rows: int = 20_000, columns: int = 18, decrypts: int = 2_000) -> dict[str, float]:
-    """Seconds per encryption, per ciphertext added into a bin sum, per decryption: HEU OU, one process."""
-    keys = new_keys(HESettings())
+def floor_costs(rows: int = 24_000, columns: int = 18, decrypts: int = 8_000) -> dict[str, float]:
+    """Seconds per encryption, per ciphertext added into a bin sum, per decryption: HEU OU in one process, and
+    shared out as a training shares them, among this process and the workers of the party's executor (one per
+    core it may use, as SecureBoost's ``workers = 0``), each measured after its workers started."""
+    from vflo.trees.crypto import processes
+
     rng = np.random.default_rng(0)
     gh = np.stack([rng.integers(-2**20, 2**20, rows), rng.integers(0, 2**20, rows)], axis=1)
-    started = time.perf_counter()
-    encrypted = keys.encrypt(gh)
-    enc = (time.perf_counter() - started) / rows
-    side = PublicSide("ou", keys.public_key)
     codes = rng.integers(0, BINS + 1, size=(rows, columns)).astype(np.int8)
-    started = time.perf_counter()
-    sums = side.bucket_sums(encrypted, np.arange(rows), codes, BINS + 1)
-    add = (time.perf_counter() - started) / (rows * columns)
-    batch = keys.rows(encrypted, np.arange(decrypts))
-    started = time.perf_counter()
-    keys.decrypt(batch)
-    dec = (time.perf_counter() - started) / decrypts
-    assert keys.decrypt(sums).shape == (columns * (BINS + 1), 2)
-    return {"encrypt_s": enc, "add_s": add, "decrypt_s": dec}
+    out: dict[str, float] = {}
+    for workers, suffix in ((1, ""), (processes(0), "_workers")):
+        keys = new_keys(HESettings(), workers=workers)
+        side = PublicSide("ou", keys.public_key, workers=workers)
+        try:
+            keys.encrypt(gh[:9_000])  # starts the workers, outside the timing
+            started = time.perf_counter()
+            encrypted = keys.encrypt(gh)
+            out[f"encrypt{suffix}_s"] = (time.perf_counter() - started) / rows
+            side.share(encrypted)
+            side.bucket_sums(encrypted, np.arange(rows // 4), codes, BINS + 1)  # the workers start and hold it
+            started = time.perf_counter()
+            sums = side.bucket_sums(encrypted, np.arange(rows), codes, BINS + 1)
+            out[f"add{suffix}_s"] = (time.perf_counter() - started) / (rows * columns)
+            batch = keys.rows(encrypted, np.arange(decrypts))
+            keys.decrypt_many([keys.rows(encrypted, np.arange(4_096))])
+            started = time.perf_counter()
+            keys.decrypt_many([batch])
+            out[f"decrypt{suffix}_s"] = (time.perf_counter() - started) / decrypts
+            assert keys.decrypt(sums).shape == (columns * (BINS + 1), 2)
+        finally:
+            side.close()
+            keys.close()
+    out["workers"] = float(processes(0))
+    return out
 
 
 def split(dataset: str, parties: list[dict[str, Any]], total: int, data_dir: str | None) -> Any:
@@ -170,8 +186,12 @@ def credit(data_dir: str | None, trees: int, costs: dict[str, float] | None, wor
         counts = out.stats
         floor = (counts["encryptions"] * costs["encrypt_s"] + counts["ciphertext_additions"] * costs["add_s"]
                  + counts["sums_decrypted"] * costs["decrypt_s"])
+        shared = (counts["encryptions"] * costs["encrypt_workers_s"]
+                  + counts["ciphertext_additions"] * costs["add_workers_s"]
+                  + counts["sums_decrypted"] * costs["decrypt_workers_s"])
         result["floor"] = {"one_core_s": floor, "ratio_grpc": out.fit_seconds / floor,
-                           "ratio_in_process": local.fit_seconds / floor}
+                           "ratio_in_process": local.fit_seconds / floor, "workers_s": shared,
+                           "ratio_grpc_workers": out.fit_seconds / shared, "workers": costs["workers"]}
     return result
 
 

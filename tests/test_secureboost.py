@@ -135,13 +135,15 @@ def test_the_protocol_grows_the_trees_of_centralized_boosting() -> None:
 
 
 def test_encrypted_and_plaintext_grow_the_same_trees(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Also with decryption and bin sums shared out among two processes each (thresholds lowered so they are)."""
+    """Also with encryption, decryption and bin sums shared out among two processes each (thresholds lowered so
+    they are)."""
     together, _ = _blocks(n=420)
     runs = {}
     for scheme, workers in (("plaintext", 1), ("ou", 1), ("ou", 2)):
         if workers > 1:
             monkeypatch.setattr(crypto, "PARALLEL_MIN", 10)
             monkeypatch.setattr(crypto, "PARALLEL_SUMS", 10)
+            monkeypatch.setattr(crypto, "PARALLEL_ENCRYPT", 10)
         method = get_method("secureboost")(n_trees=2, max_depth=3, n_bins=8, he={"scheme": scheme},
                                            workers=workers)
         runs[scheme, workers] = (run_method(method, together, seed=0), method)
@@ -152,6 +154,25 @@ def test_encrypted_and_plaintext_grow_the_same_trees(monkeypatch: pytest.MonkeyP
                                                                                         strict=True))
     assert np.array_equal(plain.scores, ou.scores)
     assert any(owner > 0 for t in m1.trees_ for owner in t.owner)  # partners' columns split too
+
+
+def test_rows_encrypted_in_pieces_by_several_processes_are_one_array_in_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(crypto, "PARALLEL_ENCRYPT", 10)
+    gh = np.stack([np.arange(-50, 51), np.arange(101) * 3], axis=1)
+    keys = crypto.new_keys(crypto.HESettings(), workers=2)
+    try:
+        encrypted = keys.encrypt(gh)  # a share in this process, one in a worker, joined
+        assert encrypted.shape[0] == len(gh) and np.array_equal(keys.decrypt(encrypted), gh)
+        # A partner loads the joined blob as one array, and sums it as one.
+        side = crypto.PublicSide("ou", keys.public_key)
+        codes = (np.arange(len(gh)) % 4).reshape(-1, 1).astype(np.int8)
+        sums = keys.decrypt(side.bucket_sums(side.load(keys.dump(encrypted)), np.arange(len(gh)), codes, 4))
+        assert np.array_equal(sums, np.stack([gh[np.arange(len(gh)) % 4 == b].sum(axis=0) for b in range(4)]))
+    finally:
+        keys.close()
+    with pytest.raises(ValueError, match="one-column layout"):
+        crypto.join([crypto.join([]), b"\x93\x01\x02\x03"])
 
 
 def test_it_trains_on_every_person_and_beats_aligned_only_and_the_label_holder_alone() -> None:

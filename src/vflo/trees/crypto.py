@@ -73,6 +73,28 @@ def processes(workers: int, executor: Executor | None = None) -> int:
 #: cost on a machine is the ``floor`` part of ``python -m benchmarks.secureboost``).
 PARALLEL_MIN = 2048
 PARALLEL_SUMS = 100_000
+#: Fewest rows to encrypt worth sharing out among processes (each share comes back serialized and is loaded again).
+PARALLEL_ENCRYPT = 8192
+
+
+def join(blobs: list[bytes]) -> bytes:
+    """Serialized one-column ciphertext arrays (HEU's default format: msgpack of [rows, columns, dimensions, one
+    byte string per ciphertext]) as one, their rows in order. HEU has no join of its own; a blob of another shape
+    is refused rather than guessed at."""
+    import msgpack
+
+    rows, items, dims = 0, [], None
+    for blob in blobs:
+        try:
+            head = msgpack.unpackb(blob, raw=True)
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise ValueError(f"a ciphertext array that does not unpack: {exc}") from exc
+        if not (isinstance(head, list) and len(head) == 4 and isinstance(head[3], list)
+                and head[1] == 1 and len(head[3]) == head[0] and dims in (None, head[2])):
+            raise ValueError("a ciphertext array not in the one-column layout that join knows (HEU's format changed?)")
+        rows, dims = rows + head[0], head[2]
+        items += head[3]
+    return bytes(msgpack.packb([rows, 1, dims if dims is not None else 1, items], use_bin_type=False))
 
 
 class PublicSide:
@@ -202,11 +224,28 @@ class KeyPair(PublicSide):
         self.decryptor = self.secret_kit.decryptor()
 
     def encrypt(self, gh: np.ndarray) -> Any:
-        """Rows x 2 integers (g and h in fixed point) as one ciphertext per row."""
+        """Rows x 2 integers (g and h in fixed point) as one ciphertext per row; :data:`PARALLEL_ENCRYPT` rows or
+        more cut into one share per process, the workers encrypting theirs while this one does its own, the
+        pieces joined into one array (:func:`join`)."""
         gh = np.ascontiguousarray(gh, dtype=np.int64)
         if self.kit is None:
             return gh.copy()
+        if self.processes < 2 or len(gh) < PARALLEL_ENCRYPT:
+            return self._encrypt(gh)
+        workers = self._keyholders()
+        shares = np.array_split(gh, self.processes)
+        for w, share in enumerate(shares[1:]):
+            workers.send(w, encrypt_rows, share)
+        mine = self._encrypt(shares[0]).serialize()
+        return self._hnp.CiphertextArray.load_from(join([mine, *(workers.receive(w) for w in range(workers.size))]))
+
+    def _encrypt(self, gh: np.ndarray) -> Any:
         return self.encryptor.encrypt(self.secret_kit.array(gh, self.encoder))
+
+    def _keyholders(self) -> WorkerGroup:
+        # The secret key goes to this party's own workers alone: its child processes, through a pipe (never a file
+        # or a network), or, with [executor] kind = "ray", the actors of its own cluster in Ray's task messages.
+        return self._started(start_decrypter, self.public_key, bytes(self.secret_kit.secret_key().serialize()))
 
     def decrypt(self, handle: Any) -> np.ndarray:
         if self.kit is None:
@@ -231,9 +270,7 @@ class KeyPair(PublicSide):
                 start, room = start + take, room - take
                 if room == 0:
                     owner, room = owner + 1, share
-        # The secret key goes to this party's own workers alone: its child processes, through a pipe (never a file
-        # or a network), or, with [executor] kind = "ray", the actors of its own cluster in Ray's task messages.
-        workers = self._started(start_decrypter, self.public_key, bytes(self.secret_kit.secret_key().serialize()))
+        workers = self._keyholders()
         for w, mine in enumerate(pieces[1:]):
             workers.send(w, decrypt_pieces, [handles[i][a:b].serialize() for i, a, b in mine])
         parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(handles))}
@@ -259,7 +296,8 @@ def _held(state: dict[str, Any], *keys: str) -> tuple[Any, ...]:
     missing = [k for k in keys if k not in state]
     if missing:
         raise HelperError(f"this worker holds no {', '.join(missing)} yet: set it up first (sb.start_summer and "
-                          "sb.hold before sb.sum_rows, sb.start_decrypter before sb.decrypt_pieces)")
+                          "sb.hold before sb.sum_rows, sb.start_decrypter before sb.encrypt_rows and "
+                          "sb.decrypt_pieces)")
     return tuple(state[k] for k in keys)
 
 
@@ -287,10 +325,18 @@ def sum_rows(state: dict[str, Any], rows: np.ndarray, cumulative: bool = False) 
 
 @call("sb.start_decrypter", stateful=True)
 def start_decrypter(state: dict[str, Any], public_key: bytes, secret_key: bytes) -> None:
-    """Load the key pair, to decrypt with."""
+    """Load the key pair, to encrypt and decrypt with."""
     hnp, phe = _heu()
     kit = hnp.HeKit(phe.setup(phe.PublicKey.load_from(public_key), phe.SecretKey.load_from(secret_key)))
-    state.update(hnp=hnp, decryptor=kit.decryptor(), encoder=_encoder(kit))
+    state.update(hnp=hnp, kit=kit, decryptor=kit.decryptor(), encryptor=kit.encryptor(), encoder=_encoder(kit))
+
+
+@call("sb.encrypt_rows", stateful=True)
+def encrypt_rows(state: dict[str, Any], gh: np.ndarray) -> bytes:
+    """Rows x 2 integers encrypted, one ciphertext per row, serialized."""
+    kit, encryptor, encoder = _held(state, "kit", "encryptor", "encoder")
+    out: bytes = encryptor.encrypt(kit.array(np.ascontiguousarray(gh, dtype=np.int64), encoder)).serialize()
+    return out
 
 
 @call("sb.decrypt_pieces", stateful=True)
