@@ -168,10 +168,13 @@ print(json.dumps(spent))
 """
 
 
-def together(work: Path, rows: int, method: str = "splitnn", train_rows: int | None = None) -> dict[str, Any]:
+def together(work: Path, rows: int, method: str = "splitnn", train_rows: int | None = None, *,
+             again: bool = False) -> dict[str, Any]:
     """``method`` scoring ``rows`` people with the passive party as its own process over gRPC and mutual TLS:
     people both parties held in training, or with ``train_rows``, a model trained on that many and ``rows`` new
-    people both hold."""
+    people both hold. With ``again``, the same command once more (``command_kept``): the intersection the first
+    kept in both parties' alignments folders is reused (vflo.align.kept), as a deployment scoring the same people
+    again would."""
     active, passive = write_parties(work, train_rows or max(2 * rows, 20_000), seed=2)  # half of each shared
     fit_and_save(method, active, passive, work / "models")
     if train_rows is None:
@@ -198,13 +201,20 @@ def together(work: Path, rows: int, method: str = "splitnn", train_rows: int | N
                 rest = server.stdout.read() if server.poll() is not None else ""
                 raise RuntimeError(f"the passive party did not start: {line}{rest}")
             line = server.stdout.readline()
-        command = timed_command([vflo_bin, "predict", "models", "--method", method, "--data", "score_active.csv",
-                                 "--deploy", "deploy.toml", "--out", "scores.csv"], work)
+        predict = [vflo_bin, "predict", "models", "--method", method, "--data", "score_active.csv", "--deploy",
+                   "deploy.toml", "--out"]
+        command = timed_command([*predict, "scores.csv"], work)
+        kept = timed_command([*predict, "scores_kept.csv"], work) if again else None
     finally:
         server.terminate()
         server.wait(timeout=10)
     assert len((work / "scores.csv").read_text().splitlines()) == len(shared) + 1
-    return {"method": method, "rows": len(shared), "command": command}
+    out: dict[str, Any] = {"method": method, "rows": len(shared), "command": command}
+    if kept is not None:
+        first, second = pd.read_csv(work / "scores.csv"), pd.read_csv(work / "scores_kept.csv")
+        assert first.equals(second), "scoring again with the kept intersection changed the scores"
+        out["command_kept"] = kept
+    return out
 
 
 def write_pair(work: Path, serve_file: str) -> None:

@@ -1,7 +1,7 @@
 """SecureBoost benchmark (not a test). Writes runs/bench/secureboost.json, part by part as each finishes.
 
     python -m benchmarks.secureboost [--data-dir ../shared/datasets] [--trees 50] [--score-rows 100000]
-                                     [--only floor credit lossless leakage scoring]
+                                     [--only floor credit lossless colsample leakage scoring]
                                      [--out runs/bench/secureboost.json]
 
 Parts already in ``--out`` are kept (``--only`` adds or replaces the parts it runs).
@@ -19,14 +19,17 @@ Parts already in ``--out`` are kept (``--only`` adds or replaces the parts it ru
    by both), SecureBoost in one process encrypted (OU) and with the plaintext backend, which must give the same
    scores bit for bit, against XGBoost as above, on its own bins and on vflo's (each value replaced by its bin
    number), accuracy within 0.005 being the target.
-4. ``leakage``: label inference by the bureau from the instance spaces it is asked to sum over (who shares a
+4. ``colsample``: Credit as above, 10 trees, each party splitting each tree on a share of its own columns (1,
+   0.5, 0.3; ``colsample``), OU in one process: accuracy, ROC AUC, ciphertexts added, seconds.
+5. ``leakage``: label inference by the bureau from the instance spaces it is asked to sum over (who shares a
    node), on Credit as above with 10 trees, with the first 0, 1 or 2 trees grown at the bank alone
    (``active_trees``, SecureBoost's reduced-leakage option): ROC AUC of the attack with k known labels, from
    the first tree the bureau saw and from all of them, beside the model's own test ROC AUC.
-5. ``scoring``: a SecureBoost model (10 trees, trained on 20,000 synthetic people, half shared) scores
+6. ``scoring``: a SecureBoost model (10 trees, trained on 20,000 synthetic people, half shared) scores
    ``--score-rows`` new people both parties hold, the passive party serving as its own process over gRPC with
-   mutual TLS (``vflo predict --deploy``): wall time of the command (benchmarks/predict.py's ``together``); and
-   the private set intersection of that many people alone, which deployed scoring runs first
+   mutual TLS (``vflo predict --deploy``): wall time of the command (benchmarks/predict.py's ``together``), then
+   of the same command again, the intersection the first kept reused (``command_kept``); and the private set
+   intersection of that many people alone, which deployed scoring runs first
    (benchmarks/network.py's ``psi``: both parties in one process, 50 % shared).
 """
 
@@ -211,6 +214,22 @@ def lossless(data_dir: str | None, trees: int) -> dict[str, Any]:
     return out
 
 
+def colsample(data_dir: str | None, trees: int = 10, shares: tuple[float, ...] = (1.0, 0.5, 0.3)) -> dict[str, Any]:
+    """What column sampling costs and saves: Credit as above, ``trees`` trees, each party splitting each tree on
+    a share of its columns (``colsample``), in one process with OU: accuracy, ROC AUC, the ciphertexts added
+    and the training's seconds, per share."""
+    data = credit_data(data_dir)
+    out: dict[str, Any] = {"trees": trees, "train_rows": int(data.train[data.active].n_samples)}
+    for share in shares:
+        settings = {"n_trees": trees, "max_depth": 5, "learning_rate": 0.3, "n_bins": BINS, "colsample": share}
+        run = run_method(SecureBoost(**settings), data, seed=0)
+        out[str(share)] = {**scores_of(data, run), "fit_seconds": run.fit_seconds,
+                           "ciphertext_additions": run.stats["ciphertext_additions"],
+                           "sums_decrypted": run.stats["sums_decrypted"]}
+        print("colsample", share, json.dumps(out[str(share)]), flush=True)
+    return out
+
+
 def leakage(data_dir: str | None, trees: int = 10) -> dict[str, Any]:
     from vflo.privacy.evaluate import attack_run
 
@@ -229,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=os.environ.get("VFLO_DATA_DIR"))
     parser.add_argument("--trees", type=int, default=50)
     parser.add_argument("--score-rows", type=int, default=100_000)
-    parser.add_argument("--only", nargs="+", choices=["floor", "credit", "lossless", "leakage", "scoring"])
+    parser.add_argument("--only", nargs="+", choices=["floor", "credit", "lossless", "colsample", "leakage",
+                                                      "scoring"])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "secureboost.json")
     args = parser.parse_args(argv)
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
@@ -241,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(results, indent=1, default=float))
         print(name, json.dumps(value, default=float)[:1500], flush=True)
 
-    wanted = set(args.only or ["floor", "credit", "lossless", "leakage", "scoring"])
+    wanted = set(args.only or ["floor", "credit", "lossless", "colsample", "leakage", "scoring"])
     costs = floor_costs() if wanted & {"floor", "credit"} else None
     if "floor" in wanted:
         keep("floor", costs)
@@ -251,11 +271,13 @@ def main(argv: list[str] | None = None) -> int:
             keep("credit", credit(args.data_dir, args.trees, costs, Path(tmp) / "credit"))
         if "lossless" in wanted:
             keep("lossless", lossless(args.data_dir, args.trees))
+        if "colsample" in wanted:
+            keep("colsample", colsample(args.data_dir))
         if "leakage" in wanted:
             keep("leakage", leakage(args.data_dir))
         if "scoring" in wanted:
             (Path(tmp) / "scoring").mkdir()
-            scoring = together(Path(tmp) / "scoring", args.score_rows, "secureboost", train_rows=20_000)
+            scoring = together(Path(tmp) / "scoring", args.score_rows, "secureboost", train_rows=20_000, again=True)
             # Deployed scoring aligns by PSI (a partner sees only its own people scored): that part alone.
             from network import psi
             keep("scoring", {**scoring, "psi_alone": psi(args.score_rows)})

@@ -247,6 +247,52 @@ def test_a_partner_sums_only_nested_nodes_of_enough_people() -> None:
         party.splits([SplitAsk(7, Candidate(1.0, 0, 3, True))])
 
 
+def test_each_tree_splits_on_the_share_of_its_columns_the_party_drew_itself() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 6))
+    gh = np.stack([rng.integers(-100, 100, 60), rng.integers(0, 100, 60)], axis=1)
+    with pytest.raises(ValueError, match="own generator"):
+        ColumnsParty(X, 8, plain_side(), min_node_rows=5, colsample=0.5)
+    # A partner (its candidates shuffled): only the tree's columns are summed and offered, and the split the grower
+    # names is recorded on the column it is, among the six.
+    partner = ColumnsParty(X, 8, plain_side(), min_node_rows=5, shuffle=np.random.default_rng(1), colsample=0.5,
+                           columns_rng=np.random.default_rng(2))
+    drawn = []
+    for tree in range(4):
+        partner.new_tree(gh, tree)
+        drawn.append(tuple(partner.sampled.tolist()))
+        assert partner.n_sampled == 3 and list(partner.sampled) == sorted(set(partner.sampled))
+        left, _, _ = partner.histograms([HistogramAsk(0, np.arange(60))])[0]
+        assert len(left) <= 3 * 8
+        record, _, _ = partner.splits([SplitAsk(0, Candidate(1.0, 0, 0, True, ties=((0, True),)))])[0]
+        assert int(partner.table.arrays()["column"][record]) in partner.sampled
+    assert len(set(drawn)) > 1  # drawn afresh per tree
+    # The label holder's own columns: the tree's bin sums are those of its columns alone, in their order.
+    own = ColumnsParty(X, 8, plain_side(), min_node_rows=1, colsample=0.5, columns_rng=np.random.default_rng(3))
+    own.new_tree(gh, 0)
+    sums = own.histograms([HistogramAsk(0, np.arange(60))])[0].reshape(3, 9, 2)
+    full = ColumnsParty(X, 8, plain_side(), min_node_rows=1)
+    full.new_tree(gh, 0)
+    every = full.histograms([HistogramAsk(0, np.arange(60))])[0].reshape(6, 9, 2)
+    assert np.array_equal(sums, every[own.sampled])
+    record, _, _ = own.splits([SplitAsk(0, Candidate(1.0, 1, 3, True))])[0]
+    assert int(own.table.arrays()["column"][record]) == int(own.sampled[1])
+
+
+def test_column_sampling_stays_lossless_and_is_each_partys_own_draw() -> None:
+    together, _ = _blocks(n=600)
+    settings = {"n_trees": 4, "max_depth": 3, "n_bins": 8, "colsample": 0.5}
+    plain = run_method(get_method("secureboost")(**settings, he={"scheme": "plaintext"}), together, seed=0)
+    ou = run_method(get_method("secureboost")(**settings), together, seed=0)
+    assert np.array_equal(plain.scores, ou.scores)  # encrypted or not, the same trees on the same draws
+    every = run_method(get_method("secureboost")(**{**settings, "colsample": 1.0}, he={"scheme": "plaintext"}),
+                       together, seed=0)
+    assert not np.array_equal(every.scores, plain.scores)
+    assert plain.stats["ciphertext_additions"] < every.stats["ciphertext_additions"]
+    with pytest.raises(ConfigError, match="colsample"):
+        get_method("secureboost")(colsample=0.0)
+
+
 def test_keys_are_the_label_holders_own() -> None:
     with pytest.raises(ConfigError, match="below 2048"):
         HESettings(scheme="ou", key_size=1024)

@@ -44,7 +44,10 @@ class SecureBoostConfig(MethodConfig):
     ``active_trees``: the first trees grown from
     the label holder's columns alone (SecureBoost's reduced-leakage option: the partners never see the instance
     spaces of the trees nearest the labels). ``aligned_only``: train only on people every partner holds (the
-    anchors' SecureBoost), instead of every person the label holder holds.
+    anchors' SecureBoost), instead of every person the label holder holds. ``colsample``: the share of each
+    party's columns a tree may split on (XGBoost's ``colsample_bytree``), each party drawing its own per tree
+    from its own secret stream, so no other party learns which; 1 (the default): every column. Fewer columns,
+    fewer ciphertexts a partner adds and the label holder decrypts.
     """
 
     n_trees: int = 50
@@ -59,6 +62,7 @@ class SecureBoostConfig(MethodConfig):
     workers: int = 0
     active_trees: int = 0
     aligned_only: bool = False
+    colsample: float = 1.0
 
     def __post_init__(self) -> None:
         if self.n_trees < 1:
@@ -71,6 +75,8 @@ class SecureBoostConfig(MethodConfig):
             raise ConfigError(f"workers must be >= 0 (0: one per core), got {self.workers}")
         if self.active_trees < 0:
             raise ConfigError(f"active_trees must be >= 0, got {self.active_trees}")
+        if not 0 < self.colsample <= 1:
+            raise ConfigError(f"colsample must be a share of the columns in (0, 1], got {self.colsample}")
         self.rules()  # validates the rest
 
     def rules(self) -> GrowthRules:
@@ -162,7 +168,7 @@ class SecureBoost(Method):
         parts={"passive": (Saved("table", TABLE, "its lookup table: column, threshold, default branch per record",
                                  optional=True),)})
     n_train_ = 0  # a loaded model says nothing of the rows it trained on
-    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("min_node_rows",)}
+    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("min_node_rows", "colsample")}
 
     config: SecureBoostConfig
 
@@ -189,9 +195,11 @@ class SecureBoost(Method):
         # The order this party's candidate splits reach the label holder in comes from its own secret, which the
         # label holder cannot recompute: it learns the sums of a node's candidates, not whose they are.
         shuffle = ctx.rng("secureboost", "shuffle", part.trainings)
+        columns = ctx.rng("secureboost", "columns", part.trainings)  # which of its columns each tree may use
         part.trainings += 1
         party = ColumnsParty(data.subset(train_ids).X, self.config.n_bins, ops,
-                             min_node_rows=self.config.min_node_rows, shuffle=shuffle)
+                             min_node_rows=self.config.min_node_rows, shuffle=shuffle,
+                             colsample=self.config.colsample, columns_rng=columns)
         # No scoring while trees grow: a new table is served once training ends.
         part.training, part.table = party, None
         return {"columns": party.n_columns, "bins": party.n_bins}
@@ -296,7 +304,8 @@ class SecureBoost(Method):
                               f"with {passives} (aligned_only = true)")
         # The key pair is this party's own, drawn from the OS: never from the run seed the others know.
         keys = new_keys(cfg.he, workers=cfg.workers)
-        own = ColumnsParty(data.subset(ids).X, cfg.n_bins, plain_side(), min_node_rows=1)
+        own = ColumnsParty(data.subset(ids).X, cfg.n_bins, plain_side(), min_node_rows=1, colsample=cfg.colsample,
+                           columns_rng=fed.rng("secureboost", "columns"))
         shapes: dict[str, tuple[int, int]] = {}
         if passives:
             requests: dict[str, Payload] = {p: {"train_ids": ids[held[p]], "scheme": cfg.he.scheme,
@@ -428,6 +437,7 @@ class _Federated:
     def __init__(self, fed: Federation, keys: KeyPair, own: ColumnsParty, passives: list[str],
                  shapes: dict[str, tuple[int, int]], held: dict[str, np.ndarray]) -> None:
         self.fed, self.keys, self.own, self.passives, self.shapes, self.held = fed, keys, own, passives, shapes, held
+        self.colsample = own.colsample
         self.tree = -1
         # The homomorphic work the protocol asks for (the benchmark's floor): encryptions, ciphertexts added into
         # a partner's bin sums (rows summed x its columns), and sums decrypted.
@@ -454,13 +464,14 @@ class _Federated:
     def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray | ShuffledSums]]:
         out: dict[int, dict[int, np.ndarray | ShuffledSums]] = {}
         if 0 in asks:
-            columns = self.own.n_columns
+            columns = self.own.n_sampled
             out[0] = {node: np.asarray(s).reshape(columns, self.own.n_bins + 1, 2)
                       for node, s in self.own.histograms(asks[0]).items()}
         requests = {self.passives[k - 1]: {"tree": self.tree, **_pack_asks(v)} for k, v in asks.items() if k > 0}
         for k, v in asks.items():
             if k > 0:
                 columns = self.shapes[self.passives[k - 1]][0]
+                columns = max(1, round(self.colsample * columns)) if columns else 0  # a tree's share of them
                 self.counts["ciphertext_additions"] += columns * sum(len(a.rows) for a in v if a.rows is not None)
         summed: list[tuple[int, int, Any]] = []  # party, node, ciphertexts: decrypted together, in parallel
         flags: dict[int, np.ndarray] = {}

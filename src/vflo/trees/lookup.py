@@ -64,11 +64,19 @@ class ColumnsParty:
     """
 
     def __init__(self, X: np.ndarray, n_bins: int, ops: PublicSide, *, min_node_rows: int,
-                 shuffle: np.random.Generator | None = None) -> None:
+                 shuffle: np.random.Generator | None = None, colsample: float = 1.0,
+                 columns_rng: np.random.Generator | None = None) -> None:
         self.X = np.asarray(X, dtype=np.float64)
+        # Each tree splits on a share of this party's columns, drawn per tree from its own stream (XGBoost's
+        # colsample_bytree): which ones, no other party learns.
+        if colsample < 1.0 and columns_rng is None:
+            raise ValueError("a column share below 1 needs the party's own generator to draw it")
+        self.colsample, self.columns_rng = colsample, columns_rng
+        self.sampled = np.arange(self.X.shape[1])
         self.n_bins = n_bins
         self.cuts = fit_cuts(self.X, n_bins)
         self.codes = bin_codes(self.X, self.cuts, n_bins)
+        self._codes = self.codes
         self.ops = ops
         self.min_node_rows = min_node_rows
         self.shuffle = shuffle
@@ -91,6 +99,19 @@ class ColumnsParty:
     def n_columns(self) -> int:
         return int(self.X.shape[1])
 
+    @property
+    def n_sampled(self) -> int:
+        """How many of its columns the tree being grown may split on."""
+        return len(self.sampled)
+
+    def _sample(self) -> None:
+        if self.colsample >= 1.0 or self.n_columns == 0:
+            self.sampled = np.arange(self.n_columns)
+            return
+        assert self.columns_rng is not None
+        k = max(1, round(self.colsample * self.n_columns))
+        self.sampled = np.sort(self.columns_rng.choice(self.n_columns, size=k, replace=False))
+
     def new_tree(self, gh: Any, tree: int = 0) -> None:
         """The statistics of tree number ``tree`` (encrypted or not): each row's, in the order of this party's
         rows. Trees come once each, numbered upwards: a tree's root is asked once, so the gradients of a tree
@@ -100,6 +121,8 @@ class ColumnsParty:
                                "come once, in increasing tree order; start a new training (sb.init) to grow again")
         self.gh, self.tree = gh, tree
         self._forget()
+        self._sample()
+        self._codes = self.codes[:, self.sampled] if len(self.sampled) < self.n_columns else self.codes
         self.ops.share(gh)
 
     def histograms(self, asks: list[HistogramAsk]) -> dict[int, Any]:
@@ -174,18 +197,19 @@ class ColumnsParty:
         return rows
 
     def _sums(self, ask: HistogramAsk, rows: np.ndarray) -> Any:
-        buckets, shuffle = self.n_bins + 1, self.shuffle
+        # The tree's columns alone (all of them, or its share): positions below are among those.
+        buckets, shuffle, codes, columns = self.n_bins + 1, self.shuffle, self._codes, self.n_sampled
         if shuffle is None:
-            return None if ask.rows is None else self.ops.bucket_sums(self.gh, rows, self.codes, buckets)
+            return None if ask.rows is None else self.ops.bucket_sums(self.gh, rows, codes, buckets)
         if ask.rows is None:
             cumulative = self.ops.subtract(self.cumulative[ask.parent], self.cumulative[ask.sibling])
         else:
-            cumulative = self.ops.bucket_sums(self.gh, rows, self.codes, buckets, cumulative=True)
+            cumulative = self.ops.bucket_sums(self.gh, rows, codes, buckets, cumulative=True)
         self.cumulative[ask.node] = cumulative
         # A bin none of the node's rows fall in splits them as the bin before it does: its sums (and gain) are
         # that bin's, a tie the unshuffled grower breaks to the earlier, so it is not sent at all.
-        counts = np.bincount((self.codes[rows].astype(np.int64) + np.arange(self.n_columns) * buckets).ravel(),
-                             minlength=self.n_columns * buckets).reshape(self.n_columns, buckets)
+        counts = np.bincount((codes[rows].astype(np.int64) + np.arange(columns) * buckets).ravel(),
+                             minlength=columns * buckets).reshape(columns, buckets)
         keep = counts[:, :self.n_bins] > 0
         keep[:, 0] = True
         order = np.flatnonzero(keep.ravel())[self._draw_order(shuffle, int(keep.sum()))]
@@ -247,6 +271,6 @@ class ColumnsParty:
                                     f"positions among its {len(order)} candidates")
             position, default_left = min(c.ties, key=lambda tie: int(order[tie[0]]))
             column, bin_index = divmod(int(order[position]), self.n_bins)
-        if not 0 <= column < self.n_columns or not 0 <= bin_index < self.n_bins:
+        if not 0 <= column < self.n_sampled or not 0 <= bin_index < self.n_bins:
             raise ProtocolError(f"split of node {ask.node} at column {column}, bin {bin_index}: no such bin")
-        return column, bin_index, bool(default_left)
+        return int(self.sampled[column]), bin_index, bool(default_left)
