@@ -1,7 +1,8 @@
 """SecureBoost benchmark (not a test). Writes runs/bench/secureboost.json, part by part as each finishes.
 
     python -m benchmarks.secureboost [--data-dir ../shared/datasets] [--trees 50] [--score-rows 100000]
-                                     [--only floor credit lossless colsample leakage scoring]
+                                     [--only floor credit lossless colsample paillier leakage
+                                            scoring]
                                      [--out runs/bench/secureboost.json]
 
 Parts already in ``--out`` are kept (``--only`` adds or replaces the parts it runs).
@@ -21,11 +22,13 @@ Parts already in ``--out`` are kept (``--only`` adds or replaces the parts it ru
    number), accuracy within 0.005 being the target.
 4. ``colsample``: Credit as above, 10 trees, each party splitting each tree on a share of its own columns (1,
    0.5, 0.3; ``colsample``), OU in one process: accuracy, ROC AUC, ciphertexts added, seconds.
-5. ``leakage``: label inference by the bureau from the instance spaces it is asked to sum over (who shares a
+5. ``paillier``: Paillier's floor (2048-bit) beside OU's, and Credit as above, 10 trees, in one process under
+   each: seconds, and whether both grew the same trees.
+6. ``leakage``: label inference by the bureau from the instance spaces it is asked to sum over (who shares a
    node), on Credit as above with 10 trees, with the first 0, 1 or 2 trees grown at the bank alone
    (``active_trees``, SecureBoost's reduced-leakage option): ROC AUC of the attack with k known labels, from
    the first tree the bureau saw and from all of them, beside the model's own test ROC AUC.
-6. ``scoring``: a SecureBoost model (10 trees, trained on 20,000 synthetic people, half shared) scores
+7. ``scoring``: a SecureBoost model (10 trees, trained on 20,000 synthetic people, half shared) scores
    ``--score-rows`` new people both parties hold, the passive party serving as its own process over gRPC with
    mutual TLS (``vflo predict --deploy``): wall time of the command (benchmarks/predict.py's ``together``), then
    of the same command again, the intersection the first kept reused (``command_kept``); and the private set
@@ -66,7 +69,8 @@ from benchmarks.link import wait_for  # noqa: E402
 BINS = 32
 
 
-def floor_costs(rows: int = 24_000, columns: int = 18, decrypts: int = 8_000) -> dict[str, float]:
+def floor_costs(rows: int = 24_000, columns: int = 18, decrypts: int = 8_000, *,
+                scheme: str = "ou") -> dict[str, float]:
     """Seconds per encryption, per ciphertext added into a bin sum, per decryption: HEU OU in one process, and
     shared out as a training shares them, among this process and the workers of the party's executor (one per
     core it may use, as SecureBoost's ``workers = 0``), each measured after its workers started."""
@@ -77,8 +81,8 @@ def floor_costs(rows: int = 24_000, columns: int = 18, decrypts: int = 8_000) ->
     codes = rng.integers(0, BINS + 1, size=(rows, columns)).astype(np.int8)
     out: dict[str, float] = {}
     for workers, suffix in ((1, ""), (processes(0), "_workers")):
-        keys = new_keys(HESettings(), workers=workers)
-        side = PublicSide("ou", keys.public_key, workers=workers)
+        keys = new_keys(HESettings(scheme=scheme), workers=workers)  # type: ignore[arg-type]
+        side = PublicSide(scheme, keys.public_key, workers=workers)
         try:
             keys.encrypt(gh[:9_000])  # starts the workers, outside the timing
             started = time.perf_counter()
@@ -230,6 +234,23 @@ def colsample(data_dir: str | None, trees: int = 10, shares: tuple[float, ...] =
     return out
 
 
+def paillier(data_dir: str | None, trees: int = 10) -> dict[str, Any]:
+    """Paillier at scale: its homomorphic floor (as ``floor``, 2048-bit) beside OU's, and Credit as above with
+    ``trees`` trees in one process under each: seconds, and whether both grew the same trees (the same scores)."""
+    data = credit_data(data_dir)
+    out: dict[str, Any] = {"trees": trees, "train_rows": int(data.train[data.active].n_samples)}
+    scores = {}
+    for scheme in ("ou", "paillier"):
+        settings = {"n_trees": trees, "max_depth": 5, "learning_rate": 0.3, "n_bins": BINS, "he": {"scheme": scheme}}
+        run = run_method(SecureBoost(**settings), data, seed=0)
+        scores[scheme] = run.scores
+        out[scheme] = {"floor": floor_costs(scheme=scheme), "fit_seconds": run.fit_seconds, **scores_of(data, run),
+                       "stats": run.stats}
+        print(scheme, json.dumps(out[scheme], default=float), flush=True)
+    out["same_scores"] = bool(np.array_equal(scores["ou"], scores["paillier"]))
+    return out
+
+
 def leakage(data_dir: str | None, trees: int = 10) -> dict[str, Any]:
     from vflo.privacy.evaluate import attack_run
 
@@ -248,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=os.environ.get("VFLO_DATA_DIR"))
     parser.add_argument("--trees", type=int, default=50)
     parser.add_argument("--score-rows", type=int, default=100_000)
-    parser.add_argument("--only", nargs="+", choices=["floor", "credit", "lossless", "colsample", "leakage",
-                                                      "scoring"])
+    parser.add_argument("--only", nargs="+", choices=["floor", "credit", "lossless", "colsample", "paillier",
+                                                      "leakage", "scoring"])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "secureboost.json")
     args = parser.parse_args(argv)
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
@@ -261,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(results, indent=1, default=float))
         print(name, json.dumps(value, default=float)[:1500], flush=True)
 
-    wanted = set(args.only or ["floor", "credit", "lossless", "colsample", "leakage", "scoring"])
+    wanted = set(args.only or ["floor", "credit", "lossless", "colsample", "paillier", "leakage", "scoring"])
     costs = floor_costs() if wanted & {"floor", "credit"} else None
     if "floor" in wanted:
         keep("floor", costs)
@@ -273,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             keep("lossless", lossless(args.data_dir, args.trees))
         if "colsample" in wanted:
             keep("colsample", colsample(args.data_dir))
+        if "paillier" in wanted:
+            keep("paillier", paillier(args.data_dir))
         if "leakage" in wanted:
             keep("leakage", leakage(args.data_dir))
         if "scoring" in wanted:

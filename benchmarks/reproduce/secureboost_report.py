@@ -197,6 +197,25 @@ def colsample_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
                   rows), ""], claims
 
 
+def paillier_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
+    lines = ["## Paillier at scale", ""]
+    got = bench.get("paillier")
+    if not got:
+        return [*lines, "_Not measured yet: `python -m benchmarks.secureboost --only paillier`._", ""], []
+    ops = (("encryption", "encrypt", 1), ("ciphertext added into a bin sum", "add", 2), ("decryption", "decrypt", 0))
+    rows = [[name, *(f"{1e6 * got[s]['floor'][key + '_s']:.{d}f} µs" for s in ("ou", "paillier")),
+             f"{got['paillier']['floor'][key + '_s'] / got['ou']['floor'][key + '_s']:.1f}"] for name, key, d in ops]
+    rows.append([f"Credit, {got['trees']} trees, in one process (s)",
+                 *(f"{got[s]['fit_seconds']:.1f}" for s in ("ou", "paillier")),
+                 f"{got['paillier']['fit_seconds'] / got['ou']['fit_seconds']:.1f}"])
+    same = "the same trees (identical scores)" if got["same_scores"] else "**different scores**"
+    claims = [f"Paillier (2048-bit) trained {got['trees']} trees on Credit in {got['paillier']['fit_seconds']:.0f} s "
+              f"against OU's {got['ou']['fit_seconds']:.0f} s "
+              f"({got['paillier']['fit_seconds'] / got['ou']['fit_seconds']:.1f} times), {same}."]
+    return [*lines, f"_Source: `{bench['source']}` (benchmarks/secureboost.py, part `paillier`)._", "",
+            table(["operation", "OU", "Paillier", "Paillier / OU"], rows), ""], claims
+
+
 def leakage_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
     lines = ["## What a partner infers from the instance spaces (label leakage)", ""]
     got = bench.get("leakage")
@@ -239,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     bench: dict[str, Any] = json.loads(args.bench.read_text()) if args.bench.is_file() else {}
     bench["source"] = "runs/bench/secureboost.json"
     return write_page(args.out, [overlap_section(args.runs), lossless_section(bench), speed_section(bench),
-                                 colsample_section(bench), leakage_section(bench)])
+                                 colsample_section(bench), paillier_section(bench), leakage_section(bench)])
 
 if __name__ == "__main__":
     sys.exit(main())
