@@ -274,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "secureboost.json")
     args = parser.parse_args(argv)
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    results.update({"machine": f"{len(os.sched_getaffinity(0))} cores", "vflo": vflo.__version__})
+    from benchmarks.compare_all import commit
+
+    results.update({"machine": f"{len(os.sched_getaffinity(0))} cores", "vflo": vflo.__version__, "commit": commit()})
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def keep(name: str, value: Any) -> None:

@@ -26,6 +26,8 @@ def load(runs: Path, name: str) -> pd.DataFrame | None:
     meta = json.loads((runs / name / "results.json").read_text())
     frame.attrs["quick"] = meta.get("quick", False)
     frame.attrs["protocol"] = meta.get("protocol", {})
+    ran = runs / f"{name}.commit"  # written beside the run by benchmarks/reproduce/queue.sh
+    frame.attrs["commit"] = ran.read_text().strip() if ran.is_file() else None
     return frame
 
 
@@ -55,7 +57,9 @@ def provenance(frame: pd.DataFrame, name: str) -> str:
     proto = frame.attrs.get("protocol", {})
     reps = frame["repeat"].nunique()
     quick = " **(quick mode: fewer folds, repeats and epochs)**" if frame.attrs.get("quick") else ""
-    return f"_Source: `runs/repro/{name}` from `configs/papers/{name}.toml`; protocol {proto.get('name')}, " \
+    ran = frame.attrs.get("commit")
+    code = f", the code of commit {ran}" if ran else ", the commit of the code not recorded (run before it was)"
+    return f"_Source: `runs/repro/{name}` from `configs/papers/{name}.toml`{code}; protocol {proto.get('name')}, " \
            f"{reps} repeat(s){quick}._"
 
 

@@ -11,12 +11,16 @@ DATA_DIR="${VFLO_DATA_DIR:-../shared/datasets}"
 OUT_ROOT="${OUT_ROOT:-runs/repro}"
 mkdir -p "$OUT_ROOT"
 
-# One config into OUT_ROOT/NAME, its log beside it in OUT_ROOT/NAME.log.
+# One config into OUT_ROOT/NAME, its log beside it in OUT_ROOT/NAME.log, and in OUT_ROOT/NAME.commit the commit
+# of the code that ran it ("+changes" where src/ differed from it), for the page made from it.
 run_config() {
   local name="$1"
   shift
+  local ran
+  ran="$("$PYTHON" -c 'from benchmarks.compare_all import commit; print(commit())')"
   "$VFLO" -v run "configs/papers/$name.toml" --data-dir "$DATA_DIR" --out "$OUT_ROOT/$name" --overwrite \
     --no-progress "$@" 2> "$OUT_ROOT/$name.log"
+  echo "$ran" > "$OUT_ROOT/$name.commit"
 }
 
 # A script may redefine run_one for entries that are not plain configs.

@@ -256,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/reproductions/secureboost.md"))
     args = parser.parse_args(argv)
     bench: dict[str, Any] = json.loads(args.bench.read_text()) if args.bench.is_file() else {}
-    bench["source"] = "runs/bench/secureboost.json"
+    bench["source"] = "runs/bench/secureboost.json" + (f"`, the code of commit `{bench['commit']}"
+                                                       if bench.get("commit") else "")
     return write_page(args.out, [overlap_section(args.runs), lossless_section(bench), speed_section(bench),
                                  colsample_section(bench), paillier_section(bench), leakage_section(bench)])
 
