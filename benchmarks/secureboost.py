@@ -9,7 +9,7 @@ Parts already in ``--out`` are kept (``--only`` adds or replaces the parts it ru
 
 1. ``floor``: what HEU costs on this machine, in one process and shared out among the party's workers as a
    training shares it (one per core): an OU encryption (2048-bit key, g and h packed), a ciphertext added into a
-   per-bin sum (``feature_wise_bucket_sum``), a decryption.
+   per-bin sum (``feature_wise_bucket_sum``), a ciphertext subtracted (a partner's derived node), a decryption.
 2. ``credit``: UCI Credit Card, the bank (label holder) with X1-X5 and the bureau with X6-X23, every person held
    by both, 80 % of them to train; ``--trees`` trees of depth 5 (rate 0.3, λ 1, 32 bins). Over gRPC with mutual
    TLS, the bureau as its own process (``vflo party serve``); then in one process. Seconds, bytes and rounds from
@@ -93,6 +93,10 @@ def floor_costs(rows: int = 24_000, columns: int = 18, decrypts: int = 8_000, *,
             started = time.perf_counter()
             sums = side.bucket_sums(encrypted, np.arange(rows), codes, BINS + 1)
             out[f"add{suffix}_s"] = (time.perf_counter() - started) / (rows * columns)
+            half = side.bucket_sums(encrypted, np.arange(rows // 2), codes, BINS + 1, cumulative=True)
+            started = time.perf_counter()
+            side.subtract(sums, half)  # a partner's derived node, in its process (HEU subtracts on one thread)
+            out[f"subtract{suffix}_s"] = (time.perf_counter() - started) / (columns * (BINS + 1))
             batch = keys.rows(encrypted, np.arange(decrypts))
             keys.decrypt_many([keys.rows(encrypted, np.arange(4_096))])
             started = time.perf_counter()
@@ -192,9 +196,11 @@ def credit(data_dir: str | None, trees: int, costs: dict[str, float] | None, wor
     if costs is not None:
         counts = out.stats
         floor = (counts["encryptions"] * costs["encrypt_s"] + counts["ciphertext_additions"] * costs["add_s"]
+                 + counts["ciphertext_subtractions"] * costs["subtract_s"]
                  + counts["sums_decrypted"] * costs["decrypt_s"])
         shared = (counts["encryptions"] * costs["encrypt_workers_s"]
                   + counts["ciphertext_additions"] * costs["add_workers_s"]
+                  + counts["ciphertext_subtractions"] * costs["subtract_workers_s"]
                   + counts["sums_decrypted"] * costs["decrypt_workers_s"])
         result["floor"] = {"one_core_s": floor, "ratio_grpc": out.fit_seconds / floor,
                            "ratio_in_process": local.fit_seconds / floor, "workers_s": shared,

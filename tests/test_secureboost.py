@@ -279,6 +279,20 @@ def test_each_tree_splits_on_the_share_of_its_columns_the_party_drew_itself() ->
     assert int(own.table.arrays()["column"][record]) == int(own.sampled[1])
 
 
+def test_a_derived_node_summed_afresh_or_by_subtraction_gives_the_same_trees(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import vflo.trees.lookup as lookup
+
+    together, _ = _blocks(n=420)
+    method = {"n_trees": 2, "max_depth": 3, "n_bins": 8}
+    afresh = run_method(get_method("secureboost")(**method), together, seed=0)  # small nodes: every one afresh
+    monkeypatch.setattr(lookup, "SUBTRACTION_IN_ADDITIONS", 0)  # every derived node by subtraction
+    subtracted = run_method(get_method("secureboost")(**method), together, seed=0)
+    assert np.array_equal(afresh.scores, subtracted.scores)
+    assert afresh.stats["ciphertext_subtractions"] == 0 < subtracted.stats["ciphertext_subtractions"]
+    assert afresh.stats["ciphertext_additions"] > subtracted.stats["ciphertext_additions"]
+
+
 def test_column_sampling_stays_lossless_and_is_each_partys_own_draw() -> None:
     together, _ = _blocks(n=600)
     settings = {"n_trees": 4, "max_depth": 3, "n_bins": 8, "colsample": 0.5}

@@ -130,7 +130,9 @@ def speed_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
         n = int(f.get("workers", 1))
         ops = [("OU encryption (g and h packed)", "encryptions", "encrypt", 1e6, 1),
                ("ciphertext added into a bin sum", "ciphertext_additions", "add", 1e6, 2),
+               ("ciphertext subtracted (a partner's derived node)", "ciphertext_subtractions", "subtract", 1e6, 0),
                ("decryption of a bin sum", "sums_decrypted", "decrypt", 1e6, 0)]
+        ops = [op for op in ops if op[1] in stats and f"{op[2]}_s" in floor]
         rows = [[name, f"{stats[count]:,.0f}", f"{scale * floor[key + '_s']:.{d}f} µs",
                  f"{stats[count] * floor[key + '_s']:.1f}",
                  *([f"{scale * floor[key + '_workers_s']:.{d}f} µs",

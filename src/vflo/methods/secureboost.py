@@ -17,7 +17,7 @@ from vflo.methods.split_learning import ask_holders
 from vflo.trees.bins import MAX_BINS
 from vflo.trees.crypto import BLOB_ROW, HESettings, KeyPair, PublicSide, from_wire, new_keys, plain_side, to_wire
 from vflo.trees.growth import Candidate, GrowthRules, HistogramAsk, ShuffledSums, SplitAsk, Tree, grow
-from vflo.trees.lookup import ColumnsParty, LookupTable
+from vflo.trees.lookup import ColumnsParty, LookupTable, sums_afresh
 
 if TYPE_CHECKING:
     from vflo.party.context import NodeContext
@@ -441,7 +441,8 @@ class _Federated:
         self.tree = -1
         # The homomorphic work the protocol asks for (the benchmark's floor): encryptions, ciphertexts added into
         # a partner's bin sums (rows summed x its columns), and sums decrypted.
-        self.counts = {"encryptions": 0, "ciphertext_additions": 0, "sums_decrypted": 0}
+        self.counts = {"encryptions": 0, "ciphertext_additions": 0, "ciphertext_subtractions": 0,
+                       "sums_decrypted": 0}
 
     def new_tree(self, tree: int, gh: np.ndarray, *, send: bool = True) -> None:
         """A tree's statistics: to the partners too with ``send`` (a tree grown at the label holder alone sends
@@ -470,9 +471,14 @@ class _Federated:
         requests = {self.passives[k - 1]: {"tree": self.tree, **_pack_asks(v)} for k, v in asks.items() if k > 0}
         for k, v in asks.items():
             if k > 0:
-                columns = self.shapes[self.passives[k - 1]][0]
+                columns, bins = self.shapes[self.passives[k - 1]]
                 columns = max(1, round(self.colsample * columns)) if columns else 0  # a tree's share of them
-                self.counts["ciphertext_additions"] += columns * sum(len(a.rows) for a in v if a.rows is not None)
+                for a in v:  # a node derived from its parent and sibling: summed afresh, or by subtraction
+                    if a.rows is not None or sums_afresh(a.held, bins + 1):
+                        self.counts["ciphertext_additions"] += columns * (len(a.rows) if a.rows is not None
+                                                                          else a.held)
+                    else:
+                        self.counts["ciphertext_subtractions"] += columns * (bins + 1)
         summed: list[tuple[int, int, Any]] = []  # party, node, ciphertexts: decrypted together, in parallel
         flags: dict[int, np.ndarray] = {}
         for p, reply in (self.fed.exchange("sb.histograms", requests) if requests else {}).items():

@@ -210,6 +210,8 @@ class HistogramAsk:
     rows: np.ndarray | None
     parent: int = -1
     sibling: int = -1
+    #: How many of the party's rows the node holds (the grower's own count, never sent: the party knows them).
+    held: int = 0
 
 
 @dataclass(frozen=True)
@@ -329,7 +331,7 @@ def _asks(splittable: list[tuple[int, np.ndarray, int, int]], held_in: Mapping[i
         if node not in ok:
             continue
         if sibling in ok and (held_in[sibling], sibling) < (held_in[node], node):
-            derived.append(HistogramAsk(node, None, parent, sibling))
+            derived.append(HistogramAsk(node, None, parent, sibling, held=int(held_in[node])))
         else:
             out.append(HistogramAsk(node, where[rows[held[rows]]], parent, sibling))
     return out + derived

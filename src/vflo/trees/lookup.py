@@ -12,6 +12,17 @@ from vflo.trees.bins import bin_codes, fit_cuts, threshold
 from vflo.trees.crypto import PublicSide
 from vflo.trees.growth import HistogramAsk, SplitAsk
 
+#: A ciphertext subtraction costs about as many additions into a bin sum as this (HEU's OU and Paillier invert a
+#: ciphertext to subtract it; ``python -m benchmarks.secureboost``'s floor measures both on a machine).
+SUBTRACTION_IN_ADDITIONS = 100
+
+
+def sums_afresh(rows: int, buckets: int) -> bool:
+    """Whether a partner sums a node its grower derives (its parent's rows less its sibling's) afresh over its
+    ``rows``, rather than subtracting its sibling's ciphertexts from its parent's: afresh costs an addition per row
+    and column, subtracting one subtraction per bucket and column. The same sums either way."""
+    return rows < SUBTRACTION_IN_ADDITIONS * buckets
+
 
 class LookupTable:
     """Splits a party keeps, by record: column, threshold, where the missing go. It decides, for rows of its own
@@ -201,7 +212,7 @@ class ColumnsParty:
         buckets, shuffle, codes, columns = self.n_bins + 1, self.shuffle, self._codes, self.n_sampled
         if shuffle is None:
             return None if ask.rows is None else self.ops.bucket_sums(self.gh, rows, codes, buckets)
-        if ask.rows is None:
+        if ask.rows is None and not sums_afresh(len(rows), buckets):
             cumulative = self.ops.subtract(self.cumulative[ask.parent], self.cumulative[ask.sibling])
         else:
             cumulative = self.ops.bucket_sums(self.gh, rows, codes, buckets, cumulative=True)
