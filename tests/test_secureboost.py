@@ -289,6 +289,10 @@ def test_a_derived_node_summed_afresh_or_by_subtraction_gives_the_same_trees(
     monkeypatch.setattr(lookup, "SUBTRACTION_IN_ADDITIONS", 0)  # every derived node by subtraction
     subtracted = run_method(get_method("secureboost")(**method), together, seed=0)
     assert np.array_equal(afresh.scores, subtracted.scores)
+    # ... shared out among two processes, in pieces joined again.
+    monkeypatch.setattr(crypto, "PARALLEL_SUBTRACT", 4)
+    shared = run_method(get_method("secureboost")(**method, workers=2), together, seed=0)
+    assert np.array_equal(shared.scores, subtracted.scores)
     assert afresh.stats["ciphertext_subtractions"] == 0 < subtracted.stats["ciphertext_subtractions"]
     assert afresh.stats["ciphertext_additions"] > subtracted.stats["ciphertext_additions"]
 

@@ -75,12 +75,14 @@ PARALLEL_MIN = 2048
 PARALLEL_SUMS = 100_000
 #: Fewest rows to encrypt worth sharing out among processes (each share comes back serialized and is loaded again).
 PARALLEL_ENCRYPT = 8192
+#: Fewest ciphertexts to subtract worth sharing out (a subtraction costs about as much as a decryption).
+PARALLEL_SUBTRACT = 64
 
 
 def join(blobs: list[bytes]) -> bytes:
     """Serialized one-column ciphertext arrays (HEU's default format: msgpack of [rows, columns, dimensions, one
-    byte string per ciphertext]) as one, their rows in order. HEU has no join of its own; a blob of another shape
-    is refused rather than guessed at."""
+    byte string per ciphertext]) as one, their rows in order: an array encrypted, or subtracted, in pieces. HEU
+    has no join of its own; a blob of another shape is refused rather than guessed at."""
     import msgpack
 
     rows, items, dims = 0, [], None
@@ -171,10 +173,20 @@ class PublicSide:
         return total
 
     def subtract(self, a: Any, b: Any) -> Any:
-        """``a - b``, ciphertext by ciphertext (same shapes)."""
+        """``a - b``, ciphertext by ciphertext (same shapes); :data:`PARALLEL_SUBTRACT` or more cut into one share
+        per process (HEU inverts a ciphertext to subtract it, on one thread), the pieces joined."""
         if self.kit is None:
             return np.asarray(a) - np.asarray(b)
-        return self.evaluator.sub(a, b)
+        n = int(a.shape[0])
+        if self.processes < 2 or n < PARALLEL_SUBTRACT:
+            return self.evaluator.sub(a, b)
+        workers = self._started(start_summer, self.scheme, self.public_key_bytes)
+        cuts = np.linspace(0, n, self.processes + 1).astype(int).tolist()
+        for w in range(workers.size):
+            lo, hi = cuts[w + 1], cuts[w + 2]
+            workers.send(w, subtract_rows, a[lo:hi].serialize(), b[lo:hi].serialize())
+        mine = self.evaluator.sub(a[0:cuts[1]], b[0:cuts[1]]).serialize()
+        return self._hnp.CiphertextArray.load_from(join([mine, *(workers.receive(w) for w in range(workers.size))]))
 
     def _started(self, start: Callable[..., None], *args: Any) -> WorkerGroup:
         """``processes - 1`` workers of the party's executor, set up with ``start(*args)`` the first time."""
@@ -296,8 +308,8 @@ def _held(state: dict[str, Any], *keys: str) -> tuple[Any, ...]:
     missing = [k for k in keys if k not in state]
     if missing:
         raise HelperError(f"this worker holds no {', '.join(missing)} yet: set it up first (sb.start_summer and "
-                          "sb.hold before sb.sum_rows, sb.start_decrypter before sb.encrypt_rows and "
-                          "sb.decrypt_pieces)")
+                          "sb.hold before sb.sum_rows, sb.start_summer before sb.subtract_rows, sb.start_decrypter "
+                          "before sb.encrypt_rows and sb.decrypt_pieces)")
     return tuple(state[k] for k in keys)
 
 
@@ -306,6 +318,14 @@ def start_summer(state: dict[str, Any], scheme: str, public_key: bytes) -> None:
     """Load the public key, to sum ciphertexts with."""
     side = PublicSide(scheme, public_key)
     state.update(hnp=side._hnp, evaluator=side.evaluator)
+
+
+@call("sb.subtract_rows", stateful=True)
+def subtract_rows(state: dict[str, Any], a: bytes, b: bytes) -> bytes:
+    """``a - b`` of two serialized ciphertext arrays of the same shape, serialized."""
+    hnp, evaluator = _held(state, "hnp", "evaluator")
+    out: bytes = evaluator.sub(hnp.CiphertextArray.load_from(a), hnp.CiphertextArray.load_from(b)).serialize()
+    return out
 
 
 @call("sb.hold", stateful=True)
@@ -328,7 +348,8 @@ def start_decrypter(state: dict[str, Any], public_key: bytes, secret_key: bytes)
     """Load the key pair, to encrypt and decrypt with."""
     hnp, phe = _heu()
     kit = hnp.HeKit(phe.setup(phe.PublicKey.load_from(public_key), phe.SecretKey.load_from(secret_key)))
-    state.update(hnp=hnp, kit=kit, decryptor=kit.decryptor(), encryptor=kit.encryptor(), encoder=_encoder(kit))
+    state.update(hnp=hnp, kit=kit, decryptor=kit.decryptor(), encryptor=kit.encryptor(), encoder=_encoder(kit),
+                 evaluator=kit.evaluator())
 
 
 @call("sb.encrypt_rows", stateful=True)
