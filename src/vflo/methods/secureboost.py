@@ -210,11 +210,12 @@ class SecureBoost(Method):
     def _gradients(self, ctx: NodeContext, payload: Fields) -> Payload:
         party = _party(ctx, gradients=False)
         gh = payload.array("gh")
-        handle = party.ops.load(_unwire(gh))
+        blob = _unwire(gh)
+        handle = party.ops.load(blob)
         rows = handle.shape[0] if hasattr(handle, "shape") else len(handle)
         if rows != len(party.X):
             raise ProtocolError(f"sb.gradients: {rows} rows of gradients for this party's {len(party.X)} rows")
-        party.new_tree(handle, payload.integer("tree"))
+        party.new_tree(handle, payload.integer("tree"), blob)
         return {}
 
     @reveals("tree nodes")
@@ -453,11 +454,16 @@ class _Federated:
             return
         # Only the people some partner holds: the others' statistics never leave.
         anyone = np.logical_or.reduce([self.held[p] for p in self.passives])
-        encrypted = self.keys.encrypt(gh[anyone])
+        blob = self.keys.encrypted_blob(gh[anyone])
         self.counts["encryptions"] += int(anyone.sum())
         position = np.cumsum(anyone) - 1
+        encrypted = None  # loaded only where a partner holds fewer than the people encrypted
         requests: dict[str, Payload] = {}
         for p in self.passives:
+            if self.held[p][anyone].all():
+                requests[p] = {"tree": tree, "gh": to_wire(blob)}
+                continue
+            encrypted = self.keys.load(blob) if encrypted is None else encrypted
             rows = self.keys.rows(encrypted, position[self.held[p]])
             requests[p] = {"tree": tree, "gh": to_wire(self.keys.dump(rows))}
         self.fed.exchange("sb.gradients", requests)

@@ -111,6 +111,7 @@ class PublicSide:
         self.processes = processes(workers, self._executor)
         self._pool: WorkerGroup | None = None
         self._shared: Any = None
+        self._shared_blob: bytes | None = None  # the shared ciphertexts as they arrived, sent on as they are
         self._sent = False  # whether the workers hold the shared ciphertexts
         if scheme == "plaintext":
             if public_key != _PLAIN_KEY:
@@ -162,7 +163,8 @@ class PublicSide:
             return _bucket_sum(self.evaluator, handle, rows, codes, buckets, cumulative)
         workers = self._started(start_summer, self.scheme, self.public_key_bytes)
         if not self._sent:  # each worker keeps the tree's ciphertexts, sent once
-            workers.broadcast(hold, handle.serialize(), codes, buckets)
+            blob = self._shared_blob if self._shared_blob is not None else handle.serialize()
+            workers.broadcast(hold, blob, codes, buckets)
             self._sent = True
         pieces = np.array_split(rows, self.processes)
         for i, piece in enumerate(pieces[1:]):
@@ -200,9 +202,10 @@ class PublicSide:
             self._pool, self._sent = pool, False
         return self._pool
 
-    def share(self, handle: Any) -> None:
-        """The ciphertexts the next bin sums run over (a tree's): helpers receive them once, when first needed."""
-        self._shared, self._sent = handle, False
+    def share(self, handle: Any, blob: bytes | None = None) -> None:
+        """The ciphertexts the next bin sums run over (a tree's): helpers receive them once, when first needed
+        (``blob``: the same serialized, as they arrived, so they need not be serialized again)."""
+        self._shared, self._shared_blob, self._sent = handle, blob, False
 
     def close(self) -> None:
         """Ends the workers (this side stays usable, in this process alone until needed again)."""
@@ -236,20 +239,27 @@ class KeyPair(PublicSide):
         self.decryptor = self.secret_kit.decryptor()
 
     def encrypt(self, gh: np.ndarray) -> Any:
-        """Rows x 2 integers (g and h in fixed point) as one ciphertext per row; :data:`PARALLEL_ENCRYPT` rows or
-        more cut into one share per process, the workers encrypting theirs while this one does its own, the
-        pieces joined into one array (:func:`join`)."""
+        """Rows x 2 integers (g and h in fixed point) as one ciphertext per row (:meth:`encrypted_blob`, loaded)."""
         gh = np.ascontiguousarray(gh, dtype=np.int64)
         if self.kit is None:
             return gh.copy()
         if self.processes < 2 or len(gh) < PARALLEL_ENCRYPT:
             return self._encrypt(gh)
+        return self.load(self.encrypted_blob(gh))
+
+    def encrypted_blob(self, gh: np.ndarray) -> bytes:
+        """Rows x 2 integers encrypted, one ciphertext per row, serialized as :meth:`dump` writes them (to send
+        as they are); :data:`PARALLEL_ENCRYPT` rows or more cut into one share per process, the workers
+        encrypting theirs while this one does its own, the pieces joined (:func:`join`)."""
+        gh = np.ascontiguousarray(gh, dtype=np.int64)
+        if self.kit is None or self.processes < 2 or len(gh) < PARALLEL_ENCRYPT:
+            return self.dump(self.encrypt(gh))
         workers = self._keyholders()
         shares = np.array_split(gh, self.processes)
         for w, share in enumerate(shares[1:]):
             workers.send(w, encrypt_rows, share)
         mine = self._encrypt(shares[0]).serialize()
-        return self._hnp.CiphertextArray.load_from(join([mine, *(workers.receive(w) for w in range(workers.size))]))
+        return join([mine, *(workers.receive(w) for w in range(workers.size))])
 
     def _encrypt(self, gh: np.ndarray) -> Any:
         return self.encryptor.encrypt(self.secret_kit.array(gh, self.encoder))

@@ -123,10 +123,10 @@ class ColumnsParty:
         k = max(1, round(self.colsample * self.n_columns))
         self.sampled = np.sort(self.columns_rng.choice(self.n_columns, size=k, replace=False))
 
-    def new_tree(self, gh: Any, tree: int = 0) -> None:
+    def new_tree(self, gh: Any, tree: int = 0, blob: bytes | None = None) -> None:
         """The statistics of tree number ``tree`` (encrypted or not): each row's, in the order of this party's
         rows. Trees come once each, numbered upwards: a tree's root is asked once, so the gradients of a tree
-        already grown (or skipped) are refused."""
+        already grown (or skipped) are refused. ``blob``: ``gh`` serialized as it arrived, for the helpers."""
         if tree <= self.tree:
             raise RefusedError(f"gradients of tree {tree} after those of tree {self.tree}: each tree's gradients "
                                "come once, in increasing tree order; start a new training (sb.init) to grow again")
@@ -134,7 +134,7 @@ class ColumnsParty:
         self._forget()
         self._sample()
         self._codes = self.codes[:, self.sampled] if len(self.sampled) < self.n_columns else self.codes
-        self.ops.share(gh)
+        self.ops.share(gh, blob)
 
     def histograms(self, asks: list[HistogramAsk]) -> dict[int, Any]:
         """The sums of each node asked: a node asked without rows (its parent's rows less its sibling's) is
