@@ -281,7 +281,7 @@ def test_each_tree_splits_on_the_share_of_its_columns_the_party_drew_itself() ->
 
 def test_a_derived_node_summed_afresh_or_by_subtraction_gives_the_same_trees(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import vflo.trees.lookup as lookup
+    from vflo.trees import lookup
 
     together, _ = _blocks(n=420)
     method = {"n_trees": 2, "max_depth": 3, "n_bins": 8}
