@@ -146,7 +146,8 @@ def speed_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
                        *([f"cost each ({n} processes)", f"seconds ({n} processes)"] if shared else [])], rows), ""]
         claims.append(f"Over gRPC with mutual TLS, 50 trees trained in {grpc['fit_seconds']:.0f} s "
                       f"({'under' if grpc['fit_seconds'] < 300 else '**over**'} the 5-minute target), "
-                      f"{f['ratio_grpc']:.2f} times the homomorphic floor measured in one process ({f['one_core_s']:.0f} s)"
+                      f"{f['ratio_grpc']:.2f} times the homomorphic floor measured in one process "
+                      f"({f['one_core_s']:.0f} s)"
                       + (f", {f['ratio_grpc_workers']:.2f} times the floor with the same {int(f['workers'])} "
                          f"processes ({f['workers_s']:.0f} s; the goal: within 1.2 times, "
                          f"{'met' if f['ratio_grpc_workers'] <= 1.2 else '**missed**'})" if "workers_s" in f else "")
