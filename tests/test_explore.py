@@ -471,7 +471,12 @@ def test_the_label_holder_refuses_per_bin_sums_that_cannot_be_right(
         explore_with(fed, a, he=None)  # type: ignore[arg-type]
 
 
-def test_the_label_holder_refuses_a_shared_count_it_cannot_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("shared", "said"), [
+    (10 ** 6, "says it shares 1000000 of the 400 people"),
+    (30, "people in the bins of 'b1', more than the 30 it shares"),
+])
+def test_the_label_holder_refuses_a_shared_count_its_people_or_the_bins_do_not_fit(
+        monkeypatch: pytest.MonkeyPatch, shared: int, said: str) -> None:
     import vflo.align.blind_join as partner
     from vflo.errors import DataError
     from vflo.explorer.run import explore_with
@@ -480,22 +485,8 @@ def test_the_label_holder_refuses_a_shared_count_it_cannot_hold(monkeypatch: pyt
     fed, _ = _nodes(a, b, Policy(alignment="plain", explore=True, min_bin_rows=20))
     handler = partner.BlindJoinHandlers._blind_sums
     monkeypatch.setattr(partner.BlindJoinHandlers, "_blind_sums",
-                        lambda self, ctx, payload: {**handler(self, ctx, payload), "shared": 10 ** 6})
-    with pytest.raises(DataError, match="says it shares 1000000 of the 400 people"):
-        explore_with(fed, a, he=None)  # type: ignore[arg-type]
-
-
-def test_the_label_holder_refuses_bins_holding_more_people_than_are_shared(monkeypatch: pytest.MonkeyPatch) -> None:
-    import vflo.align.blind_join as partner
-    from vflo.errors import DataError
-    from vflo.explorer.run import explore_with
-
-    a, b, _ = _parties(n=400)
-    fed, _ = _nodes(a, b, Policy(alignment="plain", explore=True, min_bin_rows=20))
-    handler = partner.BlindJoinHandlers._blind_sums
-    monkeypatch.setattr(partner.BlindJoinHandlers, "_blind_sums",
-                        lambda self, ctx, payload: {**handler(self, ctx, payload), "shared": 30})
-    with pytest.raises(DataError, match="people in the bins of 'b1', more than the 30 it shares"):
+                        lambda self, ctx, payload: {**handler(self, ctx, payload), "shared": shared})
+    with pytest.raises(DataError, match=said):
         explore_with(fed, a, he=None)  # type: ignore[arg-type]
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from vflo.align.engines import AlignmentConfig
-from vflo.align.psi import blind, hash_ids, new_key, shuffled
+from vflo.align.psi import Blinder, blind, new_key, shuffled
 from vflo.comm.local import LocalTransport
 from vflo.comm.message import Reply
 from vflo.data.datasets import infer_task
@@ -190,7 +190,8 @@ def _over_blinded(fed: Aligner, data: PartyData, passives: list[str], keys: KeyP
     the partner's own points come back raised to a in the partner's order. Only how many matched comes back."""
     order = shuffled(len(data.ids))
     salt, key = secrets.token_bytes(32), new_key()
-    mine = blind(hash_ids(np.asarray(data.ids)[order], salt), key)
+    with Blinder(key, size=len(order)) as blinder:  # hashed and blinded in one pass, as vflo's PSI does
+        mine = blinder.ids(np.asarray(data.ids)[order], salt)()
     asked = {"salt": np.frombuffer(salt, dtype=np.uint8).copy(), "points": mine}
     theirs = fed.exchange(POINTS_KIND, dict.fromkeys(passives, asked))
     labels = to_wire(pack(_encrypted(keys, wanted.values[order])))  # one encryption, every partner
