@@ -8,6 +8,7 @@ import pytest
 
 from tests.conftest import make_dataset
 from vflo.comm.message import Message
+from vflo.data.catalog import Dataset
 from vflo.data.layout import FederatedData
 from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
 from vflo.errors import ConfigError
@@ -20,10 +21,12 @@ from vflo.metrics import compute_metrics
 TRAIN = {"lr": 3e-3, "batch_size": 64, "max_epochs": 25, "validation_fraction": 0.0}
 
 
-def _blocks(seed: int = 0, task: str | None = None) -> tuple[FederatedData, FederatedData]:
+def _blocks(seed: int = 0, task: str | None = None, dataset: Dataset | None = None) -> tuple[FederatedData,
+                                                                                          FederatedData]:
     """An active party with 2 of 8 columns; p1 and p2 hold the rest for different, overlapping people; test
-    people of every holder set (held out), scored together and by the active party alone."""
-    ds = make_dataset(n=1400, n_features=8, seed=seed, task=task)
+    people of every holder set (held out), scored together and by the active party alone (``dataset``: 1400 rows
+    of 8 columns in place of the seeded synthetic ones)."""
+    ds = dataset if dataset is not None else make_dataset(n=1400, n_features=8, seed=seed, task=task)
     spec = ScenarioSpec(
         parties=(PartySpec(name="a", role="active", n_columns=2), PartySpec(name="p1", share=1.0),
                  PartySpec(name="p2", share=1.0)),

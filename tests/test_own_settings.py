@@ -132,6 +132,7 @@ def _attack_value(setting: str, value: Any, width: int) -> Any:
         "activation": "leaky_relu", "embedding_activation": "leaky_relu", "lr": 1e-30,
         "max_condition": float("inf"), "one_feature_pseudo": False, "embedding_weight": 0.0, "reduction": "mean",
         "overcomplete": False, "unseen": "other", "weight_decay": 0.0, "guest_layers": {},
+        "lr_schedule": "cosine", "lr_final": 0.0,  # a partner's rate annealed to nothing
         "n_bins": 126, "workers": 64,  # a passive asked to start 63 helper processes
         "dp_sgd": None, "activation_noise": None, "embedding_dp_sgd": None}  # trained and released without privacy
     if setting in ("train", "embedding_train"):
@@ -209,7 +210,8 @@ def test_an_export_writes_each_partys_own_side_and_a_party_serves_it(tmp_path: P
     assert "another splitnn entry of the experiment sets this party's side otherwise" in text
     sections = tomllib.loads(text)["methods"]
     assert sections["splitnn"] == {"passive_bottom": [16, 8], "activation": "relu",
-                                   "train": {"lr": 0.01, "weight_decay": 0.0}, "payload_dtype": "float32"}
+                                   "train": {"lr": 0.01, "weight_decay": 0.0, "lr_schedule": "constant",
+                                             "lr_final": 0.1}, "payload_dtype": "float32"}
     assert sections["apc_vfl"]["train"]["max_epochs"] == 2
     config = load_party_config(written["pas"])
     assert config.methods == sections

@@ -109,6 +109,10 @@ class EntityAugmentationConfig(MethodConfig):
         if self.dp_sgd is not None and self.activation_noise is None:
             raise ConfigError("entity_augmentation: dp_sgd makes a guest's network private, not the activations it "
                               "sends; give activation_noise too, so that every activation is a Gaussian release")
+        if self.train.sampling != "shuffle" or self.train.lr_schedule != "constant":
+            raise ConfigError("entity_augmentation: each guest walks its own entities on its own clock, so the host's "
+                              "train.sampling and train.lr_schedule cannot reach them; leave them at 'shuffle' and "
+                              "'constant'")
         if self.passes < 1:
             raise ConfigError(f"entity_augmentation: passes is how many times a noised guest walks its entities in "
                               f"an epoch, at least 1; got {self.passes}")

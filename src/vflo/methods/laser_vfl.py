@@ -249,6 +249,9 @@ class _LaserTrainer(HeldRowsTrainer):
     def n_train(self) -> int:
         return len(self.y["train"])
 
+    def sampling_labels(self) -> np.ndarray | None:
+        return None if self.regression else self.y["train"].numpy()
+
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(out.squeeze(1), y) if self.regression else F.cross_entropy(out, y)
 

@@ -120,6 +120,7 @@ class Bottom:
         # and validation releases are bounded by the schedule the method declared: ``per_epoch`` of each per epoch
         # (one in SplitNN; an Entity Augmentation guest may walk its people more than once in the host's epoch).
         self.max_releases, self.per_epoch = train.max_epochs * per_epoch, per_epoch
+        self.train = train
         self._releases: dict[str, dict[object, int]] = {"training": {}, "validation": {}}
         self.optimizer: torch.optim.Optimizer | None = adam(net.parameters(), train)
         # DP-SGD (the party's own choice): each step uses the rows of the shared batch its own secret draws (each with
@@ -147,6 +148,18 @@ class Bottom:
         out = self.net(x) if self.private is None else self.private(x)
         self.pending = out
         return self._released(out.detach(), ids, fresh="training")
+
+    def at_epoch(self, epoch: int) -> None:
+        """The next training step belongs to epoch ``epoch`` (the coordinator's count): this party's own learning
+        rate for it, from its own ``train.lr`` and ``train.lr_schedule``."""
+        if not 0 <= epoch < self.train.max_epochs:
+            raise ProtocolError(f"a training batch of epoch {epoch}: this party trains epochs 0 to "
+                                f"{self.train.max_epochs - 1} (train.max_epochs {self.train.max_epochs})")
+        if self.train.lr_schedule == "constant" or self.optimizer is None:
+            return
+        lr = self.train.lr_at(epoch)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def backward(self, grad: np.ndarray) -> None:
         """Finish the backward pass with the coordinator's gradient and take one optimiser step."""
@@ -563,6 +576,10 @@ class HeldRowsTrainer(RemoteBottomsTrainer):
         self.party_dropout = party_dropout
         self.dropout_rng = dropout_rng
         self.modules: dict[str, nn.Module] = {}
+        if config.sampling == "balanced" and parties:
+            logger.warning("train.sampling = 'balanced': training batches are drawn by class and named to %s; how "
+                           "often each person is drawn tells a partner their class (the default 'shuffle' does not)",
+                           ", ".join(parties))
 
     def forward_requests(self, rows: np.ndarray, subset: str, training: bool) -> dict[str, Payload]:
         """The forward request to each partner asked for ``rows``: in training, those not left out that hold some
@@ -579,8 +596,11 @@ class HeldRowsTrainer(RemoteBottomsTrainer):
             if training and len(mine) == 0:
                 continue
             requests[p] = {"rows": mine.astype(np.int64), "subset": subset, "training": training,
-                           "keep_previous": keep}
+                           "keep_previous": keep, "epoch": self.epoch}
         return requests
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     def activations(self, replies: Mapping[str, Payload], rows: np.ndarray, subset: str) -> dict[str, torch.Tensor]:
         """Each answering partner's activations, checked: one row per person of ``rows`` it holds."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from vflo.comm.message import BOOL, IDS, STR, ArraySpec, Fields, Payload
+from vflo.comm.message import BOOL, IDS, INT, STR, ArraySpec, Fields, Payload
 from vflo.dp import DPSGD, GaussianNoise, PrivacyPlan, RandomisedResponse
 from vflo.errors import ConfigError, MethodError, ProtocolError
 from vflo.methods.base import Claim, Inference, Layout, Method, MethodConfig, handles, reveals
@@ -95,6 +95,10 @@ class SplitNNConfig(MethodConfig):
             RandomisedResponse(epsilon=self.label_epsilon)  # a bad ε is named here, not at training
         if not self.passive_bottom or not self.active_bottom:
             raise ConfigError("splitnn: passive_bottom and active_bottom need at least one layer each")
+        if self.train.sampling == "balanced" and self.gradient_noise is not None:
+            raise ConfigError("train.sampling = 'balanced' draws people by their labels and names the draws to every "
+                              "partner, which tells it their class whatever gradient_noise protects; use "
+                              "train.sampling = 'shuffle', or label_epsilon (draws by randomised labels)")
         if self.dp_sgd is not None and self.activation_noise is None:
             raise ConfigError("dp_sgd makes a passive party's bottom private, not the activations it sends: each is "
                               "still a function of that person's own row. Give activation_noise too, so every "
@@ -139,7 +143,8 @@ class SplitNN(SplitParty, Method):
     checkpointed = ("train",)
     # A passive party's bottom network and how it steps are its own; what it sends is shared.
     own_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "passive": ("passive_bottom", "activation", "train.lr", "train.weight_decay", "dp_sgd")}
+        "passive": ("passive_bottom", "activation", "train.lr", "train.weight_decay", "train.lr_schedule",
+                    "train.lr_final", "dp_sgd")}
     shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("activation_noise", "payload_dtype")}
 
     saves: ClassVar[Saves] = Saves(
@@ -270,7 +275,7 @@ class SplitNN(SplitParty, Method):
     @handles("splitnn.forward",
              served="after splitnn.init",
              carries={"rows": "membership"}, replies={"acts": "outputs"}, rows=POSITIONS,
-             subset=STR, training=BOOL, keep_previous=BOOL)
+             subset=STR, training=BOOL, keep_previous=BOOL, epoch=INT)
     def _forward(self, ctx: NodeContext, payload: Fields) -> Payload:
         bottom = bottom_of(ctx)
         subset = payload.text("subset")
@@ -281,6 +286,7 @@ class SplitNN(SplitParty, Method):
         x = part.x[subset][torch.as_tensor(rows)]
         ids = part.x_ids[subset][rows]
         if payload.flag("training"):
+            bottom.at_epoch(payload.integer("epoch"))
             return {"acts": bottom.forward(x, ids)}
         bottom.validation_pass(payload.flag("keep_previous"))
         return {"acts": bottom.infer(x, ids, fresh=True)}
@@ -438,6 +444,9 @@ class _SplitTrainer(HeldRowsTrainer):
     @property
     def n_train(self) -> int:
         return len(self.y["train"])
+
+    def sampling_labels(self) -> np.ndarray | None:
+        return None if self.regression else self.y["train"].numpy()
 
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(out.squeeze(1), y) if self.regression else F.cross_entropy(out, y)

@@ -65,6 +65,20 @@ class TrainConfig:
     # and early stopping can keep a network that has not learned anything. 1: batch_size as given on every table
     # (the papers' settings).
     min_batches: int = 4
+    # How an epoch picks its rows. "shuffle": every training row once, in a fresh order. "balanced": as many draws as
+    # rows, with replacement, each class drawn equally often on average (a row's weight 1 / its class's count: torch's
+    # WeightedRandomSampler as LASER-VFL's authors use it on Credit). Opt-in: in a federated model the batches are
+    # named to every partner, and how often a person is drawn tells the partner their class (measured in
+    # docs/reproductions/laser-vfl.md), so a coordinator that asks for it logs a warning. SplitNN's gradient_noise
+    # refuses it (the draws would reveal what the noise protects); with label_epsilon the draws follow the randomised
+    # labels, post-processing of that release.
+    sampling: Literal["shuffle", "balanced"] = "shuffle"
+    # The learning rate over the epochs: "constant", or "cosine": from lr at the first epoch down to lr x lr_final
+    # at max_epochs, as torch's CosineAnnealingLR(T_max=max_epochs, eta_min=lr x lr_final) stepped once an epoch
+    # (LASER-VFL's authors at p_miss 0.5: lr_final 0.2). A partner anneals its own bottom on its own settings, told
+    # only the epoch of each training batch.
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    lr_final: float = 0.1
 
     def __post_init__(self) -> None:
         if not self.lr > 0:
@@ -84,6 +98,20 @@ class TrainConfig:
         if self.min_batches < 1:
             raise ConfigError(f"train.min_batches must be at least 1 (1: batch_size on every table), got "
                               f"{self.min_batches}")
+        if self.sampling not in ("shuffle", "balanced"):
+            raise ConfigError(f"train.sampling must be 'shuffle' or 'balanced', got {self.sampling!r}")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ConfigError(f"train.lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+        if not 0.0 <= self.lr_final <= 1.0:
+            raise ConfigError(f"train.lr_final is the share of lr left at the last epoch, in [0, 1]; got "
+                              f"{self.lr_final}")
+
+    def lr_at(self, epoch: int) -> float:
+        """The learning rate of epoch ``epoch`` (0 the first) under ``lr_schedule``."""
+        if self.lr_schedule == "constant":
+            return self.lr
+        floor = self.lr * self.lr_final
+        return floor + (self.lr - floor) * (1 + math.cos(math.pi * epoch / self.max_epochs)) / 2
 
     def batch_rows(self, n_rows: int) -> int:
         """The rows of one batch on a table of ``n_rows`` training rows: ``batch_size``, or fewer where that
@@ -191,6 +219,17 @@ class EarlyStopping(Callback):
         return self.patience > 0 and self.wait >= self.patience
 
 
+def balanced_draws(labels: np.ndarray | None, rng: np.random.Generator, *, owner: str) -> np.ndarray:
+    """As many positions as ``labels``, drawn with replacement, each row with weight 1 / (its class's count): every
+    class drawn equally often on average (torch's ``WeightedRandomSampler(weights, len(weights))``)."""
+    if labels is None:
+        raise ConfigError(f"train.sampling = 'balanced' draws rows by class, and {owner} trains on no class labels "
+                          "(a regression or an unsupervised network); set train.sampling = 'shuffle'")
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    weights = 1.0 / counts[inverse]
+    return rng.choice(len(labels), size=len(labels), replace=True, p=weights / weights.sum())
+
+
 def split_validation(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Positions for training and validation; no validation when it would hold no row or leave none."""
     n_val = round(n * fraction)
@@ -221,6 +260,7 @@ class Trainer(ABC):
         self.callbacks = list(callbacks)
         self.best_state: Any = None
         self.checkpoint = checkpoint if config.checkpoint_every or (checkpoint and checkpoint.resume) else None
+        self.epoch = 0  # the epoch under way: a training batch's request names it (a partner's learning rate)
 
     # -- steps a subclass provides ------------------------------------------------------------------
 
@@ -236,10 +276,35 @@ class Trainer(ABC):
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         """This epoch's batches: a fresh shuffle of the training rows, ``batch_size`` at a time (fewer on a small
-        table: :meth:`TrainConfig.batch_rows`)."""
-        perm = self.rng.permutation(self.n_train)
+        table: :meth:`TrainConfig.batch_rows`); with ``sampling = "balanced"``, as many class-balanced draws."""
+        if self.config.sampling == "balanced":
+            perm = balanced_draws(self.sampling_labels(), self.rng, owner=type(self).__name__)
+        else:
+            perm = self.rng.permutation(self.n_train)
         bs = self.config.batch_rows(self.n_train)
         return [perm[start : start + bs] for start in range(0, self.n_train, bs)]
+
+    def sampling_labels(self) -> np.ndarray | None:
+        """The class of each training row, for ``sampling = "balanced"``; None where this trainer has none."""
+        return None
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimisers whose learning rate ``lr_schedule`` sets at each epoch's start."""
+        return []
+
+    def start_epoch(self, epoch: int) -> None:
+        """Epoch ``epoch`` begins: its learning rate, on every optimiser this trainer steps."""
+        self.epoch = epoch
+        if self.config.lr_schedule == "constant":
+            return
+        optimizers = self.optimizers()
+        if not optimizers:
+            raise ConfigError(f"train.lr_schedule = {self.config.lr_schedule!r} is not supported by "
+                              f"{type(self).__name__}; set train.lr_schedule = 'constant'")
+        lr = self.config.lr_at(epoch)
+        for optimizer in optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] = lr
 
     def validation_loss(self) -> float | None:
         """The loss on the validation rows, or None when there are none (training loss is monitored)."""
@@ -336,6 +401,7 @@ class Trainer(ABC):
             start = resumed + 1
         for epoch in range(start, config.max_epochs):
             started = time.perf_counter()
+            self.start_epoch(epoch)
             batches = self.batches(epoch)
             total, rows = 0.0, 0
             for i, batch in enumerate(batches):
@@ -451,6 +517,16 @@ class ModuleTrainer(Trainer):
     @property
     def n_train(self) -> int:
         return len(self.train_pos)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
+
+    def sampling_labels(self) -> np.ndarray | None:
+        y = self.tensors.get("y")
+        if y is None:
+            return None
+        classes = gather(y, self.train_pos)
+        return None if classes.is_floating_point() else classes.numpy()
 
     def train_step(self, batch: np.ndarray, upcoming: np.ndarray | None) -> float:
         if not self.module.training:  # a validation pass left it in eval mode; walking every submodule each step costs
