@@ -282,11 +282,15 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
     from benchmarks.compare_all import commit
 
-    results.update({"machine": f"{len(os.sched_getaffinity(0))} cores", "vflo": vflo.__version__, "commit": commit()})
+    # Each part records the commit that ran it: a file built by several runs names each part's own code.
+    ran = commit()
+    results.update({"machine": f"{len(os.sched_getaffinity(0))} cores", "vflo": vflo.__version__})
+    results.setdefault("commit", ran)
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def keep(name: str, value: Any) -> None:
         results[name] = value
+        results.setdefault("commits", {})[name] = ran
         args.out.write_text(json.dumps(results, indent=1, default=float))
         print(name, json.dumps(value, default=float)[:1500], flush=True)
 

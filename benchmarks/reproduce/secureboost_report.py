@@ -2,10 +2,12 @@
 benchmarks/secureboost.py.
 
     python -m benchmarks.reproduce.secureboost_report [--runs runs/repro] [--bench runs/bench/secureboost.json]
+                                                      [--peers runs/bench/peers_sgb.json]
 
 Partial overlap: runs/repro/secureboost_credit (results.csv). Lossless check, speed, the homomorphic floor and
-scoring: the benchmark's JSON. Every comparison sentence comes from a paired t-test over the runs (the same test
-as ``vflo compare``); a figure not measured reads so.
+scoring: the benchmark's JSON. Beside SecretFlow's SGB: benchmarks/peers/sgb.py's JSON. Every comparison
+sentence comes from a paired t-test over the runs (the same test as ``vflo compare``); a figure not measured reads
+so.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def lossless_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
     header = ["dataset", "train / test people", "trees", "OU = plaintext, tree for tree", "accuracy % (vflo, OU)",
               "ROC AUC x 100 (vflo)", "accuracy % (XGBoost, vflo's bins)", "ROC AUC x 100 (XGBoost, vflo's bins)",
               "accuracy % (XGBoost, its bins)", "ROC AUC x 100 (XGBoost, its bins)"]
-    return [*lines, f"_Source: `{bench['source']}` (benchmarks/secureboost.py, part `lossless`)._", "",
+    return [*lines, f"_Source: `{source(bench, 'lossless')}` (benchmarks/secureboost.py, part `lossless`)._", "",
             table(header, rows), ""], claims
 
 
@@ -119,7 +121,7 @@ def speed_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
          _pct(local["accuracy"]), _pct(local["roc_auc"])],
         ["XGBoost hist, centralized (one thread)", f"{xgb['fit_seconds']:.2f}", "–", "–", _pct(xgb["accuracy"]),
          _pct(xgb["roc_auc"])]]
-    out = [*lines, f"_Source: `{bench['source']}` (benchmarks/secureboost.py, parts `floor` and `credit`), "
+    out = [*lines, f"_Source: `{source(bench, 'credit')}` (benchmarks/secureboost.py, parts `floor` and `credit`), "
                    f"{bench.get('machine', '?')}; {credit['train_rows']:,} people to train, "
                    f"{credit['test_rows']:,} to test._", "",
            table(["run", "training s", "MB (ledger)", "rounds", "accuracy %", "ROC AUC x 100"], rows), ""]
@@ -195,9 +197,63 @@ def colsample_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
     text = (f"Credit as above, {got['trees']} trees of depth 5, OU in one process: each party splits each tree on "
             "a share of its own columns, drawn per tree from its own secret stream (XGBoost's `colsample_bytree`), "
             "so the bureau adds, and the bank decrypts, the sums of fewer columns.")
-    return [*lines, f"_Source: `{bench['source']}` (benchmarks/secureboost.py, part `colsample`)._", "", text, "",
+    return [*lines, f"_Source: `{source(bench, 'colsample')}` (benchmarks/secureboost.py, part `colsample`)._", "",
+            text, "",
             table(["colsample", "accuracy %", "ROC AUC x 100", "ciphertexts added", "sums decrypted", "seconds"],
                   rows), ""], claims
+
+
+#: The issue's goal for vflo's time against SecretFlow's SGB on the same split and settings.
+SGB_GOAL = 0.3
+
+
+def peers_section(peers: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
+    """vflo beside SecretFlow's SGB (benchmarks/peers/sgb.py), paired."""
+    lines = ["## Beside SecretFlow's SGB: the same split and settings, paired", ""]
+    if not peers:
+        return [*lines, "_Not measured yet: `benchmarks/peers/install_secretflow.sh`, then "
+                        "`python -m benchmarks.peers.sgb`._", ""], []
+    if peers.get("skipped"):
+        return [*lines, f"_Not measured on this machine: {peers['skipped']}._", ""], []
+    pairs = peers["pairs"]
+    header = ["pair", "order", "vflo over gRPC + mTLS (s)", "vflo in one process (s)", "SGB, two processes (s)",
+              "vflo gRPC / SGB", "vflo one process / SGB", "accuracy % (vflo / SGB)", "ROC AUC (vflo / SGB)"]
+    rows = [[str(i), " → ".join(e["order"]), f"{e['vflo_grpc']['fit_seconds']:.1f}",
+             f"{e['vflo_in_process']['fit_seconds']:.1f}", f"{e['sgb']['fit_seconds']:.1f}",
+             f"{e['ratio_grpc']:.2f}", f"{e['ratio_in_process']:.2f}",
+             f"{100 * e['vflo_grpc']['accuracy']:.2f} / {100 * e['sgb']['accuracy']:.2f}",
+             f"{e['vflo_grpc']['roc_auc']:.4f} / {e['sgb']['roc_auc']:.4f}"] for i, e in enumerate(pairs)]
+    grpc = float(np.median([e["ratio_grpc"] for e in pairs]))
+    local = float(np.median([e["ratio_in_process"] for e in pairs]))
+    first = pairs[0]
+    d_acc = 100 * (first["vflo_grpc"]["accuracy"] - first["sgb"]["accuracy"])
+    d_auc = first["vflo_grpc"]["roc_auc"] - first["sgb"]["roc_auc"]
+    met = "met" if grpc <= SGB_GOAL else "**not met**"
+    claims = [f"vflo's SecureBoost over gRPC with mutual TLS trained in {grpc:.2f} of SGB's time (median over "
+              f"{len(pairs)} pairs; {local:.2f} in one process), against the goal of at most {SGB_GOAL}: {met}.",
+              f"Quality: vflo {100 * first['vflo_grpc']['accuracy']:.2f} % and AUC "
+              f"{first['vflo_grpc']['roc_auc']:.4f}, SGB {100 * first['sgb']['accuracy']:.2f} % and "
+              f"{first['sgb']['roc_auc']:.4f} (vflo {d_acc:+.2f} points, AUC {d_auc:+.4f}); each is deterministic "
+              f"here, so every pair gives the same."]
+    settings = peers["settings"]
+    text = (f"Credit as above ({peers['train_rows']:,} people to train, {peers['test_rows']:,} to test, the bank with "
+            f"X1-X5 and the labels, the bureau X6-X23), {settings['n_trees']} trees of depth "
+            f"{settings['max_depth']}, rate {settings['learning_rate']}, λ 1, {settings['n_bins']} bins (SGB's "
+            f"`sketch_eps` 1/{settings['n_bins']}), OU 2048-bit, no row or column sampling. SGB "
+            f"(secretflow-lite {pairs[0]['sgb'].get('secretflow', '?')}, its own Python 3.10 environment) runs each "
+            "party as its own process in SecretFlow's production mode without Ray, over its own gRPC without TLS, "
+            "on people aligned before it starts; vflo's time is its fit, after its own alignment. Each pair runs "
+            "the three back to back, in an order that alternates from pair to pair.")
+    src = f"_Source: `{path}`, the code of commit `{peers['commit']}` (benchmarks/peers/sgb.py), " \
+          f"{peers.get('cores', '?')} cores._"
+    return [*lines, src, "", text, "", table(header, rows), ""], claims
+
+
+def source(bench: dict[str, Any], part: str) -> str:
+    """Where a part's figures come from: the file, and the commit of the code that ran that part (older files
+    record one commit for every part)."""
+    ran = bench.get("commits", {}).get(part, bench.get("commit"))
+    return "runs/bench/secureboost.json" + (f"`, the code of commit `{ran}" if ran else "")
 
 
 def paillier_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -215,7 +271,7 @@ def paillier_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
     claims = [f"Paillier (2048-bit) trained {got['trees']} trees on Credit in {got['paillier']['fit_seconds']:.0f} s "
               f"against OU's {got['ou']['fit_seconds']:.0f} s "
               f"({got['paillier']['fit_seconds'] / got['ou']['fit_seconds']:.1f} times), {same}."]
-    return [*lines, f"_Source: `{bench['source']}` (benchmarks/secureboost.py, part `paillier`)._", "",
+    return [*lines, f"_Source: `{source(bench, 'paillier')}` (benchmarks/secureboost.py, part `paillier`)._", "",
             table(["operation", "OU", "Paillier", "Paillier / OU"], rows), ""], claims
 
 
@@ -248,7 +304,8 @@ def leakage_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
             "positives among the people of their node whose labels the bureau knows (k of them, drawn at random; "
             "the AUC is the mean of five draws), averaged over trees; Credit as above, "
             f"{got['trees']} trees, the bureau holding everyone.")
-    return [*lines, f"_Source: `{bench['source']}` (benchmarks/secureboost.py, part `leakage`)._", "", text, "",
+    return [*lines, f"_Source: `{source(bench, 'leakage')}` (benchmarks/secureboost.py, part `leakage`)._", "",
+            text, "",
             table(header, rows), ""], claims
 
 
@@ -256,13 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=Path("runs/repro"))
     parser.add_argument("--bench", type=Path, default=Path("runs/bench/secureboost.json"))
+    parser.add_argument("--peers", type=Path, default=Path("runs/bench/peers_sgb.json"))
     parser.add_argument("--out", type=Path, default=Path("docs/reproductions/secureboost.md"))
     args = parser.parse_args(argv)
     bench: dict[str, Any] = json.loads(args.bench.read_text()) if args.bench.is_file() else {}
-    bench["source"] = "runs/bench/secureboost.json" + (f"`, the code of commit `{bench['commit']}"
-                                                       if bench.get("commit") else "")
+    peers: dict[str, Any] = json.loads(args.peers.read_text()) if args.peers.is_file() else {}
     return write_page(args.out, [overlap_section(args.runs), lossless_section(bench), speed_section(bench),
-                                 colsample_section(bench), paillier_section(bench), leakage_section(bench)])
+                                 peers_section(peers, args.peers), colsample_section(bench),
+                                 paillier_section(bench), leakage_section(bench)])
 
 if __name__ == "__main__":
     sys.exit(main())
