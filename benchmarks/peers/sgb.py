@@ -8,7 +8,8 @@ runs/bench/peers_sgb.json, each pair as it ends.
 The split is benchmarks/secureboost.py's Credit: the bank (label holder) with X1-X5, the bureau with X6-X23, every
 person held by both, the same 24,000 training and 6,000 test people. The settings are the same for both: ``--trees``
 trees of depth 5, learning rate 0.3, λ 1, γ 0, 32 bins (SGB's ``sketch_eps`` 1/32), OU with 2048-bit keys, every row
-and column (no sampling). Each pair runs back to back, in an order that alternates from pair to pair:
+and column (no sampling), every tree federated (SGB's ``first_tree_with_label_holder_feature`` off). Each pair
+runs back to back, in an order that alternates from pair to pair:
 
 - vflo over gRPC with mutual TLS, the bureau its own process (``vflo party serve``);
 - vflo in one process;

@@ -62,7 +62,10 @@ def main() -> None:
                  spu.FieldType.FM128)
     params = {"num_boost_round": args.trees, "max_depth": args.depth, "learning_rate": args.rate,
               "sketch_eps": 1.0 / args.bins, "objective": "logistic", "reg_lambda": 1.0, "gamma": 0.0,
-              "rowsample_by_tree": 1.0, "colsample_by_tree": 1.0, "base_score": 0.0, "seed": 0}
+              "rowsample_by_tree": 1.0, "colsample_by_tree": 1.0, "base_score": 0.0, "seed": 0,
+              # Every tree federated, as vflo grows them by default (active_trees = 0): SGB grows its first at
+              # the label holder alone unless told otherwise.
+              "first_tree_with_label_holder_feature": False}
     x_train = columns("train")
     sf.wait([p for p in x_train.partitions.values()])
     started = time.perf_counter()
