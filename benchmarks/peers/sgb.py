@@ -132,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.perf_counter()
                 entry[name] = runs[name]()
                 entry[name]["wall_seconds"] = time.perf_counter() - started
-                entry[name].pop("stats", None)
                 print(f"pair {pair}: {name} {entry[name]['fit_seconds']:.1f} s, accuracy "
                       f"{entry[name]['accuracy']:.4f}, AUC {entry[name]['roc_auc']:.4f}", flush=True)
             entry["ratio_grpc"] = entry["vflo_grpc"]["fit_seconds"] / entry["sgb"]["fit_seconds"]
