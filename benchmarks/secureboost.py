@@ -289,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def keep(name: str, value: Any) -> None:
+        if isinstance(value, dict):  # other work on the machine over the last minute, as the part ended
+            value = {**value, "load_average": os.getloadavg()[0]}
         results[name] = value
         results.setdefault("commits", {})[name] = ran
         args.out.write_text(json.dumps(results, indent=1, default=float))

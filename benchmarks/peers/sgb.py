@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 entry[name]["wall_seconds"] = time.perf_counter() - started
                 print(f"pair {pair}: {name} {entry[name]['fit_seconds']:.1f} s, accuracy "
                       f"{entry[name]['accuracy']:.4f}, AUC {entry[name]['roc_auc']:.4f}", flush=True)
+            entry["load_average"] = os.getloadavg()[0]  # other work on the machine over the last minute
             entry["ratio_grpc"] = entry["vflo_grpc"]["fit_seconds"] / entry["sgb"]["fit_seconds"]
             entry["ratio_in_process"] = entry["vflo_in_process"]["fit_seconds"] / entry["sgb"]["fit_seconds"]
             result["pairs"].append(entry)

@@ -224,12 +224,14 @@ def peers_section(peers: dict[str, Any], path: Path) -> tuple[list[str], list[st
         return [*lines, f"_Not measured on this machine: {peers['skipped']}._", ""], []
     pairs = peers["pairs"]
     header = ["pair", "order", "vflo over gRPC + mTLS (s)", "vflo in one process (s)", "SGB, two processes (s)",
-              "vflo gRPC / SGB", "vflo one process / SGB", "accuracy % (vflo / SGB)", "ROC AUC (vflo / SGB)"]
+              "vflo gRPC / SGB", "vflo one process / SGB", "accuracy % (vflo / SGB)", "ROC AUC (vflo / SGB)",
+              "load average after the pair"]
     rows = [[str(i), " → ".join(e["order"]), f"{e['vflo_grpc']['fit_seconds']:.1f}",
              f"{e['vflo_in_process']['fit_seconds']:.1f}", f"{e['sgb']['fit_seconds']:.1f}",
              f"{e['ratio_grpc']:.2f}", f"{e['ratio_in_process']:.2f}",
              f"{100 * e['vflo_grpc']['accuracy']:.2f} / {100 * e['sgb']['accuracy']:.2f}",
-             f"{e['vflo_grpc']['roc_auc']:.4f} / {e['sgb']['roc_auc']:.4f}"] for i, e in enumerate(pairs)]
+             f"{e['vflo_grpc']['roc_auc']:.4f} / {e['sgb']['roc_auc']:.4f}",
+             f"{e['load_average']:.2f}" if "load_average" in e else "–"] for i, e in enumerate(pairs)]
     grpc = float(np.median([e["ratio_grpc"] for e in pairs]))
     local = float(np.median([e["ratio_in_process"] for e in pairs]))
     first = pairs[0]
@@ -292,7 +294,8 @@ def paillier_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
     claims = [f"Paillier (2048-bit) trained {got['trees']} trees on Credit in {got['paillier']['fit_seconds']:.0f} s "
               f"against OU's {got['ou']['fit_seconds']:.0f} s "
               f"({got['paillier']['fit_seconds'] / got['ou']['fit_seconds']:.1f} times), {same}."]
-    return [*lines, f"_Source: `{source(bench, 'paillier')}` (benchmarks/secureboost.py, part `paillier`)._", "",
+    load = f"; load average {got['load_average']:.2f} as it ended" if "load_average" in got else ""
+    return [*lines, f"_Source: `{source(bench, 'paillier')}` (benchmarks/secureboost.py, part `paillier`{load})._", "",
             table(["operation", "OU", "Paillier", "Paillier / OU"], rows), ""], claims
 
 
