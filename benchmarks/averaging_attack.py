@@ -72,7 +72,7 @@ def attack(*, passes: int, sigma: float, epochs: int, bound: bool, budget: Priva
         truth = bottom.noise.clipped(bottom.net(x).numpy()) if bottom.noise is not None else bottom.net(x).numpy()
     total = np.zeros_like(truth)
     out: list[dict] = []
-    rows = {"rows": np.arange(100), "subset": "val", "training": False, "keep_previous": False}
+    rows = {"rows": np.arange(100), "subset": "val", "training": False, "keep_previous": False, "epoch": 0}
     for n in range(1, passes + 1):
         reply = fed.transport.request(Message(sender="act", receiver="pas", kind="splitnn.forward",
                                               round=max(fed.rounds, 1), payload=rows, run=fed.run_id))

@@ -123,7 +123,7 @@ def test_a_passive_partys_own_activations_are_what_it_sent_last() -> None:
     (validation rows included), nothing another party sent."""
     def forward(party: str, subset: str, rows: list[int], value: float) -> list[Message]:
         payload = {"rows": np.asarray(rows, dtype=np.int64), "subset": subset, "training": subset == "train",
-                   "keep_previous": False}
+                   "keep_previous": False, "epoch": 0}
         return [Message("act", party, "splitnn.forward", 1, payload),
                 Message(party, "act", "splitnn.forward", 1, {"acts": np.full((len(rows), 2), value)})]
 

@@ -225,7 +225,7 @@ def test_a_coordinator_repeating_validation_passes_is_refused_by_a_noised_splitn
     Session(fed).start(method)
     shared = fed.align(data.train["act"].ids, ["pas"]).ids
     assert send(fed, "act", "pas", "splitnn.init", {"train_ids": shared[10:], "val_ids": shared[:10]}).error is None
-    rows = {"rows": np.arange(10), "subset": "val", "training": False, "keep_previous": False}
+    rows = {"rows": np.arange(10), "subset": "val", "training": False, "keep_previous": False, "epoch": 0}
     for _ in range(2):  # the two validation passes two epochs declare
         assert send(fed, "act", "pas", "splitnn.forward", rows).error is None
     reply = send(fed, "act", "pas", "splitnn.forward", rows)

@@ -247,7 +247,7 @@ def test_under_the_resource_attacks_a_party_stays_under_its_ceiling_and_keeps_se
                                    run="attack-4")).error is None
         batch = act.request(Message("act", "pas", "splitnn.forward", 2, {
             "rows": np.zeros(1_500_000, dtype=np.int64), "subset": "train", "training": True,
-            "keep_previous": False}, run="attack-4"))
+            "keep_previous": False, "epoch": 0}, run="attack-4"))
         assert batch.error is not None and "max_rows" in batch.error.message
         act.request(Message("act", "pas", "control.teardown", 3, {}, run="attack-4"))
         after = {name: _peak_bytes(lab.processes[name]) for name in ("pas", "dealer")}
