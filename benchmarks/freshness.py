@@ -55,7 +55,6 @@ KNOWN: dict[tuple[str, str], str] = {
 
 #: Pages not regenerated from today's code yet, and why.
 PENDING: dict[str, str] = {
-    "docs/reproductions/laser-vfl.md": "being re-run with the authors' training rules (issue 50)",
     "docs/reproductions/apc-vfl.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
     "docs/reproductions/entity-augmentation.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
     "docs/reproductions/rap.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
