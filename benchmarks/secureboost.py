@@ -110,6 +110,14 @@ def floor_costs(rows: int = 24_000, columns: int = 18, decrypts: int = 8_000, *,
     return out
 
 
+def homomorphic_floor(counts: dict[str, float], costs: dict[str, float], cost: str = "_s") -> float:
+    """Seconds the homomorphic operations a run counted (``counts``: its stats) cost at ``costs`` (the ``floor``
+    part: ``encrypt_s``, ...; ``cost="_workers_s"``: each as shared out among the party's workers)."""
+    return (counts["encryptions"] * costs["encrypt" + cost] + counts["ciphertext_additions"] * costs["add" + cost]
+            + counts.get("ciphertext_subtractions", 0) * costs["subtract" + cost]
+            + counts["sums_decrypted"] * costs["decrypt" + cost])
+
+
 def split(dataset: str, parties: list[dict[str, Any]], total: int, data_dir: str | None) -> Any:
     """The first holdout split (20 % to test) of ``dataset`` cut among ``parties``, every person held by all."""
     config = parse_config({
@@ -195,13 +203,7 @@ def credit(data_dir: str | None, trees: int, costs: dict[str, float] | None, wor
     result["xgboost"] = xgboost_beside(data, settings)
     if costs is not None:
         counts = out.stats
-        floor = (counts["encryptions"] * costs["encrypt_s"] + counts["ciphertext_additions"] * costs["add_s"]
-                 + counts["ciphertext_subtractions"] * costs["subtract_s"]
-                 + counts["sums_decrypted"] * costs["decrypt_s"])
-        shared = (counts["encryptions"] * costs["encrypt_workers_s"]
-                  + counts["ciphertext_additions"] * costs["add_workers_s"]
-                  + counts["ciphertext_subtractions"] * costs["subtract_workers_s"]
-                  + counts["sums_decrypted"] * costs["decrypt_workers_s"])
+        floor, shared = homomorphic_floor(counts, costs), homomorphic_floor(counts, costs, "_workers_s")
         result["floor"] = {"one_core_s": floor, "ratio_grpc": out.fit_seconds / floor,
                            "ratio_in_process": local.fit_seconds / floor, "workers_s": shared,
                            "ratio_grpc_workers": out.fit_seconds / shared, "workers": costs["workers"]}

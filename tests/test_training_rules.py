@@ -17,7 +17,7 @@ from vflo.errors import ConfigError, ProtocolError
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation, run_method
 from vflo.methods.registry import get_method
-from vflo.nn.train import TrainConfig, balanced_draws, fit_module
+from vflo.nn.train import TrainConfig, balanced_draws, class_weights, fit_module
 
 TRAIN = {"lr": 3e-3, "batch_size": 64, "max_epochs": 6, "validation_fraction": 0.0}
 
@@ -41,12 +41,12 @@ def test_cosine_is_torchs_cosine_annealing_stepped_once_an_epoch() -> None:
 
 def test_balanced_draws_give_every_class_the_same_share() -> None:
     labels = np.r_[np.zeros(7800, dtype=np.int64), np.ones(2200, dtype=np.int64)]
-    draws = balanced_draws(labels, np.random.default_rng(0), owner="test")
+    draws = balanced_draws(class_weights(labels, owner="test"), np.random.default_rng(0))
     assert len(draws) == len(labels)
     assert abs(labels[draws].mean() - 0.5) < 0.02  # 22 % positive in the rows, half of the draws
-    assert np.array_equal(draws, balanced_draws(labels, np.random.default_rng(0), owner="test"))
+    assert np.array_equal(draws, balanced_draws(class_weights(labels, owner="test"), np.random.default_rng(0)))
     with pytest.raises(ConfigError, match="sampling = 'shuffle'"):
-        balanced_draws(None, np.random.default_rng(0), owner="a regression")
+        class_weights(None, owner="a regression")
 
 
 def test_a_plain_network_follows_both_rules() -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,15 +53,11 @@ def export(data: Any, out: Path) -> None:
     np.save(out / "y_test.npy", data.test_y.astype(np.int64))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_sgb(python: Path, files: Path, trees: int, timeout: float = 3600.0) -> dict[str, Any]:
     """SGB, each party its own process: the bank's result file."""
-    ports = f"{free_port()},{free_port()}"
+    from vflo.align.spu import free_port
+
+    ports = f"{free_port('127.0.0.1')},{free_port('127.0.0.1')}"
     out = files / "sgb_result.json"
     out.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}

@@ -127,25 +127,24 @@ def dataset_section(runs: Path, label: str, name: str, data_dir: str | None = No
 
 
 def balanced_leak(name: str, data_dir: str | None = None, seed: int = 0) -> str:
-    """What class-balanced draws tell a partner, on the config's first split: the ROC AUC with which a partner
+    """What class-balanced draws tell a partner, on the config's first run: the ROC AUC with which a partner
     ranks its people by class from how often each was drawn (vflo's ``balanced_draws`` over the training people's
     labels, once and for every epoch of the config)."""
     from sklearn.metrics import roc_auc_score
 
     from vflo.experiments.config import load_config
-    from vflo.nn.train import balanced_draws
-    from vflo.seeding import derive_seed
+    from vflo.experiments.runner import first_split
+    from vflo.nn.train import balanced_draws, class_weights
 
     config = load_config(ROOT / "configs" / "papers" / f"{name}.toml")
-    layout = config.layout(config.variants[0], derive_seed(config.seed, "layout", 0), config.load_dataset(data_dir))
-    test = np.isin(layout.dataset.ids, layout.held_out("active"))
-    y = layout.dataset.y[~test]
+    data = first_split(config, data_dir=data_dir)  # the first run's training people, as the run cut them
+    y = data.train[data.active].require_labels()
     epochs = int(next(m for m in config.methods if m.label == "laser_vfl").config.train.max_epochs)
-    rng = np.random.default_rng(seed)
+    weights, rng = class_weights(y, owner=name), np.random.default_rng(seed)
     counts = np.zeros(len(y))
     auc = {}
     for epoch in range(epochs):
-        np.add.at(counts, balanced_draws(y, rng, owner=name), 1)
+        np.add.at(counts, balanced_draws(weights, rng), 1)
         if epoch + 1 in (1, epochs):
             auc[epoch + 1] = float(roc_auc_score(y, counts))
     return (f"**What the balanced draws tell a partner.** A partner is named every batch's people it holds; how "

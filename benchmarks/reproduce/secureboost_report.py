@@ -207,15 +207,9 @@ def colsample_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
 SGB_GOAL = 0.3
 
 
-def floor_costs_of(peers: dict[str, Any]) -> dict[str, float]:
-    """What one HEU operation costs, from the SecureBoost benchmark's ``floor`` part (empty where not measured)."""
-    path = Path(peers.get("bench", "runs/bench/secureboost.json"))
-    floor = json.loads(path.read_text()).get("floor", {}) if path.is_file() else {}
-    return {k: float(v) for k, v in floor.items() if isinstance(v, (int, float))}
-
-
-def peers_section(peers: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
-    """vflo beside SecretFlow's SGB (benchmarks/peers/sgb.py), paired."""
+def peers_section(peers: dict[str, Any], path: Path, costs: dict[str, float]) -> tuple[list[str], list[str]]:
+    """vflo beside SecretFlow's SGB (benchmarks/peers/sgb.py), paired; ``costs``: the SecureBoost benchmark's
+    ``floor`` part (empty where not measured), for vflo's homomorphic floor."""
     lines = ["## Beside SecretFlow's SGB: the same split and settings, paired", ""]
     if not peers:
         return [*lines, "_Not measured yet: `benchmarks/peers/install_secretflow.sh`, then "
@@ -246,11 +240,11 @@ def peers_section(peers: dict[str, Any], path: Path) -> tuple[list[str], list[st
               + ("every pair gave each the same scores." if all(
                   e[k]["accuracy"] == first[k]["accuracy"] and e[k]["roc_auc"] == first[k]["roc_auc"]
                   for e in pairs for k in ("vflo_grpc", "sgb")) else "the pairs differ: see the table.")]
-    costs, counts = floor_costs_of(peers), first["vflo_grpc"].get("stats", {})
+    counts = first["vflo_grpc"].get("stats", {})
     if costs and counts:
-        floor = (counts["encryptions"] * costs["encrypt_s"] + counts["ciphertext_additions"] * costs["add_s"]
-                 + counts.get("ciphertext_subtractions", 0) * costs["subtract_s"]
-                 + counts["sums_decrypted"] * costs["decrypt_s"])
+        from benchmarks.secureboost import homomorphic_floor
+
+        floor = homomorphic_floor(counts, costs)
         sgb = float(np.median([e["sgb"]["fit_seconds"] for e in pairs]))
         claims.append(f"vflo's homomorphic floor for these {peers['settings']['n_trees']} trees (the operations its "
                       f"run asked for, times their cost in the `floor` part above, measured on another run) is "
@@ -343,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     bench: dict[str, Any] = json.loads(args.bench.read_text()) if args.bench.is_file() else {}
     peers: dict[str, Any] = json.loads(args.peers.read_text()) if args.peers.is_file() else {}
     return write_page(args.out, [overlap_section(args.runs), lossless_section(bench), speed_section(bench),
-                                 peers_section(peers, args.peers), colsample_section(bench),
+                                 peers_section(peers, args.peers, bench.get("floor", {})), colsample_section(bench),
                                  paillier_section(bench), leakage_section(bench)])
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from vflo.nn.train import (
     load_optimizer_state,
     module_state,
     optimizer_state,
+    set_lr,
 )
 from vflo.party.handlers import HandlerSet, handles, reveals
 
@@ -155,11 +156,8 @@ class Bottom:
         if not 0 <= epoch < self.train.max_epochs:
             raise ProtocolError(f"a training batch of epoch {epoch}: this party trains epochs 0 to "
                                 f"{self.train.max_epochs - 1} (train.max_epochs {self.train.max_epochs})")
-        if self.train.lr_schedule == "constant" or self.optimizer is None:
-            return
-        lr = self.train.lr_at(epoch)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        if self.train.lr_schedule != "constant" and self.optimizer is not None:
+            set_lr([self.optimizer], self.train.lr_at(epoch))
 
     def backward(self, grad: np.ndarray) -> None:
         """Finish the backward pass with the coordinator's gradient and take one optimiser step."""

@@ -219,15 +219,28 @@ class EarlyStopping(Callback):
         return self.patience > 0 and self.wait >= self.patience
 
 
-def balanced_draws(labels: np.ndarray | None, rng: np.random.Generator, *, owner: str) -> np.ndarray:
-    """As many positions as ``labels``, drawn with replacement, each row with weight 1 / (its class's count): every
-    class drawn equally often on average (torch's ``WeightedRandomSampler(weights, len(weights))``)."""
+def class_weights(labels: np.ndarray | None, *, owner: str) -> np.ndarray:
+    """Each row's chance of a draw in :func:`balanced_draws`: 1 / (its class's count), normalised, so every class is
+    drawn equally often on average (torch's ``WeightedRandomSampler(weights, len(weights))``)."""
     if labels is None:
         raise ConfigError(f"train.sampling = 'balanced' draws rows by class, and {owner} trains on no class labels "
                           "(a regression or an unsupervised network); set train.sampling = 'shuffle'")
     _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
     weights = 1.0 / counts[inverse]
-    return rng.choice(len(labels), size=len(labels), replace=True, p=weights / weights.sum())
+    normalised: np.ndarray = weights / weights.sum()
+    return normalised
+
+
+def balanced_draws(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """As many positions as ``weights`` (:func:`class_weights`), drawn with replacement."""
+    return rng.choice(len(weights), size=len(weights), replace=True, p=weights)
+
+
+def set_lr(optimizers: Iterable[torch.optim.Optimizer], lr: float) -> None:
+    """Every parameter group of ``optimizers`` at learning rate ``lr`` (a schedule's rate for the epoch)."""
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
 
 
 def split_validation(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -261,6 +274,7 @@ class Trainer(ABC):
         self.best_state: Any = None
         self.checkpoint = checkpoint if config.checkpoint_every or (checkpoint and checkpoint.resume) else None
         self.epoch = 0  # the epoch under way: a training batch's request names it (a partner's learning rate)
+        self.draw_weights: np.ndarray | None = None  # sampling = "balanced": each training row's chance of a draw
 
     # -- steps a subclass provides ------------------------------------------------------------------
 
@@ -278,7 +292,9 @@ class Trainer(ABC):
         """This epoch's batches: a fresh shuffle of the training rows, ``batch_size`` at a time (fewer on a small
         table: :meth:`TrainConfig.batch_rows`); with ``sampling = "balanced"``, as many class-balanced draws."""
         if self.config.sampling == "balanced":
-            perm = balanced_draws(self.sampling_labels(), self.rng, owner=type(self).__name__)
+            if self.draw_weights is None:  # the training rows' classes do not change between epochs
+                self.draw_weights = class_weights(self.sampling_labels(), owner=type(self).__name__)
+            perm = balanced_draws(self.draw_weights, self.rng)
         else:
             perm = self.rng.permutation(self.n_train)
         bs = self.config.batch_rows(self.n_train)
@@ -301,10 +317,7 @@ class Trainer(ABC):
         if not optimizers:
             raise ConfigError(f"train.lr_schedule = {self.config.lr_schedule!r} is not supported by "
                               f"{type(self).__name__}; set train.lr_schedule = 'constant'")
-        lr = self.config.lr_at(epoch)
-        for optimizer in optimizers:
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+        set_lr(optimizers, self.config.lr_at(epoch))
 
     def validation_loss(self) -> float | None:
         """The loss on the validation rows, or None when there are none (training loss is monitored)."""
