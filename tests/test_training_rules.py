@@ -70,6 +70,11 @@ def test_a_plain_network_follows_both_rules() -> None:
     trainer.fit()
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(config.lr_at(4))
     assert 0.4 < np.concatenate(seen).mean() < 0.6  # about half positive, from 20 %
+    from vflo.nn.train import run_epochs
+
+    with pytest.raises(ConfigError, match="not supported by _StepTrainer; set train.lr_schedule = 'constant'"):
+        run_epochs(n_train=10, config=replace(config, sampling="shuffle"), rng=np.random.default_rng(0),
+                   train_step=lambda batch: 0.0)  # plain functions: no optimiser to schedule
     with pytest.raises(ConfigError, match="no class labels"):
         fit_module(torch.nn.Linear(3, 1), lambda m, b: m(b["x"]).pow(2).mean(), {"x": x},
                    config=replace(config, lr_schedule="constant"), rng=np.random.default_rng(1))
