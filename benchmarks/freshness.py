@@ -51,6 +51,8 @@ KNOWN: dict[tuple[str, str], str] = {
                     "bit-identical both ways"),
         ("069800c", "a partner's subtractions shared out among its workers: the same sums, tested bit-identical"),
         ("84ffe31", "the encrypted statistics passed on as they arrived: the same ciphertexts"))},
+    ("docs/reproductions/laser-vfl.md", "83fef32"): "class-balanced draw chances computed once per training, not "
+                                                    "once an epoch (the same generator calls); one shared set_lr",
 }
 
 #: Pages not regenerated from today's code yet, and why.
