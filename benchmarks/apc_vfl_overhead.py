@@ -248,7 +248,9 @@ def main() -> None:
     for result in results:
         report(result, print)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"threads": 1, "results": results}, indent=1))
+    from benchmarks.compare_all import commit
+
+    args.out.write_text(json.dumps({"threads": 1, "commit": commit(), "results": results}, indent=1))
     print(f"wrote {args.out}")
 
 

@@ -7,6 +7,10 @@ page, :data:`PAGES` names the code it measures; a commit after the recorded one 
 page stale, unless :data:`KNOWN` declares it harmless for that page, with why, and the page itself says so (its
 text names the commit). :data:`PENDING` lists pages not regenerated yet, with why: the test requires them to be
 stale (a page regenerated leaves the list) and every other page to be fresh.
+
+A page made of sections regenerated one at a time (``<!-- section: NAME -->`` before each, as docs/comparison.md's
+datasets: a session re-runs some and keeps the others) is fresh only when every section records its commit: a
+section kept from runs that recorded none is as stale as a page that records none.
 """
 
 from __future__ import annotations
@@ -61,17 +65,31 @@ PENDING: dict[str, str] = {
     "docs/reproductions/entity-augmentation.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
     "docs/reproductions/rap.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
     "docs/reproductions/vfl-asp.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
-    "docs/comparison.md": "the eight datasets not re-run with the missing-partner cells and SecureBoost (issue 50)",
+    "docs/comparison.md": "the eight datasets re-run a few at a time (hours in all), each section stamped as it is; "
+                          "those not re-run yet record no commit (issue 50)",
     "docs/privacy.md": "sections from runs before later changes to the methods it runs, not yet re-run (issue 50)",
 }
 
 COMMIT = re.compile(r"\bcommit `?([0-9a-f]{7,40})\b")
+SECTION = re.compile(r"^<!-- section: ([\w.-]+) -->$", re.MULTILINE)
 
 
 def recorded(page: str) -> list[str]:
     """The commits ``page`` says its figures come from, in order of first mention."""
     found = COMMIT.findall((ROOT / page).read_text())
     return list(dict.fromkeys(found))
+
+
+def sections(text: str) -> dict[str, str]:
+    """A page's ``<!-- section: NAME -->`` sections, each to the next marker (the last to the page's end)."""
+    marks = list(SECTION.finditer(text))
+    return {m.group(1): text[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(text)]
+            for i, m in enumerate(marks)}
+
+
+def undated(text: str) -> list[str]:
+    """The sections of a page's ``text`` that record no commit."""
+    return [name for name, body in sections(text).items() if not COMMIT.search(body)]
 
 
 def git(*args: str) -> str:
@@ -95,10 +113,11 @@ class Status:
     commits: tuple[str, ...]
     unexplained: tuple[str, ...]  # later changes to its code that nothing declares harmless
     unsaid: tuple[str, ...]  # changes declared harmless that the page does not name
+    undated: tuple[str, ...] = ()  # sections that record no commit
 
     @property
     def fresh(self) -> bool:
-        return bool(self.commits) and not self.unexplained and not self.unsaid
+        return bool(self.commits) and not self.unexplained and not self.unsaid and not self.undated
 
 
 def status(page: str) -> Status:
@@ -113,7 +132,7 @@ def status(page: str) -> Status:
                     unsaid.append(change)
             elif change not in unexplained:
                 unexplained.append(change)
-    return Status(page, tuple(commits), tuple(unexplained), tuple(dict.fromkeys(unsaid)))
+    return Status(page, tuple(commits), tuple(unexplained), tuple(dict.fromkeys(unsaid)), tuple(undated(text)))
 
 
 def main() -> int:
@@ -126,6 +145,8 @@ def main() -> int:
             print(f"  changed since by {', '.join(s.unexplained)}")
         if s.unsaid:
             print(f"  declared harmless but not named on the page: {', '.join(s.unsaid)}")
+        if s.undated:
+            print(f"  sections that record no commit: {', '.join(s.undated)}")
     return 0
 
 

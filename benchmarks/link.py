@@ -60,7 +60,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "link.json")
     args = parser.parse_args()
     data = credit_partition(args.data_dir, train_scope="all")
-    results: dict[str, Any] = {"epochs": args.epochs, "links": {}, "in_process": {}}
+    from benchmarks.compare_all import commit
+
+    results: dict[str, Any] = {"epochs": args.epochs, "commit": commit(), "links": {}, "in_process": {}}
     # The same training with both parties in this process (no transport but the in-process one), for reference;
     # a first one-epoch pass pays for imports and is not measured.
     for method in methods(1).values():

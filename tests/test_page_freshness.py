@@ -37,6 +37,16 @@ def test_each_page_is_as_new_as_the_code_it_describes(page: str) -> None:
         "the code it measures since: regenerate it, or declare the change harmless in benchmarks/freshness.py's "
         "KNOWN and say so on the page")
     assert not status.unsaid, f"{page} does not name {', '.join(status.unsaid)}, which KNOWN declares harmless"
+    assert not status.undated, f"{page}'s sections {', '.join(status.undated)} record no commit: re-run them"
+
+
+def test_a_page_of_sections_is_dated_section_by_section() -> None:
+    page = ("# Title\n\nintro\n<!-- section: wine -->\n## wine\nruns of the code of commit 1234abc\n"
+            "<!-- section: credit -->\n## credit\nfrom older runs, no commit named\n")
+    assert list(freshness.sections(page)) == ["wine", "credit"]
+    assert "commit 1234abc" in freshness.sections(page)["wine"]
+    assert freshness.undated(page) == ["credit"]
+    assert freshness.undated("# a page without sections, commit 1234abc\n") == []
 
 
 def test_every_declaration_is_about_a_page_it_knows() -> None:
