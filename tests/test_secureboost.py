@@ -55,9 +55,10 @@ def _joined(data: FederatedData, ids: np.ndarray, split: str = "train") -> np.nd
 
 
 def _reference(X: np.ndarray, y: np.ndarray, Xt: np.ndarray, *, trees: int, depth: int, lr: float, lam: float,
-               n_bins: int) -> np.ndarray:
+               n_bins: int, weights: list[np.ndarray] | None = None) -> np.ndarray:
     """Centralized binary boosting on the joined columns, written out plainly: quantile bins per column over its
-    present values, second-order gains with the missing values tried on both sides, sums in fixed point."""
+    present values, second-order gains with the missing values tried on both sides, sums in fixed point; with
+    ``weights``, each tree's rows weighed by them (GOSS: 0 for the rows a tree is not grown on)."""
     cuts = [quantile_cuts(X[:, j], n_bins) for j in range(X.shape[1])]
     codes = np.stack([np.where(np.isnan(X[:, j]), -1, np.searchsorted(cuts[j], X[:, j], side="left"))
                       for j in range(X.shape[1])], axis=1)
@@ -69,9 +70,10 @@ def _reference(X: np.ndarray, y: np.ndarray, Xt: np.ndarray, *, trees: int, dept
         gr, hr = g - gl, h - hl
         return 0.5 * (gl * gl / (hl + lam) + gr * gr / (hr + lam) - g * g / (h + lam))
 
-    for _ in range(trees):
+    for t in range(trees):
         p = 1 / (1 + np.exp(-score))
-        gq, hq = np.rint((p - y) * SCALE).astype(np.int64), np.rint(p * (1 - p) * SCALE).astype(np.int64)
+        w = np.ones(len(X)) if weights is None else weights[t]
+        gq, hq = np.rint((p - y) * w * SCALE).astype(np.int64), np.rint(p * (1 - p) * w * SCALE).astype(np.int64)
         nodes = [(np.arange(len(X)), np.arange(len(Xt)), 0)]
         while nodes:
             rows, trows, d = nodes.pop()

@@ -3,9 +3,10 @@ the label holder holds and scoring a person with whichever partners hold them.""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from vflo.methods.saved import ARRAY, INTEGER, NUMBER, PARTY_NAMES, TEXT, At, Bu
 from vflo.methods.split_learning import ask_holders
 from vflo.trees.bins import MAX_BINS
 from vflo.trees.crypto import BLOB_ROW, HESettings, KeyPair, PublicSide, from_wire, new_keys, plain_side, to_wire
+from vflo.trees.goss import goss_weights
 from vflo.trees.growth import Candidate, GrowthRules, HistogramAsk, ShuffledSums, SplitAsk, Tree, grow
 from vflo.trees.lookup import ColumnsParty, LookupTable, sums_afresh
 
@@ -29,6 +31,8 @@ INTS = ArraySpec(("int64",), (None,))
 FLAGS = ArraySpec(("bool",), (None,))
 FLAG_MATRIX = ArraySpec(("bool",), (None, None))
 TREE_FIELDS = ("owner", "record", "default_left", "left", "right", "value")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +51,11 @@ class SecureBoostConfig(MethodConfig):
     anchors' SecureBoost), instead of every person the label holder holds. ``colsample``: the share of each
     party's columns a tree may split on (XGBoost's ``colsample_bytree``), each party drawing its own per tree
     from its own secret stream, so no other party learns which; 1 (the default): every column. Fewer columns,
-    fewer ciphertexts a partner adds and the label holder decrypts.
+    fewer ciphertexts a partner adds and the label holder decrypts. ``row_sampling = "goss"``: each tree is grown
+    on the ``top_rate`` share of people with the largest gradients and ``other_rate`` drawn from the rest, weighed
+    up (LightGBM's GOSS, :mod:`vflo.trees.goss`): the label holder encrypts, and a partner sums, those people's
+    statistics alone. Opt-in: each tree tells a partner which of its people were kept, most of them those the model
+    predicts worst; the label holder logs a warning naming the partners.
     """
 
     n_trees: int = 50
@@ -63,6 +71,9 @@ class SecureBoostConfig(MethodConfig):
     active_trees: int = 0
     aligned_only: bool = False
     colsample: float = 1.0
+    row_sampling: Literal["all", "goss"] = "all"
+    top_rate: float = 0.2
+    other_rate: float = 0.1
 
     def __post_init__(self) -> None:
         if self.n_trees < 1:
@@ -77,6 +88,12 @@ class SecureBoostConfig(MethodConfig):
             raise ConfigError(f"active_trees must be >= 0, got {self.active_trees}")
         if not 0 < self.colsample <= 1:
             raise ConfigError(f"colsample must be a share of the columns in (0, 1], got {self.colsample}")
+        if self.row_sampling not in ("all", "goss"):
+            raise ConfigError(f"row_sampling must be 'all' (every person, every tree) or 'goss' (gradient-based "
+                              f"one-side sampling), got {self.row_sampling!r}")
+        if not (0 < self.top_rate < 1 and 0 < self.other_rate < 1 and self.top_rate + self.other_rate < 1):
+            raise ConfigError(f"top_rate {self.top_rate} and other_rate {self.other_rate} must be shares in (0, 1) "
+                              "adding up to less than 1 (LightGBM's defaults: 0.2 and 0.1)")
         self.rules()  # validates the rest
 
     def rules(self) -> GrowthRules:
@@ -168,7 +185,8 @@ class SecureBoost(Method):
         parts={"passive": (Saved("table", TABLE, "its lookup table: column, threshold, default branch per record",
                                  optional=True),)})
     n_train_ = 0  # a loaded model says nothing of the rows it trained on
-    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("min_node_rows", "colsample")}
+    shared_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {"passive": ("min_node_rows", "colsample",
+                                                                            "row_sampling")}
 
     config: SecureBoostConfig
 
@@ -208,15 +226,20 @@ class SecureBoost(Method):
              served="after sb.init; one tree's at a time, each tree once, in increasing tree order",
              carries={"gh": "ciphertexts"}, tree=INT, gh=BLOB)
     def _gradients(self, ctx: NodeContext, payload: Fields) -> Payload:
-        party = _party(ctx, gradients=False)
-        gh = payload.array("gh")
-        blob = _unwire(gh)
-        handle = party.ops.load(blob)
-        rows = handle.shape[0] if hasattr(handle, "shape") else len(handle)
-        if rows != len(party.X):
-            raise ProtocolError(f"sb.gradients: {rows} rows of gradients for this party's {len(party.X)} rows")
-        party.new_tree(handle, payload.integer("tree"), blob)
-        return {}
+        if self.config.row_sampling != "all":
+            raise ProtocolError("sb.gradients: every person's gradients, but this training samples people per tree "
+                                f"(row_sampling = {self.config.row_sampling!r}): sb.sampled_gradients")
+        return _take_gradients(ctx, payload, picked=None)
+
+    @handles("sb.sampled_gradients",
+             served=("after sb.init, with row_sampling = 'goss': one tree's at a time, each tree once, in increasing "
+                     "tree order; the gradients of the people the tree is grown on, and who they are"),
+             carries={"gh": "ciphertexts", "picked": "membership"}, tree=INT, gh=BLOB, picked=INTS)
+    def _sampled_gradients(self, ctx: NodeContext, payload: Fields) -> Payload:
+        if self.config.row_sampling != "goss":
+            raise ProtocolError("sb.sampled_gradients: a sample of people per tree, but this training grows every "
+                                "tree on every person (row_sampling = 'all'): sb.gradients")
+        return _take_gradients(ctx, payload, picked=np.asarray(payload.array("picked"), dtype=np.int64))
 
     @reveals("tree nodes")
     @handles("sb.histograms",
@@ -329,6 +352,14 @@ class SecureBoost(Method):
             target = np.asarray(y, dtype=np.int64)
         self.base_ = _base_score(fed.task, target, self.n_classes_)
         rules = cfg.rules()
+        goss = cfg.row_sampling == "goss"
+        if goss and passives:
+            logger.warning("secureboost: row_sampling = 'goss' tells %s, each tree, which of their people it is "
+                           "grown on: the %.0f %% with the largest gradients (the people the model predicts worst) "
+                           "and %.0f %% drawn from the rest", ", ".join(passives), 100 * cfg.top_rate,
+                           100 * cfg.other_rate)
+        # This party's own draws (who is kept beside the top), from a stream no partner can recompute.
+        picks = fed.rng("secureboost", "goss") if goss else None
         scores = np.tile(self.base_, (len(ids), 1))
         parties = _Federated(fed, keys, own, passives, shapes, held)
         held_list = [np.ones(len(ids), dtype=bool), *(held[p] for p in passives)]
@@ -339,11 +370,17 @@ class SecureBoost(Method):
             for round_ in range(cfg.n_trees):
                 g, h = _gradients(fed.task, target, scores)
                 for k in range(self.n_classes_):
-                    gh = np.rint(np.stack([g[:, k], h[:, k]], axis=1) * rules.scale).astype(np.int64)
+                    weights = (goss_weights(g[:, k], top_rate=cfg.top_rate, other_rate=cfg.other_rate, rng=picks)
+                               if picks is not None else None)
+                    gk, hk = (g[:, k], h[:, k]) if weights is None else (g[:, k] * weights, h[:, k] * weights)
+                    gh = np.rint(np.stack([gk, hk], axis=1) * rules.scale).astype(np.int64)
                     shared = round_ >= cfg.active_trees
-                    parties.new_tree(len(self.trees_), gh, send=shared)
+                    picked = None if weights is None else weights > 0
+                    parties.new_tree(len(self.trees_), gh, send=shared, picked=picked)
                     eligible = [True, *([shared] * len(passives))]
-                    tree, leaf = grow(gh, held_list, parties, rules, eligible=eligible, least=least)
+                    # A partner sums over the people it holds that the tree is grown on: they are what it counts.
+                    counted = None if picked is None else [held_list[0], *(m & picked for m in held_list[1:])]
+                    tree, leaf = grow(gh, held_list, parties, rules, eligible=eligible, least=least, counted=counted)
                     tree.value = [cfg.learning_rate * v for v in tree.value]
                     scores[:, k] += np.asarray(tree.value)[leaf]
                     self.trees_.append(tree)
@@ -380,6 +417,19 @@ class SecureBoost(Method):
     def summary_stats(self) -> dict[str, float]:
         return {"trees": float(len(self.trees_)), "rows_trained": float(self.n_train_),
                 **{k: float(v) for k, v in getattr(self, "traffic_", {}).items()}}
+
+
+def _take_gradients(ctx: NodeContext, payload: Fields, *, picked: np.ndarray | None) -> Payload:
+    """A tree's encrypted statistics: of every one of this party's training rows, or of the ``picked`` ones."""
+    party = _party(ctx, gradients=False)
+    blob = _unwire(payload.array("gh"))
+    handle = party.ops.load(blob)
+    rows = handle.shape[0] if hasattr(handle, "shape") else len(handle)
+    expected = len(party.X) if picked is None else len(picked)
+    if rows != expected:
+        raise ProtocolError(f"sb.gradients: {rows} rows of gradients for the {expected} rows they are of")
+    party.new_tree(handle, payload.integer("tree"), blob, picked=picked)
+    return {}
 
 
 def _unwire(array: np.ndarray) -> bytes:
@@ -445,28 +495,34 @@ class _Federated:
         self.counts = {"encryptions": 0, "ciphertext_additions": 0, "ciphertext_subtractions": 0,
                        "sums_decrypted": 0}
 
-    def new_tree(self, tree: int, gh: np.ndarray, *, send: bool = True) -> None:
+    def new_tree(self, tree: int, gh: np.ndarray, *, send: bool = True, picked: np.ndarray | None = None) -> None:
         """A tree's statistics: to the partners too with ``send`` (a tree grown at the label holder alone sends
-        them nothing)."""
+        them nothing); with ``picked`` (GOSS), those of the people the tree is grown on alone, and who they are
+        among each partner's."""
         self.tree = tree
         self.own.new_tree(gh, tree)
         if not self.passives or not send:
             return
-        # Only the people some partner holds: the others' statistics never leave.
+        # Only the people some partner holds (and the tree is grown on): the others' statistics never leave.
         anyone = np.logical_or.reduce([self.held[p] for p in self.passives])
+        if picked is not None:
+            anyone = anyone & picked
         blob = self.keys.encrypted_blob(gh[anyone])
         self.counts["encryptions"] += int(anyone.sum())
         position = np.cumsum(anyone) - 1
         encrypted = None  # loaded only where a partner holds fewer than the people encrypted
         requests: dict[str, Payload] = {}
         for p in self.passives:
-            if self.held[p][anyone].all():
-                requests[p] = {"tree": tree, "gh": to_wire(blob)}
-                continue
-            encrypted = self.keys.load(blob) if encrypted is None else encrypted
-            rows = self.keys.rows(encrypted, position[self.held[p]])
-            requests[p] = {"tree": tree, "gh": to_wire(self.keys.dump(rows))}
-        self.fed.exchange("sb.gradients", requests)
+            mine = self.held[p] & anyone
+            if mine[anyone].all():
+                request: dict[str, Value] = {"tree": tree, "gh": to_wire(blob)}
+            else:
+                encrypted = self.keys.load(blob) if encrypted is None else encrypted
+                request = {"tree": tree, "gh": to_wire(self.keys.dump(self.keys.rows(encrypted, position[mine])))}
+            if picked is not None:
+                request["picked"] = np.flatnonzero(picked[self.held[p]]).astype(np.int64)
+            requests[p] = request
+        self.fed.exchange("sb.gradients" if picked is None else "sb.sampled_gradients", requests)
 
     def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray | ShuffledSums]]:
         out: dict[int, dict[int, np.ndarray | ShuffledSums]] = {}
@@ -481,8 +537,7 @@ class _Federated:
                 columns = max(1, round(self.colsample * columns)) if columns else 0  # a tree's share of them
                 for a in v:  # a node derived from its parent and sibling: summed afresh, or by subtraction
                     if a.rows is not None or sums_afresh(a.held, bins + 1):
-                        self.counts["ciphertext_additions"] += columns * (len(a.rows) if a.rows is not None
-                                                                          else a.held)
+                        self.counts["ciphertext_additions"] += columns * a.held
                     else:
                         self.counts["ciphertext_subtractions"] += columns * (bins + 1)
         summed: list[tuple[int, int, Any]] = []  # party, node, ciphertexts: decrypted together, in parallel

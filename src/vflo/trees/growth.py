@@ -210,7 +210,8 @@ class HistogramAsk:
     rows: np.ndarray | None
     parent: int = -1
     sibling: int = -1
-    #: How many of the party's rows the node holds (the grower's own count, never sent: the party knows them).
+    #: How many of the party's rows the node's sums run over (the grower's own count, never sent: the party knows
+    #: them): the rows it holds there, or those of them the tree is grown on (GOSS).
     held: int = 0
 
 
@@ -237,13 +238,17 @@ class Parties(Protocol):
 
 
 def grow(gh: np.ndarray, held: list[np.ndarray], parties: Parties, rules: GrowthRules, *,
-         eligible: list[bool] | None = None, least: list[int] | None = None) -> tuple[Tree, np.ndarray]:
+         eligible: list[bool] | None = None, least: list[int] | None = None,
+         counted: list[np.ndarray] | None = None) -> tuple[Tree, np.ndarray]:
     """One tree over every row of ``gh`` (rows x 2 integers: g and h in fixed point), and each row's leaf.
     ``held[k]``: which rows party k holds (party 0, the grower's own, holds every row); ``eligible[k]``: whether
     party k's columns may split this tree (SecureBoost's first trees at the label holder alone); ``least[k]``:
-    the fewest of its rows party k sums a node over (default ``rules.min_node_rows`` for every party)."""
+    the fewest of its rows party k sums a node over (default ``rules.min_node_rows`` for every party);
+    ``counted[k]``: the rows party k sums over (default ``held[k]``; with GOSS, those of them the tree is grown on,
+    the others' statistics being zero and never sent)."""
     eligible = eligible if eligible is not None else [True] * len(held)
     least = least if least is not None else [rules.min_node_rows] * len(held)
+    counted = counted if counted is not None else held
     leaf = np.zeros(len(gh), dtype=np.int64)
     where = [np.where(h, np.cumsum(h) - 1, -1) for h in held]
     tree = Tree()
@@ -262,7 +267,7 @@ def grow(gh: np.ndarray, held: list[np.ndarray], parties: Parties, rules: Growth
         asks: dict[int, list[HistogramAsk]] = {}
         for k, h in enumerate(held):
             if eligible[k]:
-                mine = {node: int(h[rows].sum()) for node, rows, _, _ in level}
+                mine = {node: int(counted[k][rows].sum()) for node, rows, _, _ in level}
                 asks[k] = _asks(splittable, mine, asked[k], where[k], h, least[k])
         asks = {k: v for k, v in asks.items() if v}
         sums = parties.histograms(asks)
@@ -333,5 +338,5 @@ def _asks(splittable: list[tuple[int, np.ndarray, int, int]], held_in: Mapping[i
         if sibling in ok and (held_in[sibling], sibling) < (held_in[node], node):
             derived.append(HistogramAsk(node, None, parent, sibling, held=int(held_in[node])))
         else:
-            out.append(HistogramAsk(node, where[rows[held[rows]]], parent, sibling))
+            out.append(HistogramAsk(node, where[rows[held[rows]]], parent, sibling, held=int(held_in[node])))
     return out + derived

@@ -94,6 +94,10 @@ class ColumnsParty:
         self.table = LookupTable()
         self.gh: Any = None
         self.tree = -1
+        # GOSS: the tree's statistics are of these rows alone (positions, increasing); each row's place among
+        # them (-1: not in this tree's sums). None: every row's.
+        self.picked: np.ndarray | None = None
+        self.slot = np.zeros(0, dtype=np.int64)
         self._forget()
 
     def _forget(self) -> None:
@@ -123,18 +127,36 @@ class ColumnsParty:
         k = max(1, round(self.colsample * self.n_columns))
         self.sampled = np.sort(self.columns_rng.choice(self.n_columns, size=k, replace=False))
 
-    def new_tree(self, gh: Any, tree: int = 0, blob: bytes | None = None) -> None:
+    def new_tree(self, gh: Any, tree: int = 0, blob: bytes | None = None, *, picked: np.ndarray | None = None) -> None:
         """The statistics of tree number ``tree`` (encrypted or not): each row's, in the order of this party's
-        rows. Trees come once each, numbered upwards: a tree's root is asked once, so the gradients of a tree
+        rows, or with ``picked`` (GOSS: the rows the tree is grown on, positions in increasing order) those rows'.
+        Trees come once each, numbered upwards: a tree's root is asked once, so the gradients of a tree
         already grown (or skipped) are refused. ``blob``: ``gh`` serialized as it arrived, for the helpers."""
         if tree <= self.tree:
             raise RefusedError(f"gradients of tree {tree} after those of tree {self.tree}: each tree's gradients "
                                "come once, in increasing tree order; start a new training (sb.init) to grow again")
-        self.gh, self.tree = gh, tree
+        n = len(self.X)
+        if picked is not None and (picked.ndim != 1 or (len(picked) and (picked[0] < 0 or picked[-1] >= n))
+                                   or np.any(np.diff(picked) <= 0)):
+            raise ProtocolError(f"tree {tree}: the rows it is grown on must be distinct positions among this "
+                                f"party's {n} rows, in increasing order")
+        self.gh, self.tree, self.picked = gh, tree, picked
         self._forget()
         self._sample()
         self._codes = self.codes[:, self.sampled] if len(self.sampled) < self.n_columns else self.codes
+        if picked is not None:
+            self.slot = np.full(n, -1, dtype=np.int64)
+            self.slot[picked] = np.arange(len(picked))
+            self._codes = self._codes[picked]  # the bins of the rows whose statistics there are, in their order
         self.ops.share(gh, blob)
+
+    def _summed(self, rows: np.ndarray) -> np.ndarray:
+        """Of a node's ``rows``, the places of those whose statistics this tree has (every one without GOSS)."""
+        if self.picked is None:
+            return rows
+        places = self.slot[rows]
+        kept: np.ndarray = places[places >= 0]
+        return kept
 
     def histograms(self, asks: list[HistogramAsk]) -> dict[int, Any]:
         """The sums of each node asked: a node asked without rows (its parent's rows less its sibling's) is
@@ -167,13 +189,15 @@ class ColumnsParty:
                                        "not a set the label holder chooses")
             else:
                 rows = self._child_rows(ask)
-            if len(rows) < self.min_node_rows:
-                raise ProtocolError(f"node {ask.node} has {len(rows)} of this party's rows, fewer than its "
+            # Sums run over the rows whose statistics the tree has: with GOSS, fewer than the node's.
+            summed = len(self._summed(rows))
+            if summed < self.min_node_rows:
+                raise ProtocolError(f"node {ask.node} sums {summed} of this party's rows, fewer than its "
                                     f"min_node_rows {self.min_node_rows}: its sums would be close to single rows'")
             if ask.parent >= 0:
-                rest = len(self.nodes[ask.parent]) - len(rows)
+                rest = len(self._summed(self.nodes[ask.parent])) - summed
                 if 0 < rest < self.min_node_rows:
-                    raise ProtocolError(f"node {ask.node} leaves {rest} of its parent's rows, fewer than "
+                    raise ProtocolError(f"node {ask.node} leaves {rest} of its parent's summed rows, fewer than "
                                         f"min_node_rows {self.min_node_rows}")
                 self.children[ask.parent].append(ask.node)
             self.nodes[ask.node] = rows
@@ -210,6 +234,7 @@ class ColumnsParty:
     def _sums(self, ask: HistogramAsk, rows: np.ndarray) -> Any:
         # The tree's columns alone (all of them, or its share): positions below are among those.
         buckets, shuffle, codes, columns = self.n_bins + 1, self.shuffle, self._codes, self.n_sampled
+        rows = self._summed(rows)  # places among the rows whose statistics (and bins, in ``codes``) the tree has
         if shuffle is None:
             return None if ask.rows is None else self.ops.bucket_sums(self.gh, rows, codes, buckets)
         if ask.rows is None and not sums_afresh(len(rows), buckets):
