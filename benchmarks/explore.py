@@ -90,8 +90,8 @@ def deployed(data: Any, repeats: int) -> dict[str, Any]:
     """`vflo explore --deploy` against the bureau served as its own process: each run's wall seconds, per way of
     finding who is shared (``--shared``), the runs of the two ways taking turns."""
     from benchmarks.serving import Partners
+    from vflo.comm.local_ports import free_port
     from vflo.comm.tls import init_certs
-    from vflo.flower.local import free_port
 
     vflo_bin = str(Path(sys.executable).parent / "vflo")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -32,10 +32,11 @@ from typing import Any
 
 from benchmarks.apc_vfl import SPLITNN_CREDIT, credit_partition
 from benchmarks.link import wait_for
+from vflo.comm.local_ports import free_port
 from vflo.comm.message import Message
 from vflo.deploy import Deployment, export_federation, load_deploy_config
 from vflo.federation.simulation import run_method
-from vflo.flower.local import LocalFlower, free_port
+from vflo.flower.local import LocalFlower
 from vflo.methods.registry import get_method
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.apc_vfl import SPLITNN_CREDIT, credit_partition
+from vflo.comm.local_ports import free_port
 from vflo.deploy import Deployment, export_federation, load_deploy_config
 from vflo.federation.simulation import run_method
-from vflo.flower.local import free_port
 from vflo.methods.registry import get_method
 
 ROOT = Path(__file__).resolve().parents[1]

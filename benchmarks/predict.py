@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 import vflo
+from vflo.comm.local_ports import free_port
 from vflo.comm.tls import init_certs
-from vflo.flower.local import free_port
 from vflo.methods.registry import get_method, method_names
 
 ROOT = Path(__file__).resolve().parents[1]

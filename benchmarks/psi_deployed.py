@@ -72,8 +72,8 @@ def write_files(folder: Path, rows: int) -> dict[str, Path]:
 def configs(work: Path, paths: dict[str, Path], rows: int) -> Path:
     """The shop's PARTY.toml and the bank's deploy.toml over mutual TLS on loopback, each keeping its alignments and
     taking requests as large as the IDs."""
+    from vflo.comm.local_ports import free_port
     from vflo.comm.tls import init_certs
-    from vflo.flower.local import free_port
 
     init_certs(work / "certs", ["bank", "shop"])
     ports = {name: free_port() for name in ("bank", "shop")}

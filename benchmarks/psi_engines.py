@@ -37,6 +37,7 @@ from vflo.align.kept import AlignmentStore
 from vflo.align.link_relay import LinkRelays
 from vflo.align.linked import closing
 from vflo.align.plain import Alignment
+from vflo.comm.local_ports import free_port
 from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
 from vflo.federation.coordinator import Coordinator
@@ -58,7 +59,7 @@ def people(rows: int) -> tuple[np.ndarray, np.ndarray]:
 def library_alone(ids: tuple[np.ndarray, np.ndarray], protocol: str) -> tuple[float, int]:
     """Both sides of the library's PSI, as its own user runs it (CSV files in, CSV out)."""
     libspu, libpsi = spu._libraries()
-    ports = [spu.free_port("127.0.0.1") for _ in range(2)]
+    ports = [free_port("127.0.0.1") for _ in range(2)]
     counts: dict[int, int] = {}
     with tempfile.TemporaryDirectory() as work:
         for rank, side in enumerate(ids):

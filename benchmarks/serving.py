@@ -26,7 +26,6 @@ import os
 import platform
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -39,6 +38,7 @@ import pandas as pd
 
 from benchmarks.compare_all import commit
 from benchmarks.pages import fill
+from vflo.comm.local_ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "bench" / "serving.json"
@@ -51,12 +51,6 @@ MISSING = {"splitnn": "refuse", "laser_vfl": "subset", "secureboost": "subset"}
 QUICK: dict[str, Any] = {"train": {"max_epochs": 3, "patience": 0, "batch_size": 256}}
 SETTINGS: dict[str, dict[str, Any]] = {"local": QUICK, "splitnn": QUICK, "secureboost": {"n_trees": 10},
                                        "laser_vfl": QUICK}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Connection:

@@ -211,8 +211,8 @@ def _result(name: str, epochs: int, rows: int, stamps: list[tuple[str, float]], 
 def _configs(work: Path, paths: dict[str, Path], rows: int, spill: Path, epochs: int) -> Path:
     """PARTY.toml for the shop and RAP's server, and the bank's deploy.toml, over mutual TLS on loopback; every
     party's own [policy] max_rows, max_message_bytes and [spill] as in one process."""
+    from vflo.comm.local_ports import free_port
     from vflo.comm.tls import init_certs
-    from vflo.flower.local import free_port
 
     init_certs(work / "certs", ["bank", "shop", "server"])
     ports = {name: free_port() for name in ("bank", "shop", "server")}

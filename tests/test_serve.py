@@ -346,7 +346,7 @@ def test_the_grpc_api_answers_as_http_does_with_the_same_token(tmp_path: Path, m
 
     import grpc
 
-    from vflo.flower.local import free_port
+    from vflo.comm.local_ports import free_port
     from vflo.serve.config import load_serve_config
     from vflo.serve.grpc_api import LIST_MODELS, call, start_grpc
     from vflo.serve.guard import Access

@@ -26,6 +26,7 @@ from tests.conftest import PARTY_SEEDS, assert_same_run, own_sections, vertical_
 from vflo import transports
 from vflo.align.engines import DEPLOYED_ALIGNMENT
 from vflo.cli import main
+from vflo.comm.local_ports import free_port
 from vflo.comm.message import Message
 from vflo.comm.tls import init_certs
 from vflo.deploy import DataConfig, DeployConfig, Deployment, PartyConfig, PeerConfig, PeerEntry, TLSConfig
@@ -33,7 +34,6 @@ from vflo.deploy.kind import TransportKind
 from vflo.errors import ConfigError, TransportError, VfloError
 from vflo.federation.coordinator import Aligner
 from vflo.federation.simulation import run_method
-from vflo.flower.local import free_port
 from vflo.methods.registry import get_method
 from vflo.party.node import READY
 

@@ -55,7 +55,7 @@ def export(data: Any, out: Path) -> None:
 
 def run_sgb(python: Path, files: Path, trees: int, timeout: float = 3600.0) -> dict[str, Any]:
     """SGB, each party its own process: the bank's result file."""
-    from vflo.align.spu import free_port
+    from vflo.comm.local_ports import free_port
 
     ports = f"{free_port('127.0.0.1')},{free_port('127.0.0.1')}"
     out = files / "sgb_result.json"

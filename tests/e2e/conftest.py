@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.conftest import PARTY_SEEDS
+from vflo.comm.local_ports import free_port
 from vflo.comm.tls import init_certs
 from vflo.data.layout import FederatedData
 from vflo.data.partydata import PartyData
@@ -25,7 +26,6 @@ from vflo.deploy import (
     load_party_data,
     own_settings_toml,
 )
-from vflo.flower.local import free_port
 from vflo.methods.base import Method
 from vflo.scoring import SavedModel
 

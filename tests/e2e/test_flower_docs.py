@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from tests.e2e.test_docs import doc_steps
-from vflo.flower.local import free_port, stop_process, wait_for_log
+from vflo.comm.local_ports import free_port
+from vflo.flower.local import stop_process, wait_for_log
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "flower.md"

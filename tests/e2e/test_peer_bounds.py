@@ -15,10 +15,10 @@ import pytest
 from tests.e2e.conftest import spawn, wait_listening, write_party_toml
 from vflo.comm.codec import decode, encode
 from vflo.comm.grpc_transport import CHUNK_BYTES, PATH, SIZE_KEY, GrpcTransport
+from vflo.comm.local_ports import free_port
 from vflo.comm.message import Message
 from vflo.comm.tls import PartyCredentials, init_certs
 from vflo.errors import RemoteError
-from vflo.flower.local import free_port
 
 pytestmark = pytest.mark.slow
 WAIT = 20.0

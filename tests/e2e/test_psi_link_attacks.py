@@ -16,8 +16,8 @@ import pytest
 from tests.test_psi_link_tls import Stranger
 from vflo.align import spu
 from vflo.align.link_relay import LinkTLS
+from vflo.comm.local_ports import free_port
 from vflo.comm.tls import init_certs
-from vflo.flower.local import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(spu.missing()), reason=spu.missing() or "installed")]
 ROWS = 20_000

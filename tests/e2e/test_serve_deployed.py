@@ -21,7 +21,7 @@ import pytest
 from benchmarks.serving import wait_ready
 from tests.e2e.conftest import Federation, in_one_folder, start_federation, train_and_save, write_deploy
 from tests.test_laser_vfl import TRAIN, _blocks
-from vflo.flower.local import free_port
+from vflo.comm.local_ports import free_port
 from vflo.methods.base import Method
 from vflo.methods.registry import get_method
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from vflo.cli import main
+from vflo.comm.local_ports import free_port
 from vflo.comm.tls import init_certs
-from vflo.flower.local import free_port
 from vflo.serve.grpc_api import call
 
 pytestmark = pytest.mark.slow

@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import tempfile
 import threading
@@ -68,13 +67,6 @@ def missing() -> str:
     except ConfigError as exc:
         return str(exc)
     return ""
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @dataclass

@@ -9,23 +9,17 @@ still sealed with their own certificates (see :mod:`vflo.comm.seal`).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from vflo.comm.local_ports import free_port
 from vflo.deploy import toml_document
 from vflo.errors import TransportError
 
 STARTUP_SECONDS = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stop_process(process: subprocess.Popen[Any], grace: float = 15.0) -> None:
