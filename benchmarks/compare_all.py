@@ -41,6 +41,7 @@ def fingerprint(config: Path) -> str:
 def run_one(config: Path, runs: Path, data_dir: str | None) -> str:
     name = config.stem
     out, stamp, log = runs / name, runs / f"{name}.fingerprint", runs / f"{name}.log"
+    ran = commit()  # the code this run starts from (a commit made while it runs is not its code)
     key = fingerprint(config)
     if (out / "results.json").is_file() and stamp.is_file() and stamp.read_text() == key:
         return f"{name}: already there for this config and code, skipped"
@@ -54,7 +55,7 @@ def run_one(config: Path, runs: Path, data_dir: str | None) -> str:
     if done.returncode != 0:
         return f"{name}: failed (exit {done.returncode}); see {log}"
     stamp.write_text(key)
-    (runs / f"{name}.commit").write_text(commit() + "\n")
+    (runs / f"{name}.commit").write_text(ran + "\n")
     return f"{name}: {time.perf_counter() - t0:.0f} s"
 
 
