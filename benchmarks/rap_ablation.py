@@ -156,10 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/bench/rap_ablation.json"))
     args = parser.parse_args(argv)
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    from benchmarks.compare_all import commit
+
+    ran = commit()  # each analysis names the code it ran (a file built by several runs holds several)
     for key in args.only or ANALYSES:
         dataset, analysis = ANALYSES[key]
         started = time.perf_counter()
-        results[key] = {**analysis(Split(dataset, args.rows, args.seed)), "seconds": time.perf_counter() - started}
+        results[key] = {**analysis(Split(dataset, args.rows, args.seed)), "seconds": time.perf_counter() - started,
+                        "commit": ran}
         print(key, json.dumps(results[key], indent=1), flush=True)
         # Written after each analysis, so an interrupted run keeps what finished.
         args.out.parent.mkdir(parents=True, exist_ok=True)
