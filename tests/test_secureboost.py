@@ -23,10 +23,11 @@ from vflo.trees.lookup import ColumnsParty
 SCALE = 2.0**20
 
 
-def _blocks(seed: int = 0, task: str | None = None, n: int = 1400) -> tuple[FederatedData, FederatedData]:
+def _blocks(seed: int = 0, task: str | None = None, n: int = 1400,
+            n_classes: int = 2) -> tuple[FederatedData, FederatedData]:
     """An active party with 2 of 8 columns; p1 and p2 hold the rest for different, overlapping people; held-out
     people every party holds, and people only the active party holds."""
-    ds = make_dataset(n=n, n_features=8, seed=seed, task=task)
+    ds = make_dataset(n=n, n_features=8, seed=seed, task=task, n_classes=n_classes)
     k = n // 14
     spec = ScenarioSpec(
         parties=(PartySpec(name="a", role="active", n_columns=2), PartySpec(name="p1", share=1.0),

@@ -33,6 +33,10 @@ def test_goss_keeps_the_largest_gradients_and_weighs_up_a_draw_of_the_rest() -> 
     again = goss_weights(g, top_rate=0.2, other_rate=0.1, rng=np.random.default_rng(1))
     assert np.array_equal(w, again)
     assert np.all(goss_weights(g[:5], top_rate=0.5, other_rate=0.5, rng=np.random.default_rng(1)) == 1.0)
+    # With one tree per class, one sample for the round, ranked by the sum of |g| over the classes.
+    gk = np.random.default_rng(2).normal(size=(1000, 3))
+    wk = goss_weights(gk, top_rate=0.2, other_rate=0.1, rng=np.random.default_rng(1))
+    assert np.array_equal(np.sort(np.flatnonzero(wk == 1.0)), np.sort(np.argsort(-np.abs(gk).sum(axis=1))[:200]))
 
 
 def _recording(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
@@ -124,3 +128,42 @@ def test_a_partner_takes_the_gradients_its_training_samples_and_no_others() -> N
 def test_bad_sampling_settings_are_refused_naming_the_fix(settings: dict[str, object], fix: str) -> None:
     with pytest.raises(ConfigError, match=fix):
         get_method("secureboost")(**settings)
+
+
+def test_a_partner_holding_too_few_of_a_rounds_sample_sits_the_round_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partner holding few people often holds fewer than min_node_rows of a sample (or none): it is sent nothing
+    that round, and its columns split none of the round's trees; encrypted, as in plaintext."""
+    from tests.conftest import make_dataset
+    from vflo.data.scenario import BlockSpec, PartySpec, SamplesSpec, ScenarioSpec
+
+    ds = make_dataset(n=420, n_features=6, seed=3)
+    spec = ScenarioSpec(
+        parties=(PartySpec(name="a", role="active", n_columns=2), PartySpec(name="p1", share=1.0),
+                 PartySpec(name="few", share=1.0)),
+        samples=SamplesSpec(layout="blocks", test_seed=1, blocks=(
+            BlockSpec(parties=("a", "p1", "few"), rows=30, test=True), BlockSpec(parties=("a", "p1", "few"), rows=8),
+            BlockSpec(parties=("a", "p1"), rows=380))))
+    layout = spec.build(ds, seed=3)
+    data = layout.materialize(test_ids=layout.held_out("aligned"))
+    sent: list[set[str]] = []
+    original = secureboost._Federated.new_tree
+
+    def spy(self: secureboost._Federated, *args: object, **kwargs: object) -> set[str]:
+        out = original(self, *args, **kwargs)  # type: ignore[arg-type]
+        sent.append(out)
+        return out
+
+    monkeypatch.setattr(secureboost._Federated, "new_tree", spy)
+    settings = {**SETTINGS, "n_trees": 4, "min_node_rows": 5}
+    ou = run_method(get_method("secureboost")(**settings), data, seed=0)
+    assert any("few" not in s for s in sent) and all("p1" in s for s in sent)
+    plain = run_method(get_method("secureboost")(**settings, he={"scheme": "plaintext"}), data, seed=0)
+    assert np.array_equal(plain.scores, ou.scores)
+
+
+def test_multiclass_rounds_share_one_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    together, _ = _blocks(n=420, n_classes=3)
+    drawn = _recording(monkeypatch)
+    out = run_method(get_method("secureboost")(**{**SETTINGS, "n_trees": 2}, he={"scheme": "plaintext"}), together,
+                     seed=0)
+    assert len(drawn) == 2 and out.stats["trees"] == 6  # one draw a round, one tree per class

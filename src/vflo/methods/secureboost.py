@@ -51,11 +51,12 @@ class SecureBoostConfig(MethodConfig):
     anchors' SecureBoost), instead of every person the label holder holds. ``colsample``: the share of each
     party's columns a tree may split on (XGBoost's ``colsample_bytree``), each party drawing its own per tree
     from its own secret stream, so no other party learns which; 1 (the default): every column. Fewer columns,
-    fewer ciphertexts a partner adds and the label holder decrypts. ``row_sampling = "goss"``: each tree is grown
-    on the ``top_rate`` share of people with the largest gradients and ``other_rate`` drawn from the rest, weighed
-    up (LightGBM's GOSS, :mod:`vflo.trees.goss`): the label holder encrypts, and a partner sums, those people's
-    statistics alone. Opt-in: each tree tells a partner which of its people were kept, most of them those the model
-    predicts worst; the label holder logs a warning naming the partners.
+    fewer ciphertexts a partner adds and the label holder decrypts. ``row_sampling = "goss"``: each round's trees
+    are grown on the ``top_rate`` share of people with the largest gradients and ``other_rate`` drawn from the
+    rest, weighed up (gradient-based one-side sampling, :mod:`vflo.trees.goss`): the label holder encrypts, and a
+    partner sums, those people's statistics alone; a partner holding fewer than ``min_node_rows`` of a round's
+    sample sits that round out. Opt-in: each round tells a partner which of its people were kept, most of them
+    those the model predicts worst; the label holder logs a warning naming the partners.
     """
 
     n_trees: int = 50
@@ -243,10 +244,11 @@ class SecureBoost(Method):
 
     @reveals("tree nodes")
     @handles("sb.histograms",
-             served=("after the tree's sb.gradients: each node of that tree once, nested as a tree's (the root "
-                     "over all this party's people; a child of a split this party chose, one side of it), none with "
-                     "fewer than min_node_rows of this party's people, nor leaving fewer of its parent's; "
-                     "candidates' sums shuffled afresh per node"),
+             served=("after the tree's sb.gradients or sb.sampled_gradients: each node of that tree once, nested as "
+                     "a tree's (the root over all this party's people; a child of a split this party chose, one side "
+                     "of it), none summing fewer than min_node_rows of this party's people (of the tree's sample, "
+                     "with row_sampling = 'goss'), nor leaving fewer of its parent's; candidates' sums shuffled "
+                     "afresh per node"),
              carries={"rows": "membership"}, replies={"sums": "ciphertexts", "missing": "control"},
              tree=INT, nodes=INTS, parents=INTS, siblings=INTS, counts=INTS, rows=INTS)
     def _histograms(self, ctx: NodeContext, payload: Fields) -> Payload:
@@ -354,9 +356,9 @@ class SecureBoost(Method):
         rules = cfg.rules()
         goss = cfg.row_sampling == "goss"
         if goss and passives:
-            logger.warning("secureboost: row_sampling = 'goss' tells %s, each tree, which of their people it is "
-                           "grown on: the %.0f %% with the largest gradients (the people the model predicts worst) "
-                           "and %.0f %% drawn from the rest", ", ".join(passives), 100 * cfg.top_rate,
+            logger.warning("secureboost: row_sampling = 'goss' tells %s, each round, which of their people its trees "
+                           "are grown on: the %.0f %% with the largest gradients (the people the model predicts "
+                           "worst) and %.0f %% drawn from the rest", ", ".join(passives), 100 * cfg.top_rate,
                            100 * cfg.other_rate)
         # This party's own draws (who is kept beside the top), from a stream no partner can recompute.
         picks = fed.rng("secureboost", "goss") if goss else None
@@ -369,15 +371,17 @@ class SecureBoost(Method):
         try:
             for round_ in range(cfg.n_trees):
                 g, h = _gradients(fed.task, target, scores)
+                # One sample for the round's trees (one per class): a partner sees one set of people a round.
+                weights = (goss_weights(g, top_rate=cfg.top_rate, other_rate=cfg.other_rate, rng=picks)
+                           if picks is not None else None)
+                picked = None if weights is None else weights > 0
                 for k in range(self.n_classes_):
-                    weights = (goss_weights(g[:, k], top_rate=cfg.top_rate, other_rate=cfg.other_rate, rng=picks)
-                               if picks is not None else None)
                     gk, hk = (g[:, k], h[:, k]) if weights is None else (g[:, k] * weights, h[:, k] * weights)
                     gh = np.rint(np.stack([gk, hk], axis=1) * rules.scale).astype(np.int64)
                     shared = round_ >= cfg.active_trees
-                    picked = None if weights is None else weights > 0
-                    parties.new_tree(len(self.trees_), gh, send=shared, picked=picked)
-                    eligible = [True, *([shared] * len(passives))]
+                    sent = parties.new_tree(len(self.trees_), gh, send=shared, picked=picked,
+                                            least=rules.min_node_rows)
+                    eligible = [True, *(p in sent for p in passives)]
                     # A partner sums over the people it holds that the tree is grown on: they are what it counts.
                     counted = None if picked is None else [held_list[0], *(m & picked for m in held_list[1:])]
                     tree, leaf = grow(gh, held_list, parties, rules, eligible=eligible, least=least, counted=counted)
@@ -427,7 +431,8 @@ def _take_gradients(ctx: NodeContext, payload: Fields, *, picked: np.ndarray | N
     rows = handle.shape[0] if hasattr(handle, "shape") else len(handle)
     expected = len(party.X) if picked is None else len(picked)
     if rows != expected:
-        raise ProtocolError(f"sb.gradients: {rows} rows of gradients for the {expected} rows they are of")
+        kind = "sb.gradients" if picked is None else "sb.sampled_gradients"
+        raise ProtocolError(f"{kind}: {rows} rows of gradients for the {expected} rows they are of")
     party.new_tree(handle, payload.integer("tree"), blob, picked=picked)
     return {}
 
@@ -495,16 +500,23 @@ class _Federated:
         self.counts = {"encryptions": 0, "ciphertext_additions": 0, "ciphertext_subtractions": 0,
                        "sums_decrypted": 0}
 
-    def new_tree(self, tree: int, gh: np.ndarray, *, send: bool = True, picked: np.ndarray | None = None) -> None:
+    def new_tree(self, tree: int, gh: np.ndarray, *, send: bool = True, picked: np.ndarray | None = None,
+                 least: int = 1) -> set[str]:
         """A tree's statistics: to the partners too with ``send`` (a tree grown at the label holder alone sends
         them nothing); with ``picked`` (GOSS), those of the people the tree is grown on alone, and who they are
-        among each partner's."""
+        among each partner's, to the partners holding at least ``least`` of them (a partner would sum no node
+        over fewer). The partners sent to, whose columns may split the tree."""
         self.tree = tree
         self.own.new_tree(gh, tree)
         if not self.passives or not send:
-            return
+            return set()
+        passives = self.passives
+        if picked is not None:
+            passives = [p for p in passives if int((self.held[p] & picked).sum()) >= least]
+            if not passives:
+                return set()
         # Only the people some partner holds (and the tree is grown on): the others' statistics never leave.
-        anyone = np.logical_or.reduce([self.held[p] for p in self.passives])
+        anyone = np.logical_or.reduce([self.held[p] for p in passives])
         if picked is not None:
             anyone = anyone & picked
         blob = self.keys.encrypted_blob(gh[anyone])
@@ -512,7 +524,7 @@ class _Federated:
         position = np.cumsum(anyone) - 1
         encrypted = None  # loaded only where a partner holds fewer than the people encrypted
         requests: dict[str, Payload] = {}
-        for p in self.passives:
+        for p in passives:
             mine = self.held[p] & anyone
             if mine[anyone].all():
                 request: dict[str, Value] = {"tree": tree, "gh": to_wire(blob)}
@@ -523,6 +535,7 @@ class _Federated:
                 request["picked"] = np.flatnonzero(picked[self.held[p]]).astype(np.int64)
             requests[p] = request
         self.fed.exchange("sb.gradients" if picked is None else "sb.sampled_gradients", requests)
+        return set(passives)
 
     def histograms(self, asks: Mapping[int, list[HistogramAsk]]) -> dict[int, dict[int, np.ndarray | ShuffledSums]]:
         out: dict[int, dict[int, np.ndarray | ShuffledSums]] = {}
