@@ -56,7 +56,9 @@ KNOWN: dict[tuple[str, str], str] = {
         ("069800c", "a partner's subtractions shared out among its workers: the same sums, tested bit-identical"),
         ("84ffe31", "the encrypted statistics passed on as they arrived: the same ciphertexts"),
         ("a57d16f", "GOSS row sampling added, off by default: with every person in every tree the same messages, "
-                    "sums and trees (the lossless and equality tests unchanged)"))},
+                    "sums and trees (the lossless and equality tests unchanged)"),
+        ("2441eaa", "GOSS's sample drawn once a round and skipping partners with too little of it: off by default, "
+                    "the same messages, sums and trees"))},
     ("docs/reproductions/laser-vfl.md", "83fef32"): "class-balanced draw chances computed once per training, not "
                                                     "once an epoch (the same generator calls); one shared set_lr",
 }
