@@ -1,6 +1,6 @@
 """Where RAP loses or gains accuracy against Centralized, one design choice at a time (benchmark, not a test).
 
-    python benchmarks/rap_ablation.py [--rows 50000] [--only NAME ...]
+    python -m benchmarks.rap_ablation [--rows 50000] [--only NAME ...]
 
 The same MLP (one hidden layer of 128, Adam, RAP's stopping rule) on one 80 / 20 split of each dataset,
 outside the protocol, so each of RAP's transforms can be switched on alone. Every figure the RAP report's

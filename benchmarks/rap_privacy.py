@@ -1,6 +1,6 @@
 """What RAP's server can reconstruct, and what its projections preserve (not a test).
 
-    python benchmarks/rap_privacy.py [--data-dir ../shared/datasets]
+    python -m benchmarks.rap_privacy [--data-dir ../shared/datasets]
 
 On UCI Credit Card split between four clients: for each client's projected block, the relative
 reconstruction error of each of the paper's server attacks (vflo.privacy.attacks); for a one-feature
@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {"attacks": attacks, "one_feature_known_mean": one_feature, "distance": distance}
     print(json.dumps(result, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    from benchmarks.compare_all import commit
+
+    result["commit"] = commit()  # the code that ran it (with "+changes" where src/ differed from it)
     args.out.write_text(json.dumps(result, indent=1))
     return 0
 

@@ -1,6 +1,6 @@
 """RAP at HIGGS scale: 1,000,000 x 28 rows (generated stand-in), end to end on this machine.
 
-    python benchmarks/rap_scale.py [--rows 1000000] [--epochs 5]
+    python -m benchmarks.rap_scale [--rows 1000000] [--epochs 5]
 
 Reports wall time per phase (scenario, RAP's projection + transfer + training, scoring), the ledger's
 bytes, and the peak resident memory of the process (the goal: within 8 GB on 2 cores). Projection runs
@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(result, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    from benchmarks.compare_all import commit
+
+    result["commit"] = commit()  # the code that ran it (with "+changes" where src/ differed from it)
     args.out.write_text(json.dumps(result, indent=1))
     return 0
 

@@ -167,7 +167,7 @@ def sweeps(runs: Path) -> list[str]:
 def privacy(path: Path) -> list[str]:
     lines = ["## Privacy: what the server can reconstruct, and what the projections keep", ""]
     if not path.is_file():
-        return [*lines, "_Not run: `python benchmarks/rap_privacy.py`._", ""]
+        return [*lines, "_Not run: `python -m benchmarks.rap_privacy`._", ""]
     d = json.loads(path.read_text())
     rows = [[case, *(f"{v[k]:.3g}" for k in ("no_knowledge", "known_means", "known_rows_no_collusion",
                                                   "known_rows_with_collusion"))] for case, v in d["attacks"].items()]
@@ -189,7 +189,7 @@ def privacy(path: Path) -> list[str]:
 def scale(path: Path) -> list[str]:
     lines = ["## Scale: a HIGGS-sized stand-in end to end", ""]
     if not path.is_file():
-        return [*lines, "_Not run: `python benchmarks/rap_scale.py`._", ""]
+        return [*lines, "_Not run: `python -m benchmarks.rap_scale`._", ""]
     d = json.loads(path.read_text())
     text = (f"`benchmarks/rap_scale.py`: {d['rows']:,} x {d['features']} generated rows, {d['clients']} clients, "
             f"projection in chunks. Building the scenario {d['scenario_s']:.0f} s; RAP's projection, transfer "

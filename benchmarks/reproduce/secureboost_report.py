@@ -233,8 +233,9 @@ def goss_section(bench: dict[str, Any]) -> tuple[list[str], list[str]]:
                 f"{mean(runs, 'fit_seconds') / mean(every, 'fit_seconds'):.2f} of the time.")
     text = (f"Credit as above, {got['trees']} trees of depth 5, OU in one process: each tree grown on every person, "
             "or on the share top_rate of people with the largest gradients and other_rate drawn from the rest, "
-            "weighed up (gradient-based one-side sampling, as the LightGBM paper defines it): the bank encrypts, and the bureau adds, those people's statistics alone; "
-            "the sums decrypted stay about as many (one per candidate split). The draws are the bank's own seed's: "
+            "weighed up (gradient-based one-side sampling, as the LightGBM paper defines it): the bank encrypts, "
+            "and the bureau adds, those people's statistics alone; the sums decrypted stay about as many (one per "
+            "candidate split). The draws are the bank's own seed's: "
             "GOSS at three seeds, mean (lowest-highest); every person's trees are the same at any seed. The bureau "
             "learns, each round, which of its people were kept: mostly those the model predicts worst.")
     return [*lines, f"_Source: `{source(bench, 'goss')}` (benchmarks/secureboost.py, part `goss`)._", "", text, "",
