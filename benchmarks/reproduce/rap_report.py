@@ -195,7 +195,9 @@ def scale(path: Path) -> list[str]:
             f"projection in chunks. Building the scenario {d['scenario_s']:.0f} s; RAP's projection, transfer "
             f"and training {d['rap_fit_s']:.0f} s ({d['fit_rounds']} round, {d['fit_bytes'] / 1e6:.0f} MB); "
             f"scoring {d['rap_predict_s']:.1f} s; accuracy {d['accuracy'] * 100:.1f}%; peak resident memory "
-            f"{d['peak_rss_gb']:.2f} GB (goal: within 8 GB on 2 cores).")
+            f"{d['peak_rss_gb']:.2f} GB (goal: within 8 GB on 2 cores)."
+            + (f" The server's `[policy] max_rows` raised to {d['server_max_rows']:,}: RAP sends it every client's "
+               "training rows in one request." if d.get("server_max_rows", 0) > 1_000_000 else ""))
     return [*lines, text, ""]
 
 
