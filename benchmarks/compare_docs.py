@@ -45,9 +45,10 @@ def load(runs: Path) -> dict[str, dict[str, Any]]:
             # The summary is computed again from the rows, by the same code as vflo compare's report.
             table = summary(SimpleNamespace(rows=rows, metric=meta["metric"]))  # type: ignore[arg-type]
             table["value"] = table["value"].astype(str)
-            ran = runs / f"{name}.commit"
+            ran, paused = runs / f"{name}.commit", runs / f"{name}.paused"
             out[name] = {"meta": meta, "summary": table, "rows": rows, "folder": folder,
-                         "commit": ran.read_text().strip() if ran.is_file() else None}
+                         "commit": ran.read_text().strip() if ran.is_file() else None,
+                         "paused": float(paused.read_text()) if paused.is_file() else 0.0}
     return out
 
 
@@ -60,6 +61,12 @@ def kept(page: Path) -> dict[str, list[str]]:
     if not page.is_file():
         return {}
     return {name: body.strip("\n").split("\n") for name, body in sections(page.read_text()).items()}
+
+
+def paused_note(seconds: float) -> str:
+    """A run stopped for a while (SIGSTOP, to free the machine: ``runs/compare/NAME.paused`` holds the seconds, as
+    timed by whoever paused it) is timed without that while, and says so."""
+    return f" (not counting about {seconds / 60:.0f} min it was paused)" if seconds > 0 else ""
 
 
 def provenance(data: dict[str, Any]) -> str:
@@ -140,7 +147,8 @@ def render(data: dict[str, dict[str, Any]], image: str | None, before: dict[str,
         label = meta["dataset"] + (" — **stand-in data, generated**" if meta.get("standin") else "")
         lines += [marker(name), f"## {label}", "",
                   f"`configs/compare/{name}.toml`, {provenance(d)}: {len(meta['rows'])} method runs in "
-                  f"{meta['seconds'] / 60:.1f} min on this machine ({metric}; "
+                  f"{(meta['seconds'] - d['paused']) / 60:.1f} min on this machine{paused_note(d['paused'])} "
+                  f"({metric}; "
                   f"{'higher' if higher else 'lower'} is better); "
                   f"{meta.get('test_people', '?')} test people of each kind, the same in every cell and repeat"
                   f"{fewer(name, meta)}; ties: a paired t-test over the repeats cannot tell them from the best.", "",
