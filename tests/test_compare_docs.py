@@ -33,3 +33,8 @@ def test_the_provenance_of_a_run_names_its_commit() -> None:
     assert compare_docs.provenance({"commit": "0123abc"}) == "runs of the code of commit `0123abc`"
     assert freshness.COMMIT.search(compare_docs.provenance({"commit": "0123abc"}))
     assert not freshness.COMMIT.search(compare_docs.provenance({"commit": None}))
+
+
+def test_a_paused_run_is_timed_without_its_pause() -> None:
+    assert compare_docs.paused_note(0.0) == ""
+    assert compare_docs.paused_note(1704.0) == " (not counting about 28 min it was paused)"
