@@ -67,7 +67,6 @@ KNOWN: dict[tuple[str, str], str] = {
 PENDING: dict[str, str] = {
     "docs/reproductions/apc-vfl.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
     "docs/reproductions/entity-augmentation.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
-    "docs/reproductions/rap.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
     "docs/reproductions/vfl-asp.md": "not re-run since the seed change (hours on 2 cores; issue 50)",
     "docs/comparison.md": "the eight datasets re-run a few at a time (hours in all), each section stamped as it is; "
                           "those not re-run yet record no commit (issue 50)",
