@@ -87,7 +87,9 @@ def fmt(v: float, d: int = 3) -> str:
 
 def claims(data: dict[str, Any]) -> list[str]:
     """vflo compare's own claim sentences, computed from the runs' rows by the same paired test."""
-    return compare_claims(SimpleNamespace(rows=data["rows"], metric=data["meta"]["metric"]))  # type: ignore[arg-type]
+    # A comparison on the parties' own files (``own``) states no paper claims; these runs are of one dataset.
+    run = SimpleNamespace(rows=data["rows"], metric=data["meta"]["metric"], own=data["meta"].get("own"))
+    return compare_claims(run)  # type: ignore[arg-type]
 
 
 def rerender(folder: Path, name: str) -> Path:
