@@ -38,7 +38,7 @@ from vflo.data.layout import FederatedData
 from vflo.data.scenario import PartySpec, SamplesSpec, ScenarioSpec
 from vflo.federation.session import Session
 from vflo.federation.simulation import build_federation
-from vflo.methods.apc_vfl import APCVFL
+from vflo.methods.apc_vfl import APCVFL, APCPart
 from vflo.nn import train as train_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,10 @@ def run_vflo(data: FederatedData, seed: int) -> dict[str, Any]:
         fed.flush()
         total = time.perf_counter() - t0
     passive = next(n for n in nodes.values() if n.info.role == "passive")
-    histories = {"g1_active": method.g1_active_.history, "g1_passive": passive.context.state["apc.g1"].history,
+    assert passive.context is not None
+    g1_passive = passive.context.part(APCPart).g1  # the passive party's own encoder, kept in its part
+    assert g1_passive is not None
+    histories = {"g1_active": method.g1_active_.history, "g1_passive": g1_passive.history,
                  "g2_joint": method.teacher_.history, "g3_student": method.student_.history}
     Session(fed).teardown()
     laps = dict(method.timings_)
