@@ -375,6 +375,8 @@ class SecureBoost(Method):
                 weights = (goss_weights(g, top_rate=cfg.top_rate, other_rate=cfg.other_rate, rng=picks)
                            if picks is not None else None)
                 picked = None if weights is None else weights > 0
+                # A partner sums over the people it holds that the round's trees are grown on: what it counts.
+                counted = None if picked is None else [held_list[0], *(m & picked for m in held_list[1:])]
                 for k in range(self.n_classes_):
                     gk, hk = (g[:, k], h[:, k]) if weights is None else (g[:, k] * weights, h[:, k] * weights)
                     gh = np.rint(np.stack([gk, hk], axis=1) * rules.scale).astype(np.int64)
@@ -382,8 +384,6 @@ class SecureBoost(Method):
                     sent = parties.new_tree(len(self.trees_), gh, send=shared, picked=picked,
                                             least=rules.min_node_rows)
                     eligible = [True, *(p in sent for p in passives)]
-                    # A partner sums over the people it holds that the tree is grown on: they are what it counts.
-                    counted = None if picked is None else [held_list[0], *(m & picked for m in held_list[1:])]
                     tree, leaf = grow(gh, held_list, parties, rules, eligible=eligible, least=least, counted=counted)
                     tree.value = [cfg.learning_rate * v for v in tree.value]
                     scores[:, k] += np.asarray(tree.value)[leaf]

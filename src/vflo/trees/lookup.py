@@ -190,7 +190,8 @@ class ColumnsParty:
             else:
                 rows = self._child_rows(ask)
             # Sums run over the rows whose statistics the tree has: with GOSS, fewer than the node's.
-            summed = len(self._summed(rows))
+            places = self._summed(rows)
+            summed = len(places)
             if summed < self.min_node_rows:
                 raise ProtocolError(f"node {ask.node} sums {summed} of this party's rows, fewer than its "
                                     f"min_node_rows {self.min_node_rows}: its sums would be close to single rows'")
@@ -201,7 +202,7 @@ class ColumnsParty:
                                         f"min_node_rows {self.min_node_rows}")
                 self.children[ask.parent].append(ask.node)
             self.nodes[ask.node] = rows
-            sums = self._sums(ask, rows)
+            sums = self._sums(ask, places)
             if sums is not None:
                 out[ask.node] = sums
         return out
@@ -232,9 +233,9 @@ class ColumnsParty:
         return rows
 
     def _sums(self, ask: HistogramAsk, rows: np.ndarray) -> Any:
-        # The tree's columns alone (all of them, or its share): positions below are among those.
+        # ``rows``: the node's places among the rows whose statistics (and bins, in ``codes``) the tree has
+        # (:meth:`_summed`). The tree's columns alone (all of them, or its share): positions below are among those.
         buckets, shuffle, codes, columns = self.n_bins + 1, self.shuffle, self._codes, self.n_sampled
-        rows = self._summed(rows)  # places among the rows whose statistics (and bins, in ``codes``) the tree has
         if shuffle is None:
             return None if ask.rows is None else self.ops.bucket_sums(self.gh, rows, codes, buckets)
         if ask.rows is None and not sums_afresh(len(rows), buckets):
