@@ -58,7 +58,8 @@ KNOWN: dict[tuple[str, str], str] = {
         ("a57d16f", "GOSS row sampling added, off by default: with every person in every tree the same messages, "
                     "sums and trees (the lossless and equality tests unchanged)"),
         ("2441eaa", "GOSS's sample drawn once a round and skipping partners with too little of it: off by default, "
-                    "the same messages, sums and trees"))},
+                    "the same messages, sums and trees"),
+        ("532ab8a", "the sampled rows' places computed once per node, and counted rows once a round: the same sums"))},
     ("docs/reproductions/laser-vfl.md", "83fef32"): "class-balanced draw chances computed once per training, not "
                                                     "once an epoch (the same generator calls); one shared set_lr",
 }
